@@ -1,0 +1,219 @@
+//! Per-log configuration, with Kafka's topic-level names and defaults (`LogConfig`).
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::format::compression::Compression;
+
+/// How appends become durable (Kafka's `flush.messages` / `flush.ms`, plus "every append").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// `fdatasync` after every append: each acknowledged append is durable.
+    EveryAppend,
+    /// `fdatasync` once this many records are unflushed (`flush.messages`).
+    Messages(u64),
+    /// `fdatasync` once the oldest unflushed append is this old (`flush.ms`).
+    IntervalMs(u64),
+    /// Never sync on append; only on roll, explicit flush and close (Kafka's default).
+    Never,
+}
+
+/// Which timestamp a batch carries (`message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// Configuration of one partition log. Field names are Kafka's, units last.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when the active `.log` would grow past this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the active segment is older than this.
+    pub segment_ms: u64,
+    /// `segment.index.bytes`: preallocated size of each `.index` and `.timeindex`.
+    pub segment_index_bytes: u64,
+    /// `index.interval.bytes`: log bytes between two index entries.
+    pub index_interval_bytes: u64,
+    /// `max.message.bytes`: the largest batch accepted, header included.
+    pub max_message_bytes: u64,
+    /// `message.timestamp.type`.
+    pub message_timestamp_type: TimestampType,
+    /// `flush.messages` / `flush.ms`.
+    pub flush_policy: FlushPolicy,
+    /// `compression.type` of batches written by seglog's own tools (`none` here).
+    pub compression: Compression,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1_048_588,
+            message_timestamp_type: TimestampType::CreateTime,
+            flush_policy: FlushPolicy::Never,
+            compression: Compression::None,
+        }
+    }
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("unknown config {key:?}")]
+    UnknownKey { key: String },
+    #[error("config {key}={value:?} is invalid: {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+impl LogConfig {
+    /// Applies one `key=value` setting with Kafka's topic-config name. On error the
+    /// configuration is unchanged.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let mut changed = self.clone();
+        changed.apply(key, value)?;
+        changed.validate()?;
+        *self = changed;
+        Ok(())
+    }
+
+    fn apply(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let invalid = |reason| ConfigError::InvalidValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason,
+        };
+        let number = || value.parse::<u64>().map_err(|_| invalid("not a number"));
+        match key {
+            "segment.bytes" => self.segment_bytes = number()?,
+            "segment.ms" => self.segment_ms = number()?,
+            "segment.index.bytes" => self.segment_index_bytes = number()?,
+            "index.interval.bytes" => self.index_interval_bytes = number()?,
+            "max.message.bytes" => self.max_message_bytes = number()?,
+            "flush.messages" => self.flush_policy = flush_policy_messages(number()?),
+            "flush.ms" => self.flush_policy = FlushPolicy::IntervalMs(number()?),
+            "message.timestamp.type" => {
+                self.message_timestamp_type = match value {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => return Err(invalid("expected CreateTime or LogAppendTime")),
+                }
+            }
+            "compression.type" => {
+                self.compression = value
+                    .parse()
+                    .map_err(|_| invalid("expected none, gzip, snappy, lz4 or zstd"))?
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the relationships between settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, value: u64, reason| ConfigError::InvalidValue {
+            key: key.to_owned(),
+            value: value.to_string(),
+            reason,
+        };
+        if self.segment_bytes < crate::limits::BATCH_HEADER_BYTES as u64
+            || self.segment_bytes > crate::limits::SEGMENT_BYTES_MAX
+        {
+            return Err(invalid(
+                "segment.bytes",
+                self.segment_bytes,
+                "must be between 61 and 2147483647",
+            ));
+        }
+        if self.segment_index_bytes < 4 * crate::limits::TIME_INDEX_ENTRY_BYTES as u64
+            || self.segment_index_bytes > u64::from(u32::MAX)
+        {
+            return Err(invalid(
+                "segment.index.bytes",
+                self.segment_index_bytes,
+                "must be between 48 and 4294967295",
+            ));
+        }
+        if self.max_message_bytes < crate::limits::BATCH_HEADER_BYTES as u64 {
+            return Err(invalid(
+                "max.message.bytes",
+                self.max_message_bytes,
+                "must be at least the 61-byte batch header",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn flush_policy_messages(count: u64) -> FlushPolicy {
+    if count <= 1 {
+        FlushPolicy::EveryAppend
+    } else {
+        FlushPolicy::Messages(count)
+    }
+}
+
+impl fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlushPolicy::EveryAppend => write!(f, "every append"),
+            FlushPolicy::Messages(count) => write!(f, "every {count} messages"),
+            FlushPolicy::IntervalMs(ms) => write!(f, "every {ms} ms"),
+            FlushPolicy::Never => write!(f, "on roll and close"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let config = LogConfig::default();
+        assert_eq!(config.segment_bytes, 1 << 30);
+        assert_eq!(config.segment_index_bytes, 10 << 20);
+        assert_eq!(config.index_interval_bytes, 4096);
+        assert_eq!(config.max_message_bytes, 1_048_588);
+        assert_eq!(config.flush_policy, FlushPolicy::Never);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn set_parses_kafka_names_and_rejects_bad_values() {
+        let mut config = LogConfig::default();
+        config.set("segment.bytes", "1048576").unwrap();
+        assert_eq!(config.segment_bytes, 1 << 20);
+        config.set("flush.messages", "1").unwrap();
+        assert_eq!(config.flush_policy, FlushPolicy::EveryAppend);
+        config.set("message.timestamp.type", "LogAppendTime").unwrap();
+        assert_eq!(config.message_timestamp_type, TimestampType::LogAppendTime);
+        assert!(matches!(
+            config.set("segment.bytes", "ten"),
+            Err(ConfigError::InvalidValue { .. })
+        ));
+        assert!(matches!(
+            config.set("segment.bytes", "12"),
+            Err(ConfigError::InvalidValue { .. })
+        ));
+        assert_eq!(config.segment_bytes, 1 << 20, "a rejected value changes nothing");
+        assert!(matches!(
+            config.set("no.such.key", "1"),
+            Err(ConfigError::UnknownKey { .. })
+        ));
+    }
+}

@@ -1,0 +1,127 @@
+//! Error types, one enum per operation family, sharing [`StorageError`].
+//!
+//! Operating errors (I/O failures, corrupt bytes, bad arguments) are values; broken internal
+//! invariants are assertions. Every error keeps its cause and its context: the file, the position,
+//! the offset.
+
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::config::ConfigError;
+use crate::format::DecodeError;
+use crate::types::{Offset, TopicNameError};
+
+/// A failure of the storage below a log: an I/O error or bytes that cannot be trusted.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error("{op} {file}: {source}")]
+    Io {
+        op: &'static str,
+        file: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("corrupt {file} at position {position}: {reason}")]
+    Corrupt {
+        file: PathBuf,
+        position: u64,
+        reason: String,
+    },
+    #[error("the partition log at {dir} failed after an earlier I/O error and must be reopened")]
+    PreviousIo { dir: PathBuf },
+}
+
+impl StorageError {
+    /// Wraps an `io::Error` from operation `op` on `file`.
+    pub fn io(op: &'static str, file: impl Into<PathBuf>, source: io::Error) -> StorageError {
+        StorageError::Io {
+            op,
+            file: file.into(),
+            source,
+        }
+    }
+}
+
+/// Opening a data directory or a partition log.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("data directory {dir} is locked by another seglog instance")]
+    Locked { dir: PathBuf },
+    #[error("{path} is not a partition directory named <topic>-<partition>")]
+    NotAPartitionDirectory { path: PathBuf },
+}
+
+/// Appending batches to a partition log.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("invalid batch at byte {position} of the append: {source}")]
+    InvalidBatch {
+        position: usize,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("batch of {size_bytes} bytes exceeds max.message.bytes = {max_bytes}")]
+    BatchTooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error("the append holds no batch")]
+    Empty,
+    #[error("offset {next_offset} plus {record_count} records overflows the offset space")]
+    OffsetOverflow {
+        next_offset: Offset,
+        record_count: u64,
+    },
+}
+
+/// Reading from a partition log.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(
+        "offset {requested} is out of range: the log holds [{log_start_offset}, {log_end_offset})"
+    )]
+    OffsetOutOfRange {
+        requested: Offset,
+        log_start_offset: Offset,
+        log_end_offset: Offset,
+    },
+}
+
+/// Changing the log start offset or truncating.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum DeleteRecordsError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(
+        "cannot move the log start offset to {requested}: the log holds [{log_start_offset}, {log_end_offset}]"
+    )]
+    OffsetOutOfRange {
+        requested: Offset,
+        log_start_offset: Offset,
+        log_end_offset: Offset,
+    },
+}
+
+/// Convenience for topic-name errors surfacing through the data directory.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    #[error(transparent)]
+    TopicName(#[from] TopicNameError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+}

@@ -1,0 +1,525 @@
+//! RecordBatch v2, the unit of every `.log` file (FORMAT.md § RecordBatch v2; Kafka's
+//! `DefaultRecordBatch`).
+//!
+//! A batch is a 61-byte big-endian header followed by its records. The CRC-32C at byte 17 covers
+//! bytes 21 to the end, so `baseOffset` and `partitionLeaderEpoch` can be stamped without
+//! recomputing it, which is how the log assigns offsets. Decoding validates every length against
+//! the buffer before slicing, so any input yields a value or a [`DecodeError`], never a panic.
+
+use bytes::{BufMut, Bytes};
+
+use super::compression::{self, Compression};
+use super::record::{NewRecord, Record};
+use super::{DecodeError, Reader};
+use crate::limits::{
+    BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES, BATCH_MAGIC_V2,
+    DECOMPRESSED_BATCH_BYTES_MAX, LOG_OVERHEAD_BYTES,
+};
+
+/// Byte positions of the header fields, in header order.
+pub mod field {
+    pub const BASE_OFFSET: usize = 0;
+    pub const BATCH_LENGTH: usize = 8;
+    pub const PARTITION_LEADER_EPOCH: usize = 12;
+    pub const MAGIC: usize = 16;
+    pub const CRC: usize = 17;
+    pub const ATTRIBUTES: usize = 21;
+    pub const LAST_OFFSET_DELTA: usize = 23;
+    pub const BASE_TIMESTAMP: usize = 27;
+    pub const MAX_TIMESTAMP: usize = 35;
+    pub const PRODUCER_ID: usize = 43;
+    pub const PRODUCER_EPOCH: usize = 51;
+    pub const BASE_SEQUENCE: usize = 53;
+    pub const RECORDS_COUNT: usize = 57;
+    pub const RECORDS: usize = 61;
+}
+
+const _: () = assert!(field::RECORDS == BATCH_HEADER_BYTES);
+const _: () = assert!(field::CRC + 4 == field::ATTRIBUTES);
+
+/// The attributes bit field (`int16` at byte 21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchAttributes(pub u16);
+
+impl BatchAttributes {
+    const COMPRESSION_MASK: u16 = 0x07;
+    const TIMESTAMP_TYPE_LOG_APPEND: u16 = 0x08;
+    const TRANSACTIONAL: u16 = 0x10;
+    const CONTROL: u16 = 0x20;
+    const DELETE_HORIZON: u16 = 0x40;
+
+    pub fn compression(self) -> Result<Compression, DecodeError> {
+        Ok(Compression::from_attribute_bits(
+            (self.0 & Self::COMPRESSION_MASK) as u8,
+        )?)
+    }
+    /// True for `LogAppendTime`, false for `CreateTime`.
+    pub fn is_log_append_time(self) -> bool {
+        self.0 & Self::TIMESTAMP_TYPE_LOG_APPEND != 0
+    }
+    pub fn is_transactional(self) -> bool {
+        self.0 & Self::TRANSACTIONAL != 0
+    }
+    pub fn is_control(self) -> bool {
+        self.0 & Self::CONTROL != 0
+    }
+    /// Set by the cleaner once tombstones have a delete horizon in `baseTimestamp`.
+    pub fn has_delete_horizon(self) -> bool {
+        self.0 & Self::DELETE_HORIZON != 0
+    }
+    pub fn with_log_append_time(self) -> BatchAttributes {
+        BatchAttributes(self.0 | Self::TIMESTAMP_TYPE_LOG_APPEND)
+    }
+}
+
+/// The first 17 bytes of a batch: enough to find the next batch while scanning a `.log`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPrefix {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+}
+
+impl BatchPrefix {
+    /// Parses the prefix; checks only what a scanner needs (length and magic), not the CRC.
+    pub fn parse(bytes: &[u8]) -> Result<BatchPrefix, DecodeError> {
+        let mut reader = Reader::new(bytes);
+        let prefix = BatchPrefix {
+            base_offset: reader.i64()?,
+            batch_length: reader.i32()?,
+            partition_leader_epoch: reader.i32()?,
+            magic: reader.i8()?,
+        };
+        if (prefix.batch_length as i64) < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i64 {
+            return Err(DecodeError::BatchLengthTooSmall {
+                batch_length: prefix.batch_length,
+            });
+        }
+        if prefix.magic != BATCH_MAGIC_V2 {
+            return Err(DecodeError::UnsupportedMagic {
+                magic: prefix.magic,
+            });
+        }
+        Ok(prefix)
+    }
+
+    /// Total bytes of the batch, header included.
+    pub fn size_bytes(&self) -> u64 {
+        LOG_OVERHEAD_BYTES as u64 + self.batch_length as u64
+    }
+}
+
+/// The 61-byte header of a RecordBatch v2, fields in on-disk order and Kafka's types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: BatchAttributes,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header fields without validating them.
+    pub fn parse(bytes: &[u8]) -> Result<BatchHeader, DecodeError> {
+        let mut reader = Reader::new(bytes);
+        Ok(BatchHeader {
+            base_offset: reader.i64()?,
+            batch_length: reader.i32()?,
+            partition_leader_epoch: reader.i32()?,
+            magic: reader.i8()?,
+            crc: reader.u32()?,
+            attributes: BatchAttributes(reader.i16()? as u16),
+            last_offset_delta: reader.i32()?,
+            base_timestamp: reader.i64()?,
+            max_timestamp: reader.i64()?,
+            producer_id: reader.i64()?,
+            producer_epoch: reader.i16()?,
+            base_sequence: reader.i32()?,
+            records_count: reader.i32()?,
+        })
+    }
+
+    /// `baseOffset + lastOffsetDelta`.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset
+            .saturating_add(i64::from(self.last_offset_delta))
+    }
+
+    /// Total bytes of the batch, header included.
+    pub fn size_bytes(&self) -> u64 {
+        LOG_OVERHEAD_BYTES as u64 + self.batch_length.max(0) as u64
+    }
+
+    /// Writes the header into the first 61 bytes of `out`.
+    fn write(&self, out: &mut [u8]) {
+        let mut cursor = &mut out[..BATCH_HEADER_BYTES];
+        cursor.put_i64(self.base_offset);
+        cursor.put_i32(self.batch_length);
+        cursor.put_i32(self.partition_leader_epoch);
+        cursor.put_i8(self.magic);
+        cursor.put_u32(self.crc);
+        cursor.put_i16(self.attributes.0 as i16);
+        cursor.put_i32(self.last_offset_delta);
+        cursor.put_i64(self.base_timestamp);
+        cursor.put_i64(self.max_timestamp);
+        cursor.put_i64(self.producer_id);
+        cursor.put_i16(self.producer_epoch);
+        cursor.put_i32(self.base_sequence);
+        cursor.put_i32(self.records_count);
+    }
+}
+
+/// A batch whose framing, magic and CRC have been checked. Holds the batch's own bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    header: BatchHeader,
+    bytes: Bytes,
+}
+
+impl Batch {
+    /// Decodes the batch at the start of `buffer`, checking its length against the buffer and
+    /// `max_bytes`, its magic and its CRC. Returns the batch; its size is `batch.size_bytes()`.
+    pub fn decode(buffer: &Bytes, max_bytes: u64) -> Result<Batch, DecodeError> {
+        let prefix = BatchPrefix::parse(buffer)?;
+        let size_bytes = prefix.size_bytes();
+        if size_bytes > max_bytes {
+            return Err(DecodeError::BatchTooLarge {
+                size_bytes,
+                max_bytes,
+            });
+        }
+        if size_bytes > buffer.len() as u64 {
+            return Err(DecodeError::Truncated {
+                at: 0,
+                needed: size_bytes as usize,
+                available: buffer.len(),
+            });
+        }
+        let bytes = buffer.slice(..size_bytes as usize);
+        let header = BatchHeader::parse(&bytes)?;
+        let computed = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+        if computed != header.crc {
+            return Err(DecodeError::CrcMismatch {
+                stored: header.crc,
+                computed,
+            });
+        }
+        Ok(Batch { header, bytes })
+    }
+
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The batch's bytes, header included.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.header.base_offset
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.header.last_offset()
+    }
+
+    /// The records section, decompressed when the batch is compressed.
+    pub fn records_section(&self) -> Result<Bytes, DecodeError> {
+        let section = self.bytes.slice(BATCH_HEADER_BYTES..);
+        match self.header.attributes.compression()? {
+            Compression::None => Ok(section),
+            codec => Ok(compression::decompress(
+                codec,
+                &section,
+                DECOMPRESSED_BATCH_BYTES_MAX,
+            )?),
+        }
+    }
+
+    /// Decodes every record, checking the count and that offset deltas run 0, 1, 2, ...
+    pub fn records(&self) -> Result<Vec<Record>, DecodeError> {
+        let section = self.records_section()?;
+        let declared = i64::from(self.header.records_count);
+        // Each record takes at least 7 bytes, which bounds the allocation by the input's size.
+        let capacity = usize::try_from(declared).unwrap_or(0).min(section.len() / 7);
+        let mut records = Vec::with_capacity(capacity);
+        let mut reader = Reader::new(&section);
+        while reader.remaining() > 0 {
+            records.push(Record::decode(&mut reader, &section)?);
+        }
+        if records.len() as i64 != declared {
+            return Err(DecodeError::RecordCount {
+                declared,
+                found: records.len() as i64,
+            });
+        }
+        Ok(records)
+    }
+
+    /// Full validation of a batch handed in by a producer: records decode, the count matches
+    /// `lastOffsetDelta + 1`, and offset deltas are dense from zero.
+    pub fn validate_records(&self) -> Result<(), DecodeError> {
+        if self.header.records_count <= 0 {
+            return Err(DecodeError::EmptyBatch);
+        }
+        let records = self.records()?;
+        if i64::from(self.header.last_offset_delta) + 1 != i64::from(self.header.records_count) {
+            return Err(DecodeError::LastOffsetDelta {
+                last_offset_delta: self.header.last_offset_delta,
+                records_count: self.header.records_count,
+            });
+        }
+        for (record_index, record) in records.iter().enumerate() {
+            if i64::from(record.offset_delta) != record_index as i64 {
+                return Err(DecodeError::OffsetDelta {
+                    record_index: record_index as i64,
+                    offset_delta: record.offset_delta,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Stamps `base_offset` into an encoded batch. The CRC does not cover it, so nothing else changes.
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
+    batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Marks an encoded batch as `LogAppendTime` with `max_timestamp = now_ms` and re-computes its CRC,
+/// as Kafka's leader does for topics with `message.timestamp.type=LogAppendTime`.
+pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
+    let attributes = u16::from_be_bytes([batch[field::ATTRIBUTES], batch[field::ATTRIBUTES + 1]]);
+    let attributes = BatchAttributes(attributes).with_log_append_time();
+    batch[field::ATTRIBUTES..field::ATTRIBUTES + 2].copy_from_slice(&attributes.0.to_be_bytes());
+    batch[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Builds an uncompressed RecordBatch v2 exactly as Kafka's `MemoryRecordsBuilder` does for a
+/// non-transactional, non-idempotent producer: producer id, epoch and sequence are -1.
+#[derive(Debug, Clone)]
+pub struct BatchBuilder {
+    base_offset: i64,
+    base_timestamp: Option<i64>,
+    max_timestamp: i64,
+    records_count: i32,
+    buffer: Vec<u8>,
+}
+
+impl BatchBuilder {
+    pub fn new(base_offset: i64) -> BatchBuilder {
+        BatchBuilder::with_capacity(base_offset, 1024)
+    }
+
+    pub fn with_capacity(base_offset: i64, capacity_bytes: usize) -> BatchBuilder {
+        let mut buffer = Vec::with_capacity(capacity_bytes.max(BATCH_HEADER_BYTES));
+        buffer.resize(BATCH_HEADER_BYTES, 0);
+        BatchBuilder {
+            base_offset,
+            base_timestamp: None,
+            max_timestamp: -1,
+            records_count: 0,
+            buffer,
+        }
+    }
+
+    /// Appends a record; its offset is the next in the batch and its timestamp is kept as a delta
+    /// from the first record's.
+    pub fn push(&mut self, record: &NewRecord<'_>) {
+        let base_timestamp = *self.base_timestamp.get_or_insert(record.timestamp_ms);
+        let timestamp_delta = record.timestamp_ms.wrapping_sub(base_timestamp);
+        record.encode(self.records_count, timestamp_delta, &mut self.buffer);
+        self.records_count += 1;
+        self.max_timestamp = self.max_timestamp.max(record.timestamp_ms);
+    }
+
+    /// Bytes the batch would take if built now.
+    pub fn size_bytes(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Bytes the batch would take after pushing `record`.
+    pub fn size_bytes_with(&self, record: &NewRecord<'_>) -> usize {
+        let base_timestamp = self.base_timestamp.unwrap_or(record.timestamp_ms);
+        let timestamp_delta = record.timestamp_ms.wrapping_sub(base_timestamp);
+        self.buffer.len() + record.size_bytes(self.records_count, timestamp_delta)
+    }
+
+    pub fn records_count(&self) -> i32 {
+        self.records_count
+    }
+
+    /// Writes the header and CRC. `None` for a batch with no records, which Kafka never writes.
+    pub fn build(mut self) -> Option<Bytes> {
+        if self.records_count == 0 {
+            return None;
+        }
+        let header = BatchHeader {
+            base_offset: self.base_offset,
+            batch_length: (self.buffer.len() - LOG_OVERHEAD_BYTES) as i32,
+            partition_leader_epoch: -1,
+            magic: BATCH_MAGIC_V2,
+            crc: 0,
+            attributes: BatchAttributes::default(),
+            last_offset_delta: self.records_count - 1,
+            base_timestamp: self.base_timestamp.unwrap_or(-1),
+            max_timestamp: self.max_timestamp,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: self.records_count,
+        };
+        header.write(&mut self.buffer);
+        let crc = crc32c::crc32c(&self.buffer[field::ATTRIBUTES..]);
+        self.buffer[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Some(Bytes::from(self.buffer))
+    }
+}
+
+/// Iterates the batches of a buffer holding whole batches back to back (a fetch result or a
+/// producer's append). Stops at the first error.
+#[derive(Debug, Clone)]
+pub struct BatchIter {
+    buffer: Bytes,
+    position: usize,
+    max_bytes: u64,
+    failed: bool,
+}
+
+impl BatchIter {
+    pub fn new(buffer: Bytes, max_bytes: u64) -> BatchIter {
+        BatchIter {
+            buffer,
+            position: 0,
+            max_bytes,
+            failed: false,
+        }
+    }
+
+    /// Byte position in the buffer of the next batch.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<Batch, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.position >= self.buffer.len() {
+            return None;
+        }
+        let rest = self.buffer.slice(self.position..);
+        match Batch::decode(&rest, self.max_bytes) {
+            Ok(batch) => {
+                self.position += batch.size_bytes() as usize;
+                Some(Ok(batch))
+            }
+            Err(error) => {
+                self.failed = true;
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+/// Whether `bytes` begins with at least a full prefix.
+pub fn has_prefix(bytes: &[u8]) -> bool {
+    bytes.len() >= BATCH_HEADER_UP_TO_MAGIC_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_batch(base_offset: i64, count: usize) -> Bytes {
+        let mut builder = BatchBuilder::new(base_offset);
+        for index in 0..count {
+            let value = format!("value-{index}");
+            builder.push(&NewRecord {
+                timestamp_ms: 1_700_000_000_000 + index as i64,
+                key: Some(b"key"),
+                value: Some(value.as_bytes()),
+                headers: &[],
+            });
+        }
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn built_batch_decodes_and_validates() {
+        let bytes = sample_batch(42, 3);
+        let batch = Batch::decode(&bytes, u64::MAX).unwrap();
+        assert_eq!(batch.base_offset(), 42);
+        assert_eq!(batch.last_offset(), 44);
+        assert_eq!(batch.header().records_count, 3);
+        assert_eq!(batch.header().max_timestamp, 1_700_000_000_002);
+        batch.validate_records().unwrap();
+        let records = batch.records().unwrap();
+        assert_eq!(records[2].value.as_deref(), Some(&b"value-2"[..]));
+        assert_eq!(records[2].timestamp_delta, 2);
+    }
+
+    #[test]
+    fn stamping_the_base_offset_keeps_the_crc_valid() {
+        let mut bytes = sample_batch(0, 2).to_vec();
+        set_base_offset(&mut bytes, 1000);
+        let batch = Batch::decode(&Bytes::from(bytes), u64::MAX).unwrap();
+        assert_eq!(batch.base_offset(), 1000);
+    }
+
+    #[test]
+    fn log_append_time_rewrites_the_crc() {
+        let mut bytes = sample_batch(0, 2).to_vec();
+        set_log_append_time(&mut bytes, 99);
+        let batch = Batch::decode(&Bytes::from(bytes), u64::MAX).unwrap();
+        assert!(batch.header().attributes.is_log_append_time());
+        assert_eq!(batch.header().max_timestamp, 99);
+    }
+
+    #[test]
+    fn a_flipped_bit_fails_the_crc() {
+        let mut bytes = sample_batch(0, 2).to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        assert!(matches!(
+            Batch::decode(&Bytes::from(bytes), u64::MAX),
+            Err(DecodeError::CrcMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn oversized_and_truncated_batches_are_rejected() {
+        let bytes = sample_batch(0, 2);
+        assert!(matches!(
+            Batch::decode(&bytes, 61),
+            Err(DecodeError::BatchTooLarge { .. })
+        ));
+        assert!(matches!(
+            Batch::decode(&bytes.slice(..bytes.len() - 1), u64::MAX),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_builder_builds_nothing() {
+        assert!(BatchBuilder::new(0).build().is_none());
+    }
+}

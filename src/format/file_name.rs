@@ -1,0 +1,196 @@
+//! Segment and checkpoint file names (FORMAT.md § File names; Kafka's `LogFileUtils`).
+//!
+//! Every file name seglog writes or parses is built here, and nowhere else.
+
+use std::path::{Path, PathBuf};
+
+use crate::limits::FILE_NAME_OFFSET_DIGITS;
+use crate::types::{Offset, PartitionId, TopicName, TopicPartition};
+
+/// The kinds of per-segment files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentFileKind {
+    Log,
+    Index,
+    TimeIndex,
+    TxnIndex,
+}
+
+impl SegmentFileKind {
+    pub fn extension(self) -> &'static str {
+        match self {
+            SegmentFileKind::Log => ".log",
+            SegmentFileKind::Index => ".index",
+            SegmentFileKind::TimeIndex => ".timeindex",
+            SegmentFileKind::TxnIndex => ".txnindex",
+        }
+    }
+
+    const ALL: [SegmentFileKind; 4] = [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+    ];
+}
+
+/// A transient state suffix added after the kind extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileState {
+    /// An ordinary, live file.
+    Live,
+    /// `.deleted`: removed from the log, waiting to be unlinked.
+    Deleted,
+    /// `.cleaned`: compaction output still being written.
+    Cleaned,
+    /// `.swap`: compaction output being swapped in.
+    Swap,
+}
+
+impl FileState {
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FileState::Live => "",
+            FileState::Deleted => ".deleted",
+            FileState::Cleaned => ".cleaned",
+            FileState::Swap => ".swap",
+        }
+    }
+}
+
+/// A parsed segment file name: `<20-digit base offset><kind extension><state suffix>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentFileName {
+    pub base_offset: Offset,
+    pub kind: SegmentFileKind,
+    pub state: FileState,
+}
+
+impl SegmentFileName {
+    pub fn live(base_offset: Offset, kind: SegmentFileKind) -> SegmentFileName {
+        SegmentFileName {
+            base_offset,
+            kind,
+            state: FileState::Live,
+        }
+    }
+
+    pub fn with_state(self, state: FileState) -> SegmentFileName {
+        SegmentFileName { state, ..self }
+    }
+
+    /// Parses a file name, or `None` if it is not a segment file.
+    pub fn parse(name: &str) -> Option<SegmentFileName> {
+        let (stem, rest) = name.split_at_checked(FILE_NAME_OFFSET_DIGITS)?;
+        if !stem.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        let base_offset = Offset(stem.parse::<u64>().ok().filter(|o| *o <= i64::MAX as u64)?);
+        let kind = SegmentFileKind::ALL
+            .into_iter()
+            .find(|kind| rest.starts_with(kind.extension()))?;
+        let state = match &rest[kind.extension().len()..] {
+            "" => FileState::Live,
+            ".deleted" => FileState::Deleted,
+            ".cleaned" => FileState::Cleaned,
+            ".swap" => FileState::Swap,
+            _ => return None,
+        };
+        Some(SegmentFileName {
+            base_offset,
+            kind,
+            state,
+        })
+    }
+
+    pub fn file_name(&self) -> String {
+        format!(
+            "{:020}{}{}",
+            self.base_offset.0,
+            self.kind.extension(),
+            self.state.suffix()
+        )
+    }
+
+    pub fn path_in(&self, dir: &Path) -> PathBuf {
+        dir.join(self.file_name())
+    }
+}
+
+/// Path of a live segment file.
+pub fn segment_path(dir: &Path, base_offset: Offset, kind: SegmentFileKind) -> PathBuf {
+    SegmentFileName::live(base_offset, kind).path_in(dir)
+}
+
+/// Name of a partition directory, `<topic>-<partition>`.
+pub fn partition_dir_name(topic_partition: &TopicPartition) -> String {
+    topic_partition.to_string()
+}
+
+/// Parses a partition directory name; the topic is everything before the last `-`.
+pub fn parse_partition_dir_name(name: &str) -> Option<TopicPartition> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    if partition.is_empty() || !partition.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let partition: PartitionId = partition.parse().ok()?;
+    let topic = TopicName::parse(topic).ok()?;
+    Some(TopicPartition { topic, partition })
+}
+
+/// Log-directory checkpoint and marker files (Kafka's names).
+pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
+pub const LOCK_FILE: &str = ".lock";
+/// Suffix of a checkpoint being written, before its atomic rename.
+pub const CHECKPOINT_TMP_SUFFIX: &str = ".tmp";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_have_twenty_digits() {
+        let name = SegmentFileName::live(Offset(368_769), SegmentFileKind::Log);
+        assert_eq!(name.file_name(), "00000000000000368769.log");
+        assert_eq!(
+            SegmentFileName::parse("00000000000000368769.log"),
+            Some(name)
+        );
+        let swap = name.with_state(FileState::Swap);
+        assert_eq!(swap.file_name(), "00000000000000368769.log.swap");
+        assert_eq!(SegmentFileName::parse(&swap.file_name()), Some(swap));
+        let index = SegmentFileName::parse("00000000000000000000.timeindex.deleted").unwrap();
+        assert_eq!(index.kind, SegmentFileKind::TimeIndex);
+        assert_eq!(index.state, FileState::Deleted);
+    }
+
+    #[test]
+    fn non_segment_names_are_not_parsed() {
+        for name in [
+            "",
+            "0.log",
+            "0000000000000036876a.log",
+            "00000000000000368769.log.bak",
+            "00000000000000368769.snapshot",
+            "99999999999999999999.log",
+            "leader-epoch-checkpoint",
+            "00000000000000368769",
+        ] {
+            assert_eq!(SegmentFileName::parse(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn partition_dir_names_round_trip() {
+        let tp = parse_partition_dir_name("my-topic-12").unwrap();
+        assert_eq!(tp.topic.as_str(), "my-topic");
+        assert_eq!(tp.partition, 12);
+        assert_eq!(partition_dir_name(&tp), "my-topic-12");
+        assert_eq!(parse_partition_dir_name("topic"), None);
+        assert_eq!(parse_partition_dir_name("topic-"), None);
+        assert_eq!(parse_partition_dir_name("-1"), None);
+        assert_eq!(parse_partition_dir_name("bad/name-1"), None);
+    }
+}

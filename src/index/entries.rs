@@ -1,0 +1,165 @@
+//! An index file as a growing array of fixed-size entries, shared by the offset and time indexes.
+
+use std::marker::PhantomData;
+use std::path::Path;
+
+use super::mmap::MappedIndexFile;
+use super::search;
+use crate::error::StorageError;
+use crate::format::index_entry::{OffsetIndexEntry, TimeIndexEntry};
+use crate::limits::{OFFSET_INDEX_ENTRY_BYTES, TIME_INDEX_ENTRY_BYTES};
+
+/// A fixed-size index entry with a search key (relative offset or timestamp).
+pub trait IndexEntry: Copy + std::fmt::Debug {
+    const BYTES: usize;
+    fn decode_at(entries: &[u8], entry_index: usize) -> Option<Self>;
+    fn encode_into(&self, out: &mut [u8]);
+    /// The value lookups search by.
+    fn key(&self) -> i64;
+}
+
+impl IndexEntry for OffsetIndexEntry {
+    const BYTES: usize = OFFSET_INDEX_ENTRY_BYTES;
+    fn decode_at(entries: &[u8], entry_index: usize) -> Option<Self> {
+        OffsetIndexEntry::decode_at(entries, entry_index)
+    }
+    fn encode_into(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.encode());
+    }
+    fn key(&self) -> i64 {
+        i64::from(self.relative_offset)
+    }
+}
+
+impl IndexEntry for TimeIndexEntry {
+    const BYTES: usize = TIME_INDEX_ENTRY_BYTES;
+    fn decode_at(entries: &[u8], entry_index: usize) -> Option<Self> {
+        TimeIndexEntry::decode_at(entries, entry_index)
+    }
+    fn encode_into(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.encode());
+    }
+    fn key(&self) -> i64 {
+        self.timestamp_ms
+    }
+}
+
+/// A mapped index file holding `entry_count` valid entries followed by preallocated space.
+#[derive(Debug)]
+pub struct IndexFile<E: IndexEntry> {
+    file: MappedIndexFile,
+    entry_count: usize,
+    entry: PhantomData<E>,
+}
+
+impl<E: IndexEntry> IndexFile<E> {
+    /// Creates a new, empty index preallocated to `max_bytes` (rounded down to whole entries).
+    pub fn create(path: &Path, max_bytes: u64) -> Result<IndexFile<E>, StorageError> {
+        let file = MappedIndexFile::open(path, Some(round_down::<E>(max_bytes)))?;
+        let mut index = IndexFile {
+            file,
+            entry_count: 0,
+            entry: PhantomData,
+        };
+        index.bytes_mut_all().fill(0);
+        Ok(index)
+    }
+
+    /// Opens an existing, trimmed index: every whole entry in the file counts. A length that is
+    /// not a multiple of the entry size is corruption.
+    pub fn open_existing(path: &Path) -> Result<IndexFile<E>, StorageError> {
+        let file = MappedIndexFile::open(path, None)?;
+        let length_bytes = file.length_bytes();
+        if length_bytes % E::BYTES as u64 != 0 {
+            return Err(StorageError::Corrupt {
+                file: path.to_owned(),
+                position: length_bytes,
+                reason: format!("length is not a multiple of {} bytes", E::BYTES),
+            });
+        }
+        Ok(IndexFile {
+            entry_count: (length_bytes / E::BYTES as u64) as usize,
+            file,
+            entry: PhantomData,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    pub fn entry_count(&self) -> usize {
+        self.entry_count
+    }
+
+    pub fn capacity_entries(&self) -> usize {
+        self.file.bytes().len() / E::BYTES
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.entry_count >= self.capacity_entries()
+    }
+
+    /// The valid entries' bytes.
+    pub fn entries_bytes(&self) -> &[u8] {
+        &self.file.bytes()[..self.entry_count * E::BYTES]
+    }
+
+    pub fn entry(&self, entry_index: usize) -> Option<E> {
+        E::decode_at(self.entries_bytes(), entry_index)
+    }
+
+    pub fn last_entry(&self) -> Option<E> {
+        self.entry_count.checked_sub(1).and_then(|last| self.entry(last))
+    }
+
+    /// The greatest entry whose key is at most `target`.
+    pub fn greatest_at_most(&self, target: i64) -> Option<E> {
+        let entries = self.entries_bytes();
+        let key_at = |entry_index| E::decode_at(entries, entry_index).map_or(i64::MAX, |e| e.key());
+        search::greatest_at_most(self.entry_count, E::BYTES, target, key_at)
+            .and_then(|entry_index| self.entry(entry_index))
+    }
+
+    /// Appends an entry; the caller has checked `!is_full()` and the ordering rules.
+    pub fn append(&mut self, entry: E) {
+        assert!(!self.is_full(), "append to a full index {}", self.path().display());
+        let start = self.entry_count * E::BYTES;
+        entry.encode_into(&mut self.bytes_mut_all()[start..start + E::BYTES]);
+        self.entry_count += 1;
+    }
+
+    /// Keeps only the first `entry_count` entries, zeroing the rest.
+    pub fn truncate_entries(&mut self, entry_count: usize) {
+        let entry_count = entry_count.min(self.entry_count);
+        let start = entry_count * E::BYTES;
+        let end = self.entry_count * E::BYTES;
+        self.bytes_mut_all()[start..end].fill(0);
+        self.entry_count = entry_count;
+    }
+
+    /// Shrinks the file to its valid entries (roll, close).
+    pub fn trim_to_valid_size(&mut self) -> Result<(), StorageError> {
+        self.file.resize((self.entry_count * E::BYTES) as u64)
+    }
+
+    /// Grows the file back to `max_bytes` so that appends can continue (reopening the active
+    /// segment). Never drops valid entries.
+    pub fn resize_for_append(&mut self, max_bytes: u64) -> Result<(), StorageError> {
+        let valid_bytes = (self.entry_count * E::BYTES) as u64;
+        let length = round_down::<E>(max_bytes).max(valid_bytes);
+        self.file.resize(length)
+    }
+
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.file.flush()
+    }
+
+    fn bytes_mut_all(&mut self) -> &mut [u8] {
+        self.file.bytes_mut()
+    }
+}
+
+fn round_down<E: IndexEntry>(bytes: u64) -> u64 {
+    bytes / E::BYTES as u64 * E::BYTES as u64
+}

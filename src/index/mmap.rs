@@ -1,0 +1,108 @@
+//! A memory-mapped index file. The only code in `index/` that uses `unsafe` (see UNSAFE.md).
+//!
+//! Invariant: the file is never truncated while it is mapped. Every length change goes through
+//! [`MappedIndexFile::resize`], which drops the map first, changes the length, then maps again.
+//! One engine owns a data directory (its lock file), so no other process changes the file.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::error::StorageError;
+
+/// A read-write mapping of a whole index file.
+#[derive(Debug)]
+pub struct MappedIndexFile {
+    path: PathBuf,
+    file: File,
+    map: Option<MmapMut>,
+}
+
+impl MappedIndexFile {
+    /// Opens (creating if missing) `path` and maps it. With `length_bytes`, the file is first
+    /// resized to that length (preallocation for an active segment, or trimming).
+    pub fn open(path: &Path, length_bytes: Option<u64>) -> Result<MappedIndexFile, StorageError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|source| StorageError::io("open index", path, source))?;
+        let mut index_file = MappedIndexFile {
+            path: path.to_owned(),
+            file,
+            map: None,
+        };
+        match length_bytes {
+            Some(length_bytes) => index_file.resize(length_bytes)?,
+            None => index_file.map()?,
+        }
+        Ok(index_file)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The mapped bytes: the whole file.
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// The mapped bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.map.as_deref_mut().unwrap_or(&mut [])
+    }
+
+    pub fn length_bytes(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Changes the file's length: unmaps, sets the length, maps again.
+    pub fn resize(&mut self, length_bytes: u64) -> Result<(), StorageError> {
+        self.map = None;
+        self.file
+            .set_len(length_bytes)
+            .map_err(|source| StorageError::io("resize index", &self.path, source))?;
+        self.map()
+    }
+
+    /// Writes dirty pages of the map and the file's metadata to the device.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        if let Some(map) = &self.map {
+            map.flush()
+                .map_err(|source| StorageError::io("msync index", &self.path, source))?;
+        }
+        self.file
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync index", &self.path, source))
+    }
+
+    fn map(&mut self) -> Result<(), StorageError> {
+        let length_bytes = self
+            .file
+            .metadata()
+            .map_err(|source| StorageError::io("stat index", &self.path, source))?
+            .len();
+        if length_bytes == 0 {
+            self.map = None;
+            return Ok(());
+        }
+        let length = usize::try_from(length_bytes).map_err(|_| StorageError::Corrupt {
+            file: self.path.clone(),
+            position: 0,
+            reason: format!("index file of {length_bytes} bytes cannot be mapped"),
+        })?;
+        // SAFETY: the mapping covers exactly the file's current length, and the file is never
+        // truncated while mapped: every length change goes through `resize`, which drops this map
+        // first. The data directory's lock file keeps other seglog processes out, so no one else
+        // shrinks the file under us. The bytes are treated as untrusted input by every reader.
+        let map = unsafe { MmapOptions::new().len(length).map_mut(&self.file) }
+            .map_err(|source| StorageError::io("mmap index", &self.path, source))?;
+        self.map = Some(map);
+        Ok(())
+    }
+}

@@ -1,0 +1,185 @@
+//! The sparse offset index of one segment (`.index`; Kafka's `OffsetIndex`).
+//!
+//! Entry `(relative offset, position)` says: the batch whose last offset is
+//! `base_offset + relative_offset` starts at `position` in the `.log`. Offsets strictly increase.
+//! Lookup returns the greatest entry at or below the target, from which a forward scan of the
+//! `.log` finds the batch holding the target.
+
+use std::path::Path;
+
+use super::entries::IndexFile;
+use crate::error::StorageError;
+use crate::format::index_entry::OffsetIndexEntry;
+use crate::types::Offset;
+
+/// Where a scan for an offset starts: the indexed offset and the position of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetPosition {
+    pub offset: Offset,
+    pub position: u32,
+}
+
+#[derive(Debug)]
+pub struct OffsetIndex {
+    base_offset: Offset,
+    file: IndexFile<OffsetIndexEntry>,
+}
+
+impl OffsetIndex {
+    pub fn create(path: &Path, base_offset: Offset, max_bytes: u64) -> Result<Self, StorageError> {
+        Ok(OffsetIndex {
+            base_offset,
+            file: IndexFile::create(path, max_bytes)?,
+        })
+    }
+
+    pub fn open_existing(path: &Path, base_offset: Offset) -> Result<Self, StorageError> {
+        Ok(OffsetIndex {
+            base_offset,
+            file: IndexFile::open_existing(path)?,
+        })
+    }
+
+    pub fn entry_count(&self) -> usize {
+        self.file.entry_count()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.file.is_full()
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = OffsetPosition> + '_ {
+        (0..self.entry_count()).filter_map(|entry_index| {
+            self.file
+                .entry(entry_index)
+                .map(|entry| self.to_offset_position(entry))
+        })
+    }
+
+    pub fn last_entry(&self) -> Option<OffsetPosition> {
+        self.file.last_entry().map(|entry| self.to_offset_position(entry))
+    }
+
+    /// The greatest indexed offset `<= target` and its position; `(base_offset, 0)` if none.
+    pub fn lookup(&self, target: Offset) -> OffsetPosition {
+        let Some(relative) = target.0.checked_sub(self.base_offset.0) else {
+            return self.start();
+        };
+        let relative = i64::try_from(relative).unwrap_or(i64::MAX);
+        self.file
+            .greatest_at_most(relative)
+            .map_or(self.start(), |entry| self.to_offset_position(entry))
+    }
+
+    /// Appends `(offset, position)`. The caller guarantees offsets and positions increase and
+    /// that `offset - base_offset` fits 31 bits.
+    pub fn append(&mut self, offset: Offset, position: u32) {
+        let relative_offset = offset.0 - self.base_offset.0;
+        assert!(relative_offset <= crate::limits::RELATIVE_OFFSET_MAX);
+        if let Some(last) = self.last_entry() {
+            assert!(offset > last.offset, "index offsets must increase");
+        }
+        self.file.append(OffsetIndexEntry {
+            relative_offset: relative_offset as u32,
+            position,
+        });
+    }
+
+    /// Removes every entry for an offset `>= offset`.
+    pub fn truncate_to(&mut self, offset: Offset) {
+        let keep = self.entries().take_while(|entry| entry.offset < offset).count();
+        self.file.truncate_entries(keep);
+    }
+
+    /// Removes every entry (before a rebuild).
+    pub fn reset(&mut self) {
+        self.file.truncate_entries(0);
+    }
+
+    /// Checks that offsets strictly increase, positions do not decrease and none points past
+    /// `log_size_bytes`. Returns the first bad entry's byte position and the reason.
+    pub fn check(&self, log_size_bytes: u64) -> Result<(), (u64, String)> {
+        let mut previous: Option<OffsetPosition> = None;
+        for (entry_index, entry) in self.entries().enumerate() {
+            let at = (entry_index * 8) as u64;
+            if u64::from(entry.position) >= log_size_bytes {
+                return Err((at, format!("entry {entry_index} points at position {} past the log's {log_size_bytes} bytes", entry.position)));
+            }
+            if let Some(previous) = previous {
+                if entry.offset <= previous.offset || entry.position <= previous.position {
+                    return Err((at, format!("entry {entry_index} ({}, {}) does not follow ({}, {})", entry.offset, entry.position, previous.offset, previous.position)));
+                }
+            }
+            previous = Some(entry);
+        }
+        Ok(())
+    }
+
+    pub fn trim_to_valid_size(&mut self) -> Result<(), StorageError> {
+        self.file.trim_to_valid_size()
+    }
+
+    pub fn resize_for_append(&mut self, max_bytes: u64) -> Result<(), StorageError> {
+        self.file.resize_for_append(max_bytes)
+    }
+
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.file.flush()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    fn start(&self) -> OffsetPosition {
+        OffsetPosition {
+            offset: self.base_offset,
+            position: 0,
+        }
+    }
+
+    fn to_offset_position(&self, entry: OffsetIndexEntry) -> OffsetPosition {
+        OffsetPosition {
+            offset: Offset(self.base_offset.0 + u64::from(entry.relative_offset)),
+            position: entry.position,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_example_through_a_real_index_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000206233.index");
+        let mut index = OffsetIndex::create(&path, Offset(206_233), 4096).unwrap();
+        for (offset, position) in [(206_782, 5189), (206_783, 12094), (207_236, 22092), (207_800, 34400), (208_047, 39321), (208_920, 57194)] {
+            index.append(Offset(offset), position);
+        }
+        let found = index.lookup(Offset(208_050));
+        assert_eq!(found, OffsetPosition { offset: Offset(208_047), position: 39321 });
+        assert_eq!(index.lookup(Offset(206_300)), OffsetPosition { offset: Offset(206_233), position: 0 });
+        assert_eq!(index.lookup(Offset(5)), OffsetPosition { offset: Offset(206_233), position: 0 });
+        index.trim_to_valid_size().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 6 * 8);
+        drop(index);
+        let reopened = OffsetIndex::open_existing(&path, Offset(206_233)).unwrap();
+        assert_eq!(reopened.lookup(Offset(208_050)).position, 39321);
+        assert!(reopened.check(60_000).is_ok());
+        assert!(reopened.check(50_000).is_err());
+    }
+
+    #[test]
+    fn truncate_removes_entries_at_and_above() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = OffsetIndex::create(&dir.path().join("i"), Offset(0), 80).unwrap();
+        for offset in 1..=5 {
+            index.append(Offset(offset * 10), offset as u32 * 100);
+        }
+        index.truncate_to(Offset(30));
+        assert_eq!(index.entry_count(), 2);
+        assert_eq!(index.last_entry().unwrap().offset, Offset(20));
+    }
+}

@@ -1,0 +1,170 @@
+//! The sparse time index of one segment (`.timeindex`; Kafka's `TimeIndex`).
+//!
+//! Entry `(T, relative offset O)` says: T is the largest timestamp among records before
+//! `base_offset + O` and in the batch ending there. Timestamps strictly increase; an entry is
+//! appended only when the segment's largest timestamp grew. One slot is kept free for the entry
+//! forced at roll and close, so that the final entry always records the segment's largest
+//! timestamp (which time retention reads).
+
+use std::path::Path;
+
+use super::entries::IndexFile;
+use crate::error::StorageError;
+use crate::format::index_entry::TimeIndexEntry;
+use crate::types::{Offset, TimestampMs};
+
+/// A time index entry with its absolute offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub timestamp: TimestampMs,
+    pub offset: Offset,
+}
+
+#[derive(Debug)]
+pub struct TimeIndex {
+    base_offset: Offset,
+    file: IndexFile<TimeIndexEntry>,
+}
+
+impl TimeIndex {
+    pub fn create(path: &Path, base_offset: Offset, max_bytes: u64) -> Result<Self, StorageError> {
+        Ok(TimeIndex {
+            base_offset,
+            file: IndexFile::create(path, max_bytes)?,
+        })
+    }
+
+    pub fn open_existing(path: &Path, base_offset: Offset) -> Result<Self, StorageError> {
+        Ok(TimeIndex {
+            base_offset,
+            file: IndexFile::open_existing(path)?,
+        })
+    }
+
+    pub fn entry_count(&self) -> usize {
+        self.file.entry_count()
+    }
+
+    /// Full for ordinary appends: the last slot is kept for the forced final entry.
+    pub fn is_full(&self) -> bool {
+        self.file.entry_count() + 1 >= self.file.capacity_entries()
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = TimestampOffset> + '_ {
+        (0..self.entry_count()).filter_map(|entry_index| {
+            self.file
+                .entry(entry_index)
+                .map(|entry| self.to_timestamp_offset(entry))
+        })
+    }
+
+    pub fn last_entry(&self) -> Option<TimestampOffset> {
+        self.file.last_entry().map(|entry| self.to_timestamp_offset(entry))
+    }
+
+    /// The greatest entry with a timestamp `<= target`; `(NONE, base_offset)` if none.
+    pub fn lookup(&self, target: TimestampMs) -> TimestampOffset {
+        self.file.greatest_at_most(target.0).map_or(
+            TimestampOffset {
+                timestamp: TimestampMs::NONE,
+                offset: self.base_offset,
+            },
+            |entry| self.to_timestamp_offset(entry),
+        )
+    }
+
+    /// Appends `(timestamp, offset)` if `timestamp` is larger than the last entry's. With
+    /// `force_final`, the reserved last slot may be used (roll and close).
+    pub fn maybe_append(&mut self, timestamp: TimestampMs, offset: Offset, force_final: bool) {
+        if let Some(last) = self.last_entry() {
+            if timestamp <= last.timestamp || offset < last.offset {
+                return;
+            }
+        }
+        if self.file.is_full() || (!force_final && self.is_full()) {
+            return;
+        }
+        let relative_offset = offset.0 - self.base_offset.0;
+        assert!(relative_offset <= crate::limits::RELATIVE_OFFSET_MAX);
+        self.file.append(TimeIndexEntry {
+            timestamp_ms: timestamp.0,
+            relative_offset: relative_offset as u32,
+        });
+    }
+
+    /// Removes every entry for an offset `>= offset`.
+    pub fn truncate_to(&mut self, offset: Offset) {
+        let keep = self.entries().take_while(|entry| entry.offset < offset).count();
+        self.file.truncate_entries(keep);
+    }
+
+    pub fn reset(&mut self) {
+        self.file.truncate_entries(0);
+    }
+
+    /// Checks that timestamps strictly increase and offsets do not decrease or pass `next_offset`.
+    pub fn check(&self, next_offset: Offset) -> Result<(), (u64, String)> {
+        let mut previous: Option<TimestampOffset> = None;
+        for (entry_index, entry) in self.entries().enumerate() {
+            let at = (entry_index * 12) as u64;
+            if entry.offset >= next_offset.max(self.base_offset.next()) {
+                return Err((at, format!("entry {entry_index} names offset {} at or past the segment's end {next_offset}", entry.offset)));
+            }
+            if let Some(previous) = previous {
+                if entry.timestamp <= previous.timestamp || entry.offset < previous.offset {
+                    return Err((at, format!("entry {entry_index} ({}, {}) does not follow ({}, {})", entry.timestamp, entry.offset, previous.timestamp, previous.offset)));
+                }
+            }
+            previous = Some(entry);
+        }
+        Ok(())
+    }
+
+    pub fn trim_to_valid_size(&mut self) -> Result<(), StorageError> {
+        self.file.trim_to_valid_size()
+    }
+
+    pub fn resize_for_append(&mut self, max_bytes: u64) -> Result<(), StorageError> {
+        self.file.resize_for_append(max_bytes)
+    }
+
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.file.flush()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    fn to_timestamp_offset(&self, entry: TimeIndexEntry) -> TimestampOffset {
+        TimestampOffset {
+            timestamp: TimestampMs(entry.timestamp_ms),
+            offset: Offset(self.base_offset.0 + u64::from(entry.relative_offset)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_increasing_timestamps_are_indexed_and_the_last_slot_is_reserved() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = TimeIndex::create(&dir.path().join("t"), Offset(100), 36).unwrap();
+        index.maybe_append(TimestampMs(10), Offset(101), false);
+        index.maybe_append(TimestampMs(10), Offset(102), false);
+        index.maybe_append(TimestampMs(9), Offset(103), false);
+        assert_eq!(index.entry_count(), 1);
+        index.maybe_append(TimestampMs(20), Offset(104), false);
+        assert!(index.is_full());
+        index.maybe_append(TimestampMs(30), Offset(105), false);
+        assert_eq!(index.entry_count(), 2);
+        index.maybe_append(TimestampMs(30), Offset(105), true);
+        assert_eq!(index.entry_count(), 3);
+        assert_eq!(index.lookup(TimestampMs(25)).offset, Offset(104));
+        assert_eq!(index.lookup(TimestampMs(5)).offset, Offset(100));
+        assert!(index.check(Offset(106)).is_ok());
+        assert!(index.check(Offset(105)).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! The I/O seam: the only code in the crate that asks the kernel to read, write or sync log data.
+//!
+//! The log layer decides *what* to do (which bytes go at which position, which range to read) and
+//! calls a [`Storage`] to perform it. Today the backend is [`pio::PositionedIo`] (`pread`,
+//! `pwrite`, `fdatasync`); the engine's shards put the same calls on an io_uring per core, and a
+//! simulated disk for crash tests implements the same traits. Index files are the exception: they
+//! are memory-mapped (`index::mmap`) and rebuilt from the `.log` whenever they cannot be trusted,
+//! so they never carry data that is not also in a `.log`.
+//!
+//! Why traits and not a concrete type: the backend is chosen at open time (io_uring where the
+//! kernel allows it, positioned I/O where it does not, the simulator in tests), and one
+//! dynamic call per system call costs nothing next to the system call itself.
+
+pub mod pio;
+
+use std::fmt::Debug;
+use std::io;
+use std::path::Path;
+
+/// How to open a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open an existing file for reading and writing.
+    Existing,
+    /// Create the file, failing if it exists.
+    CreateNew,
+    /// Open, creating it if missing.
+    CreateOrOpen,
+}
+
+/// A file opened through a [`Storage`]. Positions are absolute byte offsets.
+pub trait StorageFile: Debug + Send + Sync {
+    /// Reads into `buf` from `position`, retrying short reads; returns the bytes read, fewer than
+    /// `buf.len()` only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `position`.
+    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()>;
+    /// Makes written data durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Makes written data and metadata durable (`fsync`).
+    fn sync_all(&self) -> io::Result<()>;
+    /// The file's length in bytes.
+    fn length_bytes(&self) -> io::Result<u64>;
+    /// Truncates or extends the file.
+    fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()>;
+    /// The file's modification time in milliseconds since the epoch.
+    fn modified_ms(&self) -> io::Result<i64>;
+}
+
+/// A file system: files and directories.
+pub trait Storage: Debug + Send + Sync {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the entries of `dir` (files and directories), in no particular order.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn is_dir(&self, path: &Path) -> bool;
+    fn exists(&self, path: &Path) -> bool;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Makes `dir`'s entries durable (creations, renames, removals).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}

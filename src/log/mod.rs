@@ -1,0 +1,296 @@
+//! One partition's log: ordered segments, offsets, rolling, reads by offset and by time, the log
+//! start offset, truncation and flushing (Kafka's `UnifiedLog` + `LocalLog`, for one replica).
+//!
+//! Invariants: there is always at least one segment; segments are sorted by base offset and do not
+//! overlap; only the last (active) segment is appended to; every other segment is sealed (indexes
+//! trimmed, data synced). `log_start_offset <= log_end_offset`, and the recovery point only moves
+//! forward when an `fdatasync` of the data below it has succeeded.
+
+mod append;
+mod open;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::{FlushPolicy, LogConfig};
+use crate::error::{DeleteRecordsError, ReadError, StorageError};
+use crate::index::time_index::TimestampOffset;
+use crate::io::Storage;
+use crate::segment::Segment;
+use crate::types::{Offset, TimestampMs, TopicPartition};
+
+pub use append::AppendInfo;
+pub use open::{LogOpenOptions, RecoveryReport};
+
+/// The result of a read: whole batches, and the log's bounds at the time of the read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchData {
+    /// Whole batches, starting with the batch that holds the requested offset. Empty when the
+    /// requested offset is the log end offset.
+    pub records: Bytes,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+}
+
+/// A summary of one segment, for tools and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: Offset,
+    pub next_offset: Offset,
+    pub size_bytes: u64,
+    pub offset_index_entries: usize,
+    pub time_index_entries: usize,
+}
+
+/// One partition's log.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    topic_partition: TopicPartition,
+    config: LogConfig,
+    storage: Arc<dyn Storage>,
+    /// Sorted by base offset; the last one is active. Never empty.
+    segments: Vec<Segment>,
+    log_start_offset: Offset,
+    recovery_point: Offset,
+    unflushed_records: u64,
+    first_unflushed_at: Option<TimestampMs>,
+    failed: bool,
+}
+
+impl PartitionLog {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.topic_partition
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.log_start_offset
+    }
+
+    /// The offset the next appended record gets.
+    pub fn log_end_offset(&self) -> Offset {
+        self.active().next_offset()
+    }
+
+    /// Every offset below this is durable.
+    pub fn recovery_point(&self) -> Offset {
+        self.recovery_point
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn segments(&self) -> impl Iterator<Item = SegmentInfo> + '_ {
+        self.segments.iter().map(|segment| SegmentInfo {
+            base_offset: segment.base_offset(),
+            next_offset: segment.next_offset(),
+            size_bytes: segment.size_bytes(),
+            offset_index_entries: segment.offset_index().entry_count(),
+            time_index_entries: segment.time_index().entry_count(),
+        })
+    }
+
+    /// True after an I/O error on a write or sync: the log refuses appends until reopened.
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.last().expect_active()
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.last_mut().expect_active()
+    }
+
+    /// Index in `segments` of the segment that would hold `offset` (greatest base `<= offset`).
+    fn floor_segment_index(&self, offset: Offset) -> usize {
+        self.segments
+            .partition_point(|segment| segment.base_offset() <= offset)
+            .saturating_sub(1)
+    }
+
+    /// Reads whole batches starting with the batch that holds `offset`, up to `max_bytes` but
+    /// always at least one whole batch (Kafka's rule, so that a consumer always progresses).
+    pub fn read(&self, offset: Offset, max_bytes: u64) -> Result<FetchData, ReadError> {
+        let log_end_offset = self.log_end_offset();
+        if offset < self.log_start_offset || offset > log_end_offset {
+            return Err(ReadError::OffsetOutOfRange {
+                requested: offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset,
+            });
+        }
+        let fetch = |records| FetchData {
+            records,
+            log_start_offset: self.log_start_offset,
+            log_end_offset,
+        };
+        for segment in &self.segments[self.floor_segment_index(offset)..] {
+            if let Some(location) = segment.locate(offset, segment.size_bytes())? {
+                let records = segment.read_batches(location, max_bytes, segment.size_bytes())?;
+                return Ok(fetch(records));
+            }
+        }
+        Ok(fetch(Bytes::new()))
+    }
+
+    /// The first offset whose record has a timestamp `>= target`, with that timestamp (Kafka's
+    /// ListOffsets by time). `None` if every record is older.
+    pub fn read_by_timestamp(
+        &self,
+        target: TimestampMs,
+    ) -> Result<Option<TimestampOffset>, ReadError> {
+        for segment in &self.segments {
+            let newer = segment
+                .max_timestamp()
+                .is_some_and(|max| max.timestamp >= target);
+            if !newer || segment.next_offset() <= self.log_start_offset {
+                continue;
+            }
+            if let Some(found) = segment.find_offset_by_timestamp(target, self.log_start_offset)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Moves the log start offset to `offset` (Kafka's DeleteRecords) and deletes the sealed
+    /// segments that hold only offsets below it. Returns the new log start offset.
+    pub fn delete_records(&mut self, offset: Offset) -> Result<Offset, DeleteRecordsError> {
+        let log_end_offset = self.log_end_offset();
+        if offset > log_end_offset {
+            return Err(DeleteRecordsError::OffsetOutOfRange {
+                requested: offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            self.delete_segments_below_log_start()?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    fn delete_segments_below_log_start(&mut self) -> Result<(), StorageError> {
+        let deletable = self
+            .segments
+            .windows(2)
+            .take_while(|pair| pair[1].base_offset() <= self.log_start_offset)
+            .count();
+        let removed: Vec<Segment> = self.segments.drain(..deletable).collect();
+        for segment in removed {
+            segment.delete(self.storage.as_ref(), &self.dir)?;
+        }
+        self.sync_dir()
+    }
+
+    /// Removes every record at or after `offset` (whole batches). Used by recovery and by
+    /// replication-style truncation.
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let keep = self
+            .segments
+            .partition_point(|segment| segment.base_offset() <= offset)
+            .max(1);
+        let removed: Vec<Segment> = self.segments.drain(keep..).collect();
+        for segment in removed {
+            segment.delete(self.storage.as_ref(), &self.dir)?;
+        }
+        let config = self.config.clone();
+        let active = self.active_mut();
+        active.truncate_to(offset)?;
+        active.reopen_for_append(&config)?;
+        let log_end_offset = self.log_end_offset();
+        self.log_start_offset = self.log_start_offset.min(log_end_offset);
+        self.recovery_point = self.recovery_point.min(log_end_offset);
+        self.sync_dir()
+    }
+
+    /// Makes every appended byte durable and moves the recovery point to the log end offset.
+    pub fn flush(&mut self) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        let result = self.active().flush_log();
+        if let Err(error) = result {
+            self.failed = true;
+            return Err(error);
+        }
+        self.recovery_point = self.log_end_offset();
+        self.unflushed_records = 0;
+        self.first_unflushed_at = None;
+        Ok(())
+    }
+
+    /// Flushes according to the flush policy after an append of `record_count` records.
+    fn flush_per_policy(&mut self, record_count: u64, now: TimestampMs) -> Result<bool, StorageError> {
+        self.unflushed_records += record_count;
+        let first_unflushed_at = *self.first_unflushed_at.get_or_insert(now);
+        let due = match self.config.flush_policy {
+            FlushPolicy::EveryAppend => true,
+            FlushPolicy::Messages(count) => self.unflushed_records >= count,
+            FlushPolicy::IntervalMs(ms) => {
+                now.0.saturating_sub(first_unflushed_at.0) >= i64::try_from(ms).unwrap_or(i64::MAX)
+            }
+            FlushPolicy::Never => false,
+        };
+        if due {
+            self.flush()?;
+        }
+        Ok(due)
+    }
+
+    /// Seals the active segment's indexes (final time entry, trim) and syncs everything. The log
+    /// can be reopened afterwards without recovery.
+    pub fn close(mut self) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        self.active_mut().seal()?;
+        self.recovery_point = self.log_end_offset();
+        Ok(())
+    }
+
+    fn check_not_failed(&self) -> Result<(), StorageError> {
+        if self.failed {
+            return Err(StorageError::PreviousIo {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<(), StorageError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|source| StorageError::io("fsync directory", &self.dir, source))
+    }
+}
+
+/// `segments` is never empty; this names the invariant where it is relied on.
+trait ExpectActive<T> {
+    fn expect_active(self) -> T;
+}
+
+impl<T> ExpectActive<T> for Option<T> {
+    #[expect(clippy::expect_used, reason = "a log always has an active segment")]
+    fn expect_active(self) -> T {
+        self.expect("a partition log always has at least one segment")
+    }
+}

@@ -1,0 +1,306 @@
+//! Opening a partition log: sweep leftovers of interrupted operations, load segments, recover
+//! what an unclean shutdown may have left torn, and settle the log start offset and recovery point
+//! (Kafka's `LogLoader`).
+//!
+//! | shutdown | segment                              | action                                   |
+//! |----------|--------------------------------------|------------------------------------------|
+//! | clean    | any                                  | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | wholly below the recovery point      | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate at the first bad batch |
+//! | any      | after a segment that was truncated   | delete                                   |
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::PartitionLog;
+use crate::config::LogConfig;
+use crate::error::{OpenError, StorageError};
+use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
+use crate::io::Storage;
+use crate::segment::Segment;
+use crate::segment::scan::{LogScanner, ScanStep};
+use crate::segment::recovery::{LoadMode, SegmentRecovery};
+use crate::types::{Offset, TimestampMs, TopicPartition};
+
+/// What the log directory knows about a partition from its checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOpenOptions {
+    /// True when the data directory was closed cleanly (the clean-shutdown marker was present).
+    pub had_clean_shutdown: bool,
+    /// From `recovery-point-offset-checkpoint`; 0 when absent.
+    pub recovery_point: Offset,
+    /// From `log-start-offset-checkpoint`, if present.
+    pub log_start_offset: Option<Offset>,
+    pub now: TimestampMs,
+}
+
+/// What opening a log repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments whose batches were re-validated.
+    pub segments_recovered: usize,
+    /// Bytes cut off torn or corrupt tails.
+    pub bytes_truncated: u64,
+    /// Where the first cut happened: file, position, reason.
+    pub truncated_at: Option<(PathBuf, u64, String)>,
+    /// Segments deleted because they followed a truncation.
+    pub segments_deleted: usize,
+    /// Leftover `.deleted`, `.cleaned`, `.swap` and orphan index files removed or completed.
+    pub leftovers_swept: usize,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        options: LogOpenOptions,
+    ) -> Result<(PartitionLog, RecoveryReport), OpenError> {
+        config.validate()?;
+        storage
+            .create_dir_all(dir)
+            .map_err(|source| StorageError::io("create directory", dir, source))?;
+        let mut report = RecoveryReport {
+            leftovers_swept: sweep_leftovers(storage.as_ref(), dir)?,
+            ..RecoveryReport::default()
+        };
+        let base_offsets = list_segments(storage.as_ref(), dir)?;
+        let mut segments = load_segments(storage.as_ref(), dir, &base_offsets, &config, &options, &mut report)?;
+        let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
+        if segments.is_empty() {
+            segments.push(Segment::create(storage.as_ref(), dir, log_start_checkpoint, &config, options.now)?);
+        }
+        let mut log = PartitionLog {
+            dir: dir.to_owned(),
+            topic_partition,
+            config,
+            storage,
+            segments,
+            log_start_offset: Offset(0),
+            recovery_point: Offset(0),
+            unflushed_records: 0,
+            first_unflushed_at: None,
+            failed: false,
+        };
+        log.settle_offsets(log_start_checkpoint, &options)?;
+        Ok((log, report))
+    }
+
+    /// Fixes the log start offset and recovery point after loading, prepares the active segment
+    /// for appends and makes every repair durable.
+    fn settle_offsets(&mut self, log_start_checkpoint: Offset, options: &LogOpenOptions) -> Result<(), StorageError> {
+        let first_base = self.segments[0].base_offset();
+        self.log_start_offset = log_start_checkpoint.max(first_base);
+        if self.log_start_offset > self.log_end_offset() {
+            // The files below the checkpointed start are gone and nothing above it is here:
+            // start over, empty, at the checkpointed offset (Kafka does the same).
+            let removed: Vec<Segment> = self.segments.drain(..).collect();
+            for segment in removed {
+                segment.delete(self.storage.as_ref(), &self.dir)?;
+            }
+            let segment = Segment::create(self.storage.as_ref(), &self.dir, self.log_start_offset, &self.config, options.now)?;
+            self.segments.push(segment);
+        }
+        let sealed_count = self.segments.len() - 1;
+        for segment in &mut self.segments[..sealed_count] {
+            segment.seal()?;
+        }
+        let config = self.config.clone();
+        let active = self.active_mut();
+        active.reopen_for_append(&config)?;
+        active.flush()?;
+        self.sync_dir()?;
+        // Everything that was loaded has now been synced, so all of it is durable.
+        self.recovery_point = self.log_end_offset();
+        Ok(())
+    }
+}
+
+/// Loads every segment in order, recovering those an unclean shutdown may have torn. Stops (and
+/// deletes the rest) after a segment that had to be truncated.
+fn load_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offsets: &[Offset],
+    config: &LogConfig,
+    options: &LogOpenOptions,
+    report: &mut RecoveryReport,
+) -> Result<Vec<Segment>, StorageError> {
+    let first_unflushed = base_offsets
+        .partition_point(|base| *base <= options.recovery_point)
+        .saturating_sub(1);
+    let mut segments = Vec::with_capacity(base_offsets.len());
+    for (segment_index, base_offset) in base_offsets.iter().enumerate() {
+        let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
+        let mode = if recover { LoadMode::Recover } else { LoadMode::Trusted };
+        let loaded = Segment::load(storage, dir, *base_offset, config, mode, options.now)?;
+        let truncated = loaded.recovery.as_ref().is_some_and(|recovery| recovery.bytes_truncated > 0);
+        if let Some(recovery) = &loaded.recovery {
+            record_recovery(report, loaded.segment.log_path(), recovery);
+        }
+        let previous_end = segments.last().map(Segment::next_offset);
+        if previous_end.is_some_and(|end| loaded.segment.base_offset() < end) {
+            return Err(StorageError::Corrupt {
+                file: loaded.segment.log_path().to_owned(),
+                position: 0,
+                reason: format!("segment overlaps the previous one, which ends at offset {}", previous_end.unwrap_or_default()),
+            });
+        }
+        segments.push(loaded.segment);
+        if truncated {
+            for later in &base_offsets[segment_index + 1..] {
+                delete_segment_files(storage, dir, *later)?;
+                report.segments_deleted += 1;
+            }
+            break;
+        }
+    }
+    Ok(segments)
+}
+
+fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &SegmentRecovery) {
+    report.segments_recovered += 1;
+    report.bytes_truncated += recovery.bytes_truncated;
+    if report.truncated_at.is_none() {
+        if let Some((position, reason)) = &recovery.truncated_at {
+            report.truncated_at = Some((log_path.to_owned(), *position, reason.clone()));
+        }
+    }
+}
+
+/// Base offsets of the live segments in `dir`, sorted.
+fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Offset>, StorageError> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|source| StorageError::io("list directory", dir, source))?;
+    let mut base_offsets: Vec<Offset> = names
+        .iter()
+        .filter_map(|name| SegmentFileName::parse(name))
+        .filter(|name| name.kind == SegmentFileKind::Log && name.state == FileState::Live)
+        .map(|name| name.base_offset)
+        .collect();
+    base_offsets.sort_unstable();
+    Ok(base_offsets)
+}
+
+/// Completes or rolls back what an interrupted deletion or compaction left (Kafka's
+/// `LogLoader.removeTempFilesAndCollectSwapFiles` and swap completion):
+/// - `.deleted` and `.cleaned` files are removed;
+/// - a `.swap` at or above the lowest `.cleaned` base offset is removed (incomplete split);
+/// - any other `.swap` segment replaces the live segments it covers, then becomes live;
+/// - index files without a `.log` are removed.
+///
+/// Returns how many files were touched.
+fn sweep_leftovers(storage: &dyn Storage, dir: &Path) -> Result<usize, StorageError> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|source| StorageError::io("list directory", dir, source))?;
+    let parsed: Vec<SegmentFileName> = names.iter().filter_map(|name| SegmentFileName::parse(name)).collect();
+    let mut swept = 0;
+    for name in parsed.iter().filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned)) {
+        remove(storage, &name.path_in(dir))?;
+        swept += 1;
+    }
+    swept += complete_swaps(storage, dir, &parsed)?;
+    swept += remove_orphan_indexes(storage, dir)?;
+    if swept > 0 {
+        storage
+            .sync_dir(dir)
+            .map_err(|source| StorageError::io("fsync directory", dir, source))?;
+    }
+    Ok(swept)
+}
+
+/// Renames each `.swap` file to its live name. The swap logs replace the live segments whose base
+/// offsets fall in `[lowest swap base, highest swap next offset)` (Kafka's rule); those are
+/// removed first, then the swaps are renamed.
+fn complete_swaps(storage: &dyn Storage, dir: &Path, parsed: &[SegmentFileName]) -> Result<usize, StorageError> {
+    let mut touched = 0;
+    // KAFKA-6264: a `.swap` at or above the lowest `.cleaned` base offset may be part of an
+    // incomplete split; it is deleted and the live segments it would replace are kept.
+    let min_cleaned = parsed
+        .iter()
+        .filter(|name| name.state == FileState::Cleaned)
+        .map(|name| name.base_offset)
+        .min();
+    let mut swaps: Vec<&SegmentFileName> = Vec::new();
+    for swap in parsed.iter().filter(|name| name.state == FileState::Swap) {
+        if min_cleaned.is_some_and(|min_cleaned| swap.base_offset >= min_cleaned) {
+            remove(storage, &swap.path_in(dir))?;
+            touched += 1;
+        } else {
+            swaps.push(swap);
+        }
+    }
+    let mut replaced: Option<(Offset, Offset)> = None;
+    for swap_log in swaps.iter().filter(|name| name.kind == SegmentFileKind::Log) {
+        let next_offset = swap_next_offset(storage, &swap_log.path_in(dir), swap_log.base_offset)?;
+        let (low, high) = replaced.unwrap_or((swap_log.base_offset, next_offset));
+        replaced = Some((low.min(swap_log.base_offset), high.max(next_offset)));
+    }
+    if let Some((low, high)) = replaced {
+        for live in parsed.iter().filter(|name| name.state == FileState::Live) {
+            if live.base_offset >= low && live.base_offset < high {
+                remove(storage, &live.path_in(dir))?;
+                touched += 1;
+            }
+        }
+    }
+    for swap in swaps {
+        let from = swap.path_in(dir);
+        let to = swap.with_state(FileState::Live).path_in(dir);
+        storage.rename(&from, &to).map_err(|source| StorageError::io("rename", &from, source))?;
+        touched += 1;
+    }
+    Ok(touched)
+}
+
+/// One past the last offset of the valid batches in a `.swap` log.
+fn swap_next_offset(storage: &dyn Storage, path: &Path, base_offset: Offset) -> Result<Offset, StorageError> {
+    let file = storage
+        .open(path, crate::io::OpenMode::Existing)
+        .map_err(|source| StorageError::io("open", path, source))?;
+    let end = file.length_bytes().map_err(|source| StorageError::io("stat", path, source))?;
+    let mut scanner = LogScanner::new(file.as_ref(), path, 0, end);
+    let mut next_offset = base_offset.next();
+    while let ScanStep::Item { item, .. } = scanner.next_header()? {
+        next_offset = next_offset.max(Offset((item.last_offset() + 1).max(0) as u64));
+    }
+    Ok(next_offset)
+}
+
+fn remove_orphan_indexes(storage: &dyn Storage, dir: &Path) -> Result<usize, StorageError> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|source| StorageError::io("list directory", dir, source))?;
+    let mut removed = 0;
+    for name in names.iter().filter_map(|name| SegmentFileName::parse(name)) {
+        if name.state != FileState::Live || name.kind == SegmentFileKind::Log {
+            continue;
+        }
+        let log = SegmentFileName::live(name.base_offset, SegmentFileKind::Log).path_in(dir);
+        if !storage.exists(&log) {
+            remove(storage, &name.path_in(dir))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn delete_segment_files(storage: &dyn Storage, dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
+    for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex, SegmentFileKind::TxnIndex] {
+        let path = SegmentFileName::live(base_offset, kind).path_in(dir);
+        if storage.exists(&path) {
+            remove(storage, &path)?;
+        }
+    }
+    Ok(())
+}
+
+fn remove(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
+    storage
+        .remove_file(path)
+        .map_err(|source| StorageError::io("remove", path, source))
+}

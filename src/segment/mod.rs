@@ -1,0 +1,428 @@
+//! One segment: a `.log` of batches plus its sparse `.index` and `.timeindex`, named by the base
+//! offset (FORMAT.md § Segments; Kafka's `LogSegment`).
+//!
+//! The segment decides where bytes go and which index entries to add; its `.log` is read and
+//! written through the [`Storage`] seam. Only the last segment of a log is appended to; every
+//! other segment is sealed: its indexes trimmed to their entries and its data synced.
+
+pub mod recovery;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::LogConfig;
+use crate::error::StorageError;
+use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName, segment_path};
+use crate::index::offset_index::OffsetPosition;
+use crate::index::time_index::TimestampOffset;
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::io::{OpenMode, Storage, StorageFile};
+use crate::types::{Offset, TimestampMs};
+use scan::{LogScanner, ScanStep};
+
+/// What an append adds to a segment, as the log computed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendedBatches {
+    /// The largest offset in the appended bytes.
+    pub last_offset: Offset,
+    /// The largest timestamp in the appended bytes.
+    pub max_timestamp: TimestampMs,
+    /// The last offset of the first batch that holds `max_timestamp`.
+    pub offset_of_max_timestamp: Offset,
+}
+
+/// The batch that holds a target offset: where it starts and how large it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLocation {
+    pub position: u64,
+    pub size_bytes: u64,
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+}
+
+/// A segment's files and the state derived from them.
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: Offset,
+    log_path: PathBuf,
+    log: Box<dyn StorageFile>,
+    size_bytes: u64,
+    next_offset: Offset,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    bytes_since_last_index_entry: u64,
+    max_timestamp_so_far: Option<TimestampOffset>,
+    /// Timestamp of the first batch, for `segment.ms` (Kafka's `rollingBasedTimestamp`).
+    first_batch_timestamp: Option<TimestampMs>,
+    created_ms: TimestampMs,
+}
+
+impl Segment {
+    /// Creates the three files of a new, empty segment, indexes preallocated. The caller syncs the
+    /// directory so the new names are durable.
+    pub fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: Offset,
+        config: &LogConfig,
+        now: TimestampMs,
+    ) -> Result<Segment, StorageError> {
+        let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
+        let log = storage
+            .open(&log_path, OpenMode::CreateOrOpen)
+            .map_err(|source| StorageError::io("create", &log_path, source))?;
+        log.set_length_bytes(0)
+            .map_err(|source| StorageError::io("truncate", &log_path, source))?;
+        let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
+        let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
+        Ok(Segment {
+            base_offset,
+            log_path,
+            log,
+            size_bytes: 0,
+            next_offset: base_offset,
+            offset_index: OffsetIndex::create(&index_path, base_offset, config.segment_index_bytes)?,
+            time_index: TimeIndex::create(&time_index_path, base_offset, config.segment_index_bytes)?,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: None,
+            first_batch_timestamp: None,
+            created_ms: now,
+        })
+    }
+
+    pub fn base_offset(&self) -> Offset {
+        self.base_offset
+    }
+
+    /// One past the last offset in the segment (`base_offset` when empty).
+    pub fn next_offset(&self) -> Offset {
+        self.next_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes == 0
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    /// The largest timestamp in the segment, or the `.log` file's mtime when it has none
+    /// (what time retention compares against).
+    pub fn largest_timestamp(&self) -> Result<TimestampMs, StorageError> {
+        match self.max_timestamp_so_far {
+            Some(max) if max.timestamp.0 >= 0 => Ok(max.timestamp),
+            _ => self
+                .log
+                .modified_ms()
+                .map(TimestampMs)
+                .map_err(|source| StorageError::io("stat", &self.log_path, source)),
+        }
+    }
+
+    /// Whether appending `incoming_bytes` ending at `last_offset` must go to a new segment
+    /// (Kafka's `LogSegment.shouldRoll`).
+    pub fn should_roll(
+        &self,
+        config: &LogConfig,
+        incoming_bytes: u64,
+        last_offset: Offset,
+        now: TimestampMs,
+    ) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let full = self.size_bytes > config.segment_bytes.saturating_sub(incoming_bytes);
+        let age_from = self.first_batch_timestamp.unwrap_or(self.created_ms);
+        let too_old = now.0.saturating_sub(age_from.0) > i64::try_from(config.segment_ms).unwrap_or(i64::MAX);
+        let relative_overflow =
+            last_offset.0.saturating_sub(self.base_offset.0) > crate::limits::RELATIVE_OFFSET_MAX;
+        full || too_old || relative_overflow || self.offset_index.is_full() || self.time_index.is_full()
+    }
+
+    /// Writes `bytes` (whole batches) at the end of the `.log` and adds index entries with
+    /// Kafka's rule: an entry for this append when more than `index_interval_bytes` were written
+    /// since the last entry.
+    pub fn append(
+        &mut self,
+        bytes: &[u8],
+        appended: AppendedBatches,
+        first_batch_timestamp: TimestampMs,
+        index_interval_bytes: u64,
+    ) -> Result<(), StorageError> {
+        assert!(appended.last_offset >= self.next_offset);
+        let position = self.size_bytes;
+        self.log
+            .write_all_at(bytes, position)
+            .map_err(|source| StorageError::io("write", &self.log_path, source))?;
+        self.size_bytes += bytes.len() as u64;
+        self.next_offset = appended.last_offset.next();
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(first_batch_timestamp);
+        }
+        observe_timestamp(&mut self.max_timestamp_so_far, appended.max_timestamp, appended.offset_of_max_timestamp);
+        self.maybe_index(appended.last_offset, position, bytes.len() as u64, index_interval_bytes);
+        Ok(())
+    }
+
+
+    fn maybe_index(&mut self, last_offset: Offset, position: u64, size_bytes: u64, interval: u64) {
+        if self.bytes_since_last_index_entry > interval {
+            self.offset_index.append(last_offset, position as u32);
+            if let Some(max) = self.max_timestamp_so_far {
+                self.time_index.maybe_append(max.timestamp, max.offset, false);
+            }
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += size_bytes;
+    }
+
+    /// Finds the first batch whose last offset is `>= target`, starting from the index entry at or
+    /// below `target` and scanning forward, never past `max_position`.
+    pub fn locate(
+        &self,
+        target: Offset,
+        max_position: u64,
+    ) -> Result<Option<BatchLocation>, StorageError> {
+        let start = self.offset_index.lookup(target);
+        self.scan_for(u64::from(start.position), max_position, |header| {
+            header.last_offset() >= target.0 as i64
+        })
+    }
+
+    fn scan_for(
+        &self,
+        from_position: u64,
+        max_position: u64,
+        found: impl Fn(&crate::format::BatchHeader) -> bool,
+    ) -> Result<Option<BatchLocation>, StorageError> {
+        let end = max_position.min(self.size_bytes);
+        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, from_position, end);
+        loop {
+            match scanner.next_header()? {
+                ScanStep::Item { position, item } if found(&item) => {
+                    return Ok(Some(BatchLocation {
+                        position,
+                        size_bytes: item.size_bytes(),
+                        base_offset: Offset(item.base_offset.max(0) as u64),
+                        last_offset: Offset(item.last_offset().max(0) as u64),
+                    }));
+                }
+                ScanStep::Item { .. } => {}
+                ScanStep::End => return Ok(None),
+                ScanStep::Invalid { position, error } => {
+                    return Err(StorageError::Corrupt {
+                        file: self.log_path.clone(),
+                        position,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reads whole batches starting with `first`, up to `max_bytes` (at least `first` itself),
+    /// never past `max_position`.
+    pub fn read_batches(
+        &self,
+        first: BatchLocation,
+        max_bytes: u64,
+        max_position: u64,
+    ) -> Result<Bytes, StorageError> {
+        let end = max_position.min(self.size_bytes);
+        let length = max_bytes.max(first.size_bytes).min(end - first.position);
+        let mut buffer = BytesMut::zeroed(length as usize);
+        let read = self
+            .log
+            .read_at(&mut buffer, first.position)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        buffer.truncate(read);
+        let bytes = buffer.freeze();
+        let valid_length = self.checked_batches_length(&bytes, first.position)?;
+        Ok(bytes.slice(..valid_length))
+    }
+
+    /// Length of the prefix of `bytes` made of whole batches that pass their CRC. A first batch
+    /// that fails is a `Corrupt` error; a later one ends the prefix, so the next read from there
+    /// reports it. No batch with a bad CRC is ever returned.
+    fn checked_batches_length(&self, bytes: &Bytes, start_position: u64) -> Result<usize, StorageError> {
+        let mut batches = crate::format::batch::BatchIter::new(bytes.clone(), u64::MAX);
+        let mut length = 0;
+        loop {
+            match batches.next() {
+                Some(Ok(batch)) => length += batch.size_bytes() as usize,
+                Some(Err(crate::format::DecodeError::Truncated { .. })) | None => return Ok(length),
+                Some(Err(error)) if length == 0 => return Err(self.corrupt(start_position, error)),
+                Some(Err(_)) => return Ok(length),
+            }
+        }
+    }
+
+    /// The first record at or after `starting_offset` whose timestamp is `>= target`
+    /// (Kafka's `LogSegment.findOffsetByTimestamp`).
+    pub fn find_offset_by_timestamp(
+        &self,
+        target: TimestampMs,
+        starting_offset: Offset,
+    ) -> Result<Option<TimestampOffset>, StorageError> {
+        let indexed = self.time_index.lookup(target);
+        let start = self.offset_index.lookup(indexed.offset.max(starting_offset));
+        let Some(location) = self.scan_for(u64::from(start.position), self.size_bytes, |header| {
+            header.max_timestamp >= target.0 && header.last_offset() >= starting_offset.0 as i64
+        })?
+        else {
+            return Ok(None);
+        };
+        let batch = self.read_batch(location)?;
+        let base_timestamp = batch.header().base_timestamp;
+        let records = batch.records().map_err(|error| self.corrupt(location.position, error))?;
+        Ok(records.iter().find_map(|record| {
+            let offset = batch.base_offset() + i64::from(record.offset_delta);
+            let timestamp = if batch.header().attributes.is_log_append_time() {
+                batch.header().max_timestamp
+            } else {
+                base_timestamp.saturating_add(record.timestamp_delta)
+            };
+            (timestamp >= target.0 && offset >= starting_offset.0 as i64).then_some(TimestampOffset {
+                timestamp: TimestampMs(timestamp),
+                offset: Offset(offset as u64),
+            })
+        }))
+    }
+
+    /// Reads and checks the one batch at `location`.
+    pub fn read_batch(&self, location: BatchLocation) -> Result<crate::format::Batch, StorageError> {
+        let bytes = self.read_batches(location, 0, self.size_bytes)?;
+        crate::format::Batch::decode(&bytes, u64::MAX).map_err(|error| self.corrupt(location.position, error))
+    }
+
+    fn corrupt(&self, position: u64, error: crate::format::DecodeError) -> StorageError {
+        StorageError::Corrupt {
+            file: self.log_path.clone(),
+            position,
+            reason: error.to_string(),
+        }
+    }
+
+    /// Removes every batch holding an offset `>= offset` (whole batches: a batch holding `offset`
+    /// goes entirely). Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<u64, StorageError> {
+        let Some(location) = self.locate(offset, self.size_bytes)? else {
+            return Ok(0);
+        };
+        let cut_offset = location.base_offset.max(self.base_offset);
+        let removed = self.size_bytes - location.position;
+        self.offset_index.truncate_to(cut_offset);
+        self.time_index.truncate_to(cut_offset);
+        self.set_log_size(location.position)?;
+        self.next_offset = cut_offset;
+        self.max_timestamp_so_far = self.time_index.last_entry();
+        if self.size_bytes == 0 {
+            self.first_batch_timestamp = None;
+        }
+        self.bytes_since_last_index_entry = 0;
+        Ok(removed)
+    }
+
+    fn set_log_size(&mut self, size_bytes: u64) -> Result<(), StorageError> {
+        self.log
+            .set_length_bytes(size_bytes)
+            .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
+        self.size_bytes = size_bytes;
+        Ok(())
+    }
+
+    /// Makes the `.log` and both indexes durable.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.log
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync", &self.log_path, source))?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Makes the `.log` durable, not the indexes (which recovery can rebuild).
+    pub fn flush_log(&self) -> Result<(), StorageError> {
+        self.log
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync", &self.log_path, source))
+    }
+
+    /// Seals the segment when it stops being active: forces the final time index entry, trims both
+    /// indexes to their entries and syncs everything (Kafka's `onBecomeInactiveSegment` + flush).
+    pub fn seal(&mut self) -> Result<(), StorageError> {
+        if let Some(max) = self.max_timestamp_so_far {
+            self.time_index.maybe_append(max.timestamp, max.offset, true);
+        }
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()?;
+        self.flush()
+    }
+
+    /// Grows the indexes back to their preallocated size so appends can continue.
+    pub fn reopen_for_append(&mut self, config: &LogConfig) -> Result<(), StorageError> {
+        self.offset_index.resize_for_append(config.segment_index_bytes)?;
+        self.time_index.resize_for_append(config.segment_index_bytes)
+    }
+
+    /// Renames the segment's files to `.deleted` and removes them. The caller has already taken
+    /// the segment out of the log, so no reader can reach it.
+    pub fn delete(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
+        let Segment { base_offset, log, offset_index, time_index, .. } = self;
+        drop((log, offset_index, time_index));
+        for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+            let live = SegmentFileName::live(base_offset, kind);
+            let deleted = live.with_state(FileState::Deleted).path_in(dir);
+            let live = live.path_in(dir);
+            if !storage.exists(&live) {
+                continue;
+            }
+            storage
+                .rename(&live, &deleted)
+                .map_err(|source| StorageError::io("rename", &live, source))?;
+            storage
+                .remove_file(&deleted)
+                .map_err(|source| StorageError::io("remove", &deleted, source))?;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps the largest timestamp seen and the offset it was first seen at.
+fn observe_timestamp(max: &mut Option<TimestampOffset>, timestamp: TimestampMs, offset: Offset) {
+    if max.is_none_or(|max| timestamp > max.timestamp) {
+        *max = Some(TimestampOffset { timestamp, offset });
+    }
+}
+
+/// Length of the longest prefix of `bytes` made of whole batches (by their length fields).
+pub fn whole_batches_length(bytes: &[u8]) -> usize {
+    let mut position = 0usize;
+    while let Ok(prefix) = crate::format::BatchPrefix::parse(&bytes[position..]) {
+        let end = position as u64 + prefix.size_bytes();
+        if end > bytes.len() as u64 {
+            break;
+        }
+        position = end as usize;
+    }
+    position
+}
+
+/// The index entry a lookup for `target` starts from (for tools that show the path of a fetch).
+pub fn index_start(segment: &Segment, target: Offset) -> OffsetPosition {
+    segment.offset_index.lookup(target)
+}

@@ -1,0 +1,173 @@
+//! Forward scans over a `.log` file through the I/O seam: batch headers only (to find an offset)
+//! or whole, CRC-checked batches (recovery, verification).
+//!
+//! The scanner reads the file in windows of `window_bytes`, so walking many small batches costs
+//! one read per window, not one per batch. Every length comes from the file and is checked against
+//! the file's end before it is used.
+
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::StorageError;
+use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
+use crate::io::StorageFile;
+use crate::limits::{BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES};
+
+/// Default window: large enough to hold many batches, small enough to stay in cache.
+pub const SCAN_WINDOW_BYTES: usize = 256 * 1024;
+
+/// One step of a scan.
+#[derive(Debug)]
+pub enum ScanStep<T> {
+    /// An item that starts at `position`.
+    Item { position: u64, item: T },
+    /// The scan reached the end of the valid range exactly.
+    End,
+    /// The bytes at `position` are not a valid batch: a torn tail or corruption.
+    Invalid { position: u64, error: DecodeError },
+}
+
+/// Walks the batches of one `.log` from a starting position up to an end position.
+pub struct LogScanner<'a> {
+    file: &'a dyn StorageFile,
+    path: &'a Path,
+    position: u64,
+    end: u64,
+    window: Bytes,
+    window_start: u64,
+    window_bytes: usize,
+}
+
+impl<'a> LogScanner<'a> {
+    pub fn new(file: &'a dyn StorageFile, path: &'a Path, position: u64, end: u64) -> Self {
+        LogScanner {
+            file,
+            path,
+            position,
+            end,
+            window: Bytes::new(),
+            window_start: 0,
+            window_bytes: SCAN_WINDOW_BYTES,
+        }
+    }
+
+    /// Position of the next batch.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The next batch's header, without reading or checking its records.
+    pub fn next_header(&mut self) -> Result<ScanStep<BatchHeader>, StorageError> {
+        let position = self.position;
+        let size_bytes = match self.next_size(position)? {
+            Ok(Some(size_bytes)) => size_bytes,
+            Ok(None) => return Ok(ScanStep::End),
+            Err(error) => return Ok(ScanStep::Invalid { position, error }),
+        };
+        let Some(bytes) = self.bytes_at(position, BATCH_HEADER_BYTES)? else {
+            return Ok(truncated(position, BATCH_HEADER_BYTES, self.end));
+        };
+        let header = match BatchHeader::parse(&bytes) {
+            Ok(header) => header,
+            Err(error) => return Ok(ScanStep::Invalid { position, error }),
+        };
+        self.position += size_bytes;
+        Ok(ScanStep::Item {
+            position,
+            item: header,
+        })
+    }
+
+    /// The next whole batch, with its framing and CRC checked.
+    pub fn next_batch(&mut self) -> Result<ScanStep<Batch>, StorageError> {
+        let position = self.position;
+        let size_bytes = match self.next_size(position)? {
+            Ok(Some(size_bytes)) => size_bytes,
+            Ok(None) => return Ok(ScanStep::End),
+            Err(error) => return Ok(ScanStep::Invalid { position, error }),
+        };
+        let Some(bytes) = self.bytes_at(position, size_bytes as usize)? else {
+            return Ok(truncated(position, size_bytes as usize, self.end));
+        };
+        match Batch::decode(&bytes, size_bytes) {
+            Ok(batch) => {
+                self.position += size_bytes;
+                Ok(ScanStep::Item {
+                    position,
+                    item: batch,
+                })
+            }
+            Err(error) => Ok(ScanStep::Invalid { position, error }),
+        }
+    }
+
+    /// Size of the batch at `position` from its prefix: `Ok(None)` at the end, an error if the
+    /// prefix is invalid or the batch runs past the end.
+    fn next_size(&mut self, position: u64) -> Result<Result<Option<u64>, DecodeError>, StorageError> {
+        if position >= self.end {
+            return Ok(Ok(None));
+        }
+        let Some(bytes) = self.bytes_at(position, BATCH_HEADER_UP_TO_MAGIC_BYTES)? else {
+            return Ok(Err(DecodeError::Truncated {
+                at: 0,
+                needed: BATCH_HEADER_UP_TO_MAGIC_BYTES,
+                available: (self.end - position) as usize,
+            }));
+        };
+        let prefix = match BatchPrefix::parse(&bytes) {
+            Ok(prefix) => prefix,
+            Err(error) => return Ok(Err(error)),
+        };
+        let size_bytes = prefix.size_bytes();
+        if position + size_bytes > self.end {
+            return Ok(Err(DecodeError::Truncated {
+                at: 0,
+                needed: size_bytes as usize,
+                available: (self.end - position) as usize,
+            }));
+        }
+        Ok(Ok(Some(size_bytes)))
+    }
+
+    /// `length` bytes at `position`, or `None` if they run past the end.
+    fn bytes_at(&mut self, position: u64, length: usize) -> Result<Option<Bytes>, StorageError> {
+        if position + length as u64 > self.end {
+            return Ok(None);
+        }
+        let window_end = self.window_start + self.window.len() as u64;
+        if position < self.window_start || position + length as u64 > window_end {
+            self.fill_window(position, length)?;
+        }
+        let start = (position - self.window_start) as usize;
+        if start + length > self.window.len() {
+            return Ok(None);
+        }
+        Ok(Some(self.window.slice(start..start + length)))
+    }
+
+    fn fill_window(&mut self, position: u64, length: usize) -> Result<(), StorageError> {
+        let wanted = length.max(self.window_bytes) as u64;
+        let available = self.end - position;
+        let mut buffer = BytesMut::zeroed(wanted.min(available) as usize);
+        let read = self
+            .file
+            .read_at(&mut buffer, position)
+            .map_err(|source| StorageError::io("read", self.path, source))?;
+        buffer.truncate(read);
+        self.window = buffer.freeze();
+        self.window_start = position;
+        Ok(())
+    }
+}
+
+fn truncated<T>(position: u64, needed: usize, end: u64) -> ScanStep<T> {
+    ScanStep::Invalid {
+        position,
+        error: DecodeError::Truncated {
+            at: 0,
+            needed,
+            available: end.saturating_sub(position) as usize,
+        },
+    }
+}

@@ -1,0 +1,164 @@
+//! The lines Kafka's `kafka.tools.DumpLogSegments` prints for a batch and for a record, with
+//! Kafka's field names, order and value spellings (`OptionalLong.empty`, `CreateTime`, unsigned
+//! CRC, lower-case codec names).
+
+use std::borrow::Cow;
+
+use seglog::format::{BatchAttributes, BatchHeader, Compression, Record};
+
+use crate::record_view::{lossy, record_offset, record_timestamp};
+
+/// Kafka's `RecordBatch.NO_SEQUENCE`.
+const NO_SEQUENCE: i32 = -1;
+
+/// `baseOffset: 0 lastOffset: 2 count: 3 ... position: 0 CreateTime: 1700000000002 size: 95
+/// magic: 2 compresscodec: none crc: 1234567890 isvalid: true`.
+pub fn batch_line(header: &BatchHeader, position: u64, is_valid: bool) -> String {
+    format!(
+        "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} producerId: {} \
+         producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} isControl: {} \
+         deleteHorizonMs: {} position: {position} {}: {} size: {} magic: {} compresscodec: {} \
+         crc: {} isvalid: {is_valid}",
+        header.base_offset,
+        header.last_offset(),
+        header.records_count,
+        header.base_sequence,
+        last_sequence(header),
+        header.producer_id,
+        header.producer_epoch,
+        header.partition_leader_epoch,
+        header.attributes.is_transactional(),
+        header.attributes.is_control(),
+        delete_horizon(header),
+        timestamp_type_name(header.attributes),
+        header.max_timestamp,
+        header.size_bytes(),
+        header.magic,
+        compression_name(header.attributes),
+        header.crc,
+    )
+}
+
+/// `| offset: 0 CreateTime: 1700000000000 keySize: 3 valueSize: 5 sequence: -1 headerKeys: []`,
+/// then ` key: abc payload: hello` when `print_data` (never for control batches, as in Kafka).
+pub fn record_line(header: &BatchHeader, record: &Record, print_data: bool) -> String {
+    let header_keys: Vec<&str> = record
+        .headers
+        .iter()
+        .map(|header| header.key.as_str())
+        .collect();
+    let mut line = format!(
+        "| offset: {} {}: {} keySize: {} valueSize: {} sequence: {} headerKeys: [{}]",
+        record_offset(header, record),
+        timestamp_type_name(header.attributes),
+        record_timestamp(header, record),
+        nullable_size(record.key.as_ref().map(|key| key.len())),
+        nullable_size(record.value.as_ref().map(|value| value.len())),
+        record_sequence(header, record),
+        header_keys.join(","),
+    );
+    if header.attributes.is_control() {
+        line.push_str(&control_description(record));
+    } else if print_data {
+        if let Some(key) = &record.key {
+            line.push_str(&format!(" key: {}", lossy(key)));
+        }
+        if let Some(value) = &record.value {
+            line.push_str(&format!(" payload: {}", lossy(value)));
+        }
+    }
+    line
+}
+
+fn nullable_size(length: Option<usize>) -> i64 {
+    length.map_or(-1, |length| i64::try_from(length).unwrap_or(i64::MAX))
+}
+
+/// `CreateTime` or `LogAppendTime` (Kafka's `TimestampType.toString`).
+pub fn timestamp_type_name(attributes: BatchAttributes) -> &'static str {
+    if attributes.is_log_append_time() {
+        "LogAppendTime"
+    } else {
+        "CreateTime"
+    }
+}
+
+/// Kafka's `CompressionType.name`.
+fn compression_name(attributes: BatchAttributes) -> Cow<'static, str> {
+    match attributes.compression() {
+        Ok(Compression::None) => Cow::Borrowed("none"),
+        Ok(Compression::Gzip) => Cow::Borrowed("gzip"),
+        Ok(Compression::Snappy) => Cow::Borrowed("snappy"),
+        Ok(Compression::Lz4) => Cow::Borrowed("lz4"),
+        Ok(Compression::Zstd) => Cow::Borrowed("zstd"),
+        Err(_) => Cow::Owned(format!("unknown({})", attributes.0 & 0x07)),
+    }
+}
+
+/// Java's `OptionalLong.toString` of the batch's delete horizon.
+fn delete_horizon(header: &BatchHeader) -> String {
+    if header.attributes.has_delete_horizon() {
+        format!("OptionalLong[{}]", header.base_timestamp)
+    } else {
+        "OptionalLong.empty".to_owned()
+    }
+}
+
+/// Kafka's `DefaultRecordBatch.lastSequence`.
+fn last_sequence(header: &BatchHeader) -> i32 {
+    if header.base_sequence == NO_SEQUENCE {
+        return NO_SEQUENCE;
+    }
+    increment_sequence(header.base_sequence, header.last_offset_delta)
+}
+
+/// Kafka's `DefaultRecord.sequence`: the batch's base sequence plus the offset delta.
+fn record_sequence(header: &BatchHeader, record: &Record) -> i32 {
+    if header.base_sequence < 0 {
+        return NO_SEQUENCE;
+    }
+    increment_sequence(header.base_sequence, record.offset_delta)
+}
+
+/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from `i32::MAX` to 0.
+fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    let sum = i64::from(sequence) + i64::from(increment);
+    let wrapped = if sum > i64::from(i32::MAX) {
+        sum - i64::from(i32::MAX) - 1
+    } else {
+        sum
+    };
+    i32::try_from(wrapped).unwrap_or(NO_SEQUENCE)
+}
+
+/// What Kafka prints for the record of a control batch: the transaction marker, or the type.
+fn control_description(record: &Record) -> String {
+    let Some(control_type) = record.key.as_ref().and_then(|key| be_i16(key, 2)) else {
+        return " controlType: UNKNOWN(-1)".to_owned();
+    };
+    let name = match control_type {
+        0 => "ABORT",
+        1 => "COMMIT",
+        2 => "LEADER_CHANGE",
+        3 => "SNAPSHOT_HEADER",
+        4 => "SNAPSHOT_FOOTER",
+        5 => "KRAFT_VERSION",
+        6 => "KRAFT_VOTERS",
+        _ => "UNKNOWN",
+    };
+    let coordinator_epoch = record.value.as_ref().and_then(|value| be_i32(value, 2));
+    match (control_type, coordinator_epoch) {
+        (0 | 1, Some(epoch)) => format!(" endTxnMarker: {name} coordinatorEpoch: {epoch}"),
+        _ => format!(" controlType: {name}({control_type})"),
+    }
+}
+
+fn be_i16(bytes: &[u8], at: usize) -> Option<i16> {
+    let field = bytes.get(at..at + 2)?;
+    Some(i16::from_be_bytes([field[0], field[1]]))
+}
+
+fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
+    let field = bytes.get(at..at + 4)?;
+    Some(i32::from_be_bytes([field[0], field[1], field[2], field[3]]))
+}

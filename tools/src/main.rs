@@ -1,0 +1,65 @@
+//! `seglog`: the command-line tool of the seglog storage engine.
+//!
+//! - `produce`: append lines from stdin to a topic, acknowledging each with its partition and offset;
+//! - `consume`: print a partition's records from an offset to the log end;
+//! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
+//! - `verify`: check every batch and index entry of a data directory, read-only.
+//!
+//! Exit codes: 0 success, 1 an error or a finding (corruption, mismatched index entries), 2 a usage
+//! error (reported by clap).
+
+mod args;
+mod consume;
+mod dump;
+mod index_check;
+mod kafka_text;
+mod log_scan;
+mod produce;
+mod read_only;
+mod record_view;
+mod verify;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+/// What a subcommand found, when it ran to the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything checked out.
+    Clean,
+    /// The command ran but reported findings (corrupt bytes, index mismatches).
+    Findings,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Produce(args) => produce::run(&args),
+        Command::Consume(args) => consume::run(&args),
+        Command::Dump(args) => dump::run(&args),
+        Command::Verify(args) => verify::run(&args),
+    };
+    match result {
+        Ok(Outcome::Clean) => ExitCode::SUCCESS,
+        Ok(Outcome::Findings) => ExitCode::FAILURE,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            // Nothing useful can be done if stderr itself is gone.
+            let _ = writeln!(io::stderr(), "seglog: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A reader that closed our stdout (`seglog consume ... | head`) is not an error.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io_error| io_error.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,90 @@
+//! A decoded record as a consumer sees it: absolute offset, effective timestamp, and key, value
+//! and headers as (lossy) UTF-8 text; printed as a text line or a JSON object.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use seglog::format::{BatchHeader, Record};
+use serde::Serialize;
+
+/// The record's absolute offset: the batch's base offset plus the record's offset delta.
+pub fn record_offset(header: &BatchHeader, record: &Record) -> i64 {
+    header
+        .base_offset
+        .saturating_add(i64::from(record.offset_delta))
+}
+
+/// The record's timestamp: the batch's max timestamp for `LogAppendTime` batches, else the batch's
+/// base timestamp plus the record's delta (Kafka's `DefaultRecordBatch` rule).
+pub fn record_timestamp(header: &BatchHeader, record: &Record) -> i64 {
+    if header.attributes.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        header.base_timestamp.wrapping_add(record.timestamp_delta)
+    }
+}
+
+/// Bytes as text, invalid UTF-8 replaced (what Kafka's `StringDecoder` prints).
+pub fn lossy(bytes: &Bytes) -> Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
+
+/// One header of a JSON record line.
+#[derive(Debug, Serialize)]
+struct JsonHeader<'a> {
+    key: &'a str,
+    value: Option<Cow<'a, str>>,
+}
+
+/// One JSON record line; field order is the documented output order.
+#[derive(Debug, Serialize)]
+struct JsonRecord<'a> {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Cow<'a, str>>,
+    value: Option<Cow<'a, str>>,
+    headers: Vec<JsonHeader<'a>>,
+}
+
+/// `{"offset":..,"timestamp":..,"key":..,"value":..,"headers":[{"key":..,"value":..}]}`.
+pub fn json_line(header: &BatchHeader, record: &Record) -> serde_json::Result<String> {
+    let headers = record
+        .headers
+        .iter()
+        .map(|record_header| JsonHeader {
+            key: &record_header.key,
+            value: record_header.value.as_ref().map(lossy),
+        })
+        .collect();
+    serde_json::to_string(&JsonRecord {
+        offset: record_offset(header, record),
+        timestamp: record_timestamp(header, record),
+        key: record.key.as_ref().map(lossy),
+        value: record.value.as_ref().map(lossy),
+        headers,
+    })
+}
+
+/// `offset=5 timestamp=1700000000000 key=k value=v headers=[h1=x,h2=null]`; null prints as `null`.
+pub fn text_line(header: &BatchHeader, record: &Record) -> String {
+    let mut line = format!(
+        "offset={} timestamp={} key={} value={} headers=[",
+        record_offset(header, record),
+        record_timestamp(header, record),
+        nullable_text(record.key.as_ref()),
+        nullable_text(record.value.as_ref()),
+    );
+    for (index, record_header) in record.headers.iter().enumerate() {
+        let separator = if index == 0 { "" } else { "," };
+        let value = nullable_text(record_header.value.as_ref());
+        // Writing to a String cannot fail.
+        let _ = write!(line, "{separator}{}={value}", record_header.key);
+    }
+    line.push(']');
+    line
+}
+
+fn nullable_text(bytes: Option<&Bytes>) -> Cow<'_, str> {
+    bytes.map_or(Cow::Borrowed("null"), lossy)
+}

@@ -1,0 +1,375 @@
+//! `seglog verify`: checks a data directory (or one partition directory) read-only, without
+//! opening it through `LogDir` (which would recover and repair it).
+//!
+//! For every partition: every batch of every `.log` (framing, magic, CRC-32C, records), offsets
+//! increasing across batches and segments, and every `.index` / `.timeindex` entry against the
+//! batches of its `.log`. Problems are printed one per line, naming the file and the position.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use seglog::format::file_name::{
+    FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
+};
+
+use crate::Outcome;
+use crate::args::VerifyArgs;
+use crate::index_check::{
+    IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
+};
+use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep};
+use crate::read_only::ReadOnlyFile;
+
+/// Everything verification found, and what it covered.
+#[derive(Debug, Default)]
+struct Report {
+    problems: Vec<String>,
+    notes: Vec<String>,
+    segments: u64,
+    batches: u64,
+    records: u64,
+}
+
+impl Report {
+    fn problem(&mut self, file: &Path, position: u64, reason: impl std::fmt::Display) {
+        self.problems
+            .push(format!("{}: position {position}: {reason}", file.display()));
+    }
+
+    fn note(&mut self, file: &Path, text: impl std::fmt::Display) {
+        self.notes.push(format!("note: {}: {text}", file.display()));
+    }
+}
+
+pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
+    let mut report = Report::default();
+    for partition_dir in partition_dirs(&args.dir)? {
+        verify_partition(&partition_dir, &mut report)?;
+    }
+    let mut out = io::stdout().lock();
+    for line in report.notes.iter().chain(&report.problems) {
+        writeln!(out, "{line}")?;
+    }
+    let totals = format!(
+        "{} segments, {} batches, {} records",
+        report.segments, report.batches, report.records
+    );
+    if report.problems.is_empty() {
+        writeln!(out, "OK {totals}")?;
+        return Ok(Outcome::Clean);
+    }
+    writeln!(out, "FAILED {} problems in {totals}", report.problems.len())?;
+    Ok(Outcome::Findings)
+}
+
+/// The partition directories to check: `dir` itself when it holds segment files or is named like a
+/// partition directory, else its subdirectories named `<topic>-<partition>`.
+fn partition_dirs(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let names = list_names(dir)?;
+    let own_name = dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default();
+    let holds_segments = names
+        .iter()
+        .any(|name| SegmentFileName::parse(name).is_some());
+    let mut children: Vec<PathBuf> = names
+        .iter()
+        .filter(|name| parse_partition_dir_name(name).is_some())
+        .map(|name| dir.join(name))
+        .filter(|path| path.is_dir())
+        .collect();
+    if holds_segments || (children.is_empty() && parse_partition_dir_name(own_name).is_some()) {
+        return Ok(vec![dir.to_owned()]);
+    }
+    children.sort();
+    Ok(children)
+}
+
+fn list_names(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let entries =
+        fs::read_dir(dir).with_context(|| format!("cannot read directory {}", dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read directory {}", dir.display()))?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The live files of each segment, by base offset.
+type SegmentFiles = BTreeMap<u64, Vec<SegmentFileKind>>;
+
+fn verify_partition(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let mut segments = SegmentFiles::new();
+    for name in list_names(dir)? {
+        let Some(parsed) = SegmentFileName::parse(&name) else {
+            continue;
+        };
+        if parsed.state == FileState::Live {
+            segments
+                .entry(parsed.base_offset.0)
+                .or_default()
+                .push(parsed.kind);
+        } else {
+            report.note(&dir.join(&name), "leftover of an interrupted delete or compaction; opening the log completes or removes it");
+        }
+    }
+    let mut previous_next_offset: Option<i64> = None;
+    for (base_offset, kinds) in &segments {
+        let log_path =
+            SegmentFileName::live(seglog::types::Offset(*base_offset), SegmentFileKind::Log)
+                .path_in(dir);
+        if !kinds.contains(&SegmentFileKind::Log) {
+            report.note(
+                &log_path,
+                "missing: its index files are orphans, which opening the log removes",
+            );
+            continue;
+        }
+        let base_offset = i64::try_from(*base_offset).context("base offset exceeds i64")?;
+        let layout = verify_log(&log_path, base_offset, previous_next_offset, report)?;
+        verify_indexes(&log_path, base_offset, &layout, report)?;
+        previous_next_offset = Some(layout.next_offset(base_offset));
+    }
+    if segments.is_empty() {
+        report.note(dir, "no segments");
+    }
+    Ok(())
+}
+
+/// Offsets a batch must respect, given what came before it.
+#[derive(Debug, Clone, Copy)]
+struct OffsetFloor {
+    /// The segment's base offset.
+    segment_base: i64,
+    /// One past the last offset seen so far (previous batch, or previous segment).
+    next_offset: Option<i64>,
+}
+
+fn verify_log(
+    path: &Path,
+    base_offset: i64,
+    previous_next_offset: Option<i64>,
+    report: &mut Report,
+) -> anyhow::Result<LogLayout> {
+    if let Some(previous) = previous_next_offset.filter(|previous| base_offset < *previous) {
+        report.problem(path, 0, format!("segment base offset {base_offset} overlaps the previous segment, which ends at offset {}", previous - 1));
+    }
+    let file = ReadOnlyFile::open(path)?;
+    let size_bytes = file.length()?;
+    let mut layout = LogLayout {
+        size_bytes,
+        ..LogLayout::default()
+    };
+    let mut floor = OffsetFloor {
+        segment_base: base_offset,
+        next_offset: previous_next_offset,
+    };
+    let mut walker = BatchWalker::new(&file, size_bytes);
+    report.segments += 1;
+    loop {
+        let span = match walker.next_step()? {
+            WalkStep::Valid { position, batch } => {
+                report.records += check_records(path, position, &batch, report);
+                BatchSpan::new(position, batch.header())
+            }
+            WalkStep::Corrupt {
+                position,
+                header,
+                reason,
+            } => {
+                report.problem(path, position, reason);
+                BatchSpan::new(position, &header)
+            }
+            WalkStep::Stop { position, reason } => {
+                let unread = size_bytes - position;
+                report.problem(
+                    path,
+                    position,
+                    format!("{reason}; the last {unread} bytes cannot be read"),
+                );
+                layout.stop = Some(ScanStop { position, reason });
+                return Ok(layout);
+            }
+            WalkStep::End => return Ok(layout),
+        };
+        report.batches += 1;
+        check_batch_offsets(path, &span, &mut floor, report);
+        layout.batches.push(span);
+    }
+}
+
+/// A batch must not start below the segment's base offset nor below the end of what came before,
+/// must end at or after its start, and must fit the index's 32-bit relative offsets.
+fn check_batch_offsets(
+    path: &Path,
+    span: &BatchSpan,
+    floor: &mut OffsetFloor,
+    report: &mut Report,
+) {
+    let BatchSpan {
+        position,
+        base_offset,
+        last_offset,
+        ..
+    } = *span;
+    if base_offset < floor.segment_base {
+        report.problem(
+            path,
+            position,
+            format!(
+                "batch base offset {base_offset} is below the segment's base offset {}",
+                floor.segment_base
+            ),
+        );
+    }
+    if let Some(next_offset) = floor.next_offset.filter(|next| base_offset < *next) {
+        report.problem(path, position, format!("batch base offset {base_offset} does not follow the previous batch, which ends at offset {}", next_offset - 1));
+    }
+    if last_offset < base_offset {
+        report.problem(
+            path,
+            position,
+            format!("batch last offset {last_offset} is below its base offset {base_offset}"),
+        );
+    }
+    if last_offset.saturating_sub(floor.segment_base) > i64::from(i32::MAX) {
+        report.problem(
+            path,
+            position,
+            format!(
+                "batch last offset {last_offset} does not fit a segment based at {}",
+                floor.segment_base
+            ),
+        );
+    }
+    floor.next_offset = Some(
+        floor
+            .next_offset
+            .unwrap_or(i64::MIN)
+            .max(last_offset.saturating_add(1)),
+    );
+}
+
+/// Decodes the records (decompressing them) and checks their offset deltas; returns the count.
+fn check_records(
+    path: &Path,
+    position: u64,
+    batch: &seglog::format::Batch,
+    report: &mut Report,
+) -> u64 {
+    let records = match batch.records() {
+        Ok(records) => records,
+        Err(error) => {
+            report.problem(path, position, format!("records do not decode: {error}"));
+            return 0;
+        }
+    };
+    let last_offset_delta = batch.header().last_offset_delta;
+    let mut previous_delta: Option<i32> = None;
+    for (index, record) in records.iter().enumerate() {
+        let delta = record.offset_delta;
+        if delta < 0
+            || delta > last_offset_delta
+            || previous_delta.is_some_and(|previous| delta <= previous)
+        {
+            report.problem(path, position, format!("record {index} has offset delta {delta}, out of order or outside 0..={last_offset_delta}"));
+            break;
+        }
+        previous_delta = Some(delta);
+    }
+    records.len() as u64
+}
+
+fn verify_indexes(
+    log_path: &Path,
+    base_offset: i64,
+    layout: &LogLayout,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let index_path = log_path.with_extension("index");
+    match index_path.exists() {
+        true => verify_offset_index(&index_path, base_offset, layout, report)?,
+        false => report.note(&index_path, "missing (opening the log rebuilds it)"),
+    }
+    let time_index_path = log_path.with_extension("timeindex");
+    match time_index_path.exists() {
+        true => verify_time_index(&time_index_path, base_offset, layout, report)?,
+        false => report.note(&time_index_path, "missing (opening the log rebuilds it)"),
+    }
+    Ok(())
+}
+
+fn verify_offset_index(
+    path: &Path,
+    base_offset: i64,
+    layout: &LogLayout,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let index = IndexBytes::read(path, OFFSET_ENTRY_BYTES)?;
+    let mut previous = None;
+    for (entry_index, entry) in index.offset_entries().enumerate() {
+        if let Some(reason) = check_offset_entry(base_offset, previous, entry, layout) {
+            let offset = base_offset + i64::from(entry.relative_offset);
+            let what = format!(
+                "entry {entry_index} (offset: {offset} position: {})",
+                entry.position
+            );
+            report.problem(
+                path,
+                (entry_index * OFFSET_ENTRY_BYTES) as u64,
+                format!("{what}: {reason}"),
+            );
+        }
+        previous = Some(entry);
+    }
+    finish_index(path, &index, OFFSET_ENTRY_BYTES, report);
+    Ok(())
+}
+
+fn verify_time_index(
+    path: &Path,
+    base_offset: i64,
+    layout: &LogLayout,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let index = IndexBytes::read(path, TIME_ENTRY_BYTES)?;
+    let mut previous = None;
+    for (entry_index, entry) in index.time_entries().enumerate() {
+        if let Some(reason) = check_time_entry(base_offset, previous, entry, layout) {
+            let offset = base_offset + i64::from(entry.relative_offset);
+            let what = format!(
+                "entry {entry_index} (timestamp: {} offset: {offset})",
+                entry.timestamp_ms
+            );
+            report.problem(
+                path,
+                (entry_index * TIME_ENTRY_BYTES) as u64,
+                format!("{what}: {reason}"),
+            );
+        }
+        previous = Some(entry);
+    }
+    finish_index(path, &index, TIME_ENTRY_BYTES, report);
+    Ok(())
+}
+
+fn finish_index(path: &Path, index: &IndexBytes, entry_bytes: usize, report: &mut Report) {
+    if let Some(tail) = index.zero_tail {
+        report.note(path, tail.describe());
+    }
+    if let Some(reason) = index.describe_trailing_bytes(entry_bytes) {
+        report.problem(
+            path,
+            (index.bytes.len() - index.trailing_bytes) as u64,
+            reason,
+        );
+    }
+}
