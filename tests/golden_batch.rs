@@ -13,6 +13,8 @@
 //!
 //! Issue 2: storage core.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use std::sync::Arc;
 
 use bytes::Bytes;

@@ -281,27 +281,36 @@ impl Segment {
     ) -> Result<Option<TimestampOffset>, StorageError> {
         let indexed = self.time_index.lookup(target);
         let start = self.offset_index.lookup(indexed.offset.max(starting_offset));
-        let Some(location) = self.scan_for(u64::from(start.position), self.size_bytes, |header| {
-            header.max_timestamp >= target.0 && header.last_offset() >= starting_offset.0 as i64
-        })?
-        else {
-            return Ok(None);
-        };
-        let batch = self.read_batch(location)?;
-        let base_timestamp = batch.header().base_timestamp;
-        let records = batch.records().map_err(|error| self.corrupt(location.position, error))?;
-        Ok(records.iter().find_map(|record| {
-            let offset = batch.base_offset() + i64::from(record.offset_delta);
-            let timestamp = if batch.header().attributes.is_log_append_time() {
-                batch.header().max_timestamp
-            } else {
-                base_timestamp.saturating_add(record.timestamp_delta)
+        let mut position = u64::from(start.position);
+        loop {
+            let Some(location) = self.scan_for(position, self.size_bytes, |header| {
+                header.max_timestamp >= target.0 && header.last_offset() >= starting_offset.0 as i64
+            })?
+            else {
+                return Ok(None);
             };
-            (timestamp >= target.0 && offset >= starting_offset.0 as i64).then_some(TimestampOffset {
-                timestamp: TimestampMs(timestamp),
-                offset: Offset(offset as u64),
-            })
-        }))
+            let batch = self.read_batch(location)?;
+            let base_timestamp = batch.header().base_timestamp;
+            let records = batch.records().map_err(|error| self.corrupt(location.position, error))?;
+            let found = records.iter().find_map(|record| {
+                let offset = batch.base_offset() + i64::from(record.offset_delta);
+                let timestamp = if batch.header().attributes.is_log_append_time() {
+                    batch.header().max_timestamp
+                } else {
+                    base_timestamp.saturating_add(record.timestamp_delta)
+                };
+                (timestamp >= target.0 && offset >= starting_offset.0 as i64).then_some(TimestampOffset {
+                    timestamp: TimestampMs(timestamp),
+                    offset: Offset(offset as u64),
+                })
+            });
+            if found.is_some() {
+                return Ok(found);
+            }
+            // Only records below `starting_offset` reach the target in this batch: go on to the
+            // next one, as Kafka's `FileRecords.searchForTimestamp` does.
+            position = location.position + location.size_bytes;
+        }
     }
 
     /// Reads and checks the one batch at `location`.
@@ -330,12 +339,32 @@ impl Segment {
         self.time_index.truncate_to(cut_offset);
         self.set_log_size(location.position)?;
         self.next_offset = cut_offset;
-        self.max_timestamp_so_far = self.time_index.last_entry();
+        self.max_timestamp_so_far = self.read_largest_timestamp()?;
         if self.size_bytes == 0 {
             self.first_batch_timestamp = None;
         }
         self.bytes_since_last_index_entry = 0;
         Ok(removed)
+    }
+
+    /// The largest timestamp in the segment: the last time index entry, or a larger one among the
+    /// batches from that entry's position on (Kafka's `LogSegment.readLargestTimestamp`). After a
+    /// truncation the time index alone can miss the batches appended since its last entry.
+    fn read_largest_timestamp(&self) -> Result<Option<TimestampOffset>, StorageError> {
+        let mut max = self.time_index.last_entry();
+        let from = max.map_or(0, |entry| self.offset_index.lookup(entry.offset).position);
+        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, u64::from(from), self.size_bytes);
+        loop {
+            match scanner.next_header()? {
+                ScanStep::Item { item, .. } => observe_timestamp(
+                    &mut max,
+                    TimestampMs(item.max_timestamp),
+                    Offset(item.last_offset().max(0) as u64),
+                ),
+                ScanStep::End => return Ok(max),
+                ScanStep::Invalid { position, error } => return Err(self.corrupt(position, error)),
+            }
+        }
     }
 
     fn set_log_size(&mut self, size_bytes: u64) -> Result<(), StorageError> {
@@ -371,6 +400,11 @@ impl Segment {
         self.offset_index.trim_to_valid_size()?;
         self.time_index.trim_to_valid_size()?;
         self.flush()
+    }
+
+    /// True when both indexes hold exactly their entries, as sealing leaves them.
+    pub fn is_sealed(&self) -> bool {
+        self.offset_index.is_trimmed() && self.time_index.is_trimmed()
     }
 
     /// Grows the indexes back to their preallocated size so appends can continue.

@@ -116,8 +116,15 @@ impl Segment {
     fn load_tail(&mut self) -> Result<Result<(), (u64, String)>, StorageError> {
         self.max_timestamp_so_far = self.time_index.last_entry();
         let start = self.offset_index.last_entry().map_or(0, |entry| entry.position);
+        // A time index that lags the offset index (empty, or lost and recreated) does not cover
+        // the batches before `start`: scan from its last entry's batch, as Kafka's
+        // `LogSegment.readLargestTimestamp` does (from 0 when it has no entry).
+        let time_start = self
+            .max_timestamp_so_far
+            .map_or(0, |entry| self.offset_index.lookup(entry.offset).position);
         self.first_batch_timestamp = self.first_header()?.map(|header| TimestampMs(header.max_timestamp));
-        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, u64::from(start), self.size_bytes);
+        let mut scanner =
+            LogScanner::new(self.log.as_ref(), &self.log_path, u64::from(start.min(time_start)), self.size_bytes);
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { item, .. } => {

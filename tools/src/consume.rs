@@ -32,17 +32,23 @@ pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     }
     let mut log_dir = LogDir::open(&args.dir, Arc::new(PositionedIo), LogConfig::default())
         .with_context(|| format!("cannot open data directory {}", args.dir.display()))?;
-    let partition_count = log_dir.partition_count(&topic)?;
-    let log = log_dir.partition(&topic, args.partition).with_context(|| {
+    let consumed = consume(&mut log_dir, &topic, args);
+    // Close (clean shutdown) even after an error, so the next open need not recover; the first
+    // error is the one reported.
+    let closed = log_dir.close().context("cannot close the data directory");
+    consumed.and(closed)?;
+    Ok(Outcome::Clean)
+}
+
+fn consume(log_dir: &mut LogDir, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let partition_count = log_dir.partition_count(topic)?;
+    let log = log_dir.partition(topic, args.partition).with_context(|| {
         format!(
             "cannot open {topic}-{} (the topic has {partition_count} partitions on disk)",
             args.partition
         )
     })?;
-    print_records(log, args)
-        .with_context(|| format!("cannot consume {topic}-{}", args.partition))?;
-    log_dir.close().context("cannot close the data directory")?;
-    Ok(Outcome::Clean)
+    print_records(log, args).with_context(|| format!("cannot consume {topic}-{}", args.partition))
 }
 
 /// Where printing starts and stops.
@@ -104,6 +110,10 @@ fn print_batch(
     printed: u64,
     format: OutputFormat,
 ) -> anyhow::Result<u64> {
+    if batch.header().attributes.is_control() {
+        // Transaction markers and other control records are not data: consumers never see them.
+        return Ok(0);
+    }
     let records = batch.records().with_context(|| {
         format!(
             "records of the batch at offset {} do not decode",

@@ -209,3 +209,94 @@ pub fn check_time_entry(
     }
     (!reasons.is_empty()).then(|| reasons.join("; "))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::log_scan::BatchSpan;
+
+    fn write_index(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000100.index");
+        fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    fn entry(relative_offset: u32, position: u32) -> OffsetIndexEntry {
+        OffsetIndexEntry {
+            relative_offset,
+            position,
+        }
+    }
+
+    #[test]
+    fn a_zero_filled_tail_is_split_from_the_entries() {
+        let mut bytes = entry(3, 4200).encode().to_vec();
+        bytes.extend(entry(9, 8400).encode());
+        bytes.extend([0u8; 8 * 5]);
+        bytes.extend([0u8; 3]);
+        let (_dir, path) = write_index(&bytes);
+        let index = IndexBytes::read(&path, OFFSET_ENTRY_BYTES).unwrap();
+        assert_eq!(index.entry_count, 2);
+        assert_eq!(
+            index.zero_tail,
+            Some(ZeroTail {
+                first_entry: 2,
+                entry_count: 5,
+                entry_bytes: 8
+            })
+        );
+        assert_eq!(index.trailing_bytes, 3);
+        assert_eq!(
+            index.offset_entries().collect::<Vec<_>>(),
+            [entry(3, 4200), entry(9, 8400)]
+        );
+        assert_eq!(
+            sibling_log(&path),
+            path.with_file_name("00000000000000000100.log")
+        );
+    }
+
+    #[test]
+    fn offset_entries_must_name_a_batch_start_holding_their_offset_as_last() {
+        let batch = |position, base_offset, last_offset| BatchSpan {
+            position,
+            base_offset,
+            last_offset,
+            max_timestamp: 10,
+        };
+        let log = LogLayout {
+            size_bytes: 9000,
+            batches: vec![
+                batch(0, 100, 102),
+                batch(4200, 103, 103),
+                batch(8400, 104, 109),
+            ],
+            stop: None,
+        };
+        assert_eq!(check_offset_entry(100, None, entry(3, 4200), &log), None);
+        assert_eq!(
+            check_offset_entry(100, Some(entry(3, 4200)), entry(9, 8400), &log),
+            None
+        );
+        let wrong_offset = check_offset_entry(100, None, entry(4, 4200), &log).unwrap();
+        assert!(
+            wrong_offset.contains("holds offsets 103..=103"),
+            "{wrong_offset}"
+        );
+        let not_a_start = check_offset_entry(100, None, entry(3, 4201), &log).unwrap();
+        assert_eq!(not_a_start, "no batch starts at position 4201");
+        let past_end = check_offset_entry(100, None, entry(3, 9000), &log).unwrap();
+        assert!(
+            past_end.contains("past the end of the log (9000 bytes)"),
+            "{past_end}"
+        );
+        let backwards =
+            check_offset_entry(100, Some(entry(9, 8400)), entry(3, 4200), &log).unwrap();
+        assert!(
+            backwards.contains("offset does not increase")
+                && backwards.contains("position does not increase")
+        );
+    }
+}

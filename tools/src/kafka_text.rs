@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use seglog::format::{BatchAttributes, BatchHeader, Compression, Record};
+use seglog::format::{BatchAttributes, BatchHeader, Record};
 
 use crate::record_view::{lossy, record_offset, record_timestamp};
 
@@ -83,14 +83,10 @@ pub fn timestamp_type_name(attributes: BatchAttributes) -> &'static str {
     }
 }
 
-/// Kafka's `CompressionType.name`.
+/// Kafka's `CompressionType.name`; an unknown codec id is shown as such.
 fn compression_name(attributes: BatchAttributes) -> Cow<'static, str> {
     match attributes.compression() {
-        Ok(Compression::None) => Cow::Borrowed("none"),
-        Ok(Compression::Gzip) => Cow::Borrowed("gzip"),
-        Ok(Compression::Snappy) => Cow::Borrowed("snappy"),
-        Ok(Compression::Lz4) => Cow::Borrowed("lz4"),
-        Ok(Compression::Zstd) => Cow::Borrowed("zstd"),
+        Ok(codec) => Cow::Borrowed(codec.name()),
         Err(_) => Cow::Owned(format!("unknown({})", attributes.0 & 0x07)),
     }
 }
@@ -161,4 +157,61 @@ fn be_i16(bytes: &[u8], at: usize) -> Option<i16> {
 fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
     let field = bytes.get(at..at + 4)?;
     Some(i32::from_be_bytes([field[0], field[1], field[2], field[3]]))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use seglog::format::{Batch, BatchBuilder, NewRecord};
+
+    use super::*;
+
+    #[test]
+    fn sequences_wrap_like_kafkas() {
+        assert_eq!(increment_sequence(5, 3), 8);
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+    }
+
+    #[test]
+    fn batch_and_record_lines_use_kafkas_names_and_order() {
+        let mut builder = BatchBuilder::new(7);
+        let headers: [(&str, Option<&[u8]>); 2] = [("a", Some(&b"1"[..])), ("b", None)];
+        builder.push(&NewRecord {
+            timestamp_ms: 1_700_000_000_000,
+            key: Some(b"abc"),
+            value: Some(b"hello"),
+            headers: &headers,
+        });
+        builder.push(&NewRecord {
+            timestamp_ms: 1_700_000_000_002,
+            key: None,
+            value: None,
+            headers: &[],
+        });
+        let batch = Batch::decode(&builder.build().unwrap(), u64::MAX).unwrap();
+        let header = batch.header();
+        let expected = format!(
+            "baseOffset: 7 lastOffset: 8 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 \
+             producerEpoch: -1 partitionLeaderEpoch: -1 isTransactional: false isControl: false \
+             deleteHorizonMs: OptionalLong.empty position: 42 CreateTime: 1700000000002 size: {} \
+             magic: 2 compresscodec: none crc: {} isvalid: true",
+            batch.size_bytes(),
+            header.crc
+        );
+        assert_eq!(batch_line(header, 42, true), expected);
+        let records = batch.records().unwrap();
+        assert_eq!(
+            record_line(header, &records[0], true),
+            "| offset: 7 CreateTime: 1700000000000 keySize: 3 valueSize: 5 sequence: -1 headerKeys: [a,b] key: abc payload: hello"
+        );
+        assert_eq!(
+            record_line(header, &records[1], true),
+            "| offset: 8 CreateTime: 1700000000002 keySize: -1 valueSize: -1 sequence: -1 headerKeys: []"
+        );
+        assert_eq!(
+            record_line(header, &records[0], false),
+            "| offset: 7 CreateTime: 1700000000000 keySize: 3 valueSize: 5 sequence: -1 headerKeys: [a,b]"
+        );
+    }
 }

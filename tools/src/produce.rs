@@ -39,7 +39,22 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let batch_limit_bytes = BATCH_TARGET_BYTES.min(config.max_message_bytes);
     let mut log_dir = LogDir::open(&args.dir, Arc::new(PositionedIo), config)
         .with_context(|| format!("cannot open data directory {}", args.dir.display()))?;
-    let partition_count = ensure_topic(&mut log_dir, &topic, args.partitions)?;
+    let appended = produce_into(&mut log_dir, topic, args, batch_limit_bytes);
+    // Close (clean shutdown) even after an error, so the next open need not recover; the first
+    // error is the one reported.
+    let closed = log_dir.close().context("cannot close the data directory");
+    appended.and(closed)?;
+    Ok(Outcome::Clean)
+}
+
+/// Creates the topic if needed, then appends stdin to it.
+fn produce_into(
+    log_dir: &mut LogDir,
+    topic: TopicName,
+    args: &ProduceArgs,
+    batch_limit_bytes: u64,
+) -> anyhow::Result<()> {
+    let partition_count = ensure_topic(log_dir, &topic, args.partitions)?;
     let mut producer = Producer {
         log_dir,
         topic,
@@ -51,17 +66,7 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
         batch_limit_bytes,
         durable: args.durable,
     };
-    let lines = spawn_line_reader()?;
-    let mut out = io::stdout().lock();
-    while let Some(chunk) = next_chunk(&lines)? {
-        let acks = producer.append_chunk(&chunk)?;
-        write_acks(&mut out, &acks, args.format)?;
-    }
-    producer
-        .log_dir
-        .close()
-        .context("cannot close the data directory")?;
-    Ok(Outcome::Clean)
+    producer.stream_stdin(args.format)
 }
 
 /// The default log configuration with each `KEY=VALUE` applied (Kafka's topic-config names).
@@ -189,7 +194,7 @@ struct Ack {
 }
 
 struct Producer<'a> {
-    log_dir: LogDir,
+    log_dir: &'a mut LogDir,
     topic: TopicName,
     router: Router,
     key_separator: Option<&'a [u8]>,
@@ -198,6 +203,17 @@ struct Producer<'a> {
 }
 
 impl Producer<'_> {
+    /// Appends stdin's lines until its end, printing acknowledgements as it goes.
+    fn stream_stdin(&mut self, format: OutputFormat) -> anyhow::Result<()> {
+        let lines = spawn_line_reader()?;
+        let mut out = io::stdout().lock();
+        while let Some(chunk) = next_chunk(&lines)? {
+            let acks = self.append_chunk(&chunk)?;
+            write_acks(&mut out, &acks, format)?;
+        }
+        Ok(())
+    }
+
     /// Appends the chunk's lines and returns their acknowledgements, in input order.
     fn append_chunk(&mut self, chunk: &[Vec<u8>]) -> anyhow::Result<Vec<Ack>> {
         let timestamp_ms = TimestampMs::now().0;
@@ -310,4 +326,35 @@ fn write_acks(out: &mut impl Write, acks: &[Ack], format: OutputFormat) -> anyho
         out.flush()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_splits_at_the_first_separator_or_has_a_null_key() {
+        assert_eq!(
+            split_line(b"k:v:w", Some(b":")),
+            (Some(&b"k"[..]), &b"v:w"[..])
+        );
+        assert_eq!(
+            split_line(b"k=>v", Some(b"=>")),
+            (Some(&b"k"[..]), &b"v"[..])
+        );
+        assert_eq!(split_line(b":v", Some(b":")), (Some(&b""[..]), &b"v"[..]));
+        assert_eq!(
+            split_line(b"no separator", Some(b":")),
+            (None, &b"no separator"[..])
+        );
+        assert_eq!(split_line(b"k:v", None), (None, &b"k:v"[..]));
+    }
+
+    #[test]
+    fn line_ends_are_stripped_but_inner_carriage_returns_kept() {
+        assert_eq!(strip_line_end(b"a\r\n".to_vec()), b"a");
+        assert_eq!(strip_line_end(b"a\n".to_vec()), b"a");
+        assert_eq!(strip_line_end(b"a\rb".to_vec()), b"a\rb");
+        assert_eq!(strip_line_end(b"\n".to_vec()), b"");
+    }
 }

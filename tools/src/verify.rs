@@ -118,7 +118,9 @@ fn verify_partition(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
                 .or_default()
                 .push(parsed.kind);
         } else {
-            report.note(&dir.join(&name), "leftover of an interrupted delete or compaction; opening the log completes or removes it");
+            let note =
+                "leftover of an interrupted delete or compaction; opening the log settles it";
+            report.note(&dir.join(&name), note);
         }
     }
     let mut previous_next_offset: Option<i64> = None;
@@ -160,7 +162,11 @@ fn verify_log(
     report: &mut Report,
 ) -> anyhow::Result<LogLayout> {
     if let Some(previous) = previous_next_offset.filter(|previous| base_offset < *previous) {
-        report.problem(path, 0, format!("segment base offset {base_offset} overlaps the previous segment, which ends at offset {}", previous - 1));
+        let last = previous - 1;
+        let reason = format!(
+            "segment base offset {base_offset} overlaps the previous segment (last offset {last})"
+        );
+        report.problem(path, 0, reason);
     }
     let file = ReadOnlyFile::open(path)?;
     let size_bytes = file.length()?;
@@ -231,7 +237,11 @@ fn check_batch_offsets(
         );
     }
     if let Some(next_offset) = floor.next_offset.filter(|next| base_offset < *next) {
-        report.problem(path, position, format!("batch base offset {base_offset} does not follow the previous batch, which ends at offset {}", next_offset - 1));
+        let last = next_offset - 1;
+        let reason = format!(
+            "batch base offset {base_offset} does not follow the previous batch (last offset {last})"
+        );
+        report.problem(path, position, reason);
     }
     if last_offset < base_offset {
         report.problem(
@@ -280,7 +290,11 @@ fn check_records(
             || delta > last_offset_delta
             || previous_delta.is_some_and(|previous| delta <= previous)
         {
-            report.problem(path, position, format!("record {index} has offset delta {delta}, out of order or outside 0..={last_offset_delta}"));
+            let allowed = format!("0..={last_offset_delta}");
+            let reason = format!(
+                "record {index} has offset delta {delta}: out of order or outside {allowed}"
+            );
+            report.problem(path, position, reason);
             break;
         }
         previous_delta = Some(delta);

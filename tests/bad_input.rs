@@ -1,0 +1,642 @@
+//! Bad input gets a typed error and changes nothing: illegal topic names, oversized, empty,
+//! garbage and inconsistent batches, reads and deletions outside the log, a data directory that
+//! is already open; and no input makes the batch decoder panic.
+//!
+//! How: each case calls the public API (`TopicName`, `LogDir`, `PartitionLog`, `Batch`) on a
+//! temporary directory and matches the exact error variant and the values it carries, then
+//! checks that the log's offsets and files are as before. Inconsistent batches are assembled in
+//! the test from records encoded with `NewRecord::encode` and a header written field by field,
+//! with a correct CRC so that the record-level checks (not the CRC) must catch them. Two
+//! proptests feed `Batch::decode`, `records()`, `validate_records()` and `BatchIter` arbitrary
+//! bytes and arbitrary mutations of a valid batch (with the CRC recomputed, so that mutated
+//! records and attributes reach the record and decompression decoders), and append the
+//! mutated batches to a log, which must accept them whole or refuse them with `InvalidBatch`.
+//!
+//! Issue 2: storage core.
+
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use seglog::config::LogConfig;
+use seglog::error::{AppendError, DeleteRecordsError, OpenError, PartitionError, ReadError};
+use seglog::format::batch::BatchIter;
+use seglog::format::{Batch, BatchHeader, BatchPrefix, DecodeError, NewRecord};
+use seglog::io::pio::PositionedIo;
+use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::log_dir::LogDir;
+use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError, TopicPartition};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::tempdir_in(shm)
+    {
+        return dir;
+    }
+    tempfile::tempdir().unwrap()
+}
+
+/// Kafka's defaults, with small preallocated indexes (10 MiB ones cost time in every test).
+fn config() -> LogConfig {
+    LogConfig {
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
+fn now() -> TimestampMs {
+    TimestampMs(T0 + 1_000)
+}
+
+fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
+    let tp = TopicPartition {
+        topic: TopicName::parse("bad").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    PartitionLog::open(
+        Arc::new(PositionedIo),
+        &dir.join("bad-0"),
+        tp,
+        config,
+        options,
+    )
+    .unwrap()
+    .0
+}
+
+/// A records section of `count` records with the given offset deltas.
+fn records_section(offset_deltas: &[i32], value_bytes: usize) -> Vec<u8> {
+    let value = vec![b'v'; value_bytes];
+    let mut out = Vec::new();
+    for (index, offset_delta) in offset_deltas.iter().enumerate() {
+        let key = format!("key-{index}");
+        NewRecord {
+            timestamp_ms: T0 + index as i64,
+            key: Some(key.as_bytes()),
+            value: Some(&value),
+            headers: &[],
+        }
+        .encode(*offset_delta, index as i64, &mut out);
+    }
+    out
+}
+
+/// A batch header written field by field around `records`, with a correct CRC-32C.
+fn assemble(records: &[u8], records_count: i32, last_offset_delta: i32, attributes: i16) -> Bytes {
+    let mut covered = Vec::new();
+    covered.extend_from_slice(&attributes.to_be_bytes());
+    covered.extend_from_slice(&last_offset_delta.to_be_bytes());
+    covered.extend_from_slice(&T0.to_be_bytes());
+    covered.extend_from_slice(&(T0 + 10).to_be_bytes());
+    covered.extend_from_slice(&(-1i64).to_be_bytes());
+    covered.extend_from_slice(&(-1i16).to_be_bytes());
+    covered.extend_from_slice(&(-1i32).to_be_bytes());
+    covered.extend_from_slice(&records_count.to_be_bytes());
+    covered.extend_from_slice(records);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes());
+    batch.extend_from_slice(&((covered.len() + 9) as i32).to_be_bytes());
+    batch.extend_from_slice(&(-1i32).to_be_bytes());
+    batch.push(2);
+    batch.extend_from_slice(&crc32c::crc32c(&covered).to_be_bytes());
+    batch.extend_from_slice(&covered);
+    Bytes::from(batch)
+}
+
+fn valid_batch(count: usize, value_bytes: usize) -> Bytes {
+    let deltas: Vec<i32> = (0..count as i32).collect();
+    assemble(
+        &records_section(&deltas, value_bytes),
+        count as i32,
+        count as i32 - 1,
+        0,
+    )
+}
+
+/// Recomputes the CRC of an encoded batch after the test changed bytes it covers.
+fn fix_crc(batch: &mut [u8]) {
+    if batch.len() >= 21 {
+        let crc = crc32c::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+fn assert_invalid_batch(
+    log: &mut PartitionLog,
+    bytes: Bytes,
+    expected_position: usize,
+    expected: impl Fn(&DecodeError) -> bool,
+    what: &str,
+) {
+    let (end, size) = (log.log_end_offset(), log.size_bytes());
+    match log.append(bytes, now()) {
+        Err(AppendError::InvalidBatch { position, source }) => {
+            assert_eq!(position, expected_position, "{what}: position");
+            assert!(expected(&source), "{what}: unexpected cause {source:?}");
+        }
+        other => panic!("{what}: append gave {other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), end, "{what}: log end unchanged");
+    assert_eq!(log.size_bytes(), size, "{what}: nothing written");
+}
+
+#[test]
+fn illegal_topic_names_are_typed_errors_and_create_nothing() {
+    let root = scratch();
+    let mut log_dir = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    let before: Vec<_> = fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    // The only way to LogDir is through `TopicName`; a caller's `?` turns the error into a
+    // `PartitionError`.
+    let create = |log_dir: &mut LogDir, name: &str| -> Result<(), PartitionError> {
+        let topic = TopicName::parse(name)?;
+        log_dir.create_topic(&topic, 1)
+    };
+    let long = "x".repeat(250);
+    type Expected = fn(&TopicNameError) -> bool;
+    let cases: Vec<(&str, Expected)> = vec![
+        ("", |e| matches!(e, TopicNameError::Empty)),
+        (".", |e| matches!(e, TopicNameError::Dots)),
+        ("..", |e| matches!(e, TopicNameError::Dots)),
+        (&long, |e| {
+            matches!(e, TopicNameError::TooLong { length: 250 })
+        }),
+        ("a/b", |e| {
+            matches!(e, TopicNameError::IllegalCharacter { character: '/', .. })
+        }),
+        ("../etc", |e| {
+            matches!(e, TopicNameError::IllegalCharacter { character: '/', .. })
+        }),
+        ("a b", |e| {
+            matches!(e, TopicNameError::IllegalCharacter { character: ' ', .. })
+        }),
+        ("a\0b", |e| {
+            matches!(
+                e,
+                TopicNameError::IllegalCharacter {
+                    character: '\0',
+                    ..
+                }
+            )
+        }),
+        ("é", |e| {
+            matches!(
+                e,
+                TopicNameError::IllegalCharacter {
+                    character: 'é', ..
+                }
+            )
+        }),
+        ("a:b", |e| {
+            matches!(e, TopicNameError::IllegalCharacter { character: ':', .. })
+        }),
+    ];
+    for (name, expected) in cases {
+        match create(&mut log_dir, name) {
+            Err(PartitionError::TopicName(error)) => {
+                assert!(expected(&error), "{name:?}: {error:?}")
+            }
+            other => panic!("{name:?}: {other:?}"),
+        }
+    }
+    let after: Vec<_> = fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(after, before, "no directory created");
+    assert!(log_dir.list_partitions().unwrap().is_empty());
+    // The longest legal name works.
+    create(&mut log_dir, &"x".repeat(249)).unwrap();
+    assert_eq!(log_dir.list_partitions().unwrap().len(), 1);
+}
+
+#[test]
+fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
+    let root = scratch();
+    let mut log_dir = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    let topic = TopicName::parse("absent").unwrap();
+    match log_dir.partition(&topic, 3) {
+        Err(PartitionError::UnknownPartition { topic, partition }) => {
+            assert_eq!(topic, "absent");
+            assert_eq!(partition, 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!root.path().join("absent-3").exists());
+    // Directories with names that are not `<legal topic>-<partition>` are not partitions.
+    for name in ["a b-0", "..-1", "topic", "topic-x", "-2"] {
+        fs::create_dir(root.path().join(name)).unwrap();
+    }
+    assert!(log_dir.list_partitions().unwrap().is_empty());
+}
+
+#[test]
+fn a_batch_larger_than_max_message_bytes_is_rejected() {
+    let root = scratch();
+    let config = LogConfig {
+        max_message_bytes: 500,
+        ..config()
+    };
+    let mut log = open_log(root.path(), config);
+    let oversized = valid_batch(4, 120);
+    assert!(oversized.len() > 500);
+    match log.append(oversized.clone(), now()) {
+        Err(AppendError::BatchTooLarge {
+            size_bytes,
+            max_bytes,
+        }) => {
+            assert_eq!(size_bytes, oversized.len() as u64);
+            assert_eq!(max_bytes, 500);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), Offset(0));
+    assert_eq!(log.size_bytes(), 0);
+    // The second batch of an append is checked too, and the first is not written alone.
+    let mut two = valid_batch(1, 10).to_vec();
+    two.extend_from_slice(&oversized);
+    assert!(matches!(
+        log.append(Bytes::from(two), now()),
+        Err(AppendError::BatchTooLarge { max_bytes: 500, .. })
+    ));
+    assert_eq!(log.size_bytes(), 0);
+    // A batch of exactly max.message.bytes is accepted.
+    let exact = (0..500)
+        .map(|value_bytes| valid_batch(1, value_bytes))
+        .find(|batch| batch.len() == 500)
+        .unwrap();
+    log.append(exact, now()).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(1));
+}
+
+#[test]
+fn an_append_larger_than_a_segment_is_rejected() {
+    let root = scratch();
+    let config = LogConfig {
+        segment_bytes: 1024,
+        ..config()
+    };
+    let mut log = open_log(root.path(), config);
+    let mut bytes = Vec::new();
+    while bytes.len() <= 1024 {
+        bytes.extend_from_slice(&valid_batch(2, 50));
+    }
+    let size = bytes.len() as u64;
+    match log.append(Bytes::from(bytes), now()) {
+        Err(AppendError::BatchTooLarge {
+            size_bytes,
+            max_bytes,
+        }) => {
+            assert_eq!(size_bytes, size);
+            assert_eq!(max_bytes, 1024);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), Offset(0));
+}
+
+#[test]
+fn an_empty_append_is_rejected() {
+    let root = scratch();
+    let mut log = open_log(root.path(), config());
+    assert!(matches!(
+        log.append(Bytes::new(), now()),
+        Err(AppendError::Empty)
+    ));
+    assert_eq!(log.log_end_offset(), Offset(0));
+    assert_eq!(log.size_bytes(), 0);
+}
+
+#[test]
+fn garbage_and_damaged_batches_are_invalid_batches() {
+    let root = scratch();
+    let mut log = open_log(root.path(), config());
+    log.append(valid_batch(3, 10), now()).unwrap();
+    let good = valid_batch(2, 20);
+
+    let garbage: Vec<u8> = (0..200u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    assert_invalid_batch(&mut log, Bytes::from(garbage), 0, |_| true, "garbage");
+    assert_invalid_batch(
+        &mut log,
+        Bytes::from(vec![0u8; 100]),
+        0,
+        |e| matches!(e, DecodeError::BatchLengthTooSmall { batch_length: 0 }),
+        "zeros",
+    );
+    assert_invalid_batch(
+        &mut log,
+        Bytes::from_static(&[1, 2, 3]),
+        0,
+        |e| matches!(e, DecodeError::Truncated { .. }),
+        "three bytes",
+    );
+    assert_invalid_batch(
+        &mut log,
+        good.slice(..good.len() - 1),
+        0,
+        |e| matches!(e, DecodeError::Truncated { .. }),
+        "a batch missing its last byte",
+    );
+    let mut bad_crc = good.to_vec();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 1;
+    assert_invalid_batch(
+        &mut log,
+        Bytes::from(bad_crc),
+        0,
+        |e| matches!(e, DecodeError::CrcMismatch { .. }),
+        "a bad CRC",
+    );
+    let mut magic_one = good.to_vec();
+    magic_one[16] = 1;
+    assert_invalid_batch(
+        &mut log,
+        Bytes::from(magic_one),
+        0,
+        |e| matches!(e, DecodeError::UnsupportedMagic { magic: 1 }),
+        "magic 1",
+    );
+    // A good batch followed by garbage: refused as a whole, the error at the garbage.
+    let mut followed = good.to_vec();
+    followed.extend_from_slice(&[0xff; 30]);
+    assert_invalid_batch(
+        &mut log,
+        Bytes::from(followed),
+        good.len(),
+        |_| true,
+        "a good batch then garbage",
+    );
+    // Log still serves the first batch and appends at offset 3.
+    assert_eq!(log.append(good, now()).unwrap().first_offset, Offset(3));
+}
+
+#[test]
+fn batches_with_wrong_counts_or_offset_deltas_are_invalid() {
+    let root = scratch();
+    let mut log = open_log(root.path(), config());
+    let three = records_section(&[0, 1, 2], 8);
+    assert_invalid_batch(
+        &mut log,
+        assemble(&three, 4, 3, 0),
+        0,
+        |e| {
+            matches!(
+                e,
+                DecodeError::RecordCount {
+                    declared: 4,
+                    found: 3
+                }
+            )
+        },
+        "records count too high",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&three, 2, 1, 0),
+        0,
+        |e| {
+            matches!(
+                e,
+                DecodeError::RecordCount {
+                    declared: 2,
+                    found: 3
+                }
+            )
+        },
+        "records count too low",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&three, 3, 5, 0),
+        0,
+        |e| {
+            matches!(
+                e,
+                DecodeError::LastOffsetDelta {
+                    last_offset_delta: 5,
+                    records_count: 3
+                }
+            )
+        },
+        "lastOffsetDelta past the records",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&records_section(&[0, 2, 3], 8), 3, 2, 0),
+        0,
+        |e| {
+            matches!(
+                e,
+                DecodeError::OffsetDelta {
+                    record_index: 1,
+                    offset_delta: 2
+                }
+            )
+        },
+        "a gap in the offset deltas",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&records_section(&[0, 0], 8), 2, 1, 0),
+        0,
+        |e| {
+            matches!(
+                e,
+                DecodeError::OffsetDelta {
+                    record_index: 1,
+                    offset_delta: 0
+                }
+            )
+        },
+        "a repeated offset delta",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&[], 0, -1, 0),
+        0,
+        |e| matches!(e, DecodeError::EmptyBatch),
+        "no records",
+    );
+    assert_invalid_batch(
+        &mut log,
+        assemble(&three, 3, 2, 0x0007),
+        0,
+        |_| true,
+        "an unknown compression codec",
+    );
+    // A well-formed batch after all those: offset 0.
+    let info = log.append(assemble(&three, 3, 2, 0), now()).unwrap();
+    assert_eq!(
+        (info.first_offset, info.last_offset),
+        (Offset(0), Offset(2))
+    );
+}
+
+#[test]
+fn reads_outside_the_log_are_out_of_range_with_the_range() {
+    let root = scratch();
+    let mut log = open_log(root.path(), config());
+    for _ in 0..5 {
+        log.append(valid_batch(2, 10), now()).unwrap();
+    }
+    assert_eq!(log.delete_records(Offset(4)).unwrap(), Offset(4));
+    for requested in [0u64, 3, 11, 12, u64::MAX] {
+        match log.read(Offset(requested), u64::MAX) {
+            Err(ReadError::OffsetOutOfRange {
+                requested: got,
+                log_start_offset,
+                log_end_offset,
+            }) => {
+                assert_eq!(got, Offset(requested));
+                assert_eq!(log_start_offset, Offset(4));
+                assert_eq!(log_end_offset, Offset(10));
+            }
+            other => panic!("read({requested}) gave {other:?}"),
+        }
+    }
+    let at_end = log.read(Offset(10), u64::MAX).unwrap();
+    assert!(at_end.records.is_empty());
+    assert_eq!(
+        log.read(Offset(4), 0).unwrap().records.len(),
+        valid_batch(2, 10).len()
+    );
+}
+
+#[test]
+fn delete_records_beyond_the_log_end_is_rejected() {
+    let root = scratch();
+    let mut log = open_log(root.path(), config());
+    log.append(valid_batch(3, 10), now()).unwrap();
+    for requested in [4u64, 1000, u64::MAX] {
+        match log.delete_records(Offset(requested)) {
+            Err(DeleteRecordsError::OffsetOutOfRange {
+                requested: got,
+                log_start_offset,
+                log_end_offset,
+            }) => {
+                assert_eq!(got, Offset(requested));
+                assert_eq!(log_start_offset, Offset(0));
+                assert_eq!(log_end_offset, Offset(3));
+            }
+            other => panic!("delete_records({requested}) gave {other:?}"),
+        }
+        assert_eq!(log.log_start_offset(), Offset(0));
+    }
+    // Up to and including the log end is allowed; moving backwards is a no-op.
+    assert_eq!(log.delete_records(Offset(3)).unwrap(), Offset(3));
+    assert_eq!(log.delete_records(Offset(1)).unwrap(), Offset(3));
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_locked() {
+    let root = scratch();
+    let first = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    match LogDir::open(root.path(), Arc::new(PositionedIo), config()) {
+        Err(OpenError::Locked { dir }) => assert_eq!(dir, root.path()),
+        other => panic!("{other:?}"),
+    }
+    drop(first);
+    let again = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    again.close().unwrap();
+}
+
+/// Everything the decoder offers, on `bytes`. Returns whether a batch decoded with valid records.
+fn decode_everything(bytes: &Bytes) -> bool {
+    let _ = BatchPrefix::parse(bytes);
+    let _ = BatchHeader::parse(bytes);
+    for batch in BatchIter::new(bytes.clone(), u64::MAX).flatten() {
+        let _ = batch.records();
+    }
+    match Batch::decode(bytes, u64::MAX) {
+        Ok(batch) => {
+            let _ = batch.records_section();
+            let records = batch.records();
+            batch.validate_records().is_ok() && records.is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+fn mutation() -> impl Strategy<Value = (usize, u8)> {
+    (any::<usize>(), 1u8..=255)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(
+        bytes in proptest::collection::vec(any::<u8>(), 0..600),
+        plausible_prefix in any::<bool>(),
+    ) {
+        let mut bytes = bytes;
+        if plausible_prefix && bytes.len() >= 21 {
+            // Make the framing fit so that the CRC and record decoders get to run.
+            let length = (bytes.len() - 12) as i32;
+            bytes[8..12].copy_from_slice(&length.to_be_bytes());
+            bytes[16] = 2;
+            fix_crc(&mut bytes);
+        }
+        decode_everything(&Bytes::from(bytes));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_batches_never_panic_and_are_appended_whole_or_refused(
+        count in 1usize..5,
+        value_bytes in 0usize..40,
+        mutations in proptest::collection::vec(mutation(), 1..6),
+        cut in proptest::option::weighted(0.2, any::<usize>()),
+        recompute_crc in any::<bool>(),
+    ) {
+        let mut bytes = valid_batch(count, value_bytes).to_vec();
+        for (position, xor) in &mutations {
+            let position = position % bytes.len();
+            bytes[position] ^= xor;
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut % (bytes.len() + 1));
+        }
+        if recompute_crc {
+            fix_crc(&mut bytes);
+        }
+        let bytes = Bytes::from(bytes);
+        let decodes = decode_everything(&bytes);
+        let root = scratch();
+        let mut log = open_log(root.path(), config());
+        match log.append(bytes.clone(), now()) {
+            Ok(info) => {
+                prop_assert!(decodes, "the log accepted a batch the decoder rejects");
+                let fetched = log.read(info.first_offset, u64::MAX).unwrap().records;
+                let stored = Batch::decode(&fetched, u64::MAX).unwrap();
+                prop_assert_eq!(stored.records().unwrap(), Batch::decode(&bytes, u64::MAX).unwrap().records().unwrap());
+                prop_assert_eq!(log.log_end_offset().0, info.last_offset.0 + 1);
+            }
+            Err(AppendError::InvalidBatch { .. }) | Err(AppendError::Empty) => {
+                prop_assert_eq!(log.log_end_offset(), Offset(0));
+                prop_assert_eq!(log.size_bytes(), 0);
+            }
+            Err(other) => prop_assert!(false, "unexpected error {:?}", other),
+        }
+    }
+}

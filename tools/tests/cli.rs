@@ -1,0 +1,913 @@
+//! End-to-end tests of the `seglog` binary, run as a user runs it (a child process with pipes).
+//! They prove that: `produce` routes keyed records to Kafka's murmur2 partition and unkeyed ones
+//! round-robin, acknowledges every line in input order with the offset `consume` then finds the
+//! record at, in text and JSON, and acknowledges a line while stdin is still open (it streams);
+//! `consume` reads a partition directory written as Kafka writes it (a bare `.log`, no index, no
+//! checkpoint; a `LogAppendTime` batch and a gzip-compressed one among its batches), honours
+//! `--offset` inside a batch and `--max-records`, and names the valid range
+//! for an offset outside it; `dump` prints `.log`, `.index` and `.timeindex` files with Kafka's
+//! `DumpLogSegments` field names, flags a corrupted index entry and summarises a zero-filled index
+//! tail; `verify` passes a clean directory and, after a flipped byte or a torn tail, fails naming
+//! the file and the position; invalid topic names and usage errors are rejected with exit codes 1
+//! and 2.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use seglog::format::batch::{field, set_log_append_time};
+use seglog::format::compression::compress;
+use seglog::format::{BatchBuilder, Compression, NewRecord};
+use seglog::partitioner::partition_for_key;
+
+const FIRST_LOG: &str = "00000000000000000000.log";
+const FIRST_INDEX: &str = "00000000000000000000.index";
+const FIRST_TIME_INDEX: &str = "00000000000000000000.timeindex";
+
+fn seglog() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_seglog"))
+}
+
+/// Runs `seglog args...` with `input` on stdin (written from a thread, so a child that answers
+/// while reading never deadlocks against us) and returns what it printed.
+fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = seglog()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().unwrap();
+    // A child that exits without reading all of its input (a rejected argument) closes the pipe.
+    if let Err(error) = writer.join().unwrap() {
+        assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
+    }
+    output
+}
+
+fn run(args: &[&str]) -> Output {
+    run_with_stdin(args, b"")
+}
+
+fn stdout_lines(output: &Output) -> Vec<String> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn stderr_text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        stderr_text(output)
+    );
+}
+
+fn path_arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `partition=P offset=O` -> (P, O).
+fn parse_text_ack(line: &str) -> (u32, u64) {
+    let (partition, offset) = line.split_once(' ').unwrap();
+    (
+        partition
+            .strip_prefix("partition=")
+            .unwrap()
+            .parse()
+            .unwrap(),
+        offset.strip_prefix("offset=").unwrap().parse().unwrap(),
+    )
+}
+
+/// Produces `lines` of `value_bytes`-byte values keyed `k<i>` with 64-byte indexes (8 offset
+/// entries per segment, so segments roll) and returns the data directory.
+fn produce_large_records(dir: &Path, record_count: usize, value_bytes: usize) -> PathBuf {
+    let data = dir.join("data");
+    let mut input = String::new();
+    for index in 0..record_count {
+        input.push_str(&format!("k{index}:{}\n", "v".repeat(value_bytes)));
+    }
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            path_arg(&data),
+            "--topic",
+            "big",
+            "--key-separator",
+            ":",
+            "--config",
+            "segment.index.bytes=64",
+        ],
+        input.as_bytes(),
+    );
+    assert_success(&output);
+    assert_eq!(stdout_lines(&output).len(), record_count);
+    data
+}
+
+/// The value of `name: value` in a Kafka-style dump line.
+fn field(line: &str, name: &str) -> String {
+    let start = line.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+    line[start..].split(' ').next().unwrap().to_owned()
+}
+
+/// Batch lines of a `.log` dump, as (position, lastOffset).
+fn batch_positions(dump: &[String]) -> Vec<(u64, i64)> {
+    dump.iter()
+        .filter(|line| line.starts_with("baseOffset: "))
+        .map(|line| {
+            (
+                field(line, "position").parse().unwrap(),
+                field(line, "lastOffset").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn dump(files: &[&Path], extra: &[&str]) -> Output {
+    let mut args = vec!["dump"];
+    args.extend_from_slice(extra);
+    args.push("--files");
+    args.extend(files.iter().map(|file| path_arg(file)));
+    run(&args)
+}
+
+/// What a consumer must find at (partition, offset): key and value.
+type ExpectedRecords = BTreeMap<(u32, u64), (Option<String>, String)>;
+
+/// Where each `key:value` (or unkeyed) line must land in a fresh topic of `partition_count`
+/// partitions, computed independently of the tool: murmur2 for keys, round-robin otherwise,
+/// offsets dense per partition in input order. Returns the acknowledgements in input order.
+fn expected_placements(
+    lines: &[&str],
+    partition_count: u32,
+    records: &mut ExpectedRecords,
+) -> Vec<(u32, u64)> {
+    let mut next_offset = vec![0u64; partition_count as usize];
+    let mut unkeyed_count = 0;
+    let mut acks = Vec::new();
+    for line in lines {
+        let (key, value) = match line.split_once(':') {
+            Some((key, value)) => (Some(key.to_owned()), value.to_owned()),
+            None => (None, (*line).to_owned()),
+        };
+        let partition = match &key {
+            Some(key) => partition_for_key(key.as_bytes(), partition_count).unwrap(),
+            None => {
+                unkeyed_count += 1;
+                (unkeyed_count - 1) % partition_count
+            }
+        };
+        let offset = next_offset[partition as usize];
+        next_offset[partition as usize] += 1;
+        acks.push((partition, offset));
+        records.insert((partition, offset), (key, value));
+    }
+    acks
+}
+
+/// `consume` of `partition` prints exactly the expected records, in order, in text and in JSON.
+fn assert_partition_holds(data: &Path, topic: &str, partition: u32, expected: &ExpectedRecords) {
+    let partition_arg = partition.to_string();
+    let base = [
+        "consume",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        topic,
+        "--partition",
+        &partition_arg,
+    ];
+    let (text, json) = (
+        run(&base),
+        run(&[&base[..], &["--format", "json"]].concat()),
+    );
+    assert_success(&text);
+    assert_success(&json);
+    let wanted: Vec<_> = expected
+        .iter()
+        .filter(|((p, _), _)| *p == partition)
+        .collect();
+    let (text_lines, json_lines) = (stdout_lines(&text), stdout_lines(&json));
+    assert_eq!(text_lines.len(), wanted.len());
+    assert_eq!(json_lines.len(), wanted.len());
+    for ((((_, offset), (key, value)), text_line), json_line) in
+        wanted.iter().zip(&text_lines).zip(&json_lines)
+    {
+        let key_text = key.clone().unwrap_or_else(|| "null".to_owned());
+        assert!(
+            text_line.starts_with(&format!("offset={offset} timestamp=")),
+            "{text_line}"
+        );
+        assert!(
+            text_line.ends_with(&format!(" key={key_text} value={value} headers=[]")),
+            "{text_line}"
+        );
+        let record: serde_json::Value = serde_json::from_str(json_line).unwrap();
+        assert_eq!(record["offset"], serde_json::json!(offset));
+        assert_eq!(record["key"], serde_json::json!(key));
+        assert_eq!(record["value"], serde_json::json!(value));
+        assert_eq!(record["headers"], serde_json::json!([]));
+        assert!(record["timestamp"].as_i64().unwrap() > 1_600_000_000_000);
+        let keys: Vec<&str> = json_line.split('"').skip(1).step_by(2).take(2).collect();
+        assert_eq!(
+            keys,
+            ["offset", "timestamp"],
+            "JSON fields in documented order: {json_line}"
+        );
+    }
+}
+
+/// Appends `alpha:6` to the existing 3-partition topic `orders` with `--format json --durable`
+/// and checks the acknowledgement names alpha's partition and its next offset.
+fn append_alpha_durably_as_json(data: &Path, expected: &mut ExpectedRecords) {
+    let args = [
+        "produce",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        "orders",
+        "--key-separator",
+        ":",
+        "--format",
+        "json",
+        "--durable",
+    ];
+    let output = run_with_stdin(&args, b"alpha:6\n");
+    assert_success(&output);
+    let ack: serde_json::Value = serde_json::from_str(&stdout_lines(&output)[0]).unwrap();
+    let alpha = partition_for_key(b"alpha", 3).unwrap();
+    let alpha_end = expected
+        .keys()
+        .filter(|(partition, _)| *partition == alpha)
+        .count() as u64;
+    assert_eq!(
+        ack,
+        serde_json::json!({"partition": alpha, "offset": alpha_end})
+    );
+    expected.insert(
+        (alpha, alpha_end),
+        (Some("alpha".to_owned()), "6".to_owned()),
+    );
+}
+
+#[test]
+fn produce_then_consume_round_trips_keyed_and_null_keyed_records_in_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let lines = [
+        "alpha:1",
+        "beta:2",
+        "no key here",
+        "gamma:3",
+        "alpha:4",
+        ":empty key",
+        "another unkeyed",
+        "delta:5",
+    ];
+    let input = lines.join("\n") + "\n";
+    let args = [
+        "produce",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "orders",
+        "--partitions",
+        "3",
+        "--key-separator",
+        ":",
+    ];
+    let output = run_with_stdin(&args, input.as_bytes());
+    assert_success(&output);
+    let acks: Vec<(u32, u64)> = stdout_lines(&output)
+        .iter()
+        .map(|line| parse_text_ack(line))
+        .collect();
+    let mut expected = ExpectedRecords::new();
+    assert_eq!(
+        acks,
+        expected_placements(&lines, 3, &mut expected),
+        "one acknowledgement per line, in input order"
+    );
+
+    // A second run on the existing topic (no --partitions), JSON acknowledgements, --durable.
+    append_alpha_durably_as_json(&data, &mut expected);
+    for partition in 0..3u32 {
+        assert_partition_holds(&data, "orders", partition, &expected);
+    }
+}
+
+#[test]
+fn produce_acknowledges_a_line_before_stdin_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = seglog()
+        .args(["produce", "--dir", path_arg(&data), "--topic", "stream"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, acks) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if sender.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    for (offset, line) in ["first\n", "second\n"].iter().enumerate() {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        match acks.recv_timeout(Duration::from_secs(30)) {
+            Ok(ack) => assert_eq!(ack, format!("partition=0 offset={offset}")),
+            Err(error) => {
+                child.kill().unwrap();
+                panic!("no acknowledgement for {line:?} while stdin is open: {error}");
+            }
+        }
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+/// Kafka's batch-line field names, in Kafka's order, with the values every batch the CLI writes
+/// has at those fields.
+const KAFKA_BATCH_FIELDS: [&str; 18] = [
+    "baseOffset: 0 ",
+    " lastOffset: ",
+    " count: ",
+    " baseSequence: -1 ",
+    " lastSequence: -1 ",
+    " producerId: -1 ",
+    " producerEpoch: -1 ",
+    " partitionLeaderEpoch: -1 ",
+    " isTransactional: false ",
+    " isControl: false ",
+    " deleteHorizonMs: OptionalLong.empty ",
+    " position: 0 ",
+    " CreateTime: ",
+    " size: ",
+    " magic: 2 ",
+    " compresscodec: none ",
+    " crc: ",
+    " isvalid: true",
+];
+
+fn assert_in_order(line: &str, parts: &[&str]) {
+    let mut at = 0;
+    for part in parts {
+        at += line[at..]
+            .find(part)
+            .unwrap_or_else(|| panic!("{part:?} in order in {line}"));
+    }
+}
+
+fn count_logs(partition: &Path) -> usize {
+    fs::read_dir(partition)
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
+
+/// The (position, offset) of each entry of an `.index` dump.
+fn index_dump_entries(output: &Output) -> Vec<(u64, i64)> {
+    stdout_lines(output)[1..]
+        .iter()
+        .map(|line| {
+            (
+                field(line, "position").parse().unwrap(),
+                field(line, "offset").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dump_prints_log_index_and_timeindex_with_kafkas_field_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 120, 2000);
+    let partition = data.join("big-0");
+    assert!(
+        count_logs(&partition) >= 2,
+        "64-byte indexes fill up and roll the segment"
+    );
+    let (log, index, time_index) = (
+        partition.join(FIRST_LOG),
+        partition.join(FIRST_INDEX),
+        partition.join(FIRST_TIME_INDEX),
+    );
+
+    let output = dump(&[&log], &["--print-data-log"]);
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    assert_eq!(lines[0], format!("Dumping {}", log.display()));
+    assert_eq!(lines[1], "Log starting offset: 0");
+    assert_in_order(&lines[2], &KAFKA_BATCH_FIELDS);
+    let record_tail = format!(
+        " keySize: 2 valueSize: 2000 sequence: -1 headerKeys: [] key: k0 payload: {}",
+        "v".repeat(2000)
+    );
+    assert!(
+        lines[3].starts_with("| offset: 0 CreateTime: ") && lines[3].ends_with(&record_tail),
+        "{}",
+        lines[3]
+    );
+
+    let output = dump(&[&index], &[]);
+    assert_success(&output);
+    let entries = index_dump_entries(&output);
+    assert!(
+        !entries.is_empty(),
+        "4096-byte index interval with 2 KB records yields entries"
+    );
+    let batches = batch_positions(&lines);
+    for entry in &entries {
+        assert!(
+            batches.contains(entry),
+            "index entry (position, offset) {entry:?} names a batch start and its last offset"
+        );
+    }
+
+    let output = dump(&[&time_index], &[]);
+    assert_success(&output);
+    let time_lines = stdout_lines(&output);
+    assert_eq!(time_lines[0], format!("Dumping {}", time_index.display()));
+    assert!(time_lines.len() > 1);
+    for line in &time_lines[1..] {
+        let timestamp: i64 = field(line, "timestamp").parse().unwrap();
+        let offset: i64 = field(line, "offset").parse().unwrap();
+        assert_eq!(line, &format!("timestamp: {timestamp} offset: {offset}"));
+    }
+}
+
+#[test]
+fn dump_flags_a_corrupted_index_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 40, 2000);
+    let index = data.join("big-0").join(FIRST_INDEX);
+    let mut bytes = fs::read(&index).unwrap();
+    assert!(bytes.len() >= 8);
+    let position = u32::from_be_bytes(bytes[4..8].try_into().unwrap());
+    let offset = u32::from_be_bytes(bytes[0..4].try_into().unwrap());
+    bytes[4..8].copy_from_slice(&(position + 1).to_be_bytes());
+    fs::write(&index, bytes).unwrap();
+
+    let output = dump(&[&index], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    let flagged = format!(
+        "Index entry offset: {offset} position: {} does not match: no batch starts at position {}",
+        position + 1,
+        position + 1
+    );
+    assert!(lines.contains(&flagged), "{lines:#?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.contains("does not match"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn dump_summarises_a_zero_filled_index_tail_instead_of_flagging_each_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 40, 2000);
+    let index = data.join("big-0").join(FIRST_INDEX);
+    let mut bytes = fs::read(&index).unwrap();
+    let entry_count = bytes.len() / 8;
+    bytes.extend(std::iter::repeat_n(0u8, 8 * 400));
+    fs::write(&index, bytes).unwrap();
+
+    let output = dump(&[&index], &[]);
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    assert!(
+        !lines.iter().any(|line| line.contains("does not match")),
+        "{lines:#?}"
+    );
+    let summary = format!("Zero-filled tail: 400 entries from entry {entry_count} ");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.starts_with(&summary))
+            .count(),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines.len(),
+        1 + entry_count + 1,
+        "header, the real entries, one summary line"
+    );
+}
+
+#[test]
+fn verify_passes_a_clean_directory_and_names_file_and_position_after_a_flipped_log_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 120, 2000);
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            path_arg(&data),
+            "--topic",
+            "small",
+            "--partitions",
+            "2",
+        ],
+        b"a\nb\nc\n",
+    );
+    assert_success(&output);
+
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    let ok_line = lines.last().unwrap();
+    assert!(
+        ok_line.starts_with("OK ") && ok_line.ends_with(" batches, 123 records"),
+        "{lines:#?}"
+    );
+
+    let log = data.join("big-0").join(FIRST_LOG);
+    let batches = batch_positions(&stdout_lines(&dump(&[&log], &[])));
+    let (position, _) = batches[1];
+    let mut bytes = fs::read(&log).unwrap();
+    bytes[position as usize + 100] ^= 0x40;
+    fs::write(&log, bytes).unwrap();
+
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    let problem = format!("{}: position {position}: CRC-32C mismatch", log.display());
+    assert!(
+        lines.iter().any(|line| line.starts_with(&problem)),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.last().unwrap().starts_with("FAILED 1 problems in "),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn verify_and_dump_stop_at_a_torn_last_batch_naming_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 12, 2000);
+    let partition = data.join("big-0");
+    let log = partition.join(FIRST_LOG);
+    let batches = batch_positions(&stdout_lines(&dump(&[&log], &[])));
+    let (last_position, _) = *batches.last().unwrap();
+    let length = fs::metadata(&log).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(length - 10)
+        .unwrap();
+
+    let output = dump(&[&log], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    let stop = format!("Invalid batch at position {last_position}: incomplete batch");
+    assert!(
+        lines.iter().any(|line| line.starts_with(&stop)),
+        "{lines:#?}"
+    );
+    let unread = length - 10 - last_position;
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!("Found {unread} invalid bytes at the end of {FIRST_LOG}")
+    );
+
+    let output = run(&["verify", "--dir", path_arg(&partition)]);
+    assert_eq!(output.status.code(), Some(1));
+    let problem = format!(
+        "{}: position {last_position}: incomplete batch",
+        log.display()
+    );
+    assert!(
+        stdout_lines(&output)
+            .iter()
+            .any(|line| line.starts_with(&problem)),
+        "{:#?}",
+        stdout_lines(&output)
+    );
+}
+
+#[test]
+fn consume_of_an_out_of_range_offset_prints_the_valid_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert_success(&run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "t"],
+        b"a\nb\nc\n",
+    ));
+    let output = run(&[
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "t",
+        "--partition",
+        "0",
+        "--offset",
+        "10",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let message = stderr_text(&output);
+    assert!(
+        message.contains("offset 10 is out of range: valid offsets are 0 to 3"),
+        "{message}"
+    );
+}
+
+#[test]
+fn consume_starts_at_the_requested_offset_and_stops_after_max_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert_success(&run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "t"],
+        b"a\nb\nc\nd\n",
+    ));
+    let base = [
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "t",
+        "--partition",
+        "0",
+    ];
+    let output = run(&[&base[..], &["--offset", "1", "--max-records", "2"]].concat());
+    assert_success(&output);
+    let values: Vec<String> = stdout_lines(&output)
+        .iter()
+        .map(|line| field_eq(line, "value"))
+        .collect();
+    assert_eq!(values, ["b", "c"]);
+    let offsets: Vec<String> = stdout_lines(&output)
+        .iter()
+        .map(|line| field_eq(line, "offset"))
+        .collect();
+    assert_eq!(offsets, ["1", "2"]);
+}
+
+/// The value of `name=value` in a consume text line.
+fn field_eq(line: &str, name: &str) -> String {
+    let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
+    line[start..].split(' ').next().unwrap().to_owned()
+}
+
+#[test]
+fn produce_and_consume_reject_an_invalid_topic_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let output = run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "../escape"],
+        b"x\n",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_text(&output).contains("invalid topic name \"../escape\""),
+        "{}",
+        stderr_text(&output)
+    );
+    assert!(output.stdout.is_empty());
+    assert!(!dir.path().join("escape-0").exists());
+    let output = run(&[
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "a b",
+        "--partition",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_text(&output).contains("invalid topic name \"a b\""),
+        "{}",
+        stderr_text(&output)
+    );
+}
+
+/// A gzip-compressed batch as Kafka's producer writes one: the records section of `builder`'s
+/// batch compressed, the codec in the attributes, the length and CRC-32C rewritten.
+fn gzip_batch(builder: BatchBuilder) -> Vec<u8> {
+    let plain = builder.build().unwrap();
+    let mut batch = plain[..field::RECORDS].to_vec();
+    batch.extend(compress(Compression::Gzip, &plain[field::RECORDS..]).unwrap());
+    let batch_length = i32::try_from(batch.len() - 12).unwrap();
+    batch[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
+        .copy_from_slice(&batch_length.to_be_bytes());
+    let attributes = u16::from_be_bytes([batch[field::ATTRIBUTES], batch[field::ATTRIBUTES + 1]]);
+    let attributes = attributes | u16::from(Compression::Gzip.attribute_bits());
+    batch[field::ATTRIBUTES..field::ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    batch
+}
+
+fn record<'a>(timestamp_ms: i64, key: Option<&'a [u8]>, value: Option<&'a [u8]>) -> NewRecord<'a> {
+    NewRecord {
+        timestamp_ms,
+        key,
+        value,
+        headers: &[],
+    }
+}
+
+/// Writes `<data>/kafka-topic-0/00000000000000000000.log` as Kafka would: three batches (the
+/// second stamped `LogAppendTime` by the broker, the third gzip-compressed), headers, a null key
+/// and value; no index, no checkpoint.
+fn write_kafka_partition(data: &Path) -> PathBuf {
+    let partition = data.join("kafka-topic-0");
+    fs::create_dir_all(&partition).unwrap();
+    let headers: [(&str, Option<&[u8]>); 2] = [("h1", Some(&b"x"[..])), ("h2", None)];
+    let mut first = BatchBuilder::new(0);
+    first.push(&record(1_700_000_000_000, Some(b"k0"), Some(b"v0")));
+    first.push(&NewRecord {
+        headers: &headers,
+        ..record(1_700_000_000_001, Some(b"k1"), Some(b"v1"))
+    });
+    first.push(&record(1_700_000_000_002, None, None));
+    let mut second = BatchBuilder::new(3);
+    second.push(&record(1_700_000_000_005, Some(b"k3"), Some(b"v3")));
+    second.push(&record(1_700_000_000_006, Some(b"k4"), Some(b"v4")));
+    let mut second = second.build().unwrap().to_vec();
+    set_log_append_time(&mut second, 1_700_000_009_999);
+    let mut third = BatchBuilder::new(5);
+    third.push(&record(1_700_000_000_010, Some(b"k5"), Some(b"v5")));
+    third.push(&record(1_700_000_000_011, Some(b"k6"), Some(b"v6")));
+    let mut log = first.build().unwrap().to_vec();
+    log.extend_from_slice(&second);
+    log.extend_from_slice(&gzip_batch(third));
+    let path = partition.join(FIRST_LOG);
+    fs::write(&path, log).unwrap();
+    path
+}
+
+/// `dump` shows the broker's `LogAppendTime`, the record headers and the gzip batch's records;
+/// `verify` accepts a partition without indexes or checkpoints.
+fn assert_kafka_log_dumps_and_verifies(data: &Path, log: &Path) {
+    let output = dump(&[log], &["--deep-iteration"]);
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    assert!(
+        lines[2].contains(" position: 0 CreateTime: 1700000000002 "),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[4].ends_with(" sequence: -1 headerKeys: [h1,h2]"),
+        "{}",
+        lines[4]
+    );
+    assert!(
+        lines[6].contains(" LogAppendTime: 1700000009999 "),
+        "{}",
+        lines[6]
+    );
+    assert!(
+        lines[7].starts_with("| offset: 3 LogAppendTime: 1700000009999 keySize: 2"),
+        "{}",
+        lines[7]
+    );
+    assert!(
+        lines[9].contains(" compresscodec: gzip crc: "),
+        "{}",
+        lines[9]
+    );
+    assert!(
+        lines[11].starts_with("| offset: 6 CreateTime: 1700000000011 keySize: 2 valueSize: 2"),
+        "{}",
+        lines[11]
+    );
+    let verified = run(&["verify", "--dir", path_arg(data)]);
+    assert_success(&verified);
+    assert_eq!(
+        stdout_lines(&verified).last().unwrap(),
+        "OK 1 segments, 3 batches, 7 records"
+    );
+}
+
+#[test]
+fn consume_reads_a_partition_directory_written_by_kafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = write_kafka_partition(&data);
+
+    assert_kafka_log_dumps_and_verifies(&data, &log);
+
+    let base = [
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "kafka-topic",
+        "--partition",
+        "0",
+    ];
+    let output = run(&[&base[..], &["--from-beginning"]].concat());
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output),
+        [
+            "offset=0 timestamp=1700000000000 key=k0 value=v0 headers=[]",
+            "offset=1 timestamp=1700000000001 key=k1 value=v1 headers=[h1=x,h2=null]",
+            "offset=2 timestamp=1700000000002 key=null value=null headers=[]",
+            "offset=3 timestamp=1700000009999 key=k3 value=v3 headers=[]",
+            "offset=4 timestamp=1700000009999 key=k4 value=v4 headers=[]",
+            "offset=5 timestamp=1700000000010 key=k5 value=v5 headers=[]",
+            "offset=6 timestamp=1700000000011 key=k6 value=v6 headers=[]",
+        ]
+    );
+
+    let output = run(&[&base[..], &["--offset", "1", "--format", "json"]].concat());
+    assert_success(&output);
+    let records: Vec<serde_json::Value> = stdout_lines(&output)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        records.len(),
+        6,
+        "offset 1 is inside the first batch: offset 0 is skipped"
+    );
+    assert_eq!(
+        records[0],
+        serde_json::json!({"offset": 1, "timestamp": 1_700_000_000_001_i64, "key": "k1", "value": "v1",
+            "headers": [{"key": "h1", "value": "x"}, {"key": "h2", "value": null}]})
+    );
+    assert_eq!(records[1]["key"], serde_json::Value::Null);
+    assert_eq!(records[1]["value"], serde_json::Value::Null);
+}
+
+#[test]
+fn usage_errors_exit_with_code_2() {
+    let output = run(&["consume", "--dir", "/nonexistent"]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&[
+        "produce",
+        "--dir",
+        "/nonexistent",
+        "--topic",
+        "t",
+        "--partitions",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&[
+        "consume",
+        "--dir",
+        "d",
+        "--topic",
+        "t",
+        "--partition",
+        "0",
+        "--offset",
+        "1",
+        "--from-beginning",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&["--help"]);
+    assert_success(&output);
+    let help = String::from_utf8(output.stdout).unwrap();
+    for subcommand in ["produce", "consume", "dump", "verify"] {
+        assert!(help.contains(subcommand), "{help}");
+    }
+}
