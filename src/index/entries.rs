@@ -100,6 +100,11 @@ impl<E: IndexEntry> IndexFile<E> {
         self.entry_count >= self.capacity_entries()
     }
 
+    /// True when the file holds exactly its valid entries (trimmed at roll or close).
+    pub fn is_trimmed(&self) -> bool {
+        self.entry_count == self.capacity_entries()
+    }
+
     /// The valid entries' bytes.
     pub fn entries_bytes(&self) -> &[u8] {
         &self.file.bytes()[..self.entry_count * E::BYTES]

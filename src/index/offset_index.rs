@@ -115,6 +115,11 @@ impl OffsetIndex {
         Ok(())
     }
 
+    /// True when the file holds exactly its valid entries.
+    pub fn is_trimmed(&self) -> bool {
+        self.file.is_trimmed()
+    }
+
     pub fn trim_to_valid_size(&mut self) -> Result<(), StorageError> {
         self.file.trim_to_valid_size()
     }

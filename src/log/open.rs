@@ -84,13 +84,14 @@ impl PartitionLog {
             first_unflushed_at: None,
             failed: false,
         };
-        log.settle_offsets(log_start_checkpoint, &options)?;
+        let repaired = report != RecoveryReport::default();
+        log.settle_offsets(log_start_checkpoint, &options, repaired)?;
         Ok((log, report))
     }
 
     /// Fixes the log start offset and recovery point after loading, prepares the active segment
     /// for appends and makes every repair durable.
-    fn settle_offsets(&mut self, log_start_checkpoint: Offset, options: &LogOpenOptions) -> Result<(), StorageError> {
+    fn settle_offsets(&mut self, log_start_checkpoint: Offset, options: &LogOpenOptions, repaired: bool) -> Result<(), StorageError> {
         let first_base = self.segments[0].base_offset();
         self.log_start_offset = log_start_checkpoint.max(first_base);
         if self.log_start_offset > self.log_end_offset() {
@@ -105,14 +106,20 @@ impl PartitionLog {
         }
         let sealed_count = self.segments.len() - 1;
         for segment in &mut self.segments[..sealed_count] {
-            segment.seal()?;
+            // Only a recovered segment has untrimmed, unsynced indexes; sealed ones are left alone.
+            if !segment.is_sealed() {
+                segment.seal()?;
+            }
         }
         let config = self.config.clone();
         let active = self.active_mut();
         active.reopen_for_append(&config)?;
-        active.flush()?;
-        self.sync_dir()?;
-        // Everything that was loaded has now been synced, so all of it is durable.
+        if repaired || !options.had_clean_shutdown {
+            // Recovery validated every byte from the recovery point on; syncing it (and the
+            // directory, after any deletion) makes all of it durable.
+            active.flush()?;
+            self.sync_dir()?;
+        }
         self.recovery_point = self.log_end_offset();
         Ok(())
     }
