@@ -60,4 +60,11 @@ pub trait Storage: Debug + Send + Sync {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Makes `dir`'s entries durable (creations, renames, removals).
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Makes the written data of every file durable, one result per file, in order. Group commit
+    /// calls this once per turn for every partition that must sync; a backend that can run the
+    /// syncs concurrently (io_uring) overrides it.
+    fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
+        files.iter().map(|file| file.sync_data()).collect()
+    }
 }

@@ -21,7 +21,7 @@ use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;
 use crate::types::{Offset, TimestampMs, TopicPartition};
 
-pub use append::AppendInfo;
+pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.
@@ -32,6 +32,24 @@ pub struct FetchData {
     pub records: Bytes,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
+    /// Every offset below this is durable (the recovery point).
+    pub durable_offset: Offset,
+}
+
+impl FetchData {
+    /// Keeps only the batches that end below `visible_end` (a durable-only read).
+    pub fn trim_to(mut self, visible_end: Offset) -> FetchData {
+        let mut length = 0usize;
+        while let Ok(header) = crate::format::BatchHeader::parse(&self.records[length..]) {
+            let end = length as u64 + header.size_bytes();
+            if end > self.records.len() as u64 || header.last_offset() >= visible_end.0 as i64 {
+                break;
+            }
+            length = end as usize;
+        }
+        self.records.truncate(length);
+        self
+    }
 }
 
 /// A summary of one segment, for tools and tests.
@@ -140,6 +158,7 @@ impl PartitionLog {
             records,
             log_start_offset: self.log_start_offset,
             log_end_offset,
+            durable_offset: self.recovery_point,
         };
         for segment in &self.segments[self.floor_segment_index(offset)..] {
             if let Some(location) = segment.locate(offset, segment.size_bytes())? {
@@ -232,6 +251,11 @@ impl PartitionLog {
         let log_end_offset = self.log_end_offset();
         let result = self.active().flush_log();
         self.mark_flushed(log_end_offset, result)
+    }
+
+    /// Path of the active segment's `.log`, for error context.
+    pub fn active_log_path(&self) -> &Path {
+        self.active().log_path()
     }
 
     /// The active segment's `.log`, for a caller that syncs many partitions' files together
