@@ -77,6 +77,12 @@ pub enum OpenError {
         line: usize,
         reason: String,
     },
+    #[error("io_uring was required for {dir} but cannot be set up: {source}")]
+    IoUringUnavailable {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot start shard thread {shard}: {source}")]
     ShardThread {
         shard: usize,

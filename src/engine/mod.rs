@@ -36,8 +36,7 @@ use crate::format::file_name::{
     RECOVERY_POINT_CHECKPOINT, partition_dir_name,
 };
 use crate::index::time_index::TimestampOffset;
-use crate::io::Storage;
-use crate::io::pio::PositionedIo;
+use crate::io::{IoBackend, Storage};
 use crate::log::{AppendInfo, FetchData, ValidatedBatches};
 use crate::log_dir::{
     CLEAN_SHUTDOWN_CONTENT, lock_dir, read_checkpoint, sync_dir, write_checkpoint, write_durably,
@@ -63,6 +62,8 @@ pub struct EngineConfig {
     pub inflight_bytes_max: u64,
     /// Configuration of topics created without one, and of adopted partition directories.
     pub default_topic_config: LogConfig,
+    /// Which backend performs file I/O (default: `SEGLOG_IO_BACKEND`, else `Auto`).
+    pub backend: IoBackend,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +74,7 @@ impl Default for EngineConfig {
             queue_requests_max: 4096,
             inflight_bytes_max: 256 * 1024 * 1024,
             default_topic_config: LogConfig::default(),
+            backend: IoBackend::from_env(),
         }
     }
 }
@@ -181,9 +183,14 @@ impl std::fmt::Debug for Inner {
 }
 
 impl Engine {
-    /// Opens (creating if needed) the engine's data directory with positioned I/O.
+    /// Opens (creating if needed) the engine's data directory on the configured backend.
     pub fn open(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Engine, OpenError> {
-        Engine::open_with_storage(dir, config, Arc::new(PositionedIo))
+        let root = dir.as_ref();
+        let storage = config
+            .backend
+            .storage()
+            .map_err(|source| OpenError::IoUringUnavailable { dir: root.to_owned(), source })?;
+        Engine::open_with_storage(root, config, storage)
     }
 
     /// Opens the engine on the given storage backend.
