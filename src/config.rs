@@ -26,6 +26,24 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+/// What the cleaner does with old data (`cleanup.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupPolicy {
+    Delete,
+    Compact,
+    CompactAndDelete,
+}
+
+impl CleanupPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactAndDelete => "compact,delete",
+        }
+    }
+}
+
 /// Configuration of one partition log. Field names are Kafka's, units last.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
@@ -45,6 +63,12 @@ pub struct LogConfig {
     pub flush_policy: FlushPolicy,
     /// `compression.type` of batches written by seglog's own tools (`none` here).
     pub compression: Compression,
+    /// `retention.ms`: delete segments older than this; -1 keeps them forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete the oldest segments while the log is larger; -1 means no limit.
+    pub retention_bytes: i64,
+    /// `cleanup.policy`.
+    pub cleanup_policy: CleanupPolicy,
 }
 
 impl Default for LogConfig {
@@ -58,6 +82,9 @@ impl Default for LogConfig {
             message_timestamp_type: TimestampType::CreateTime,
             flush_policy: FlushPolicy::Never,
             compression: Compression::None,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            cleanup_policy: CleanupPolicy::Delete,
         }
     }
 }
@@ -94,6 +121,13 @@ impl LogConfig {
             reason,
         };
         let number = || value.parse::<u64>().map_err(|_| invalid("not a number"));
+        let signed = || {
+            value
+                .parse::<i64>()
+                .ok()
+                .filter(|number| *number >= -1)
+                .ok_or(invalid("expected -1 or a non-negative number"))
+        };
         match key {
             "segment.bytes" => self.segment_bytes = number()?,
             "segment.ms" => self.segment_ms = number()?,
@@ -109,6 +143,16 @@ impl LogConfig {
                     _ => return Err(invalid("expected CreateTime or LogAppendTime")),
                 }
             }
+            "retention.ms" => self.retention_ms = signed()?,
+            "retention.bytes" => self.retention_bytes = signed()?,
+            "cleanup.policy" => {
+                self.cleanup_policy = match value {
+                    "delete" => CleanupPolicy::Delete,
+                    "compact" => CleanupPolicy::Compact,
+                    "compact,delete" | "delete,compact" => CleanupPolicy::CompactAndDelete,
+                    _ => return Err(invalid("expected delete, compact or compact,delete")),
+                }
+            }
             "compression.type" => {
                 self.compression = value
                     .parse()
@@ -121,6 +165,33 @@ impl LogConfig {
             }
         }
         Ok(())
+    }
+
+    /// Every setting as Kafka's `key=value` pairs; `set` applied to each rebuilds this config.
+    pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
+        let timestamp_type = match self.message_timestamp_type {
+            TimestampType::CreateTime => "CreateTime",
+            TimestampType::LogAppendTime => "LogAppendTime",
+        };
+        let mut pairs = vec![
+            ("segment.bytes", self.segment_bytes.to_string()),
+            ("segment.ms", self.segment_ms.to_string()),
+            ("segment.index.bytes", self.segment_index_bytes.to_string()),
+            ("index.interval.bytes", self.index_interval_bytes.to_string()),
+            ("max.message.bytes", self.max_message_bytes.to_string()),
+            ("message.timestamp.type", timestamp_type.to_owned()),
+            ("compression.type", self.compression.name().to_owned()),
+            ("retention.ms", self.retention_ms.to_string()),
+            ("retention.bytes", self.retention_bytes.to_string()),
+            ("cleanup.policy", self.cleanup_policy.name().to_owned()),
+        ];
+        match self.flush_policy {
+            FlushPolicy::EveryAppend => pairs.push(("flush.messages", "1".to_owned())),
+            FlushPolicy::Messages(count) => pairs.push(("flush.messages", count.to_string())),
+            FlushPolicy::IntervalMs(ms) => pairs.push(("flush.ms", ms.to_string())),
+            FlushPolicy::Never => {}
+        }
+        pairs
     }
 
     /// Checks the relationships between settings.
@@ -160,7 +231,9 @@ impl LogConfig {
 }
 
 fn flush_policy_messages(count: u64) -> FlushPolicy {
-    if count <= 1 {
+    if count == u64::MAX || count == i64::MAX as u64 {
+        FlushPolicy::Never
+    } else if count <= 1 {
         FlushPolicy::EveryAppend
     } else {
         FlushPolicy::Messages(count)
@@ -191,6 +264,19 @@ mod tests {
         assert_eq!(config.max_message_bytes, 1_048_588);
         assert_eq!(config.flush_policy, FlushPolicy::Never);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn pairs_rebuild_the_same_config() {
+        let mut config = LogConfig::default();
+        config.set("flush.ms", "250").unwrap();
+        config.set("cleanup.policy", "compact").unwrap();
+        config.set("retention.bytes", "1000000").unwrap();
+        let mut rebuilt = LogConfig::default();
+        for (key, value) in config.to_pairs() {
+            rebuilt.set(key, &value).unwrap();
+        }
+        assert_eq!(rebuilt, config);
     }
 
     #[test]

@@ -45,6 +45,20 @@ impl StorageError {
     }
 }
 
+/// Why the engine could not take a request at all.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EngineUnavailable {
+    #[error("the engine is closed")]
+    Closed,
+    #[error("shard {shard} failed and no longer serves its partitions; reopen the engine")]
+    ShardFailed { shard: usize },
+    #[error("shard {shard}'s request queue is full; retry later")]
+    QueueFull { shard: usize },
+    #[error("{inflight_bytes} bytes are already in flight (limit {limit_bytes}); retry later")]
+    TooManyBytesInFlight { inflight_bytes: u64, limit_bytes: u64 },
+}
+
 /// Opening a data directory or a partition log.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -57,6 +71,24 @@ pub enum OpenError {
     Locked { dir: PathBuf },
     #[error("{path} is not a partition directory named <topic>-<partition>")]
     NotAPartitionDirectory { path: PathBuf },
+    #[error("topic registry {file} is invalid at line {line}: {reason}")]
+    TopicRegistry {
+        file: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("io_uring was required for {dir} but cannot be set up: {source}")]
+    IoUringUnavailable {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot start shard thread {shard}: {source}")]
+    ShardThread {
+        shard: usize,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Appending batches to a partition log.
@@ -80,6 +112,17 @@ pub enum AppendError {
         next_offset: Offset,
         record_count: u64,
     },
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("partition {topic}-{partition} cannot be opened: {source}")]
+    PartitionOpen {
+        topic: String,
+        partition: u32,
+        #[source]
+        source: Box<OpenError>,
+    },
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
 }
 
 /// Reading from a partition log.
@@ -96,6 +139,17 @@ pub enum ReadError {
         log_start_offset: Offset,
         log_end_offset: Offset,
     },
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("partition {topic}-{partition} cannot be opened: {source}")]
+    PartitionOpen {
+        topic: String,
+        partition: u32,
+        #[source]
+        source: Box<OpenError>,
+    },
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
 }
 
 /// Changing the log start offset or truncating.
@@ -112,6 +166,51 @@ pub enum DeleteRecordsError {
         log_start_offset: Offset,
         log_end_offset: Offset,
     },
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("partition {topic}-{partition} cannot be opened: {source}")]
+    PartitionOpen {
+        topic: String,
+        partition: u32,
+        #[source]
+        source: Box<OpenError>,
+    },
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
+}
+
+/// Flushing partitions to disk.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
+}
+
+/// Creating, describing, growing or deleting topics.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TopicError {
+    #[error(transparent)]
+    TopicName(#[from] TopicNameError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("topic {topic} already exists")]
+    TopicExists { topic: String },
+    #[error("topic {topic} does not exist")]
+    UnknownTopic { topic: String },
+    #[error("topic {topic} has {current} partitions; cannot change to {requested}")]
+    InvalidPartitionCount {
+        topic: String,
+        current: u32,
+        requested: u32,
+    },
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
 }
 
 /// Convenience for topic-name errors surfacing through the data directory.

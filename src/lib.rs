@@ -39,6 +39,7 @@
 //! ```
 
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod format;
 pub mod index;

@@ -24,7 +24,7 @@ use crate::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 /// Contents of the clean-shutdown marker (Kafka's `CleanShutdownFileHandler` JSON).
-const CLEAN_SHUTDOWN_CONTENT: &str = "{\"version\":0,\"brokerEpoch\":-1}";
+pub(crate) const CLEAN_SHUTDOWN_CONTENT: &str = "{\"version\":0,\"brokerEpoch\":-1}";
 
 /// An open data directory.
 #[derive(Debug)]
@@ -180,7 +180,7 @@ impl LogDir {
     }
 }
 
-fn lock_dir(root: &Path) -> Result<File, OpenError> {
+pub(crate) fn lock_dir(root: &Path) -> Result<File, OpenError> {
     let path = root.join(LOCK_FILE);
     let file = File::options()
         .read(true)
@@ -198,7 +198,7 @@ fn lock_dir(root: &Path) -> Result<File, OpenError> {
 
 /// Reads a checkpoint; a missing file is empty. A corrupt one is also treated as empty, which is
 /// safe: every partition is then recovered from its first segment.
-fn read_checkpoint(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicPartition, Offset>, StorageError> {
+pub(crate) fn read_checkpoint(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicPartition, Offset>, StorageError> {
     if !storage.exists(path) {
         return Ok(BTreeMap::new());
     }
@@ -213,7 +213,7 @@ fn read_checkpoint(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicP
 }
 
 /// Kafka's checkpoint protocol: write `<file>.tmp`, fsync it, rename over `<file>`, fsync the dir.
-fn write_checkpoint(
+pub(crate) fn write_checkpoint(
     storage: &dyn Storage,
     root: &Path,
     name: &str,
@@ -228,7 +228,7 @@ fn write_checkpoint(
     sync_dir(storage, root)
 }
 
-fn write_durably(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+pub(crate) fn write_durably(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let file = storage
         .open(path, OpenMode::CreateOrOpen)
         .map_err(|source| StorageError::io("create", path, source))?;
@@ -238,7 +238,7 @@ fn write_durably(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(),
         .map_err(|source| StorageError::io("write", path, source))
 }
 
-fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
+pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
     storage
         .sync_dir(dir)
         .map_err(|source| StorageError::io("fsync directory", dir, source))

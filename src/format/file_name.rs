@@ -143,6 +143,10 @@ pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 pub const LOCK_FILE: &str = ".lock";
+/// The topic registry (seglog's own; Kafka keeps topics in its metadata log).
+pub const TOPIC_REGISTRY: &str = "seglog-topics";
+/// Suffix a partition directory gets while it is being deleted (Kafka's `-delete`).
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
 /// Suffix of a checkpoint being written, before its atomic rename.
 pub const CHECKPOINT_TMP_SUFFIX: &str = ".tmp";
 

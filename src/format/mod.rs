@@ -9,6 +9,7 @@ pub mod compression;
 pub mod file_name;
 pub mod index_entry;
 pub mod record;
+pub mod topics;
 pub mod varint;
 
 use thiserror::Error;

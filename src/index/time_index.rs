@@ -76,10 +76,14 @@ impl TimeIndex {
     /// Appends `(timestamp, offset)` if `timestamp` is larger than the last entry's. With
     /// `force_final`, the reserved last slot may be used (roll and close).
     pub fn maybe_append(&mut self, timestamp: TimestampMs, offset: Offset, force_final: bool) {
-        if let Some(last) = self.last_entry() {
-            if timestamp <= last.timestamp || offset < last.offset {
-                return;
-            }
+        // An empty index behaves as if its last entry were (-1, base offset), as in Kafka, so a
+        // batch without a timestamp never makes an entry.
+        let last = self.last_entry().unwrap_or(TimestampOffset {
+            timestamp: TimestampMs::NONE,
+            offset: self.base_offset,
+        });
+        if timestamp <= last.timestamp || offset < last.offset {
+            return;
         }
         if self.file.is_full() || (!force_final && self.is_full()) {
             return;

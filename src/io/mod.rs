@@ -12,10 +12,63 @@
 //! dynamic call per system call costs nothing next to the system call itself.
 
 pub mod pio;
+pub mod uring;
 
 use std::fmt::Debug;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
+
+/// Which backend performs file I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoBackend {
+    /// io_uring where this process may create a ring, positioned I/O otherwise.
+    #[default]
+    Auto,
+    /// io_uring, or an error at open.
+    IoUring,
+    /// `pread`/`pwrite`/`fdatasync`.
+    PositionedIo,
+}
+
+/// The environment variable that picks the backend for [`IoBackend::from_env`]: `uring`, `pio`
+/// or `auto`. The test suite and CI run once with each.
+pub const IO_BACKEND_ENV: &str = "SEGLOG_IO_BACKEND";
+
+impl IoBackend {
+    /// The backend named by `SEGLOG_IO_BACKEND`, or `Auto` when it is unset or unknown.
+    pub fn from_env() -> IoBackend {
+        match std::env::var(IO_BACKEND_ENV).as_deref() {
+            Ok("uring") => IoBackend::IoUring,
+            Ok("pio") => IoBackend::PositionedIo,
+            _ => IoBackend::Auto,
+        }
+    }
+
+    /// The storage for this backend. `Auto` falls back to positioned I/O, saying so once, when
+    /// io_uring cannot be set up (old kernel, `io_uring_disabled`, seccomp, memlock limits).
+    pub fn storage(self) -> io::Result<Arc<dyn Storage>> {
+        match self {
+            IoBackend::PositionedIo => Ok(Arc::new(pio::PositionedIo)),
+            IoBackend::IoUring => uring::UringIo::probe().map(|()| Arc::new(uring::UringIo) as Arc<dyn Storage>),
+            IoBackend::Auto => match uring::UringIo::probe() {
+                Ok(()) => Ok(Arc::new(uring::UringIo)),
+                Err(error) => {
+                    log::warn!("io_uring unavailable ({error}); running on positioned I/O");
+                    Ok(Arc::new(pio::PositionedIo))
+                }
+            },
+        }
+    }
+}
+
+/// The storage chosen by `SEGLOG_IO_BACKEND` (see [`IoBackend::from_env`]); positioned I/O if the
+/// chosen backend cannot be set up.
+pub fn storage_from_env() -> Arc<dyn Storage> {
+    IoBackend::from_env()
+        .storage()
+        .unwrap_or_else(|_| Arc::new(pio::PositionedIo))
+}
 
 /// How to open a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +98,10 @@ pub trait StorageFile: Debug + Send + Sync {
     fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()>;
     /// The file's modification time in milliseconds since the epoch.
     fn modified_ms(&self) -> io::Result<i64>;
+    /// The underlying file, for backends that batch operations on real files.
+    fn as_file(&self) -> Option<&std::fs::File> {
+        None
+    }
 }
 
 /// A file system: files and directories.
@@ -60,4 +117,11 @@ pub trait Storage: Debug + Send + Sync {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Makes `dir`'s entries durable (creations, renames, removals).
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Makes the written data of every file durable, one result per file, in order. Group commit
+    /// calls this once per turn for every partition that must sync; a backend that can run the
+    /// syncs concurrently (io_uring) overrides it.
+    fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
+        files.iter().map(|file| file.sync_data()).collect()
+    }
 }

@@ -55,14 +55,17 @@ impl StorageFile for PositionedFile {
     }
 
     fn modified_ms(&self) -> io::Result<i64> {
-        let modified = self.file.metadata()?.modified()?;
-        let since_epoch = modified.duration_since(UNIX_EPOCH).unwrap_or_default();
-        Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+        PositionedIo::modified_ms_of(&self.file)
+    }
+
+    fn as_file(&self) -> Option<&File> {
+        Some(&self.file)
     }
 }
 
-impl Storage for PositionedIo {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+impl PositionedIo {
+    /// Opens a file for reading and writing with `mode`.
+    pub(crate) fn open_file(path: &Path, mode: OpenMode) -> io::Result<File> {
         let mut options = OpenOptions::new();
         options.read(true).write(true);
         match mode {
@@ -74,7 +77,20 @@ impl Storage for PositionedIo {
                 options.create(true);
             }
         }
-        let file = options.open(path)?;
+        options.open(path)
+    }
+
+    /// A file's modification time in milliseconds since the epoch.
+    pub(crate) fn modified_ms_of(file: &File) -> io::Result<i64> {
+        let modified = file.metadata()?.modified()?;
+        let since_epoch = modified.duration_since(UNIX_EPOCH).unwrap_or_default();
+        Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+impl Storage for PositionedIo {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        let file = PositionedIo::open_file(path, mode)?;
         Ok(Box::new(PositionedFile { file }))
     }
 

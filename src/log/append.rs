@@ -1,13 +1,18 @@
 //! The append path: validate the producer's batches, assign offsets, roll if needed, write, index,
 //! and flush per the flush policy (Kafka's `UnifiedLog.append` with `LogValidator`, for a leader).
+//!
+//! Validation ([`ValidatedBatches::validate`]) is a pure function of the bytes and the config, so
+//! the engine runs it on the caller's thread; the owner of the log then only assigns offsets and
+//! writes. Several appends to one partition are coalesced into one positioned write
+//! ([`PartitionLog::append_validated`]), and the caller decides when to sync (group commit).
 
 use bytes::{Bytes, BytesMut};
 
 use super::PartitionLog;
-use crate::config::TimestampType;
+use crate::config::{LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
-use crate::segment::{AppendedBatches, Segment};
+use crate::segment::{AppendedBatch, IncomingAppend, Segment};
 use crate::types::{Offset, TimestampMs};
 
 /// What an append did.
@@ -21,67 +26,39 @@ pub struct AppendInfo {
     pub max_timestamp: TimestampMs,
     /// `LogAppendTime` stamped on the batches, if the log uses it.
     pub log_append_time: Option<TimestampMs>,
-    /// True when the append was synced before returning (flush policy).
+    /// True when the append was synced before returning.
     pub durable: bool,
 }
 
-/// One validated batch of an append, with what offset assignment needs.
-#[derive(Debug, Clone, Copy)]
+/// One batch of a validated append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct IncomingBatch {
     position: usize,
     record_count: u64,
     max_timestamp: i64,
 }
 
-impl PartitionLog {
-    /// Appends one or more whole batches (as a producer sends them). Offsets in the batches are
-    /// ignored: the log assigns them from the log end offset, as Kafka's leader does.
-    pub fn append(&mut self, batches: Bytes, now: TimestampMs) -> Result<AppendInfo, AppendError> {
-        self.check_not_failed()?;
-        let incoming = self.validate(&batches)?;
-        let record_count: u64 = incoming.iter().map(|batch| batch.record_count).sum();
-        let first_offset = self.log_end_offset();
-        let last_offset = first_offset
-            .checked_add(record_count - 1)
-            .filter(|offset| offset.0 <= i64::MAX as u64)
-            .ok_or(AppendError::OffsetOverflow {
-                next_offset: first_offset,
-                record_count,
-            })?;
-        let log_append_time = (self.config.message_timestamp_type == TimestampType::LogAppendTime)
-            .then_some(now);
-        let mut bytes = BytesMut::from(batches);
-        let appended = assign_offsets(&mut bytes, &incoming, first_offset, log_append_time);
-        self.maybe_roll(bytes.len() as u64, last_offset, now)?;
-        let first_batch_timestamp = TimestampMs(incoming[0].max_timestamp);
-        let interval = self.config.index_interval_bytes;
-        if let Err(error) = self.active_mut().append(&bytes, appended, first_batch_timestamp, interval) {
-            self.failed = true;
-            return Err(error.into());
-        }
-        let durable = self.flush_per_policy(record_count, now)?;
-        Ok(AppendInfo {
-            first_offset,
-            last_offset,
-            record_count,
-            batch_count: incoming.len(),
-            max_timestamp: appended.max_timestamp,
-            log_append_time,
-            durable,
-        })
-    }
+/// A producer's batches that passed every check; only offsets remain to be assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedBatches {
+    bytes: Bytes,
+    batches: Vec<IncomingBatch>,
+    record_count: u64,
+}
 
-    /// Checks every batch: framing, CRC, magic 2, `max.message.bytes`, and the records themselves.
-    fn validate(&self, batches: &Bytes) -> Result<Vec<IncomingBatch>, AppendError> {
-        let max_bytes = self.config.max_message_bytes;
-        if batches.len() as u64 > self.config.segment_bytes {
+impl ValidatedBatches {
+    /// Checks every batch: framing, CRC, magic 2, `max.message.bytes`, at least one record, record
+    /// count and dense offset deltas. Runs anywhere: it touches no log state.
+    pub fn validate(bytes: Bytes, config: &LogConfig) -> Result<ValidatedBatches, AppendError> {
+        let max_bytes = config.max_message_bytes;
+        if bytes.len() as u64 > config.segment_bytes {
             return Err(AppendError::BatchTooLarge {
-                size_bytes: batches.len() as u64,
-                max_bytes: self.config.segment_bytes,
+                size_bytes: bytes.len() as u64,
+                max_bytes: config.segment_bytes,
             });
         }
-        let mut incoming = Vec::new();
-        let mut iter = BatchIter::new(batches.clone(), u64::MAX);
+        let mut batches = Vec::new();
+        let mut iter = BatchIter::new(bytes.clone(), u64::MAX);
         loop {
             let position = iter.position();
             let Some(batch) = iter.next() else { break };
@@ -94,34 +71,128 @@ impl PartitionLog {
                 });
             }
             batch.validate_records().map_err(invalid)?;
-            incoming.push(IncomingBatch {
+            batches.push(IncomingBatch {
                 position,
                 record_count: u64::from(batch.header().records_count as u32),
                 max_timestamp: batch.header().max_timestamp,
             });
         }
-        if incoming.is_empty() {
+        if batches.is_empty() {
             return Err(AppendError::Empty);
         }
-        Ok(incoming)
+        let record_count = batches.iter().map(|batch| batch.record_count).sum();
+        Ok(ValidatedBatches {
+            bytes,
+            batches,
+            record_count,
+        })
     }
 
-    /// Starts a new segment at the log end offset if the active one cannot take `incoming_bytes`
-    /// (size, age, full index, relative offset overflow). The old segment is sealed and synced,
-    /// which moves the recovery point to its end.
-    fn maybe_roll(
-        &mut self,
-        incoming_bytes: u64,
-        last_offset: Offset,
-        now: TimestampMs,
-    ) -> Result<(), StorageError> {
-        if !self.active().should_roll(&self.config, incoming_bytes, last_offset, now) {
-            return Ok(());
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn record_count(&self) -> u64 {
+        self.record_count
+    }
+
+    /// The largest `maxTimestamp` of the batches.
+    pub fn max_timestamp(&self) -> TimestampMs {
+        TimestampMs(self.batches.iter().map(|batch| batch.max_timestamp).max().unwrap_or(-1))
+    }
+}
+
+/// Appends gathered for the next write of the active segment.
+#[derive(Debug, Default)]
+struct PendingWrite {
+    bytes: BytesMut,
+    batches: Vec<AppendedBatch>,
+    first_batch_timestamp: Option<TimestampMs>,
+}
+
+impl PartitionLog {
+    /// Appends one or more whole batches (as a producer sends them) and flushes per the flush
+    /// policy. Offsets in the batches are ignored: the log assigns them from the log end offset,
+    /// as Kafka's leader does.
+    pub fn append(&mut self, batches: Bytes, now: TimestampMs) -> Result<AppendInfo, AppendError> {
+        let validated = ValidatedBatches::validate(batches, &self.config)?;
+        let mut infos = self.append_validated(std::slice::from_ref(&validated), now)?;
+        let mut info = infos.pop().ok_or(AppendError::Empty)?;
+        if self.flush_due(now) {
+            self.flush()?;
+            info.durable = true;
         }
-        self.roll(now)
+        Ok(info)
     }
 
-    /// Seals the active segment and starts a new, empty one at the log end offset.
+    /// Appends several validated appends in order, coalesced into as few positioned writes as the
+    /// segment boundaries allow (one, unless a roll falls in between). Does not sync: the caller
+    /// calls [`PartitionLog::flush`] (or syncs [`PartitionLog::active_log_file`] with others and
+    /// then [`PartitionLog::mark_flushed`]) when durability is due.
+    pub fn append_validated(
+        &mut self,
+        appends: &[ValidatedBatches],
+        now: TimestampMs,
+    ) -> Result<Vec<AppendInfo>, AppendError> {
+        self.check_not_failed()?;
+        let total_records: u64 = appends.iter().map(ValidatedBatches::record_count).sum();
+        let first_offset = self.log_end_offset();
+        first_offset
+            .checked_add(total_records)
+            .filter(|end| end.0 <= i64::MAX as u64)
+            .ok_or(AppendError::OffsetOverflow {
+                next_offset: first_offset,
+                record_count: total_records,
+            })?;
+        let log_append_time = (self.config.message_timestamp_type
+            == TimestampType::LogAppendTime)
+            .then_some(now);
+        let mut infos = Vec::with_capacity(appends.len());
+        let mut pending = PendingWrite::default();
+        let mut next_offset = first_offset;
+        for append in appends {
+            let incoming = IncomingAppend {
+                size_bytes: append.size_bytes() as u64,
+                last_offset: Offset(next_offset.0 + append.record_count - 1),
+                max_timestamp: log_append_time.unwrap_or(append.max_timestamp()),
+                now,
+            };
+            let pending_bytes = pending.bytes.len() as u64;
+            if self.active().should_roll(&self.config, pending_bytes, &incoming) {
+                self.write_pending(&mut pending)?;
+                self.roll(now)?;
+            }
+            let info = stage_append(&mut pending, append, next_offset, log_append_time);
+            next_offset = info.last_offset.next();
+            infos.push(info);
+        }
+        self.write_pending(&mut pending)?;
+        self.unflushed_records += total_records;
+        self.first_unflushed_at.get_or_insert(now);
+        Ok(infos)
+    }
+
+    /// Writes what `pending` gathered with one positioned write to the active segment.
+    fn write_pending(&mut self, pending: &mut PendingWrite) -> Result<(), StorageError> {
+        let Some(first_batch_timestamp) = pending.first_batch_timestamp else {
+            return Ok(());
+        };
+        let interval = self.config.index_interval_bytes;
+        let result = self.active_mut().append(
+            &pending.bytes,
+            &pending.batches,
+            first_batch_timestamp,
+            interval,
+        );
+        if result.is_err() {
+            self.failed = true;
+        }
+        *pending = PendingWrite::default();
+        result
+    }
+
+    /// Seals the active segment and starts a new, empty one at the log end offset. The old
+    /// segment is synced, which moves the recovery point to its end.
     pub fn roll(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         self.check_not_failed()?;
         let new_base_offset = self.log_end_offset();
@@ -133,28 +204,37 @@ impl PartitionLog {
             return Err(error);
         }
         self.recovery_point = self.recovery_point.max(new_base_offset);
-        let segment = Segment::create(self.storage.as_ref(), &self.dir, new_base_offset, &self.config, now)?;
+        let segment = Segment::create(
+            self.storage.as_ref(),
+            &self.dir,
+            new_base_offset,
+            &self.config,
+            now,
+        )?;
         self.segments.push(segment);
         self.sync_dir()
     }
 }
 
-/// Stamps base offsets (and `LogAppendTime`) into the batches and returns what the segment needs
-/// for its indexes.
-fn assign_offsets(
-    bytes: &mut [u8],
-    incoming: &[IncomingBatch],
+/// Copies `append` into `pending`, stamping base offsets from `first_offset` (and
+/// `LogAppendTime`), and returns what the append got. Each batch is recorded separately, so the
+/// segment indexes batch by batch exactly as recovery rebuilds the index.
+fn stage_append(
+    pending: &mut PendingWrite,
+    append: &ValidatedBatches,
     first_offset: Offset,
     log_append_time: Option<TimestampMs>,
-) -> AppendedBatches {
+) -> AppendInfo {
+    let start = pending.bytes.len();
+    pending.bytes.extend_from_slice(&append.bytes);
     let mut next_offset = first_offset.0;
     let mut max_timestamp = i64::MIN;
-    let mut offset_of_max_timestamp = first_offset;
-    for (batch_index, batch) in incoming.iter().enumerate() {
-        let end = incoming
+    for (batch_index, batch) in append.batches.iter().enumerate() {
+        let end = append
+            .batches
             .get(batch_index + 1)
-            .map_or(bytes.len(), |next| next.position);
-        let batch_bytes = &mut bytes[batch.position..end];
+            .map_or(append.bytes.len(), |next| next.position);
+        let batch_bytes = &mut pending.bytes[start + batch.position..start + end];
         set_base_offset(batch_bytes, next_offset as i64);
         let timestamp = match log_append_time {
             Some(now) => {
@@ -164,14 +244,22 @@ fn assign_offsets(
             None => batch.max_timestamp,
         };
         next_offset += batch.record_count;
-        if timestamp > max_timestamp {
-            max_timestamp = timestamp;
-            offset_of_max_timestamp = Offset(next_offset - 1);
-        }
+        max_timestamp = max_timestamp.max(timestamp);
+        pending.first_batch_timestamp.get_or_insert(TimestampMs(timestamp));
+        pending.batches.push(AppendedBatch {
+            position_in_write: (start + batch.position) as u64,
+            size_bytes: (end - batch.position) as u64,
+            last_offset: Offset(next_offset - 1),
+            max_timestamp: TimestampMs(timestamp),
+        });
     }
-    AppendedBatches {
+    AppendInfo {
+        first_offset,
         last_offset: Offset(next_offset - 1),
+        record_count: append.record_count,
+        batch_count: append.batches.len(),
         max_timestamp: TimestampMs(max_timestamp),
-        offset_of_max_timestamp,
+        log_append_time,
+        durable: false,
     }
 }

@@ -17,11 +17,11 @@ use bytes::Bytes;
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{DeleteRecordsError, ReadError, StorageError};
 use crate::index::time_index::TimestampOffset;
-use crate::io::Storage;
+use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;
 use crate::types::{Offset, TimestampMs, TopicPartition};
 
-pub use append::AppendInfo;
+pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.
@@ -32,6 +32,24 @@ pub struct FetchData {
     pub records: Bytes,
     pub log_start_offset: Offset,
     pub log_end_offset: Offset,
+    /// Every offset below this is durable (the recovery point).
+    pub durable_offset: Offset,
+}
+
+impl FetchData {
+    /// Keeps only the batches that end below `visible_end` (a durable-only read).
+    pub fn trim_to(mut self, visible_end: Offset) -> FetchData {
+        let mut length = 0usize;
+        while let Ok(header) = crate::format::BatchHeader::parse(&self.records[length..]) {
+            let end = length as u64 + header.size_bytes();
+            if end > self.records.len() as u64 || header.last_offset() >= visible_end.0 as i64 {
+                break;
+            }
+            length = end as usize;
+        }
+        self.records.truncate(length);
+        self
+    }
 }
 
 /// A summary of one segment, for tools and tests.
@@ -140,6 +158,7 @@ impl PartitionLog {
             records,
             log_start_offset: self.log_start_offset,
             log_end_offset,
+            durable_offset: self.recovery_point,
         };
         for segment in &self.segments[self.floor_segment_index(offset)..] {
             if let Some(location) = segment.locate(offset, segment.size_bytes())? {
@@ -229,33 +248,65 @@ impl PartitionLog {
     /// Makes every appended byte durable and moves the recovery point to the log end offset.
     pub fn flush(&mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
+        let log_end_offset = self.log_end_offset();
         let result = self.active().flush_log();
+        self.mark_flushed(log_end_offset, result)
+    }
+
+    /// Path of the active segment's `.log`, for error context.
+    pub fn active_log_path(&self) -> &Path {
+        self.active().log_path()
+    }
+
+    /// The active segment's `.log`, for a caller that syncs many partitions' files together
+    /// (group commit). Report the outcome with [`PartitionLog::mark_flushed`].
+    pub fn active_log_file(&self) -> &dyn StorageFile {
+        self.active().log_file()
+    }
+
+    /// Records the outcome of a sync of the active `.log` that covered every offset below
+    /// `through`: success moves the recovery point; failure fails the log until it is reopened,
+    /// so nothing is acknowledged as durable after a failed sync.
+    pub fn mark_flushed(
+        &mut self,
+        through: Offset,
+        result: Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
         if let Err(error) = result {
             self.failed = true;
             return Err(error);
         }
-        self.recovery_point = self.log_end_offset();
-        self.unflushed_records = 0;
-        self.first_unflushed_at = None;
+        self.recovery_point = self.recovery_point.max(through);
+        if through >= self.log_end_offset() {
+            self.unflushed_records = 0;
+            self.first_unflushed_at = None;
+        }
         Ok(())
     }
 
-    /// Flushes according to the flush policy after an append of `record_count` records.
-    fn flush_per_policy(&mut self, record_count: u64, now: TimestampMs) -> Result<bool, StorageError> {
-        self.unflushed_records += record_count;
-        let first_unflushed_at = *self.first_unflushed_at.get_or_insert(now);
-        let due = match self.config.flush_policy {
+    /// Whether the flush policy asks for a sync now.
+    pub fn flush_due(&self, now: TimestampMs) -> bool {
+        if self.unflushed_records == 0 {
+            return false;
+        }
+        match self.config.flush_policy {
             FlushPolicy::EveryAppend => true,
             FlushPolicy::Messages(count) => self.unflushed_records >= count,
-            FlushPolicy::IntervalMs(ms) => {
-                now.0.saturating_sub(first_unflushed_at.0) >= i64::try_from(ms).unwrap_or(i64::MAX)
-            }
+            FlushPolicy::IntervalMs(ms) => self.first_unflushed_at.is_some_and(|first| {
+                now.0.saturating_sub(first.0) >= i64::try_from(ms).unwrap_or(i64::MAX)
+            }),
             FlushPolicy::Never => false,
-        };
-        if due {
-            self.flush()?;
         }
-        Ok(due)
+    }
+
+    /// When the flush policy's timer next expires, if it runs (for `flush.ms`).
+    pub fn flush_deadline(&self) -> Option<TimestampMs> {
+        match self.config.flush_policy {
+            FlushPolicy::IntervalMs(ms) => self.first_unflushed_at.map(|first| {
+                TimestampMs(first.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+            }),
+            _ => None,
+        }
     }
 
     /// Seals the active segment's indexes (final time entry, trim) and syncs everything. The log

@@ -22,15 +22,23 @@ use crate::io::{OpenMode, Storage, StorageFile};
 use crate::types::{Offset, TimestampMs};
 use scan::{LogScanner, ScanStep};
 
-/// What an append adds to a segment, as the log computed it.
+/// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AppendedBatches {
-    /// The largest offset in the appended bytes.
+pub struct IncomingAppend {
+    pub size_bytes: u64,
     pub last_offset: Offset,
-    /// The largest timestamp in the appended bytes.
     pub max_timestamp: TimestampMs,
-    /// The last offset of the first batch that holds `max_timestamp`.
-    pub offset_of_max_timestamp: Offset,
+    pub now: TimestampMs,
+}
+
+/// One batch inside a write, with its offsets already assigned by the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendedBatch {
+    /// Where the batch starts, relative to the start of the write.
+    pub position_in_write: u64,
+    pub size_bytes: u64,
+    pub last_offset: Offset,
+    pub max_timestamp: TimestampMs,
 }
 
 /// The batch that holds a target offset: where it starts and how large it is.
@@ -134,54 +142,67 @@ impl Segment {
         }
     }
 
-    /// Whether appending `incoming_bytes` ending at `last_offset` must go to a new segment
-    /// (Kafka's `LogSegment.shouldRoll`).
-    pub fn should_roll(
-        &self,
-        config: &LogConfig,
-        incoming_bytes: u64,
-        last_offset: Offset,
-        now: TimestampMs,
-    ) -> bool {
-        if self.is_empty() {
+    /// Whether an append must go to a new segment (Kafka's `LogSegment.shouldRoll`), given
+    /// `pending_bytes` already queued for this segment's next write.
+    pub fn should_roll(&self, config: &LogConfig, pending_bytes: u64, incoming: &IncomingAppend) -> bool {
+        let size_bytes = self.size_bytes + pending_bytes;
+        if size_bytes == 0 {
             return false;
         }
-        let full = self.size_bytes > config.segment_bytes.saturating_sub(incoming_bytes);
-        let age_from = self.first_batch_timestamp.unwrap_or(self.created_ms);
-        let too_old = now.0.saturating_sub(age_from.0) > i64::try_from(config.segment_ms).unwrap_or(i64::MAX);
+        let full = size_bytes > config.segment_bytes.saturating_sub(incoming.size_bytes);
+        let segment_ms = i64::try_from(config.segment_ms).unwrap_or(i64::MAX);
+        let too_old = self.time_waited_for_roll(incoming) > segment_ms;
         let relative_overflow =
-            last_offset.0.saturating_sub(self.base_offset.0) > crate::limits::RELATIVE_OFFSET_MAX;
-        full || too_old || relative_overflow || self.offset_index.is_full() || self.time_index.is_full()
+            incoming.last_offset.0.saturating_sub(self.base_offset.0) > crate::limits::RELATIVE_OFFSET_MAX;
+        let index_full = self.offset_index.is_full() || self.time_index.is_full();
+        full || too_old || relative_overflow || index_full
     }
 
-    /// Writes `bytes` (whole batches) at the end of the `.log` and adds index entries with
-    /// Kafka's rule: an entry for this append when more than `index_interval_bytes` were written
-    /// since the last entry.
+    /// Kafka's `timeWaitedForRoll`: the incoming timestamp minus the first batch's, or, when the
+    /// segment has no usable timestamp, wall-clock time since the segment was created.
+    fn time_waited_for_roll(&self, incoming: &IncomingAppend) -> i64 {
+        match self.first_batch_timestamp.filter(|first| first.0 >= 0) {
+            Some(first) => incoming.max_timestamp.0.saturating_sub(first.0),
+            None => incoming.now.0.saturating_sub(self.created_ms.0),
+        }
+    }
+
+    /// Writes `bytes` (whole batches, one or more appends) at the end of the `.log` with one
+    /// positioned write, then applies Kafka's index rule batch by batch, as recovery does: an
+    /// entry `(last offset, position)` for a batch when more than `index_interval_bytes` were
+    /// written since the last entry.
     pub fn append(
         &mut self,
         bytes: &[u8],
-        appended: AppendedBatches,
+        batches: &[AppendedBatch],
         first_batch_timestamp: TimestampMs,
         index_interval_bytes: u64,
     ) -> Result<(), StorageError> {
-        assert!(appended.last_offset >= self.next_offset);
+        let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+            return Ok(());
+        };
+        assert!(first.last_offset >= self.next_offset);
+        assert_eq!(last.position_in_write + last.size_bytes, bytes.len() as u64);
         let position = self.size_bytes;
         self.log
             .write_all_at(bytes, position)
             .map_err(|source| StorageError::io("write", &self.log_path, source))?;
         self.size_bytes += bytes.len() as u64;
-        self.next_offset = appended.last_offset.next();
+        self.next_offset = last.last_offset.next();
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = Some(first_batch_timestamp);
         }
-        observe_timestamp(&mut self.max_timestamp_so_far, appended.max_timestamp, appended.offset_of_max_timestamp);
-        self.maybe_index(appended.last_offset, position, bytes.len() as u64, index_interval_bytes);
+        for batch in batches {
+            observe_timestamp(&mut self.max_timestamp_so_far, batch.max_timestamp, batch.last_offset);
+            let batch_position = position + batch.position_in_write;
+            self.maybe_index(batch.last_offset, batch_position, batch.size_bytes, index_interval_bytes);
+        }
         Ok(())
     }
 
-
     fn maybe_index(&mut self, last_offset: Offset, position: u64, size_bytes: u64, interval: u64) {
-        if self.bytes_since_last_index_entry > interval {
+        let room = !self.offset_index.is_full() && !self.time_index.is_full();
+        if self.bytes_since_last_index_entry > interval && room {
             self.offset_index.append(last_offset, position as u32);
             if let Some(max) = self.max_timestamp_so_far {
                 self.time_index.maybe_append(max.timestamp, max.offset, false);
@@ -189,6 +210,11 @@ impl Segment {
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += size_bytes;
+    }
+
+    /// The `.log` file, for syncs the caller groups with other partitions' (group commit).
+    pub fn log_file(&self) -> &dyn StorageFile {
+        self.log.as_ref()
     }
 
     /// Finds the first batch whose last offset is `>= target`, starting from the index entry at or

@@ -1,0 +1,703 @@
+//! The engine: many topics and partitions, one shard thread per core, each the sole owner of a
+//! group of partitions (DESIGN.md § Engine).
+//!
+//! [`Engine`] is a cheap, cloneable handle (`Clone + Send + Sync`). Data requests
+//! ([`Engine::append`], [`Engine::fetch`], ...) return a [`Pending`]: `.await` it on any executor,
+//! or `.wait()` on a plain thread. Batches are validated on the caller's thread; the owning shard
+//! only assigns offsets, writes and syncs.
+//!
+//! Placement: partition `p` of topic `t` lives on shard
+//! `(to_positive(murmur2(t)) + p) % shard_count` — a topic's partitions spread over consecutive
+//! shards, and the same partition lands on the same shard at every open with the same shard
+//! count. Nothing on disk depends on the placement, so changing the shard count is safe.
+
+mod pending;
+mod shard;
+mod topics;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use crossbeam_channel::{Sender, TrySendError};
+use futures_channel::oneshot;
+
+use crate::config::LogConfig;
+use crate::error::{
+    AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ReadError,
+    StorageError, TopicError,
+};
+use crate::format::file_name::{
+    CLEAN_SHUTDOWN_MARKER, DELETE_DIR_SUFFIX, LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT, partition_dir_name,
+};
+use crate::index::time_index::TimestampOffset;
+use crate::io::{IoBackend, Storage};
+use crate::log::{AppendInfo, FetchData, ValidatedBatches};
+use crate::log_dir::{
+    CLEAN_SHUTDOWN_CONTENT, lock_dir, read_checkpoint, sync_dir, write_checkpoint, write_durably,
+};
+use crate::partitioner;
+use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
+
+pub use pending::Pending;
+use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
+pub use topics::TopicMetadata;
+use topics::TopicRegistry;
+
+/// How the engine runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Number of shard threads; 0 means one per available core.
+    pub shard_count: usize,
+    /// Pin shard `i` to core `i % cores` (`core_affinity`).
+    pub pin_shards: bool,
+    /// Bound on each shard's request queue; a full queue answers `QueueFull`.
+    pub queue_requests_max: usize,
+    /// Bound on the bytes of appends queued or being written across all shards.
+    pub inflight_bytes_max: u64,
+    /// Configuration of topics created without one, and of adopted partition directories.
+    pub default_topic_config: LogConfig,
+    /// Which backend performs file I/O (default: `SEGLOG_IO_BACKEND`, else `Auto`).
+    pub backend: IoBackend,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            shard_count: 0,
+            pin_shards: true,
+            queue_requests_max: 4096,
+            inflight_bytes_max: 256 * 1024 * 1024,
+            default_topic_config: LogConfig::default(),
+            backend: IoBackend::from_env(),
+        }
+    }
+}
+
+/// Whether an append is answered once written (page cache) or once synced (group commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Answer after the write; the topic's flush policy decides when it is synced.
+    #[default]
+    Written,
+    /// Answer only after an `fdatasync` that covers the append.
+    Durable,
+}
+
+/// Which offsets a fetch may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Everything written, up to the log end offset.
+    #[default]
+    LogEnd,
+    /// Only what is durable, up to the recovery point.
+    Durable,
+}
+
+/// How a fetch reads (Kafka's `fetch.max.bytes`, `fetch.min.bytes`, `fetch.max.wait.ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchOptions {
+    /// Upper bound on the bytes returned, except that one whole batch is always returned.
+    pub max_bytes: u64,
+    /// Wait until at least this many bytes are available...
+    pub min_bytes: u64,
+    /// ...or this many milliseconds passed (0: answer at once).
+    pub max_wait_ms: u64,
+    pub isolation: Isolation,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            max_bytes: 1024 * 1024,
+            min_bytes: 1,
+            max_wait_ms: 0,
+            isolation: Isolation::LogEnd,
+        }
+    }
+}
+
+/// One partition as `describe_topic` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionDescription {
+    pub partition: PartitionId,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    pub durable_offset: Offset,
+    pub size_bytes: u64,
+    pub segment_count: usize,
+}
+
+/// A topic as `describe_topic` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicDescription {
+    pub topic: TopicName,
+    pub config: LogConfig,
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// A handle to an open engine. Clones share the engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct ShardHandle {
+    sender: Option<Sender<Request>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    root: PathBuf,
+    storage: Arc<dyn Storage>,
+    shards: Vec<ShardHandle>,
+    topics: Arc<RwLock<TopicRegistry>>,
+    /// Serialises topic administration (create, grow, delete) and checkpoint writes.
+    admin: Mutex<Checkpoints>,
+    inflight_bytes: Arc<AtomicU64>,
+    config: EngineConfig,
+    closed: AtomicBool,
+    _lock: File,
+}
+
+/// The checkpoint files' contents, including partitions not opened since the engine opened.
+#[derive(Debug, Default)]
+struct Checkpoints {
+    recovery_points: BTreeMap<TopicPartition, Offset>,
+    log_start_offsets: BTreeMap<TopicPartition, Offset>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("root", &self.root)
+            .field("shards", &self.shards.len())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Opens (creating if needed) the engine's data directory on the configured backend.
+    pub fn open(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Engine, OpenError> {
+        let root = dir.as_ref();
+        let storage = config
+            .backend
+            .storage()
+            .map_err(|source| OpenError::IoUringUnavailable { dir: root.to_owned(), source })?;
+        Engine::open_with_storage(root, config, storage)
+    }
+
+    /// Opens the engine on the given storage backend.
+    pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        config: EngineConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Engine, OpenError> {
+        let root = dir.as_ref().to_owned();
+        config.default_topic_config.validate()?;
+        storage
+            .create_dir_all(&root)
+            .map_err(|source| StorageError::io("create directory", &root, source))?;
+        let lock = lock_dir(&root)?;
+        let had_clean_shutdown = take_clean_shutdown_marker(storage.as_ref(), &root)?;
+        let checkpoints = Checkpoints {
+            recovery_points: read_checkpoint(storage.as_ref(), &root.join(RECOVERY_POINT_CHECKPOINT))?,
+            log_start_offsets: read_checkpoint(storage.as_ref(), &root.join(LOG_START_OFFSET_CHECKPOINT))?,
+        };
+        let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
+        let topics = Arc::new(RwLock::new(registry));
+        let inflight_bytes = Arc::new(AtomicU64::new(0));
+        let shard_count = effective_shard_count(config.shard_count);
+        let mut shards = Vec::with_capacity(shard_count);
+        for shard_id in 0..shard_count {
+            let context = ShardContext {
+                root: root.clone(),
+                storage: storage.clone(),
+                topics: topics.clone(),
+                inflight_bytes: inflight_bytes.clone(),
+                had_clean_shutdown,
+                recovery_points: checkpoints.recovery_points.clone(),
+                log_start_offsets: checkpoints.log_start_offsets.clone(),
+                owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
+            };
+            shards.push(spawn_shard(shard_id, context, &config)?);
+        }
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                root,
+                storage,
+                shards,
+                topics,
+                admin: Mutex::new(checkpoints),
+                inflight_bytes,
+                config,
+                closed: AtomicBool::new(false),
+                _lock: lock,
+            }),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// The shard that owns `topic`'s `partition`.
+    pub fn shard_of(&self, topic: &TopicName, partition: PartitionId) -> usize {
+        shard_for(&TopicPartition { topic: topic.clone(), partition }, self.inner.shards.len())
+    }
+
+    /// Appends whole batches (as a producer sends them) to a partition. The batches are validated
+    /// here, on the caller's thread; the shard assigns offsets and writes. With
+    /// [`Durability::Durable`] the answer comes after a sync that covers the append.
+    pub fn append(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        batches: Bytes,
+        durability: Durability,
+    ) -> Pending<AppendInfo, AppendError> {
+        let tp = TopicPartition { topic: topic.clone(), partition };
+        let validated = match self.validate(&tp, batches) {
+            Ok(validated) => validated,
+            Err(error) => return Pending::ready(Err(error)),
+        };
+        let size_bytes = validated.size_bytes() as u64;
+        if let Err(error) = self.reserve_inflight(size_bytes) {
+            return Pending::ready(Err(error.into()));
+        }
+        let durable = durability == Durability::Durable;
+        let pending = self.send(&tp, |reply| Request::Append { tp: tp.clone(), batches: validated, durable, reply });
+        if matches!(pending, SendOutcome::Refused(_)) {
+            self.inner.inflight_bytes.fetch_sub(size_bytes, Ordering::AcqRel);
+        }
+        pending.into_pending()
+    }
+
+    fn validate(&self, tp: &TopicPartition, batches: Bytes) -> Result<ValidatedBatches, AppendError> {
+        self.check_open()?;
+        let config = self.partition_config(tp).ok_or_else(|| AppendError::UnknownPartition {
+            topic: tp.topic.to_string(),
+            partition: tp.partition,
+        })?;
+        ValidatedBatches::validate(batches, &config)
+    }
+
+    fn reserve_inflight(&self, size_bytes: u64) -> Result<(), EngineUnavailable> {
+        let limit_bytes = self.inner.config.inflight_bytes_max;
+        let before = self.inner.inflight_bytes.fetch_add(size_bytes, Ordering::AcqRel);
+        if before > 0 && before + size_bytes > limit_bytes {
+            self.inner.inflight_bytes.fetch_sub(size_bytes, Ordering::AcqRel);
+            return Err(EngineUnavailable::TooManyBytesInFlight { inflight_bytes: before, limit_bytes });
+        }
+        Ok(())
+    }
+
+    /// Reads whole batches from `offset` (see [`FetchOptions`]).
+    pub fn fetch(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        offset: Offset,
+        options: FetchOptions,
+    ) -> Pending<FetchData, ReadError> {
+        let tp = TopicPartition { topic: topic.clone(), partition };
+        if let Err(error) = self.check_known(&tp) {
+            return Pending::ready(Err(error));
+        }
+        self.send(&tp, |reply| Request::Fetch { tp: tp.clone(), offset, options, reply }).into_pending()
+    }
+
+    /// The first offset whose record has a timestamp `>= timestamp` (Kafka's ListOffsets).
+    pub fn fetch_by_timestamp(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        timestamp: TimestampMs,
+    ) -> Pending<Option<TimestampOffset>, ReadError> {
+        let tp = TopicPartition { topic: topic.clone(), partition };
+        if let Err(error) = self.check_known(&tp) {
+            return Pending::ready(Err(error));
+        }
+        self.send(&tp, |reply| Request::FetchByTimestamp { tp: tp.clone(), timestamp, reply }).into_pending()
+    }
+
+    /// Moves the partition's log start offset to `offset` (Kafka's DeleteRecords).
+    pub fn delete_records(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Pending<Offset, DeleteRecordsError> {
+        let tp = TopicPartition { topic: topic.clone(), partition };
+        if self.partition_config(&tp).is_none() {
+            let error = DeleteRecordsError::UnknownPartition { topic: topic.to_string(), partition };
+            return Pending::ready(Err(error));
+        }
+        self.send(&tp, |reply| Request::DeleteRecords { tp: tp.clone(), offset, reply }).into_pending()
+    }
+
+    /// Syncs one partition's appended data.
+    pub fn flush(&self, topic: &TopicName, partition: PartitionId) -> Pending<(), FlushError> {
+        let tp = TopicPartition { topic: topic.clone(), partition };
+        self.send(&tp, |reply| Request::Flush { tp: Some(tp.clone()), reply }).into_pending()
+    }
+
+    /// Syncs every open partition's appended data, on every shard. Blocks.
+    pub fn flush_all(&self) -> Result<(), FlushError> {
+        let pendings: Vec<Pending<(), FlushError>> = (0..self.inner.shards.len())
+            .map(|shard| self.send_to(shard, |reply| Request::Flush { tp: None, reply }).into_pending())
+            .collect();
+        pendings.into_iter().try_for_each(Pending::wait)
+    }
+
+    fn check_open(&self) -> Result<(), EngineUnavailable> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(EngineUnavailable::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_known(&self, tp: &TopicPartition) -> Result<(), ReadError> {
+        self.check_open()?;
+        match self.partition_config(tp) {
+            Some(_) => Ok(()),
+            None => Err(ReadError::UnknownPartition { topic: tp.topic.to_string(), partition: tp.partition }),
+        }
+    }
+
+    fn partition_config(&self, tp: &TopicPartition) -> Option<LogConfig> {
+        let topics = self.inner.topics.read().ok()?;
+        topics.partition_config(tp).cloned()
+    }
+
+    fn send<T, E>(&self, tp: &TopicPartition, request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request) -> SendOutcome<T, E>
+    where
+        E: From<EngineUnavailable>,
+    {
+        self.send_to(shard_for(tp, self.inner.shards.len()), request)
+    }
+
+    fn send_to<T, E>(&self, shard: usize, request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request) -> SendOutcome<T, E>
+    where
+        E: From<EngineUnavailable>,
+    {
+        if let Err(error) = self.check_open() {
+            return SendOutcome::Refused(error);
+        }
+        let Some(sender) = self.inner.shards.get(shard).and_then(|handle| handle.sender.as_ref()) else {
+            return SendOutcome::Refused(EngineUnavailable::Closed);
+        };
+        let (reply, receiver) = oneshot::channel();
+        match sender.try_send(request(reply)) {
+            Ok(()) => SendOutcome::Sent(Pending::waiting(receiver, shard)),
+            Err(TrySendError::Full(_)) => SendOutcome::Refused(EngineUnavailable::QueueFull { shard }),
+            Err(TrySendError::Disconnected(_)) => SendOutcome::Refused(EngineUnavailable::ShardFailed { shard }),
+        }
+    }
+}
+
+/// Whether a request reached its shard.
+enum SendOutcome<T, E> {
+    Sent(Pending<T, E>),
+    Refused(EngineUnavailable),
+}
+
+impl<T, E: From<EngineUnavailable>> SendOutcome<T, E> {
+    fn into_pending(self) -> Pending<T, E> {
+        match self {
+            SendOutcome::Sent(pending) => pending,
+            SendOutcome::Refused(error) => Pending::ready(Err(error.into())),
+        }
+    }
+}
+
+/// Topic administration. These calls block: they are rare and touch every shard.
+impl Engine {
+    /// Creates a topic with `partition_count` partitions and its configuration.
+    pub fn create_topic(&self, topic: &str, partition_count: u32, config: LogConfig) -> Result<TopicName, TopicError> {
+        let topic = TopicName::parse(topic)?;
+        config.validate()?;
+        self.check_open()?;
+        let _admin = self.lock_admin();
+        {
+            let mut topics = self.write_topics();
+            if topics.get(&topic).is_some() {
+                return Err(TopicError::TopicExists { topic: topic.to_string() });
+            }
+            if partition_count == 0 {
+                return Err(TopicError::InvalidPartitionCount { topic: topic.to_string(), current: 0, requested: 0 });
+            }
+            self.create_partition_dirs(&topic, 0..partition_count)?;
+            topics.insert(topic.clone(), TopicMetadata { partition_count, config });
+            topics.save(self.inner.storage.as_ref())?;
+        }
+        Ok(topic)
+    }
+
+    /// Every topic with its metadata.
+    pub fn list_topics(&self) -> Vec<(TopicName, TopicMetadata)> {
+        let topics = self.read_topics();
+        topics.topics().iter().map(|(topic, metadata)| (topic.clone(), metadata.clone())).collect()
+    }
+
+    /// The topic's configuration and each partition's offsets and size.
+    pub fn describe_topic(&self, topic: &str) -> Result<TopicDescription, TopicError> {
+        let topic = TopicName::parse(topic)?;
+        self.check_open()?;
+        let metadata = self
+            .read_topics()
+            .get(&topic)
+            .cloned()
+            .ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+        let mut by_shard: BTreeMap<usize, Vec<TopicPartition>> = BTreeMap::new();
+        for partition in 0..metadata.partition_count {
+            let tp = TopicPartition { topic: topic.clone(), partition };
+            by_shard.entry(shard_for(&tp, self.inner.shards.len())).or_default().push(tp);
+        }
+        let pendings: Vec<Pending<Vec<PartitionDescription>, StorageError>> = by_shard
+            .into_iter()
+            .map(|(shard, tps)| self.send_to(shard, |reply| Request::Describe { tps, reply }).into_pending())
+            .collect();
+        let mut partitions = Vec::with_capacity(metadata.partition_count as usize);
+        for pending in pendings {
+            partitions.extend(pending.wait()?);
+        }
+        partitions.sort_by_key(|description| description.partition);
+        Ok(TopicDescription { topic, config: metadata.config, partitions })
+    }
+
+    /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic).
+    pub fn add_partitions(&self, topic: &str, partition_count: u32) -> Result<(), TopicError> {
+        let topic = TopicName::parse(topic)?;
+        self.check_open()?;
+        let _admin = self.lock_admin();
+        let mut topics = self.write_topics();
+        let current = topics
+            .get(&topic)
+            .map(|metadata| metadata.partition_count)
+            .ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+        if partition_count <= current {
+            return Err(TopicError::InvalidPartitionCount { topic: topic.to_string(), current, requested: partition_count });
+        }
+        self.create_partition_dirs(&topic, current..partition_count)?;
+        topics.set_partition_count(&topic, partition_count);
+        topics.save(self.inner.storage.as_ref())?;
+        Ok(())
+    }
+
+    /// Deletes a topic: its shards drop the partitions, then the directories are removed.
+    pub fn delete_topic(&self, topic: &str) -> Result<(), TopicError> {
+        let topic = TopicName::parse(topic)?;
+        self.check_open()?;
+        let mut admin = self.lock_admin();
+        let metadata = {
+            let mut topics = self.write_topics();
+            let metadata = topics.remove(&topic).ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+            topics.save(self.inner.storage.as_ref())?;
+            metadata
+        };
+        let tps: Vec<TopicPartition> =
+            (0..metadata.partition_count).map(|partition| TopicPartition { topic: topic.clone(), partition }).collect();
+        let pendings: Vec<Pending<(), StorageError>> = (0..self.inner.shards.len())
+            .map(|shard| self.send_to(shard, |reply| Request::DropPartitions { tps: tps.clone(), reply }).into_pending())
+            .collect();
+        for pending in pendings {
+            pending.wait()?;
+        }
+        for tp in &tps {
+            admin.recovery_points.remove(tp);
+            admin.log_start_offsets.remove(tp);
+            self.remove_partition_dir(tp)?;
+        }
+        sync_dir(self.inner.storage.as_ref(), &self.inner.root)?;
+        Ok(())
+    }
+
+    fn create_partition_dirs(&self, topic: &TopicName, partitions: std::ops::Range<u32>) -> Result<(), StorageError> {
+        let storage = self.inner.storage.as_ref();
+        for partition in partitions {
+            let tp = TopicPartition { topic: topic.clone(), partition };
+            let dir = self.inner.root.join(partition_dir_name(&tp));
+            storage.create_dir_all(&dir).map_err(|source| StorageError::io("create directory", &dir, source))?;
+        }
+        sync_dir(storage, &self.inner.root)
+    }
+
+    /// Renames the directory with Kafka's `-delete` suffix, then removes it. A crash in between
+    /// leaves a `-delete` directory that the next open removes.
+    fn remove_partition_dir(&self, tp: &TopicPartition) -> Result<(), StorageError> {
+        let storage = self.inner.storage.as_ref();
+        let dir = self.inner.root.join(partition_dir_name(tp));
+        if !storage.is_dir(&dir) {
+            return Ok(());
+        }
+        let doomed = self.inner.root.join(format!("{}{DELETE_DIR_SUFFIX}", partition_dir_name(tp)));
+        storage.rename(&dir, &doomed).map_err(|source| StorageError::io("rename", &dir, source))?;
+        storage.remove_dir_all(&doomed).map_err(|source| StorageError::io("remove directory", &doomed, source))
+    }
+
+    fn lock_admin(&self) -> std::sync::MutexGuard<'_, Checkpoints> {
+        self.inner.admin.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, TopicRegistry> {
+        self.inner.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, TopicRegistry> {
+        self.inner.topics.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Checkpoints and shutdown.
+impl Engine {
+    /// Writes the recovery-point and log-start-offset checkpoint files from every shard's state.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        self.check_open().map_err(|_| StorageError::PreviousIo { dir: self.inner.root.clone() })?;
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> = (0..self.inner.shards.len())
+            .map(|shard| self.send_to(shard, |reply| Request::Checkpoint { reply }).into_pending())
+            .collect();
+        let mut admin = self.lock_admin();
+        for pending in pendings {
+            merge_checkpoints(&mut admin, pending.wait()?);
+        }
+        self.write_checkpoints(&admin)
+    }
+
+    /// Closes every partition cleanly, writes the checkpoints and the clean-shutdown marker, and
+    /// stops the shards. Every clone of this handle answers `Closed` afterwards.
+    pub fn close(&self) -> Result<(), StorageError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> = (0..self.inner.shards.len())
+            .map(|shard| self.close_shard(shard))
+            .collect();
+        let mut admin = self.lock_admin();
+        let mut first_error = None;
+        for pending in pendings {
+            match pending.wait() {
+                Ok(checkpoints) => merge_checkpoints(&mut admin, checkpoints),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        for shard in &self.inner.shards {
+            join_shard(shard);
+        }
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        self.write_checkpoints(&admin)?;
+        let storage = self.inner.storage.as_ref();
+        write_durably(storage, &self.inner.root.join(CLEAN_SHUTDOWN_MARKER), CLEAN_SHUTDOWN_CONTENT.as_bytes())?;
+        sync_dir(storage, &self.inner.root)
+    }
+
+    fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, StorageError> {
+        let Some(sender) = self.inner.shards.get(shard).and_then(|handle| handle.sender.as_ref()) else {
+            return Pending::ready(Err(StorageError::PreviousIo { dir: self.inner.root.clone() }));
+        };
+        let (reply, receiver) = oneshot::channel();
+        // The close request must get through even if the queue is momentarily full.
+        match sender.send(Request::Close { reply }) {
+            Ok(()) => Pending::waiting(receiver, shard),
+            Err(_) => Pending::ready(Err(StorageError::PreviousIo { dir: self.inner.root.clone() })),
+        }
+    }
+
+    fn write_checkpoints(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
+        let storage = self.inner.storage.as_ref();
+        let root = &self.inner.root;
+        write_checkpoint(storage, root, RECOVERY_POINT_CHECKPOINT, &checkpoints.recovery_points)?;
+        write_checkpoint(storage, root, LOG_START_OFFSET_CHECKPOINT, &checkpoints.log_start_offsets)
+    }
+}
+
+impl From<EngineUnavailable> for StorageError {
+    fn from(error: EngineUnavailable) -> Self {
+        StorageError::Corrupt { file: PathBuf::new(), position: 0, reason: error.to_string() }
+    }
+}
+
+impl Drop for Inner {
+    /// Dropping the last handle without `close` stops the shards without a clean shutdown: the
+    /// next open recovers, and keeps every durable append.
+    fn drop(&mut self) {
+        for shard in &mut self.shards {
+            shard.sender.take();
+        }
+        for shard in &self.shards {
+            join_shard(shard);
+        }
+    }
+}
+
+fn join_shard(shard: &ShardHandle) {
+    let thread = shard.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(thread) = thread {
+        let _ = thread.join();
+    }
+}
+
+fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionCheckpoint>) {
+    for partition in partitions {
+        checkpoints.recovery_points.insert(partition.tp.clone(), partition.recovery_point);
+        checkpoints.log_start_offsets.insert(partition.tp, partition.log_start_offset);
+    }
+}
+
+/// Notes whether the last shutdown was clean and removes the marker, so that any crash from now
+/// on is seen as unclean.
+fn take_clean_shutdown_marker(storage: &dyn Storage, root: &Path) -> Result<bool, StorageError> {
+    let marker = root.join(CLEAN_SHUTDOWN_MARKER);
+    if !storage.exists(&marker) {
+        return Ok(false);
+    }
+    storage.remove_file(&marker).map_err(|source| StorageError::io("remove", &marker, source))?;
+    sync_dir(storage, root)?;
+    Ok(true)
+}
+
+fn effective_shard_count(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// The shard that owns `tp` (see the module documentation).
+fn shard_for(tp: &TopicPartition, shard_count: usize) -> usize {
+    let topic_hash = partitioner::to_positive(partitioner::murmur2(tp.topic.as_str().as_bytes()));
+    ((u64::from(topic_hash) + u64::from(tp.partition)) % shard_count.max(1) as u64) as usize
+}
+
+fn spawn_shard(shard_id: usize, context: ShardContext, config: &EngineConfig) -> Result<ShardHandle, OpenError> {
+    let (sender, receiver) = crossbeam_channel::bounded(config.queue_requests_max.max(1));
+    let core = config.pin_shards.then(|| core_affinity::get_core_ids().and_then(|cores| cores.get(shard_id % cores.len().max(1)).copied())).flatten();
+    let thread = std::thread::Builder::new()
+        .name(format!("seglog-shard-{shard_id}"))
+        .spawn(move || {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
+            }
+            let shard = Shard::new(shard_id, context, receiver);
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
+            if outcome.is_err() {
+                log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");
+            }
+        })
+        .map_err(|source| OpenError::ShardThread { shard: shard_id, source })?;
+    Ok(ShardHandle { sender: Some(sender), thread: Mutex::new(Some(thread)) })
+}

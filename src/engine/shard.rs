@@ -1,0 +1,622 @@
+//! A shard: one thread that owns a group of partitions and is the only code that touches their
+//! state, so the data path takes no locks.
+//!
+//! The loop: block until a request arrives (or a timer is due), drain what else is queued (up to
+//! [`REQUESTS_PER_TURN_MAX`]), then run the turn in arrival order. Consecutive appends are
+//! gathered and committed together: each partition's appends become one positioned write, then
+//! one `fdatasync` per partition that must sync — all of them issued together through
+//! [`Storage::sync_data_many`] — and only then are the appends answered (group commit). Fetches
+//! that asked to wait for data are parked and answered when an append gives them enough bytes or
+//! their deadline passes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::pending::Reply;
+use super::topics::TopicRegistry;
+use super::{FetchOptions, Isolation, PartitionDescription};
+use crate::error::{
+    AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError,
+};
+use crate::format::file_name::partition_dir_name;
+use crate::index::time_index::TimestampOffset;
+use crate::io::{Storage, StorageFile};
+use crate::log::{AppendInfo, FetchData, LogOpenOptions, PartitionLog, ValidatedBatches};
+use crate::types::{Offset, TimestampMs, TopicPartition};
+
+/// Bound on the requests one turn takes from the queue, so a flood of appends cannot starve
+/// parked fetches and timers.
+pub(crate) const REQUESTS_PER_TURN_MAX: usize = 4096;
+
+/// A request to a shard. Every request carries the channel its answer goes back on.
+pub(crate) enum Request {
+    Append {
+        tp: TopicPartition,
+        batches: ValidatedBatches,
+        durable: bool,
+        reply: Reply<AppendInfo, AppendError>,
+    },
+    Fetch {
+        tp: TopicPartition,
+        offset: Offset,
+        options: FetchOptions,
+        reply: Reply<FetchData, ReadError>,
+    },
+    FetchByTimestamp {
+        tp: TopicPartition,
+        timestamp: TimestampMs,
+        reply: Reply<Option<TimestampOffset>, ReadError>,
+    },
+    DeleteRecords {
+        tp: TopicPartition,
+        offset: Offset,
+        reply: Reply<Offset, DeleteRecordsError>,
+    },
+    Flush {
+        tp: Option<TopicPartition>,
+        reply: Reply<(), FlushError>,
+    },
+    Describe {
+        tps: Vec<TopicPartition>,
+        reply: Reply<Vec<PartitionDescription>, StorageError>,
+    },
+    DropPartitions {
+        tps: Vec<TopicPartition>,
+        reply: Reply<(), StorageError>,
+    },
+    Checkpoint {
+        reply: Reply<Vec<PartitionCheckpoint>, StorageError>,
+    },
+    Close {
+        reply: Reply<Vec<PartitionCheckpoint>, StorageError>,
+    },
+}
+
+/// A partition's offsets for the log directory's checkpoint files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionCheckpoint {
+    pub tp: TopicPartition,
+    pub recovery_point: Offset,
+    pub log_start_offset: Offset,
+}
+
+/// What a shard shares with the engine: read-mostly state set at open.
+pub(crate) struct ShardContext {
+    pub root: PathBuf,
+    pub storage: Arc<dyn Storage>,
+    pub topics: Arc<RwLock<TopicRegistry>>,
+    pub inflight_bytes: Arc<AtomicU64>,
+    pub had_clean_shutdown: bool,
+    pub recovery_points: BTreeMap<TopicPartition, Offset>,
+    pub log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    /// Which shard owns a partition (the engine's placement), to find this shard's partitions.
+    pub owns: Box<dyn Fn(&TopicPartition) -> bool + Send>,
+}
+
+struct PendingAppend {
+    tp: TopicPartition,
+    batches: ValidatedBatches,
+    durable: bool,
+    reply: Reply<AppendInfo, AppendError>,
+}
+
+struct ParkedFetch {
+    tp: TopicPartition,
+    offset: Offset,
+    options: FetchOptions,
+    deadline: Instant,
+    reply: Reply<FetchData, ReadError>,
+}
+
+/// The appends of one partition after their write, waiting for the sync decision.
+struct WrittenGroup {
+    tp: TopicPartition,
+    answers: Vec<(Reply<AppendInfo, AppendError>, AppendInfo)>,
+    must_sync: bool,
+}
+
+/// Why a partition cannot be served.
+enum LookupError {
+    Unknown,
+    Open(OpenError),
+}
+
+pub(crate) struct Shard {
+    id: usize,
+    context: ShardContext,
+    receiver: Receiver<Request>,
+    partitions: BTreeMap<TopicPartition, PartitionLog>,
+    /// Partitions opened (and so recovered if needed) since the engine opened.
+    opened: BTreeSet<TopicPartition>,
+    parked: Vec<ParkedFetch>,
+    /// Partitions with `flush.ms` and unflushed data, and when their flush is due.
+    flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
+}
+
+impl Shard {
+    pub(crate) fn new(id: usize, context: ShardContext, receiver: Receiver<Request>) -> Shard {
+        Shard {
+            id,
+            context,
+            receiver,
+            partitions: BTreeMap::new(),
+            opened: BTreeSet::new(),
+            parked: Vec::new(),
+            flush_deadlines: BTreeMap::new(),
+        }
+    }
+
+    /// Runs until the engine closes or is dropped.
+    pub(crate) fn run(mut self) {
+        loop {
+            let first = match self.next_timeout() {
+                None => match self.receiver.recv() {
+                    Ok(request) => Some(request),
+                    Err(_) => return,
+                },
+                Some(timeout) => match self.receiver.recv_timeout(timeout) {
+                    Ok(request) => Some(request),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+            };
+            let mut requests: Vec<Request> = first.into_iter().collect();
+            requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
+            if self.run_turn(requests) {
+                return;
+            }
+            self.run_timers();
+        }
+    }
+
+    fn next_timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
+        let flush_deadline = self.flush_deadlines.values().min().map(|due| {
+            let wait_ms = due.0.saturating_sub(TimestampMs::now().0).max(0);
+            now + Duration::from_millis(wait_ms as u64)
+        });
+        let deadline = [fetch_deadline, flush_deadline].into_iter().flatten().min()?;
+        Some(deadline.saturating_duration_since(now))
+    }
+
+    /// Runs the requests in arrival order, committing consecutive appends together. Returns true
+    /// when the shard closed.
+    fn run_turn(&mut self, requests: Vec<Request>) -> bool {
+        let mut appends = Vec::new();
+        let mut touched = BTreeSet::new();
+        for request in requests {
+            match request {
+                Request::Append { tp, batches, durable, reply } => {
+                    appends.push(PendingAppend { tp, batches, durable, reply });
+                }
+                other => {
+                    self.commit_appends(std::mem::take(&mut appends), &mut touched);
+                    if self.handle(other) {
+                        return true;
+                    }
+                }
+            }
+        }
+        self.commit_appends(appends, &mut touched);
+        self.serve_parked(&touched, false);
+        false
+    }
+
+    fn handle(&mut self, request: Request) -> bool {
+        match request {
+            Request::Append { .. } => {}
+            Request::Fetch { tp, offset, options, reply } => self.fetch(tp, offset, options, reply),
+            Request::FetchByTimestamp { tp, timestamp, reply } => {
+                let result = self.fetch_by_timestamp(&tp, timestamp);
+                let _ = reply.send(result);
+            }
+            Request::DeleteRecords { tp, offset, reply } => {
+                let result = self.delete_records(&tp, offset);
+                let _ = reply.send(result);
+            }
+            Request::Flush { tp, reply } => {
+                let result = self.flush(tp.as_ref());
+                let _ = reply.send(result);
+            }
+            Request::Describe { tps, reply } => {
+                let _ = reply.send(self.describe(&tps));
+            }
+            Request::DropPartitions { tps, reply } => {
+                self.drop_partitions(&tps);
+                let _ = reply.send(Ok(()));
+            }
+            Request::Checkpoint { reply } => {
+                let _ = reply.send(Ok(self.checkpoints()));
+            }
+            Request::Close { reply } => {
+                let _ = reply.send(self.close());
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The log of `tp`, opened (and recovered) on first use.
+    fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
+        if !self.partitions.contains_key(tp) {
+            let log = self.open_partition(tp)?;
+            self.partitions.insert(tp.clone(), log);
+            self.opened.insert(tp.clone());
+        }
+        self.partitions.get_mut(tp).ok_or(LookupError::Unknown)
+    }
+
+    fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
+        let config = {
+            let topics = self.context.topics.read().map_err(|_| LookupError::Unknown)?;
+            topics.partition_config(tp).cloned().ok_or(LookupError::Unknown)?
+        };
+        let options = LogOpenOptions {
+            had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),
+            recovery_point: self.context.recovery_points.get(tp).copied().unwrap_or_default(),
+            log_start_offset: self.context.log_start_offsets.get(tp).copied(),
+            now: TimestampMs::now(),
+        };
+        let dir = self.context.root.join(partition_dir_name(tp));
+        let storage = self.context.storage.clone();
+        let (log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
+            .map_err(LookupError::Open)?;
+        if report.bytes_truncated > 0 || report.segments_deleted > 0 {
+            log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
+        }
+        Ok(log)
+    }
+
+    /// Writes every partition's appends (one write each), syncs the partitions that must sync
+    /// (all together), then answers.
+    fn commit_appends(&mut self, appends: Vec<PendingAppend>, touched: &mut BTreeSet<TopicPartition>) {
+        if appends.is_empty() {
+            return;
+        }
+        let now = TimestampMs::now();
+        let mut groups: BTreeMap<TopicPartition, Vec<PendingAppend>> = BTreeMap::new();
+        for append in appends {
+            self.release_inflight(append.batches.size_bytes());
+            groups.entry(append.tp.clone()).or_default().push(append);
+        }
+        let mut written = Vec::with_capacity(groups.len());
+        for (tp, group) in groups {
+            if let Some(group) = self.write_group(tp.clone(), group, now) {
+                written.push(group);
+                touched.insert(tp);
+            }
+        }
+        let synced = self.sync_groups(&written);
+        for (group, sync_result) in written.into_iter().zip(synced) {
+            let dir = self.context.root.join(partition_dir_name(&group.tp));
+            answer_group(group, sync_result, dir);
+        }
+        self.note_flush_deadlines(touched);
+    }
+
+    /// One partition's appends as one write. `None` when they all failed (already answered).
+    fn write_group(&mut self, tp: TopicPartition, group: Vec<PendingAppend>, now: TimestampMs) -> Option<WrittenGroup> {
+        let durable_requested = group.iter().any(|append| append.durable);
+        let log = match self.partition(&tp) {
+            Ok(log) => log,
+            Err(error) => {
+                let first_error = lookup_error_into(&tp, error);
+                answer_all(group, first_error, |_| AppendError::UnknownPartition {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                });
+                return None;
+            }
+        };
+        let batches: Vec<ValidatedBatches> = group.iter().map(|append| append.batches.clone()).collect();
+        match log.append_validated(&batches, now) {
+            Ok(infos) => {
+                let must_sync = durable_requested || log.flush_due(now);
+                let answers = group.into_iter().map(|append| append.reply).zip(infos).collect();
+                Some(WrittenGroup { tp, answers, must_sync })
+            }
+            Err(error) => {
+                let dir = log.dir().to_owned();
+                answer_all(group, error, |_| AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() }));
+                None
+            }
+        }
+    }
+
+    /// Syncs the groups that must sync, all through one `sync_data_many`; `None` for a group that
+    /// did not need to.
+    fn sync_groups(&mut self, written: &[WrittenGroup]) -> Vec<Option<Result<(), StorageError>>> {
+        let to_sync: Vec<&TopicPartition> = written.iter().filter(|group| group.must_sync).map(|group| &group.tp).collect();
+        let results = {
+            let files: Vec<&dyn StorageFile> = to_sync
+                .iter()
+                .filter_map(|tp| self.partitions.get(*tp).map(PartitionLog::active_log_file))
+                .collect();
+            self.context.storage.sync_data_many(&files)
+        };
+        let mut outcomes: BTreeMap<&TopicPartition, Result<(), StorageError>> = BTreeMap::new();
+        for (tp, result) in to_sync.into_iter().zip(results) {
+            let Some(log) = self.partitions.get_mut(tp) else { continue };
+            let through = log.log_end_offset();
+            let result = result.map_err(|source| StorageError::io("fdatasync", log.active_log_path(), source));
+            outcomes.insert(tp, log.mark_flushed(through, result));
+        }
+        written.iter().map(|group| outcomes.remove(&group.tp)).collect()
+    }
+
+    fn note_flush_deadlines(&mut self, touched: &BTreeSet<TopicPartition>) {
+        for tp in touched {
+            match self.partitions.get(tp).and_then(PartitionLog::flush_deadline) {
+                Some(due) => self.flush_deadlines.insert(tp.clone(), due),
+                None => self.flush_deadlines.remove(tp),
+            };
+        }
+    }
+
+    fn release_inflight(&self, size_bytes: usize) {
+        self.context.inflight_bytes.fetch_sub(size_bytes as u64, Ordering::AcqRel);
+    }
+
+    fn fetch(&mut self, tp: TopicPartition, offset: Offset, options: FetchOptions, reply: Reply<FetchData, ReadError>) {
+        let result = self.read(&tp, offset, &options);
+        let waits = options.max_wait_ms > 0;
+        match result {
+            Ok(data) if waits && (data.records.len() as u64) < options.min_bytes => {
+                let deadline = Instant::now() + Duration::from_millis(options.max_wait_ms);
+                self.parked.push(ParkedFetch { tp, offset, options, deadline, reply });
+            }
+            result => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    fn read(&mut self, tp: &TopicPartition, offset: Offset, options: &FetchOptions) -> Result<FetchData, ReadError> {
+        let log = self.partition(tp).map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        let data = log.read(offset, options.max_bytes)?;
+        Ok(match options.isolation {
+            Isolation::LogEnd => data,
+            Isolation::Durable => {
+                let durable_offset = data.durable_offset;
+                data.trim_to(durable_offset)
+            }
+        })
+    }
+
+    /// Answers parked fetches on `touched` partitions that now have enough bytes, and every
+    /// parked fetch whose deadline passed (or all, with `expire_all`).
+    fn serve_parked(&mut self, touched: &BTreeSet<TopicPartition>, expire_all: bool) {
+        let now = Instant::now();
+        let parked = std::mem::take(&mut self.parked);
+        for fetch in parked {
+            if fetch.reply.is_canceled() {
+                continue;
+            }
+            let expired = expire_all || fetch.deadline <= now;
+            if !expired && !touched.contains(&fetch.tp) {
+                self.parked.push(fetch);
+                continue;
+            }
+            let result = self.read(&fetch.tp, fetch.offset, &fetch.options);
+            let enough = result.as_ref().map_or(true, |data| data.records.len() as u64 >= fetch.options.min_bytes);
+            if enough || expired {
+                let _ = fetch.reply.send(result);
+            } else {
+                self.parked.push(fetch);
+            }
+        }
+    }
+
+    /// Flushes partitions whose `flush.ms` came due and expires parked fetches.
+    fn run_timers(&mut self) {
+        let now = TimestampMs::now();
+        let due: Vec<TopicPartition> = self
+            .flush_deadlines
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in &due {
+            self.flush_deadlines.remove(tp);
+            if let Some(log) = self.partitions.get_mut(tp) {
+                if let Err(error) = log.flush() {
+                    log::error!("shard {}: flush.ms sync of {tp} failed: {error}", self.id);
+                }
+            }
+        }
+        let touched = due.into_iter().collect();
+        self.serve_parked(&touched, false);
+    }
+
+    fn fetch_by_timestamp(&mut self, tp: &TopicPartition, timestamp: TimestampMs) -> Result<Option<TimestampOffset>, ReadError> {
+        let log = self.partition(tp).map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        log.read_by_timestamp(timestamp)
+    }
+
+    fn delete_records(&mut self, tp: &TopicPartition, offset: Offset) -> Result<Offset, DeleteRecordsError> {
+        let log = self.partition(tp).map_err(|error| lookup_error_into::<DeleteRecordsError>(tp, error))?;
+        log.delete_records(offset)
+    }
+
+    /// Syncs one partition, or every open partition with unflushed data.
+    fn flush(&mut self, tp: Option<&TopicPartition>) -> Result<(), FlushError> {
+        let tps: Vec<TopicPartition> = match tp {
+            Some(tp) => vec![tp.clone()],
+            None => self.partitions.keys().cloned().collect(),
+        };
+        let mut first_error = None;
+        for tp in tps {
+            let Some(log) = self.partitions.get_mut(&tp) else { continue };
+            if log.recovery_point() >= log.log_end_offset() {
+                continue;
+            }
+            if let Err(error) = log.flush() {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), |error| Err(error.into()))
+    }
+
+    fn describe(&mut self, tps: &[TopicPartition]) -> Result<Vec<PartitionDescription>, StorageError> {
+        let mut descriptions = Vec::with_capacity(tps.len());
+        for tp in tps {
+            let log = match self.partition(tp) {
+                Ok(log) => log,
+                Err(LookupError::Unknown) => continue,
+                Err(LookupError::Open(error)) => return Err(open_error_into_storage(tp, error)),
+            };
+            descriptions.push(PartitionDescription {
+                partition: tp.partition,
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: log.log_end_offset(),
+                durable_offset: log.recovery_point(),
+                size_bytes: log.size_bytes(),
+                segment_count: log.segment_count(),
+            });
+        }
+        Ok(descriptions)
+    }
+
+    fn drop_partitions(&mut self, tps: &[TopicPartition]) {
+        for tp in tps {
+            self.partitions.remove(tp);
+            self.flush_deadlines.remove(tp);
+        }
+        let dropped: BTreeSet<&TopicPartition> = tps.iter().collect();
+        for fetch in std::mem::take(&mut self.parked) {
+            if dropped.contains(&fetch.tp) {
+                let error = ReadError::UnknownPartition { topic: fetch.tp.topic.to_string(), partition: fetch.tp.partition };
+                let _ = fetch.reply.send(Err(error));
+            } else {
+                self.parked.push(fetch);
+            }
+        }
+    }
+
+    fn checkpoints(&self) -> Vec<PartitionCheckpoint> {
+        self.partitions
+            .iter()
+            .map(|(tp, log)| PartitionCheckpoint {
+                tp: tp.clone(),
+                recovery_point: log.recovery_point(),
+                log_start_offset: log.log_start_offset(),
+            })
+            .collect()
+    }
+
+    /// Closes every partition cleanly. After an unclean shutdown, partitions not opened since are
+    /// opened (and so recovered) first: the clean-shutdown marker the engine then writes covers
+    /// them too.
+    fn close(&mut self) -> Result<Vec<PartitionCheckpoint>, StorageError> {
+        self.serve_parked(&BTreeSet::new(), true);
+        if !self.context.had_clean_shutdown {
+            self.recover_unopened()?;
+        }
+        let mut checkpoints = Vec::with_capacity(self.partitions.len());
+        let partitions = std::mem::take(&mut self.partitions);
+        for (tp, log) in partitions {
+            let log_start_offset = log.log_start_offset();
+            let recovery_point = log.log_end_offset();
+            log.close()?;
+            checkpoints.push(PartitionCheckpoint { tp, recovery_point, log_start_offset });
+        }
+        Ok(checkpoints)
+    }
+
+    fn recover_unopened(&mut self) -> Result<(), StorageError> {
+        let owned: Vec<TopicPartition> = {
+            let topics = self.context.topics.read().map_err(|_| StorageError::PreviousIo { dir: self.context.root.clone() })?;
+            topics
+                .partitions()
+                .filter(|tp| (self.context.owns)(tp) && !self.opened.contains(tp))
+                .collect()
+        };
+        for tp in &owned {
+            if let Err(LookupError::Open(error)) = self.partition(tp) {
+                return Err(open_error_into_storage(tp, error));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Answers one written group: with the infos (durable if synced) or, if the sync failed, with
+/// an error for every append — nothing is acknowledged after a failed sync.
+fn answer_group(group: WrittenGroup, sync_result: Option<Result<(), StorageError>>, dir: PathBuf) {
+    match sync_result {
+        None => {
+            for (reply, info) in group.answers {
+                let _ = reply.send(Ok(info));
+            }
+        }
+        Some(Ok(())) => {
+            for (reply, info) in group.answers {
+                let _ = reply.send(Ok(AppendInfo { durable: true, ..info }));
+            }
+        }
+        Some(Err(error)) => {
+            let mut first = Some(AppendError::Storage(error));
+            for (reply, _) in group.answers {
+                let later = || AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() });
+                let _ = reply.send(Err(first.take().unwrap_or_else(later)));
+            }
+        }
+    }
+}
+
+/// Answers every append of `group` with an error: the first with `first_error`, the rest with
+/// `later_error`.
+fn answer_all(group: Vec<PendingAppend>, first_error: AppendError, later_error: impl Fn(&PendingAppend) -> AppendError) {
+    let mut first = Some(first_error);
+    for append in group {
+        let error = first.take().unwrap_or_else(|| later_error(&append));
+        let _ = append.reply.send(Err(error));
+    }
+}
+
+fn open_error_into_storage(tp: &TopicPartition, error: OpenError) -> StorageError {
+    match error {
+        OpenError::Storage(error) => error,
+        other => StorageError::Corrupt {
+            file: PathBuf::from(partition_dir_name(tp)),
+            position: 0,
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Turns a lookup failure into the operation's error type.
+trait FromLookup {
+    fn unknown(tp: &TopicPartition) -> Self;
+    fn open(tp: &TopicPartition, error: OpenError) -> Self;
+}
+
+macro_rules! impl_from_lookup {
+    ($error:ident) => {
+        impl FromLookup for $error {
+            fn unknown(tp: &TopicPartition) -> Self {
+                $error::UnknownPartition { topic: tp.topic.to_string(), partition: tp.partition }
+            }
+            fn open(tp: &TopicPartition, error: OpenError) -> Self {
+                $error::PartitionOpen { topic: tp.topic.to_string(), partition: tp.partition, source: Box::new(error) }
+            }
+        }
+    };
+}
+
+impl_from_lookup!(AppendError);
+impl_from_lookup!(ReadError);
+impl_from_lookup!(DeleteRecordsError);
+
+fn lookup_error_into<E: FromLookup>(tp: &TopicPartition, error: LookupError) -> E {
+    match error {
+        LookupError::Unknown => E::unknown(tp),
+        LookupError::Open(error) => E::open(tp, error),
+    }
+}

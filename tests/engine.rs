@@ -1,0 +1,326 @@
+//! The engine end to end (issue 3: the engine): concurrent appends from many threads to many
+//! partitions read back byte for byte and in order; group commit syncs many appends with few
+//! `fdatasync`s and never answers a durable append before a sync that covers it; an engine dropped
+//! without `close` reopens with every durable append; topics survive a restart; typed errors for
+//! unknown partitions and a closed engine. Runs on a counting wrapper around positioned I/O.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Isolation};
+use seglog::error::{AppendError, EngineUnavailable, ReadError};
+use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::io::pio::PositionedIo;
+use seglog::io::{OpenMode, Storage, StorageFile};
+use seglog::types::{Offset, TimestampMs, TopicName};
+
+/// Positioned I/O that records every `fdatasync`: which file, and how long it was.
+#[derive(Debug, Default)]
+struct CountingStorage {
+    syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
+    sync_calls: Arc<AtomicUsize>,
+}
+
+#[derive(Debug)]
+struct CountingFile {
+    path: PathBuf,
+    inner: Box<dyn StorageFile>,
+    syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
+    sync_calls: Arc<AtomicUsize>,
+}
+
+impl StorageFile for CountingFile {
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, position)
+    }
+    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, position)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let length = self.inner.length_bytes()?;
+        self.inner.sync_data()?;
+        self.sync_calls.fetch_add(1, Ordering::SeqCst);
+        self.syncs.lock().unwrap().push((self.path.clone(), length));
+        Ok(())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn length_bytes(&self) -> io::Result<u64> {
+        self.inner.length_bytes()
+    }
+    fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
+        self.inner.set_length_bytes(length_bytes)
+    }
+    fn modified_ms(&self) -> io::Result<i64> {
+        self.inner.modified_ms()
+    }
+}
+
+impl Storage for CountingStorage {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        Ok(Box::new(CountingFile {
+            path: path.to_owned(),
+            inner: PositionedIo.open(path, mode)?,
+            syncs: self.syncs.clone(),
+            sync_calls: self.sync_calls.clone(),
+        }))
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        PositionedIo.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        PositionedIo.list_dir(dir)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        PositionedIo.is_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        PositionedIo.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        PositionedIo.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        PositionedIo.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        PositionedIo.remove_dir_all(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        PositionedIo.sync_dir(dir)
+    }
+}
+
+fn batch(value: &str) -> Bytes {
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: TimestampMs::now().0,
+        key: None,
+        value: Some(value.as_bytes()),
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+fn config(shards: usize) -> EngineConfig {
+    EngineConfig {
+        shard_count: shards,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+/// Every record value of a partition, in offset order, read back through the engine.
+fn read_values(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, String)> {
+    let mut values = Vec::new();
+    let mut offset = Offset(0);
+    loop {
+        let data = engine.fetch(topic, partition, offset, FetchOptions::default()).wait().unwrap();
+        if data.records.is_empty() {
+            return values;
+        }
+        let mut position = 0;
+        while position < data.records.len() {
+            let batch = Batch::decode(&data.records.slice(position..), u64::MAX).unwrap();
+            position += batch.size_bytes() as usize;
+            for record in batch.records().unwrap() {
+                let record_offset = batch.base_offset() as u64 + record.offset_delta as u64;
+                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+                values.push((record_offset, value));
+                offset = Offset(record_offset + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(2)).unwrap();
+    let topic = engine.create_topic("orders", 8, LogConfig::default()).unwrap();
+    let threads: Vec<_> = (0..6)
+        .map(|thread| {
+            let engine = engine.clone();
+            let topic = topic.clone();
+            std::thread::spawn(move || {
+                let mut acks = Vec::new();
+                for sequence in 0..200 {
+                    let partition = (thread + sequence) % 8;
+                    let value = format!("t{thread}-s{sequence}");
+                    let info = engine
+                        .append(&topic, partition as u32, batch(&value), Durability::Written)
+                        .wait()
+                        .unwrap();
+                    acks.push((partition as u32, info.first_offset.0, value));
+                }
+                acks
+            })
+        })
+        .collect();
+    let mut expected: BTreeMap<u32, Vec<(u64, String)>> = BTreeMap::new();
+    for thread in threads {
+        for (partition, offset, value) in thread.join().unwrap() {
+            expected.entry(partition).or_default().push((offset, value));
+        }
+    }
+    for (partition, mut acks) in expected {
+        acks.sort();
+        let read = read_values(&engine, &topic, partition);
+        assert_eq!(read, acks, "partition {partition}");
+        let offsets: Vec<u64> = read.iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(offsets, (0..read.len() as u64).collect::<Vec<_>>(), "dense offsets");
+    }
+    engine.close().unwrap();
+}
+
+#[test]
+fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(CountingStorage::default());
+    let syncs = storage.syncs.clone();
+    let sync_calls = storage.sync_calls.clone();
+    let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+    let topic = engine.create_topic("durable", 2, LogConfig::default()).unwrap();
+    let batch_bytes = batch("v-0000").len() as u64;
+    let writers = 8;
+    let appends_per_writer = 50;
+    let threads: Vec<_> = (0..writers)
+        .map(|writer| {
+            let engine = engine.clone();
+            let topic = topic.clone();
+            let syncs = syncs.clone();
+            std::thread::spawn(move || {
+                for sequence in 0..appends_per_writer {
+                    let partition = (writer % 2) as u32;
+                    let value = format!("v-{:04}", writer * 100 + sequence);
+                    let info = engine.append(&topic, partition, batch(&value), Durability::Durable).wait().unwrap();
+                    assert!(info.durable);
+                    // One batch per offset, all the same size: this batch ends here in the file.
+                    let end = (info.first_offset.0 + 1) * batch_bytes;
+                    let file = format!("durable-{partition}");
+                    let covered = syncs.lock().unwrap().iter().any(|(path, length)| {
+                        path.to_string_lossy().contains(&file) && path.extension().is_some_and(|e| e == "log") && *length >= end
+                    });
+                    assert!(covered, "durable ack for offset {} before a sync covering byte {end}", info.first_offset);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let appends = writers * appends_per_writer;
+    let sync_count = sync_calls.load(Ordering::SeqCst);
+    assert!(sync_count < appends, "{sync_count} syncs for {appends} durable appends: no group commit");
+    engine.close().unwrap();
+}
+
+#[test]
+fn dropping_the_engine_without_close_keeps_every_durable_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = TopicName::parse("kept").unwrap();
+    let mut acknowledged = Vec::new();
+    {
+        let engine = Engine::open(dir.path(), config(2)).unwrap();
+        engine.create_topic("kept", 3, LogConfig::default()).unwrap();
+        for sequence in 0..60u32 {
+            let value = format!("value-{sequence}");
+            let info = engine.append(&topic, sequence % 3, batch(&value), Durability::Durable).wait().unwrap();
+            assert!(info.durable);
+            acknowledged.push((sequence % 3, info.first_offset.0, value));
+        }
+    }
+    let engine = Engine::open(dir.path(), config(2)).unwrap();
+    for partition in 0..3 {
+        let read = read_values(&engine, &topic, partition);
+        let expected: Vec<(u64, String)> = acknowledged
+            .iter()
+            .filter(|(p, _, _)| *p == partition)
+            .map(|(_, offset, value)| (*offset, value.clone()))
+            .collect();
+        assert_eq!(read, expected);
+    }
+    engine.close().unwrap();
+}
+
+#[test]
+fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut topic_config = LogConfig::default();
+    topic_config.set("segment.bytes", "1048576").unwrap();
+    topic_config.set("cleanup.policy", "compact").unwrap();
+    {
+        let engine = Engine::open(dir.path(), config(2)).unwrap();
+        engine.create_topic("a", 2, topic_config.clone()).unwrap();
+        engine.create_topic("b", 1, LogConfig::default()).unwrap();
+        assert!(engine.create_topic("a", 1, LogConfig::default()).is_err());
+        assert!(engine.create_topic("bad/name", 1, LogConfig::default()).is_err());
+        engine.add_partitions("a", 4).unwrap();
+        assert!(engine.add_partitions("a", 3).is_err());
+        engine.append(&TopicName::parse("a").unwrap(), 3, batch("x"), Durability::Written).wait().unwrap();
+        engine.close().unwrap();
+    }
+    let engine = Engine::open(dir.path(), config(2)).unwrap();
+    let topics = engine.list_topics();
+    assert_eq!(topics.len(), 2);
+    let description = engine.describe_topic("a").unwrap();
+    assert_eq!(description.config, topic_config);
+    assert_eq!(description.partitions.len(), 4);
+    assert_eq!(description.partitions[3].log_end_offset, Offset(1));
+    assert_eq!(description.partitions[3].durable_offset, Offset(1));
+    engine.delete_topic("b").unwrap();
+    assert!(!dir.path().join("b-0").exists());
+    assert_eq!(engine.list_topics().len(), 1);
+    engine.close().unwrap();
+}
+
+#[test]
+fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let topic = engine.create_topic("tail", 1, LogConfig::default()).unwrap();
+    let waiting = engine.fetch(&topic, 0, Offset(0), FetchOptions { max_wait_ms: 10_000, ..FetchOptions::default() });
+    let appender = {
+        let engine = engine.clone();
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            engine.append(&topic, 0, batch("late"), Durability::Written).wait().unwrap()
+        })
+    };
+    let data = waiting.wait().unwrap();
+    assert!(!data.records.is_empty(), "the parked fetch was answered by the append");
+    appender.join().unwrap();
+    let durable_only = FetchOptions { isolation: Isolation::Durable, ..FetchOptions::default() };
+    let unsynced = engine.fetch(&topic, 0, Offset(0), durable_only).wait().unwrap();
+    assert!(unsynced.records.is_empty(), "nothing is durable before a sync");
+    engine.flush(&topic, 0).wait().unwrap();
+    let synced = engine.fetch(&topic, 0, Offset(0), durable_only).wait().unwrap();
+    assert_eq!(synced.records, data.records);
+    let expired = engine.fetch(&topic, 0, Offset(1), FetchOptions { max_wait_ms: 20, ..FetchOptions::default() });
+    assert!(expired.wait().unwrap().records.is_empty(), "a wait with no data ends empty at its deadline");
+    engine.close().unwrap();
+}
+
+#[test]
+fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
+    let missing = engine.append(&topic, 5, batch("x"), Durability::Written).wait();
+    assert!(matches!(missing, Err(AppendError::UnknownPartition { partition: 5, .. })));
+    let garbage = engine.append(&topic, 0, Bytes::from_static(b"garbage"), Durability::Written).wait();
+    assert!(matches!(garbage, Err(AppendError::InvalidBatch { .. })));
+    let out_of_range = engine.fetch(&topic, 0, Offset(7), FetchOptions::default()).wait();
+    assert!(matches!(out_of_range, Err(ReadError::OffsetOutOfRange { .. })));
+    assert!(Engine::open(dir.path(), config(1)).is_err(), "a second opener is refused");
+    engine.close().unwrap();
+    let closed = engine.append(&topic, 0, batch("x"), Durability::Written).wait();
+    assert!(matches!(closed, Err(AppendError::Unavailable(EngineUnavailable::Closed))));
+}
