@@ -18,7 +18,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -26,7 +25,7 @@ use seglog::config::LogConfig;
 use seglog::error::{AppendError, DeleteRecordsError, OpenError, PartitionError, ReadError};
 use seglog::format::batch::BatchIter;
 use seglog::format::{Batch, BatchHeader, BatchPrefix, DecodeError, NewRecord};
-use seglog::io::pio::PositionedIo;
+use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError, TopicPartition};
@@ -67,7 +66,7 @@ fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
         now: now(),
     };
     PartitionLog::open(
-        Arc::new(PositionedIo),
+        storage_from_env(),
         &dir.join("bad-0"),
         tp,
         config,
@@ -156,7 +155,7 @@ fn assert_invalid_batch(
 #[test]
 fn illegal_topic_names_are_typed_errors_and_create_nothing() {
     let root = scratch();
-    let mut log_dir = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    let mut log_dir = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
     let before: Vec<_> = fs::read_dir(root.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -228,7 +227,7 @@ fn illegal_topic_names_are_typed_errors_and_create_nothing() {
 #[test]
 fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
     let root = scratch();
-    let mut log_dir = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    let mut log_dir = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
     let topic = TopicName::parse("absent").unwrap();
     match log_dir.partition(&topic, 3) {
         Err(PartitionError::UnknownPartition { topic, partition }) => {
@@ -547,13 +546,13 @@ fn delete_records_beyond_the_log_end_is_rejected() {
 #[test]
 fn a_second_open_of_the_same_directory_is_locked() {
     let root = scratch();
-    let first = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
-    match LogDir::open(root.path(), Arc::new(PositionedIo), config()) {
+    let first = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
+    match LogDir::open(root.path(), storage_from_env(), config()) {
         Err(OpenError::Locked { dir }) => assert_eq!(dir, root.path()),
         other => panic!("{other:?}"),
     }
     drop(first);
-    let again = LogDir::open(root.path(), Arc::new(PositionedIo), config()).unwrap();
+    let again = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
     again.close().unwrap();
 }
 

@@ -15,12 +15,11 @@
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
-use std::sync::Arc;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::pio::PositionedIo;
+use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -353,7 +352,7 @@ fn the_log_stores_a_producer_batch_unchanged_but_for_its_stamped_base_offset() {
         now,
     };
     let (mut log, _) = PartitionLog::open(
-        Arc::new(PositionedIo),
+        storage_from_env(),
         &dir.path().join("golden-0"),
         tp,
         LogConfig::default(),

@@ -18,7 +18,6 @@
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -26,7 +25,7 @@ use seglog::config::LogConfig;
 use seglog::error::{AppendError, DeleteRecordsError, ReadError};
 use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::pio::PositionedIo;
+use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -243,7 +242,7 @@ impl Harness {
             now: now(),
         };
         let (log, report) =
-            PartitionLog::open(Arc::new(PositionedIo), &self.dir, tp, config(), options).unwrap();
+            PartitionLog::open(storage_from_env(), &self.dir, tp, config(), options).unwrap();
         self.log = Some(log);
         report
     }

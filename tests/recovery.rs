@@ -3,7 +3,7 @@
 //! corrupt segment in the middle of the log, leftover `.deleted`/`.cleaned`/`.swap` files, and
 //! segments written by Kafka itself.
 //!
-//! How: a `LogDir` over `PositionedIo` in a temporary directory, with `segment.bytes` = 1024 and
+//! How: a `LogDir` over the backend `SEGLOG_IO_BACKEND` names in a temporary directory, with `segment.bytes` = 1024 and
 //! `index.interval.bytes` = 64 so that every log has several segments and every index has
 //! entries. Each scenario writes a log, records what it serves (every batch's bytes, offsets
 //! stamped), damages the files the way the scenario says (on a copy of the directory when one
@@ -20,13 +20,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::pio::PositionedIo;
+use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
@@ -72,7 +71,7 @@ fn partition_dir(root: &Path) -> PathBuf {
 }
 
 fn open_dir(root: &Path) -> LogDir {
-    LogDir::open(root, Arc::new(PositionedIo), config()).unwrap()
+    LogDir::open(root, storage_from_env(), config()).unwrap()
 }
 
 /// The wall clock the tests pretend it is: a minute after the first record, so `segment.ms`
@@ -1055,7 +1054,7 @@ fn partition_log_open_reports_nothing_for_a_clean_log() {
         log_start_offset: None,
         now: now(),
     };
-    let storage = Arc::new(PositionedIo);
+    let storage = storage_from_env();
     let (mut log, report) = PartitionLog::open(
         storage.clone(),
         &dir,
@@ -1087,7 +1086,7 @@ fn an_empty_time_index_beside_a_full_offset_index_still_finds_timestamps() {
         topic: TopicName::parse("spike").unwrap(),
         partition: 0,
     };
-    let storage = Arc::new(PositionedIo);
+    let storage = storage_from_env();
     let options = |clean: bool| LogOpenOptions {
         had_clean_shutdown: clean,
         recovery_point: Offset(0),
@@ -1180,7 +1179,7 @@ fn index_entries_follow_kafkas_interval_rule_on_append_and_on_rebuild() {
         log_start_offset: None,
         now: now(),
     };
-    let storage = Arc::new(PositionedIo);
+    let storage = storage_from_env();
     let (mut log, _) = PartitionLog::open(
         storage.clone(),
         &dir,

@@ -64,6 +64,33 @@ pub struct EngineConfig {
     pub default_topic_config: LogConfig,
     /// Which backend performs file I/O (default: `SEGLOG_IO_BACKEND`, else `Auto`).
     pub backend: IoBackend,
+    /// Bound on partitions open at once across all shards. An open partition holds three file
+    /// descriptors and two index maps per segment; beyond the bound the least recently used
+    /// partition is closed. Default: derived from `RLIMIT_NOFILE` (see [`open_partitions_default`]).
+    pub open_partitions_max: usize,
+}
+
+/// File descriptors a partition is budgeted (its active segment's three files, with room for a
+/// few sealed segments).
+const FILES_PER_OPEN_PARTITION: u64 = 8;
+/// File descriptors kept for everything else in the host process.
+const FILES_RESERVED: u64 = 256;
+
+/// The default bound on open partitions: what fits the process's open-file limit
+/// (`RLIMIT_NOFILE`, read from `/proc/self/limits`) after a reserve, between 16 and 65,536.
+pub fn open_partitions_default() -> usize {
+    let limit = open_files_limit().unwrap_or(1024);
+    (limit.saturating_sub(FILES_RESERVED) / FILES_PER_OPEN_PARTITION).clamp(16, 65_536) as usize
+}
+
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|line| line.starts_with("Max open files"))?;
+    let soft = line.trim_start_matches("Max open files").split_whitespace().next()?;
+    match soft {
+        "unlimited" => Some(u64::MAX),
+        number => number.parse().ok(),
+    }
 }
 
 impl Default for EngineConfig {
@@ -75,6 +102,7 @@ impl Default for EngineConfig {
             inflight_bytes_max: 256 * 1024 * 1024,
             default_topic_config: LogConfig::default(),
             backend: IoBackend::from_env(),
+            open_partitions_max: open_partitions_default(),
         }
     }
 }
@@ -162,7 +190,8 @@ struct Inner {
     inflight_bytes: Arc<AtomicU64>,
     config: EngineConfig,
     closed: AtomicBool,
-    _lock: File,
+    /// The data directory's lock, released at `close` (or when the last handle drops).
+    lock: Mutex<Option<File>>,
 }
 
 /// The checkpoint files' contents, including partitions not opened since the engine opened.
@@ -225,6 +254,7 @@ impl Engine {
                 recovery_points: checkpoints.recovery_points.clone(),
                 log_start_offsets: checkpoints.log_start_offsets.clone(),
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
+                open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }
@@ -238,7 +268,7 @@ impl Engine {
                 inflight_bytes,
                 config,
                 closed: AtomicBool::new(false),
-                _lock: lock,
+                lock: Mutex::new(Some(lock)),
             }),
         })
     }
@@ -602,7 +632,9 @@ impl Engine {
         self.write_checkpoints(&admin)?;
         let storage = self.inner.storage.as_ref();
         write_durably(storage, &self.inner.root.join(CLEAN_SHUTDOWN_MARKER), CLEAN_SHUTDOWN_CONTENT.as_bytes())?;
-        sync_dir(storage, &self.inner.root)
+        sync_dir(storage, &self.inner.root)?;
+        self.inner.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Ok(())
     }
 
     fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, StorageError> {

@@ -83,7 +83,26 @@ pub(crate) struct PartitionCheckpoint {
     pub tp: TopicPartition,
     pub recovery_point: Offset,
     pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    /// The active segment's `.log`: the only file that can hold unsynced appends.
+    pub active_log_path: PathBuf,
 }
+
+impl PartitionCheckpoint {
+    fn of(tp: &TopicPartition, log: &PartitionLog) -> PartitionCheckpoint {
+        PartitionCheckpoint {
+            tp: tp.clone(),
+            recovery_point: log.recovery_point(),
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            active_log_path: log.active_log_path().to_owned(),
+        }
+    }
+}
+
+/// Released partitions whose unsynced `.log` files are synced together at close, at most this
+/// many files open at once.
+const CLOSE_SYNC_FILES_MAX: usize = 128;
 
 /// What a shard shares with the engine: read-mostly state set at open.
 pub(crate) struct ShardContext {
@@ -96,6 +115,8 @@ pub(crate) struct ShardContext {
     pub log_start_offsets: BTreeMap<TopicPartition, Offset>,
     /// Which shard owns a partition (the engine's placement), to find this shard's partitions.
     pub owns: Box<dyn Fn(&TopicPartition) -> bool + Send>,
+    /// Bound on this shard's open partitions; the least recently used is closed beyond it.
+    pub open_partitions_max: usize,
 }
 
 struct PendingAppend {
@@ -131,8 +152,13 @@ pub(crate) struct Shard {
     context: ShardContext,
     receiver: Receiver<Request>,
     partitions: BTreeMap<TopicPartition, PartitionLog>,
+    /// When each open partition was last used (a turn counter), for eviction.
+    last_used: BTreeMap<TopicPartition, u64>,
+    use_counter: u64,
     /// Partitions opened (and so recovered if needed) since the engine opened.
     opened: BTreeSet<TopicPartition>,
+    /// Offsets of partitions closed by eviction, for checkpoints and their next open.
+    evicted: BTreeMap<TopicPartition, PartitionCheckpoint>,
     parked: Vec<ParkedFetch>,
     /// Partitions with `flush.ms` and unflushed data, and when their flush is due.
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
@@ -145,7 +171,10 @@ impl Shard {
             context,
             receiver,
             partitions: BTreeMap::new(),
+            last_used: BTreeMap::new(),
+            use_counter: 0,
             opened: BTreeSet::new(),
+            evicted: BTreeMap::new(),
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
         }
@@ -242,14 +271,44 @@ impl Shard {
         false
     }
 
-    /// The log of `tp`, opened (and recovered) on first use.
+    /// The log of `tp`, opened (and recovered) on first use. Opening beyond
+    /// `open_partitions_max` first closes the least recently used partition, so file descriptors
+    /// and index maps stay bounded however many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
         if !self.partitions.contains_key(tp) {
+            if self.partitions.len() >= self.context.open_partitions_max.max(1) {
+                self.evict_least_recently_used();
+            }
             let log = self.open_partition(tp)?;
             self.partitions.insert(tp.clone(), log);
             self.opened.insert(tp.clone());
+            self.evicted.remove(tp);
         }
+        self.use_counter += 1;
+        self.last_used.insert(tp.clone(), self.use_counter);
         self.partitions.get_mut(tp).ok_or(LookupError::Unknown)
+    }
+
+    /// Releases the least recently used open partition (files closed, maps dropped, nothing
+    /// synced); its next open in this process trusts its files.
+    fn evict_least_recently_used(&mut self) {
+        let Some(tp) = self.last_used.iter().min_by_key(|(_, used)| **used).map(|(tp, _)| tp.clone()) else {
+            return;
+        };
+        self.last_used.remove(&tp);
+        self.flush_deadlines.remove(&tp);
+        let Some(log) = self.partitions.remove(&tp) else { return };
+        let checkpoint = PartitionCheckpoint::of(&tp, &log);
+        match log.release() {
+            Ok(()) => {
+                self.evicted.insert(tp, checkpoint);
+            }
+            Err(error) => {
+                // Not released cleanly: the next open of this partition recovers it.
+                log::error!("shard {}: releasing {tp} to bound open files failed: {error}", self.id);
+                self.opened.remove(&tp);
+            }
+        }
     }
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
@@ -257,10 +316,16 @@ impl Shard {
             let topics = self.context.topics.read().map_err(|_| LookupError::Unknown)?;
             topics.partition_config(tp).cloned().ok_or(LookupError::Unknown)?
         };
+        let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
             had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),
-            recovery_point: self.context.recovery_points.get(tp).copied().unwrap_or_default(),
-            log_start_offset: self.context.log_start_offsets.get(tp).copied(),
+            recovery_point: evicted
+                .map(|checkpoint| checkpoint.recovery_point)
+                .or_else(|| self.context.recovery_points.get(tp).copied())
+                .unwrap_or_default(),
+            log_start_offset: evicted
+                .map(|checkpoint| checkpoint.log_start_offset)
+                .or_else(|| self.context.log_start_offsets.get(tp).copied()),
             now: TimestampMs::now(),
         };
         let dir = self.context.root.join(partition_dir_name(tp));
@@ -487,6 +552,9 @@ impl Shard {
         for tp in tps {
             self.partitions.remove(tp);
             self.flush_deadlines.remove(tp);
+            self.last_used.remove(tp);
+            self.evicted.remove(tp);
+            self.opened.remove(tp);
         }
         let dropped: BTreeSet<&TopicPartition> = tps.iter().collect();
         for fetch in std::mem::take(&mut self.parked) {
@@ -500,14 +568,8 @@ impl Shard {
     }
 
     fn checkpoints(&self) -> Vec<PartitionCheckpoint> {
-        self.partitions
-            .iter()
-            .map(|(tp, log)| PartitionCheckpoint {
-                tp: tp.clone(),
-                recovery_point: log.recovery_point(),
-                log_start_offset: log.log_start_offset(),
-            })
-            .collect()
+        let open = self.partitions.iter().map(|(tp, log)| PartitionCheckpoint::of(tp, log));
+        open.chain(self.evicted.values().cloned()).collect()
     }
 
     /// Closes every partition cleanly. After an unclean shutdown, partitions not opened since are
@@ -518,15 +580,45 @@ impl Shard {
         if !self.context.had_clean_shutdown {
             self.recover_unopened()?;
         }
-        let mut checkpoints = Vec::with_capacity(self.partitions.len());
+        self.sync_evicted()?;
+        let mut checkpoints: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
         let partitions = std::mem::take(&mut self.partitions);
         for (tp, log) in partitions {
-            let log_start_offset = log.log_start_offset();
-            let recovery_point = log.log_end_offset();
+            let mut checkpoint = PartitionCheckpoint::of(&tp, &log);
             log.close()?;
-            checkpoints.push(PartitionCheckpoint { tp, recovery_point, log_start_offset });
+            checkpoint.recovery_point = checkpoint.log_end_offset;
+            checkpoints.push(checkpoint);
         }
         Ok(checkpoints)
+    }
+
+    /// Syncs released partitions that hold unsynced appends, so that the clean-shutdown marker
+    /// the engine writes is true of them too: their active `.log` files, a group at a time.
+    fn sync_evicted(&mut self) -> Result<(), StorageError> {
+        let unsynced: Vec<TopicPartition> = self
+            .evicted
+            .values()
+            .filter(|checkpoint| checkpoint.recovery_point < checkpoint.log_end_offset)
+            .map(|checkpoint| checkpoint.tp.clone())
+            .collect();
+        for group in unsynced.chunks(CLOSE_SYNC_FILES_MAX) {
+            let storage = self.context.storage.as_ref();
+            let mut files = Vec::with_capacity(group.len());
+            for tp in group {
+                let path = &self.evicted[tp].active_log_path;
+                let file = storage
+                    .open(path, crate::io::OpenMode::Existing)
+                    .map_err(|source| StorageError::io("open", path, source))?;
+                files.push(file);
+            }
+            let file_refs: Vec<&dyn StorageFile> = files.iter().map(AsRef::as_ref).collect();
+            for (tp, result) in group.iter().zip(storage.sync_data_many(&file_refs)) {
+                let Some(checkpoint) = self.evicted.get_mut(tp) else { continue };
+                result.map_err(|source| StorageError::io("fdatasync", &checkpoint.active_log_path, source))?;
+                checkpoint.recovery_point = checkpoint.log_end_offset;
+            }
+        }
+        Ok(())
     }
 
     fn recover_unopened(&mut self) -> Result<(), StorageError> {

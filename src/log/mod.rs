@@ -318,6 +318,14 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Releases the log's files and maps without syncing (to bound open files): the indexes are
+    /// trimmed so that a reopen in this process trusts them, and the recovery point stays where
+    /// the last sync left it.
+    pub fn release(mut self) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        self.active_mut().trim_indexes()
+    }
+
     fn check_not_failed(&self) -> Result<(), StorageError> {
         if self.failed {
             return Err(StorageError::PreviousIo {

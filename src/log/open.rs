@@ -63,14 +63,18 @@ impl PartitionLog {
             .create_dir_all(dir)
             .map_err(|source| StorageError::io("create directory", dir, source))?;
         let mut report = RecoveryReport {
-            leftovers_swept: sweep_leftovers(storage.as_ref(), dir)?,
+            leftovers_swept: sweep_leftovers(storage.as_ref(), dir, &list_names(storage.as_ref(), dir)?)?,
             ..RecoveryReport::default()
         };
-        let base_offsets = list_segments(storage.as_ref(), dir)?;
+        let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
         let mut segments = load_segments(storage.as_ref(), dir, &base_offsets, &config, &options, &mut report)?;
         let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
         if segments.is_empty() {
             segments.push(Segment::create(storage.as_ref(), dir, log_start_checkpoint, &config, options.now)?);
+            // The new files' names must be durable before an append to them is acknowledged.
+            storage
+                .sync_dir(dir)
+                .map_err(|source| StorageError::io("fsync directory", dir, source))?;
         }
         let mut log = PartitionLog {
             dir: dir.to_owned(),
@@ -114,9 +118,10 @@ impl PartitionLog {
         let config = self.config.clone();
         let active = self.active_mut();
         active.reopen_for_append(&config)?;
-        if repaired || !options.had_clean_shutdown {
+        if repaired {
             // Recovery validated every byte from the recovery point on; syncing it (and the
-            // directory, after any deletion) makes all of it durable.
+            // directory, after any deletion) makes all of it durable. (After an unclean shutdown
+            // the active segment is always recovered, so this runs then too.)
             active.flush()?;
             self.sync_dir()?;
         }
@@ -177,11 +182,14 @@ fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &Segm
     }
 }
 
-/// Base offsets of the live segments in `dir`, sorted.
-fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Offset>, StorageError> {
-    let names = storage
+fn list_names(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>, StorageError> {
+    storage
         .list_dir(dir)
-        .map_err(|source| StorageError::io("list directory", dir, source))?;
+        .map_err(|source| StorageError::io("list directory", dir, source))
+}
+
+/// Base offsets of the live segments among `names`, sorted.
+fn segment_base_offsets(names: &[String]) -> Vec<Offset> {
     let mut base_offsets: Vec<Offset> = names
         .iter()
         .filter_map(|name| SegmentFileName::parse(name))
@@ -189,7 +197,7 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Offset>, Stora
         .map(|name| name.base_offset)
         .collect();
     base_offsets.sort_unstable();
-    Ok(base_offsets)
+    base_offsets
 }
 
 /// Completes or rolls back what an interrupted deletion or compaction left (Kafka's
@@ -200,18 +208,18 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Offset>, Stora
 /// - index files without a `.log` are removed.
 ///
 /// Returns how many files were touched.
-fn sweep_leftovers(storage: &dyn Storage, dir: &Path) -> Result<usize, StorageError> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|source| StorageError::io("list directory", dir, source))?;
+fn sweep_leftovers(storage: &dyn Storage, dir: &Path, names: &[String]) -> Result<usize, StorageError> {
     let parsed: Vec<SegmentFileName> = names.iter().filter_map(|name| SegmentFileName::parse(name)).collect();
     let mut swept = 0;
     for name in parsed.iter().filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned)) {
         remove(storage, &name.path_in(dir))?;
         swept += 1;
     }
-    swept += complete_swaps(storage, dir, &parsed)?;
-    swept += remove_orphan_indexes(storage, dir)?;
+    if parsed.iter().any(|name| name.state == FileState::Swap) {
+        swept += complete_swaps(storage, dir, &parsed)?;
+    }
+    let names = if swept > 0 { list_names(storage, dir)? } else { names.to_vec() };
+    swept += remove_orphan_indexes(storage, dir, &names)?;
     if swept > 0 {
         storage
             .sync_dir(dir)
@@ -278,17 +286,15 @@ fn swap_next_offset(storage: &dyn Storage, path: &Path, base_offset: Offset) -> 
     Ok(next_offset)
 }
 
-fn remove_orphan_indexes(storage: &dyn Storage, dir: &Path) -> Result<usize, StorageError> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|source| StorageError::io("list directory", dir, source))?;
+fn remove_orphan_indexes(storage: &dyn Storage, dir: &Path, names: &[String]) -> Result<usize, StorageError> {
+    let parsed: Vec<SegmentFileName> = names.iter().filter_map(|name| SegmentFileName::parse(name)).collect();
     let mut removed = 0;
-    for name in names.iter().filter_map(|name| SegmentFileName::parse(name)) {
+    for name in &parsed {
         if name.state != FileState::Live || name.kind == SegmentFileKind::Log {
             continue;
         }
-        let log = SegmentFileName::live(name.base_offset, SegmentFileKind::Log).path_in(dir);
-        if !storage.exists(&log) {
+        let log = SegmentFileName::live(name.base_offset, SegmentFileKind::Log);
+        if !parsed.contains(&log) {
             remove(storage, &name.path_in(dir))?;
             removed += 1;
         }

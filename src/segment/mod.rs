@@ -420,12 +420,18 @@ impl Segment {
     /// Seals the segment when it stops being active: forces the final time index entry, trims both
     /// indexes to their entries and syncs everything (Kafka's `onBecomeInactiveSegment` + flush).
     pub fn seal(&mut self) -> Result<(), StorageError> {
+        self.trim_indexes()?;
+        self.flush()
+    }
+
+    /// Forces the final time index entry and trims both indexes to their entries, without
+    /// syncing: the files then reopen as trusted in this process.
+    pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
         if let Some(max) = self.max_timestamp_so_far {
             self.time_index.maybe_append(max.timestamp, max.offset, true);
         }
         self.offset_index.trim_to_valid_size()?;
-        self.time_index.trim_to_valid_size()?;
-        self.flush()
+        self.time_index.trim_to_valid_size()
     }
 
     /// True when both indexes hold exactly their entries, as sealing leaves them.
