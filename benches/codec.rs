@@ -36,21 +36,33 @@ fn bench_codec(c: &mut Criterion) {
         let batch = build_batch(&value);
         group.throughput(Throughput::Bytes(batch.len() as u64));
         // Baseline in the same run: copying the same bytes, the floor for any encoder.
-        group.bench_with_input(BenchmarkId::new("baseline_memcpy", record_bytes), &batch, |b, batch| {
-            b.iter(|| black_box(batch.to_vec()))
-        });
-        group.bench_with_input(BenchmarkId::new("encode", record_bytes), &value, |b, value| {
-            b.iter(|| black_box(build_batch(value)))
-        });
-        group.bench_with_input(BenchmarkId::new("decode_crc", record_bytes), &batch, |b, batch| {
-            b.iter(|| black_box(Batch::decode(batch, u64::MAX).map(|batch| batch.size_bytes())))
-        });
-        group.bench_with_input(BenchmarkId::new("decode_records", record_bytes), &batch, |b, batch| {
-            b.iter(|| {
-                let decoded = Batch::decode(batch, u64::MAX).and_then(|batch| batch.records());
-                black_box(decoded.map(|records| records.len()))
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("baseline_memcpy", record_bytes),
+            &batch,
+            |b, batch| b.iter(|| black_box(batch.to_vec())),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("encode", record_bytes),
+            &value,
+            |b, value| b.iter(|| black_box(build_batch(value))),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("decode_crc", record_bytes),
+            &batch,
+            |b, batch| {
+                b.iter(|| black_box(Batch::decode(batch, u64::MAX).map(|batch| batch.size_bytes())))
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("decode_records", record_bytes),
+            &batch,
+            |b, batch| {
+                b.iter(|| {
+                    let decoded = Batch::decode(batch, u64::MAX).and_then(|batch| batch.records());
+                    black_box(decoded.map(|records| records.len()))
+                })
+            },
+        );
     }
     group.finish();
 }

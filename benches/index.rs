@@ -29,7 +29,9 @@ fn targets(count: usize, low: u64, high: u64) -> Vec<Offset> {
 fn bench_index(c: &mut Criterion) {
     let Ok(dir) = tempfile::tempdir() else { return };
     let path = dir.path().join("00000000000000000000.index");
-    let Ok(mut index) = OffsetIndex::create(&path, Offset(0), ENTRY_COUNT * 8) else { return };
+    let Ok(mut index) = OffsetIndex::create(&path, Offset(0), ENTRY_COUNT * 8) else {
+        return;
+    };
     for entry in 0..ENTRY_COUNT {
         index.append(Offset(entry * OFFSETS_PER_ENTRY + 1), (entry * 4096) as u32);
     }

@@ -177,7 +177,10 @@ impl LogConfig {
             ("segment.bytes", self.segment_bytes.to_string()),
             ("segment.ms", self.segment_ms.to_string()),
             ("segment.index.bytes", self.segment_index_bytes.to_string()),
-            ("index.interval.bytes", self.index_interval_bytes.to_string()),
+            (
+                "index.interval.bytes",
+                self.index_interval_bytes.to_string(),
+            ),
             ("max.message.bytes", self.max_message_bytes.to_string()),
             ("message.timestamp.type", timestamp_type.to_owned()),
             ("compression.type", self.compression.name().to_owned()),
@@ -286,7 +289,9 @@ mod tests {
         assert_eq!(config.segment_bytes, 1 << 20);
         config.set("flush.messages", "1").unwrap();
         assert_eq!(config.flush_policy, FlushPolicy::EveryAppend);
-        config.set("message.timestamp.type", "LogAppendTime").unwrap();
+        config
+            .set("message.timestamp.type", "LogAppendTime")
+            .unwrap();
         assert_eq!(config.message_timestamp_type, TimestampType::LogAppendTime);
         assert!(matches!(
             config.set("segment.bytes", "ten"),
@@ -296,7 +301,11 @@ mod tests {
             config.set("segment.bytes", "12"),
             Err(ConfigError::InvalidValue { .. })
         ));
-        assert_eq!(config.segment_bytes, 1 << 20, "a rejected value changes nothing");
+        assert_eq!(
+            config.segment_bytes,
+            1 << 20,
+            "a rejected value changes nothing"
+        );
         assert!(matches!(
             config.set("no.such.key", "1"),
             Err(ConfigError::UnknownKey { .. })

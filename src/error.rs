@@ -56,7 +56,10 @@ pub enum EngineUnavailable {
     #[error("shard {shard}'s request queue is full; retry later")]
     QueueFull { shard: usize },
     #[error("{inflight_bytes} bytes are already in flight (limit {limit_bytes}); retry later")]
-    TooManyBytesInFlight { inflight_bytes: u64, limit_bytes: u64 },
+    TooManyBytesInFlight {
+        inflight_bytes: u64,
+        limit_bytes: u64,
+    },
 }
 
 /// Opening a data directory or a partition log.

@@ -42,7 +42,11 @@ pub struct LogDir {
 
 impl LogDir {
     /// Opens (creating if needed) the data directory at `root`, taking its lock.
-    pub fn open(root: &Path, storage: Arc<dyn Storage>, default_config: LogConfig) -> Result<LogDir, OpenError> {
+    pub fn open(
+        root: &Path,
+        storage: Arc<dyn Storage>,
+        default_config: LogConfig,
+    ) -> Result<LogDir, OpenError> {
         default_config.validate()?;
         storage
             .create_dir_all(root)
@@ -50,8 +54,10 @@ impl LogDir {
         let lock = lock_dir(root)?;
         let marker = root.join(CLEAN_SHUTDOWN_MARKER);
         let had_clean_shutdown = storage.exists(&marker);
-        let recovery_points = read_checkpoint(storage.as_ref(), &root.join(RECOVERY_POINT_CHECKPOINT))?;
-        let log_start_offsets = read_checkpoint(storage.as_ref(), &root.join(LOG_START_OFFSET_CHECKPOINT))?;
+        let recovery_points =
+            read_checkpoint(storage.as_ref(), &root.join(RECOVERY_POINT_CHECKPOINT))?;
+        let log_start_offsets =
+            read_checkpoint(storage.as_ref(), &root.join(LOG_START_OFFSET_CHECKPOINT))?;
         if had_clean_shutdown {
             storage
                 .remove_file(&marker)
@@ -105,9 +111,16 @@ impl LogDir {
     }
 
     /// Creates partitions `0..partition_count` of `topic` that do not exist yet.
-    pub fn create_topic(&mut self, topic: &TopicName, partition_count: u32) -> Result<(), PartitionError> {
+    pub fn create_topic(
+        &mut self,
+        topic: &TopicName,
+        partition_count: u32,
+    ) -> Result<(), PartitionError> {
         for partition in 0..partition_count {
-            let tp = TopicPartition { topic: topic.clone(), partition };
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition,
+            };
             self.open_partition(&tp, true)?;
         }
         sync_dir(self.storage.as_ref(), &self.root).map_err(OpenError::from)?;
@@ -115,8 +128,15 @@ impl LogDir {
     }
 
     /// The log of an existing partition, opened (and recovered) on first use.
-    pub fn partition(&mut self, topic: &TopicName, partition: PartitionId) -> Result<&mut PartitionLog, PartitionError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
+    pub fn partition(
+        &mut self,
+        topic: &TopicName,
+        partition: PartitionId,
+    ) -> Result<&mut PartitionLog, PartitionError> {
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
         self.open_partition(&tp, false)
     }
 
@@ -125,7 +145,11 @@ impl LogDir {
         &self.recovery_reports
     }
 
-    fn open_partition(&mut self, tp: &TopicPartition, create: bool) -> Result<&mut PartitionLog, PartitionError> {
+    fn open_partition(
+        &mut self,
+        tp: &TopicPartition,
+        create: bool,
+    ) -> Result<&mut PartitionLog, PartitionError> {
         if !self.partitions.contains_key(tp) {
             let dir = self.root.join(partition_dir_name(tp));
             if !create && !self.storage.is_dir(&dir) {
@@ -140,28 +164,48 @@ impl LogDir {
                 log_start_offset: self.log_start_offsets.get(tp).copied(),
                 now: TimestampMs::now(),
             };
-            let (log, report) = PartitionLog::open(self.storage.clone(), &dir, tp.clone(), self.default_config.clone(), options)?;
+            let (log, report) = PartitionLog::open(
+                self.storage.clone(),
+                &dir,
+                tp.clone(),
+                self.default_config.clone(),
+                options,
+            )?;
             if report != RecoveryReport::default() {
                 self.recovery_reports.insert(tp.clone(), report);
             }
             self.partitions.insert(tp.clone(), log);
         }
-        self.partitions.get_mut(tp).ok_or_else(|| PartitionError::UnknownPartition {
-            topic: tp.topic.to_string(),
-            partition: tp.partition,
-        })
+        self.partitions
+            .get_mut(tp)
+            .ok_or_else(|| PartitionError::UnknownPartition {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+            })
     }
 
     /// Writes both checkpoint files: the open partitions' current values over the values read at
     /// open for partitions not opened since.
     pub fn checkpoint(&mut self) -> Result<(), StorageError> {
         for (tp, log) in &self.partitions {
-            self.recovery_points.insert(tp.clone(), log.recovery_point());
-            self.log_start_offsets.insert(tp.clone(), log.log_start_offset());
+            self.recovery_points
+                .insert(tp.clone(), log.recovery_point());
+            self.log_start_offsets
+                .insert(tp.clone(), log.log_start_offset());
         }
         let storage = self.storage.as_ref();
-        write_checkpoint(storage, &self.root, RECOVERY_POINT_CHECKPOINT, &self.recovery_points)?;
-        write_checkpoint(storage, &self.root, LOG_START_OFFSET_CHECKPOINT, &self.log_start_offsets)
+        write_checkpoint(
+            storage,
+            &self.root,
+            RECOVERY_POINT_CHECKPOINT,
+            &self.recovery_points,
+        )?;
+        write_checkpoint(
+            storage,
+            &self.root,
+            LOG_START_OFFSET_CHECKPOINT,
+            &self.log_start_offsets,
+        )
     }
 
     /// Closes every open partition, writes the checkpoints and the clean-shutdown marker.
@@ -175,7 +219,11 @@ impl LogDir {
         }
         self.checkpoint()?;
         let marker = self.root.join(CLEAN_SHUTDOWN_MARKER);
-        write_durably(self.storage.as_ref(), &marker, CLEAN_SHUTDOWN_CONTENT.as_bytes())?;
+        write_durably(
+            self.storage.as_ref(),
+            &marker,
+            CLEAN_SHUTDOWN_CONTENT.as_bytes(),
+        )?;
         sync_dir(self.storage.as_ref(), &self.root)
     }
 }
@@ -191,23 +239,32 @@ pub(crate) fn lock_dir(root: &Path) -> Result<File, OpenError> {
         .map_err(|source| StorageError::io("open", &path, source))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(OpenError::Locked { dir: root.to_owned() }),
+        Err(TryLockError::WouldBlock) => Err(OpenError::Locked {
+            dir: root.to_owned(),
+        }),
         Err(TryLockError::Error(source)) => Err(StorageError::io("lock", &path, source).into()),
     }
 }
 
 /// Reads a checkpoint; a missing file is empty. A corrupt one is also treated as empty, which is
 /// safe: every partition is then recovered from its first segment.
-pub(crate) fn read_checkpoint(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicPartition, Offset>, StorageError> {
+pub(crate) fn read_checkpoint(
+    storage: &dyn Storage,
+    path: &Path,
+) -> Result<BTreeMap<TopicPartition, Offset>, StorageError> {
     if !storage.exists(path) {
         return Ok(BTreeMap::new());
     }
     let file = storage
         .open(path, OpenMode::Existing)
         .map_err(|source| StorageError::io("open", path, source))?;
-    let length = file.length_bytes().map_err(|source| StorageError::io("stat", path, source))?;
+    let length = file
+        .length_bytes()
+        .map_err(|source| StorageError::io("stat", path, source))?;
     let mut bytes = vec![0u8; length.min(64 * 1024 * 1024) as usize];
-    let read = file.read_at(&mut bytes, 0).map_err(|source| StorageError::io("read", path, source))?;
+    let read = file
+        .read_at(&mut bytes, 0)
+        .map_err(|source| StorageError::io("read", path, source))?;
     bytes.truncate(read);
     Ok(checkpoint::decode_offsets(&bytes).unwrap_or_default())
 }
@@ -221,14 +278,22 @@ pub(crate) fn write_checkpoint(
 ) -> Result<(), StorageError> {
     let path = root.join(name);
     let tmp = root.join(format!("{name}{CHECKPOINT_TMP_SUFFIX}"));
-    write_durably(storage, &tmp, checkpoint::encode_offsets(offsets).as_bytes())?;
+    write_durably(
+        storage,
+        &tmp,
+        checkpoint::encode_offsets(offsets).as_bytes(),
+    )?;
     storage
         .rename(&tmp, &path)
         .map_err(|source| StorageError::io("rename", &tmp, source))?;
     sync_dir(storage, root)
 }
 
-pub(crate) fn write_durably(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+pub(crate) fn write_durably(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), StorageError> {
     let file = storage
         .open(path, OpenMode::CreateOrOpen)
         .map_err(|source| StorageError::io("create", path, source))?;

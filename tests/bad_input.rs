@@ -65,15 +65,9 @@ fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
         log_start_offset: None,
         now: now(),
     };
-    PartitionLog::open(
-        storage_from_env(),
-        &dir.join("bad-0"),
-        tp,
-        config,
-        options,
-    )
-    .unwrap()
-    .0
+    PartitionLog::open(storage_from_env(), &dir.join("bad-0"), tp, config, options)
+        .unwrap()
+        .0
 }
 
 /// A records section of `count` records with the given offset deltas.

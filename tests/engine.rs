@@ -4,6 +4,8 @@
 //! without `close` reopens with every durable append; topics survive a restart; typed errors for
 //! unknown partitions and a closed engine. Runs on a counting wrapper around positioned I/O.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -121,7 +123,10 @@ fn read_values(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, 
     let mut values = Vec::new();
     let mut offset = Offset(0);
     loop {
-        let data = engine.fetch(topic, partition, offset, FetchOptions::default()).wait().unwrap();
+        let data = engine
+            .fetch(topic, partition, offset, FetchOptions::default())
+            .wait()
+            .unwrap();
         if data.records.is_empty() {
             return values;
         }
@@ -143,7 +148,9 @@ fn read_values(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, 
 fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), config(2)).unwrap();
-    let topic = engine.create_topic("orders", 8, LogConfig::default()).unwrap();
+    let topic = engine
+        .create_topic("orders", 8, LogConfig::default())
+        .unwrap();
     let threads: Vec<_> = (0..6)
         .map(|thread| {
             let engine = engine.clone();
@@ -174,7 +181,11 @@ fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
         let read = read_values(&engine, &topic, partition);
         assert_eq!(read, acks, "partition {partition}");
         let offsets: Vec<u64> = read.iter().map(|(offset, _)| *offset).collect();
-        assert_eq!(offsets, (0..read.len() as u64).collect::<Vec<_>>(), "dense offsets");
+        assert_eq!(
+            offsets,
+            (0..read.len() as u64).collect::<Vec<_>>(),
+            "dense offsets"
+        );
     }
     engine.close().unwrap();
 }
@@ -186,7 +197,9 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
     let syncs = storage.syncs.clone();
     let sync_calls = storage.sync_calls.clone();
     let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
-    let topic = engine.create_topic("durable", 2, LogConfig::default()).unwrap();
+    let topic = engine
+        .create_topic("durable", 2, LogConfig::default())
+        .unwrap();
     let batch_bytes = batch("v-0000").len() as u64;
     let writers = 8;
     let appends_per_writer = 50;
@@ -199,15 +212,24 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
                 for sequence in 0..appends_per_writer {
                     let partition = (writer % 2) as u32;
                     let value = format!("v-{:04}", writer * 100 + sequence);
-                    let info = engine.append(&topic, partition, batch(&value), Durability::Durable).wait().unwrap();
+                    let info = engine
+                        .append(&topic, partition, batch(&value), Durability::Durable)
+                        .wait()
+                        .unwrap();
                     assert!(info.durable);
                     // One batch per offset, all the same size: this batch ends here in the file.
                     let end = (info.first_offset.0 + 1) * batch_bytes;
                     let file = format!("durable-{partition}");
                     let covered = syncs.lock().unwrap().iter().any(|(path, length)| {
-                        path.to_string_lossy().contains(&file) && path.extension().is_some_and(|e| e == "log") && *length >= end
+                        path.to_string_lossy().contains(&file)
+                            && path.extension().is_some_and(|e| e == "log")
+                            && *length >= end
                     });
-                    assert!(covered, "durable ack for offset {} before a sync covering byte {end}", info.first_offset);
+                    assert!(
+                        covered,
+                        "durable ack for offset {} before a sync covering byte {end}",
+                        info.first_offset
+                    );
                 }
             })
         })
@@ -217,7 +239,10 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
     }
     let appends = writers * appends_per_writer;
     let sync_count = sync_calls.load(Ordering::SeqCst);
-    assert!(sync_count < appends, "{sync_count} syncs for {appends} durable appends: no group commit");
+    assert!(
+        sync_count < appends,
+        "{sync_count} syncs for {appends} durable appends: no group commit"
+    );
     engine.close().unwrap();
 }
 
@@ -228,10 +253,15 @@ fn dropping_the_engine_without_close_keeps_every_durable_append() {
     let mut acknowledged = Vec::new();
     {
         let engine = Engine::open(dir.path(), config(2)).unwrap();
-        engine.create_topic("kept", 3, LogConfig::default()).unwrap();
+        engine
+            .create_topic("kept", 3, LogConfig::default())
+            .unwrap();
         for sequence in 0..60u32 {
             let value = format!("value-{sequence}");
-            let info = engine.append(&topic, sequence % 3, batch(&value), Durability::Durable).wait().unwrap();
+            let info = engine
+                .append(&topic, sequence % 3, batch(&value), Durability::Durable)
+                .wait()
+                .unwrap();
             assert!(info.durable);
             acknowledged.push((sequence % 3, info.first_offset.0, value));
         }
@@ -260,10 +290,22 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
         engine.create_topic("a", 2, topic_config.clone()).unwrap();
         engine.create_topic("b", 1, LogConfig::default()).unwrap();
         assert!(engine.create_topic("a", 1, LogConfig::default()).is_err());
-        assert!(engine.create_topic("bad/name", 1, LogConfig::default()).is_err());
+        assert!(
+            engine
+                .create_topic("bad/name", 1, LogConfig::default())
+                .is_err()
+        );
         engine.add_partitions("a", 4).unwrap();
         assert!(engine.add_partitions("a", 3).is_err());
-        engine.append(&TopicName::parse("a").unwrap(), 3, batch("x"), Durability::Written).wait().unwrap();
+        engine
+            .append(
+                &TopicName::parse("a").unwrap(),
+                3,
+                batch("x"),
+                Durability::Written,
+            )
+            .wait()
+            .unwrap();
         engine.close().unwrap();
     }
     let engine = Engine::open(dir.path(), config(2)).unwrap();
@@ -284,27 +326,66 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
 fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine.create_topic("tail", 1, LogConfig::default()).unwrap();
-    let waiting = engine.fetch(&topic, 0, Offset(0), FetchOptions { max_wait_ms: 10_000, ..FetchOptions::default() });
+    let topic = engine
+        .create_topic("tail", 1, LogConfig::default())
+        .unwrap();
+    let waiting = engine.fetch(
+        &topic,
+        0,
+        Offset(0),
+        FetchOptions {
+            max_wait_ms: 10_000,
+            ..FetchOptions::default()
+        },
+    );
     let appender = {
         let engine = engine.clone();
         let topic = topic.clone();
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            engine.append(&topic, 0, batch("late"), Durability::Written).wait().unwrap()
+            engine
+                .append(&topic, 0, batch("late"), Durability::Written)
+                .wait()
+                .unwrap()
         })
     };
     let data = waiting.wait().unwrap();
-    assert!(!data.records.is_empty(), "the parked fetch was answered by the append");
+    assert!(
+        !data.records.is_empty(),
+        "the parked fetch was answered by the append"
+    );
     appender.join().unwrap();
-    let durable_only = FetchOptions { isolation: Isolation::Durable, ..FetchOptions::default() };
-    let unsynced = engine.fetch(&topic, 0, Offset(0), durable_only).wait().unwrap();
-    assert!(unsynced.records.is_empty(), "nothing is durable before a sync");
+    let durable_only = FetchOptions {
+        isolation: Isolation::Durable,
+        ..FetchOptions::default()
+    };
+    let unsynced = engine
+        .fetch(&topic, 0, Offset(0), durable_only)
+        .wait()
+        .unwrap();
+    assert!(
+        unsynced.records.is_empty(),
+        "nothing is durable before a sync"
+    );
     engine.flush(&topic, 0).wait().unwrap();
-    let synced = engine.fetch(&topic, 0, Offset(0), durable_only).wait().unwrap();
+    let synced = engine
+        .fetch(&topic, 0, Offset(0), durable_only)
+        .wait()
+        .unwrap();
     assert_eq!(synced.records, data.records);
-    let expired = engine.fetch(&topic, 0, Offset(1), FetchOptions { max_wait_ms: 20, ..FetchOptions::default() });
-    assert!(expired.wait().unwrap().records.is_empty(), "a wait with no data ends empty at its deadline");
+    let expired = engine.fetch(
+        &topic,
+        0,
+        Offset(1),
+        FetchOptions {
+            max_wait_ms: 20,
+            ..FetchOptions::default()
+        },
+    );
+    assert!(
+        expired.wait().unwrap().records.is_empty(),
+        "a wait with no data ends empty at its deadline"
+    );
     engine.close().unwrap();
 }
 
@@ -313,14 +394,39 @@ fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), config(1)).unwrap();
     let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
-    let missing = engine.append(&topic, 5, batch("x"), Durability::Written).wait();
-    assert!(matches!(missing, Err(AppendError::UnknownPartition { partition: 5, .. })));
-    let garbage = engine.append(&topic, 0, Bytes::from_static(b"garbage"), Durability::Written).wait();
+    let missing = engine
+        .append(&topic, 5, batch("x"), Durability::Written)
+        .wait();
+    assert!(matches!(
+        missing,
+        Err(AppendError::UnknownPartition { partition: 5, .. })
+    ));
+    let garbage = engine
+        .append(
+            &topic,
+            0,
+            Bytes::from_static(b"garbage"),
+            Durability::Written,
+        )
+        .wait();
     assert!(matches!(garbage, Err(AppendError::InvalidBatch { .. })));
-    let out_of_range = engine.fetch(&topic, 0, Offset(7), FetchOptions::default()).wait();
-    assert!(matches!(out_of_range, Err(ReadError::OffsetOutOfRange { .. })));
-    assert!(Engine::open(dir.path(), config(1)).is_err(), "a second opener is refused");
+    let out_of_range = engine
+        .fetch(&topic, 0, Offset(7), FetchOptions::default())
+        .wait();
+    assert!(matches!(
+        out_of_range,
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+    assert!(
+        Engine::open(dir.path(), config(1)).is_err(),
+        "a second opener is refused"
+    );
     engine.close().unwrap();
-    let closed = engine.append(&topic, 0, batch("x"), Durability::Written).wait();
-    assert!(matches!(closed, Err(AppendError::Unavailable(EngineUnavailable::Closed))));
+    let closed = engine
+        .append(&topic, 0, batch("x"), Durability::Written)
+        .wait();
+    assert!(matches!(
+        closed,
+        Err(AppendError::Unavailable(EngineUnavailable::Closed))
+    ));
 }

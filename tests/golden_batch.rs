@@ -15,7 +15,6 @@
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
-
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::format::{Batch, BatchBuilder, NewRecord};

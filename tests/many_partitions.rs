@@ -4,6 +4,8 @@
 //! open partitions from that limit), appends to every partition, reads every record back, closes,
 //! reopens and reads again. It fails if any open runs out of file descriptors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 use bytes::Bytes;
@@ -18,7 +20,12 @@ const OPEN_FILES_LIMIT: u32 = 1024;
 
 fn batch(value: &str) -> Bytes {
     let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord { timestamp_ms: 1_700_000_000_000, key: None, value: Some(value.as_bytes()), headers: &[] });
+    builder.push(&NewRecord {
+        timestamp_ms: 1_700_000_000_000,
+        key: None,
+        value: Some(value.as_bytes()),
+        headers: &[],
+    });
     builder.build().unwrap()
 }
 
@@ -29,7 +36,10 @@ fn small_segments() -> LogConfig {
 }
 
 fn read_single_value(engine: &Engine, topic: &TopicName, partition: u32) -> String {
-    let data = engine.fetch(topic, partition, Offset(0), FetchOptions::default()).wait().unwrap();
+    let data = engine
+        .fetch(topic, partition, Offset(0), FetchOptions::default())
+        .wait()
+        .unwrap();
     let batch = Batch::decode(&data.records, u64::MAX).unwrap();
     let records = batch.records().unwrap();
     String::from_utf8(records[0].value.clone().unwrap().to_vec()).unwrap()
@@ -49,32 +59,64 @@ fn ten_thousand_partitions_run_under_an_open_file_limit_of_1024() {
         .env(CHILD_ENV, dir.path())
         .status()
         .unwrap();
-    assert!(status.success(), "the child under ulimit -n {OPEN_FILES_LIMIT} failed: {status}");
+    assert!(
+        status.success(),
+        "the child under ulimit -n {OPEN_FILES_LIMIT} failed: {status}"
+    );
 }
 
 /// The body, run only in the child process.
 #[test]
 fn child_process_body() {
-    let Some(dir) = std::env::var_os(CHILD_ENV) else { return };
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
-    assert!(limits.lines().any(|line| line.starts_with("Max open files") && line.contains(&OPEN_FILES_LIMIT.to_string())));
-    let config = EngineConfig { pin_shards: false, ..EngineConfig::default() };
+    assert!(
+        limits.lines().any(|line| line.starts_with("Max open files")
+            && line.contains(&OPEN_FILES_LIMIT.to_string()))
+    );
+    let config = EngineConfig {
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
     assert!(config.open_partitions_max < PARTITION_COUNT as usize);
     let engine = Engine::open(&dir, config.clone()).unwrap();
-    let topic = engine.create_topic("wide", PARTITION_COUNT, small_segments()).unwrap();
+    let topic = engine
+        .create_topic("wide", PARTITION_COUNT, small_segments())
+        .unwrap();
     for partition in 0..PARTITION_COUNT {
-        engine.append(&topic, partition, batch(&format!("p{partition}")), Durability::Written).wait().unwrap();
+        engine
+            .append(
+                &topic,
+                partition,
+                batch(&format!("p{partition}")),
+                Durability::Written,
+            )
+            .wait()
+            .unwrap();
     }
     for partition in 0..PARTITION_COUNT {
-        assert_eq!(read_single_value(&engine, &topic, partition), format!("p{partition}"));
+        assert_eq!(
+            read_single_value(&engine, &topic, partition),
+            format!("p{partition}")
+        );
     }
     engine.close().unwrap();
     let engine = Engine::open(&dir, config).unwrap();
     for partition in (0..PARTITION_COUNT).step_by(7) {
-        assert_eq!(read_single_value(&engine, &topic, partition), format!("p{partition}"));
+        assert_eq!(
+            read_single_value(&engine, &topic, partition),
+            format!("p{partition}")
+        );
     }
     let description = engine.describe_topic("wide").unwrap();
     assert_eq!(description.partitions.len(), PARTITION_COUNT as usize);
-    assert!(description.partitions.iter().all(|partition| partition.log_end_offset == Offset(1)));
+    assert!(
+        description
+            .partitions
+            .iter()
+            .all(|partition| partition.log_end_offset == Offset(1))
+    );
     engine.close().unwrap();
 }

@@ -85,8 +85,13 @@ pub fn open_partitions_default() -> usize {
 
 fn open_files_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|line| line.starts_with("Max open files"))?;
-    let soft = line.trim_start_matches("Max open files").split_whitespace().next()?;
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    let soft = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?;
     match soft {
         "unlimited" => Some(u64::MAX),
         number => number.parse().ok(),
@@ -218,7 +223,10 @@ impl Engine {
         let storage = config
             .backend
             .storage()
-            .map_err(|source| OpenError::IoUringUnavailable { dir: root.to_owned(), source })?;
+            .map_err(|source| OpenError::IoUringUnavailable {
+                dir: root.to_owned(),
+                source,
+            })?;
         Engine::open_with_storage(root, config, storage)
     }
 
@@ -236,8 +244,14 @@ impl Engine {
         let lock = lock_dir(&root)?;
         let had_clean_shutdown = take_clean_shutdown_marker(storage.as_ref(), &root)?;
         let checkpoints = Checkpoints {
-            recovery_points: read_checkpoint(storage.as_ref(), &root.join(RECOVERY_POINT_CHECKPOINT))?,
-            log_start_offsets: read_checkpoint(storage.as_ref(), &root.join(LOG_START_OFFSET_CHECKPOINT))?,
+            recovery_points: read_checkpoint(
+                storage.as_ref(),
+                &root.join(RECOVERY_POINT_CHECKPOINT),
+            )?,
+            log_start_offsets: read_checkpoint(
+                storage.as_ref(),
+                &root.join(LOG_START_OFFSET_CHECKPOINT),
+            )?,
         };
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
@@ -283,7 +297,13 @@ impl Engine {
 
     /// The shard that owns `topic`'s `partition`.
     pub fn shard_of(&self, topic: &TopicName, partition: PartitionId) -> usize {
-        shard_for(&TopicPartition { topic: topic.clone(), partition }, self.inner.shards.len())
+        shard_for(
+            &TopicPartition {
+                topic: topic.clone(),
+                partition,
+            },
+            self.inner.shards.len(),
+        )
     }
 
     /// Appends whole batches (as a producer sends them) to a partition. The batches are validated
@@ -296,7 +316,10 @@ impl Engine {
         batches: Bytes,
         durability: Durability,
     ) -> Pending<AppendInfo, AppendError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
         let validated = match self.validate(&tp, batches) {
             Ok(validated) => validated,
             Err(error) => return Pending::ready(Err(error)),
@@ -306,28 +329,49 @@ impl Engine {
             return Pending::ready(Err(error.into()));
         }
         let durable = durability == Durability::Durable;
-        let pending = self.send(&tp, |reply| Request::Append { tp: tp.clone(), batches: validated, durable, reply });
+        let pending = self.send(&tp, |reply| Request::Append {
+            tp: tp.clone(),
+            batches: validated,
+            durable,
+            reply,
+        });
         if matches!(pending, SendOutcome::Refused(_)) {
-            self.inner.inflight_bytes.fetch_sub(size_bytes, Ordering::AcqRel);
+            self.inner
+                .inflight_bytes
+                .fetch_sub(size_bytes, Ordering::AcqRel);
         }
         pending.into_pending()
     }
 
-    fn validate(&self, tp: &TopicPartition, batches: Bytes) -> Result<ValidatedBatches, AppendError> {
+    fn validate(
+        &self,
+        tp: &TopicPartition,
+        batches: Bytes,
+    ) -> Result<ValidatedBatches, AppendError> {
         self.check_open()?;
-        let config = self.partition_config(tp).ok_or_else(|| AppendError::UnknownPartition {
-            topic: tp.topic.to_string(),
-            partition: tp.partition,
-        })?;
+        let config = self
+            .partition_config(tp)
+            .ok_or_else(|| AppendError::UnknownPartition {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+            })?;
         ValidatedBatches::validate(batches, &config)
     }
 
     fn reserve_inflight(&self, size_bytes: u64) -> Result<(), EngineUnavailable> {
         let limit_bytes = self.inner.config.inflight_bytes_max;
-        let before = self.inner.inflight_bytes.fetch_add(size_bytes, Ordering::AcqRel);
+        let before = self
+            .inner
+            .inflight_bytes
+            .fetch_add(size_bytes, Ordering::AcqRel);
         if before > 0 && before + size_bytes > limit_bytes {
-            self.inner.inflight_bytes.fetch_sub(size_bytes, Ordering::AcqRel);
-            return Err(EngineUnavailable::TooManyBytesInFlight { inflight_bytes: before, limit_bytes });
+            self.inner
+                .inflight_bytes
+                .fetch_sub(size_bytes, Ordering::AcqRel);
+            return Err(EngineUnavailable::TooManyBytesInFlight {
+                inflight_bytes: before,
+                limit_bytes,
+            });
         }
         Ok(())
     }
@@ -340,11 +384,20 @@ impl Engine {
         offset: Offset,
         options: FetchOptions,
     ) -> Pending<FetchData, ReadError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
         if let Err(error) = self.check_known(&tp) {
             return Pending::ready(Err(error));
         }
-        self.send(&tp, |reply| Request::Fetch { tp: tp.clone(), offset, options, reply }).into_pending()
+        self.send(&tp, |reply| Request::Fetch {
+            tp: tp.clone(),
+            offset,
+            options,
+            reply,
+        })
+        .into_pending()
     }
 
     /// The first offset whose record has a timestamp `>= timestamp` (Kafka's ListOffsets).
@@ -354,11 +407,19 @@ impl Engine {
         partition: PartitionId,
         timestamp: TimestampMs,
     ) -> Pending<Option<TimestampOffset>, ReadError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
         if let Err(error) = self.check_known(&tp) {
             return Pending::ready(Err(error));
         }
-        self.send(&tp, |reply| Request::FetchByTimestamp { tp: tp.clone(), timestamp, reply }).into_pending()
+        self.send(&tp, |reply| Request::FetchByTimestamp {
+            tp: tp.clone(),
+            timestamp,
+            reply,
+        })
+        .into_pending()
     }
 
     /// Moves the partition's log start offset to `offset` (Kafka's DeleteRecords).
@@ -368,24 +429,45 @@ impl Engine {
         partition: PartitionId,
         offset: Offset,
     ) -> Pending<Offset, DeleteRecordsError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
         if self.partition_config(&tp).is_none() {
-            let error = DeleteRecordsError::UnknownPartition { topic: topic.to_string(), partition };
+            let error = DeleteRecordsError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            };
             return Pending::ready(Err(error));
         }
-        self.send(&tp, |reply| Request::DeleteRecords { tp: tp.clone(), offset, reply }).into_pending()
+        self.send(&tp, |reply| Request::DeleteRecords {
+            tp: tp.clone(),
+            offset,
+            reply,
+        })
+        .into_pending()
     }
 
     /// Syncs one partition's appended data.
     pub fn flush(&self, topic: &TopicName, partition: PartitionId) -> Pending<(), FlushError> {
-        let tp = TopicPartition { topic: topic.clone(), partition };
-        self.send(&tp, |reply| Request::Flush { tp: Some(tp.clone()), reply }).into_pending()
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
+        self.send(&tp, |reply| Request::Flush {
+            tp: Some(tp.clone()),
+            reply,
+        })
+        .into_pending()
     }
 
     /// Syncs every open partition's appended data, on every shard. Blocks.
     pub fn flush_all(&self) -> Result<(), FlushError> {
         let pendings: Vec<Pending<(), FlushError>> = (0..self.inner.shards.len())
-            .map(|shard| self.send_to(shard, |reply| Request::Flush { tp: None, reply }).into_pending())
+            .map(|shard| {
+                self.send_to(shard, |reply| Request::Flush { tp: None, reply })
+                    .into_pending()
+            })
             .collect();
         pendings.into_iter().try_for_each(Pending::wait)
     }
@@ -401,7 +483,10 @@ impl Engine {
         self.check_open()?;
         match self.partition_config(tp) {
             Some(_) => Ok(()),
-            None => Err(ReadError::UnknownPartition { topic: tp.topic.to_string(), partition: tp.partition }),
+            None => Err(ReadError::UnknownPartition {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+            }),
         }
     }
 
@@ -410,28 +495,45 @@ impl Engine {
         topics.partition_config(tp).cloned()
     }
 
-    fn send<T, E>(&self, tp: &TopicPartition, request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request) -> SendOutcome<T, E>
+    fn send<T, E>(
+        &self,
+        tp: &TopicPartition,
+        request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request,
+    ) -> SendOutcome<T, E>
     where
         E: From<EngineUnavailable>,
     {
         self.send_to(shard_for(tp, self.inner.shards.len()), request)
     }
 
-    fn send_to<T, E>(&self, shard: usize, request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request) -> SendOutcome<T, E>
+    fn send_to<T, E>(
+        &self,
+        shard: usize,
+        request: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Request,
+    ) -> SendOutcome<T, E>
     where
         E: From<EngineUnavailable>,
     {
         if let Err(error) = self.check_open() {
             return SendOutcome::Refused(error);
         }
-        let Some(sender) = self.inner.shards.get(shard).and_then(|handle| handle.sender.as_ref()) else {
+        let Some(sender) = self
+            .inner
+            .shards
+            .get(shard)
+            .and_then(|handle| handle.sender.as_ref())
+        else {
             return SendOutcome::Refused(EngineUnavailable::Closed);
         };
         let (reply, receiver) = oneshot::channel();
         match sender.try_send(request(reply)) {
             Ok(()) => SendOutcome::Sent(Pending::waiting(receiver, shard)),
-            Err(TrySendError::Full(_)) => SendOutcome::Refused(EngineUnavailable::QueueFull { shard }),
-            Err(TrySendError::Disconnected(_)) => SendOutcome::Refused(EngineUnavailable::ShardFailed { shard }),
+            Err(TrySendError::Full(_)) => {
+                SendOutcome::Refused(EngineUnavailable::QueueFull { shard })
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                SendOutcome::Refused(EngineUnavailable::ShardFailed { shard })
+            }
         }
     }
 }
@@ -454,7 +556,12 @@ impl<T, E: From<EngineUnavailable>> SendOutcome<T, E> {
 /// Topic administration. These calls block: they are rare and touch every shard.
 impl Engine {
     /// Creates a topic with `partition_count` partitions and its configuration.
-    pub fn create_topic(&self, topic: &str, partition_count: u32, config: LogConfig) -> Result<TopicName, TopicError> {
+    pub fn create_topic(
+        &self,
+        topic: &str,
+        partition_count: u32,
+        config: LogConfig,
+    ) -> Result<TopicName, TopicError> {
         let topic = TopicName::parse(topic)?;
         config.validate()?;
         self.check_open()?;
@@ -462,13 +569,25 @@ impl Engine {
         {
             let mut topics = self.write_topics();
             if topics.get(&topic).is_some() {
-                return Err(TopicError::TopicExists { topic: topic.to_string() });
+                return Err(TopicError::TopicExists {
+                    topic: topic.to_string(),
+                });
             }
             if partition_count == 0 {
-                return Err(TopicError::InvalidPartitionCount { topic: topic.to_string(), current: 0, requested: 0 });
+                return Err(TopicError::InvalidPartitionCount {
+                    topic: topic.to_string(),
+                    current: 0,
+                    requested: 0,
+                });
             }
             self.create_partition_dirs(&topic, 0..partition_count)?;
-            topics.insert(topic.clone(), TopicMetadata { partition_count, config });
+            topics.insert(
+                topic.clone(),
+                TopicMetadata {
+                    partition_count,
+                    config,
+                },
+            );
             topics.save(self.inner.storage.as_ref())?;
         }
         Ok(topic)
@@ -477,33 +596,52 @@ impl Engine {
     /// Every topic with its metadata.
     pub fn list_topics(&self) -> Vec<(TopicName, TopicMetadata)> {
         let topics = self.read_topics();
-        topics.topics().iter().map(|(topic, metadata)| (topic.clone(), metadata.clone())).collect()
+        topics
+            .topics()
+            .iter()
+            .map(|(topic, metadata)| (topic.clone(), metadata.clone()))
+            .collect()
     }
 
     /// The topic's configuration and each partition's offsets and size.
     pub fn describe_topic(&self, topic: &str) -> Result<TopicDescription, TopicError> {
         let topic = TopicName::parse(topic)?;
         self.check_open()?;
-        let metadata = self
-            .read_topics()
-            .get(&topic)
-            .cloned()
-            .ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+        let metadata =
+            self.read_topics()
+                .get(&topic)
+                .cloned()
+                .ok_or_else(|| TopicError::UnknownTopic {
+                    topic: topic.to_string(),
+                })?;
         let mut by_shard: BTreeMap<usize, Vec<TopicPartition>> = BTreeMap::new();
         for partition in 0..metadata.partition_count {
-            let tp = TopicPartition { topic: topic.clone(), partition };
-            by_shard.entry(shard_for(&tp, self.inner.shards.len())).or_default().push(tp);
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition,
+            };
+            by_shard
+                .entry(shard_for(&tp, self.inner.shards.len()))
+                .or_default()
+                .push(tp);
         }
         let pendings: Vec<Pending<Vec<PartitionDescription>, StorageError>> = by_shard
             .into_iter()
-            .map(|(shard, tps)| self.send_to(shard, |reply| Request::Describe { tps, reply }).into_pending())
+            .map(|(shard, tps)| {
+                self.send_to(shard, |reply| Request::Describe { tps, reply })
+                    .into_pending()
+            })
             .collect();
         let mut partitions = Vec::with_capacity(metadata.partition_count as usize);
         for pending in pendings {
             partitions.extend(pending.wait()?);
         }
         partitions.sort_by_key(|description| description.partition);
-        Ok(TopicDescription { topic, config: metadata.config, partitions })
+        Ok(TopicDescription {
+            topic,
+            config: metadata.config,
+            partitions,
+        })
     }
 
     /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic).
@@ -515,9 +653,15 @@ impl Engine {
         let current = topics
             .get(&topic)
             .map(|metadata| metadata.partition_count)
-            .ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+            .ok_or_else(|| TopicError::UnknownTopic {
+                topic: topic.to_string(),
+            })?;
         if partition_count <= current {
-            return Err(TopicError::InvalidPartitionCount { topic: topic.to_string(), current, requested: partition_count });
+            return Err(TopicError::InvalidPartitionCount {
+                topic: topic.to_string(),
+                current,
+                requested: partition_count,
+            });
         }
         self.create_partition_dirs(&topic, current..partition_count)?;
         topics.set_partition_count(&topic, partition_count);
@@ -532,14 +676,28 @@ impl Engine {
         let mut admin = self.lock_admin();
         let metadata = {
             let mut topics = self.write_topics();
-            let metadata = topics.remove(&topic).ok_or_else(|| TopicError::UnknownTopic { topic: topic.to_string() })?;
+            let metadata = topics
+                .remove(&topic)
+                .ok_or_else(|| TopicError::UnknownTopic {
+                    topic: topic.to_string(),
+                })?;
             topics.save(self.inner.storage.as_ref())?;
             metadata
         };
-        let tps: Vec<TopicPartition> =
-            (0..metadata.partition_count).map(|partition| TopicPartition { topic: topic.clone(), partition }).collect();
+        let tps: Vec<TopicPartition> = (0..metadata.partition_count)
+            .map(|partition| TopicPartition {
+                topic: topic.clone(),
+                partition,
+            })
+            .collect();
         let pendings: Vec<Pending<(), StorageError>> = (0..self.inner.shards.len())
-            .map(|shard| self.send_to(shard, |reply| Request::DropPartitions { tps: tps.clone(), reply }).into_pending())
+            .map(|shard| {
+                self.send_to(shard, |reply| Request::DropPartitions {
+                    tps: tps.clone(),
+                    reply,
+                })
+                .into_pending()
+            })
             .collect();
         for pending in pendings {
             pending.wait()?;
@@ -553,12 +711,21 @@ impl Engine {
         Ok(())
     }
 
-    fn create_partition_dirs(&self, topic: &TopicName, partitions: std::ops::Range<u32>) -> Result<(), StorageError> {
+    fn create_partition_dirs(
+        &self,
+        topic: &TopicName,
+        partitions: std::ops::Range<u32>,
+    ) -> Result<(), StorageError> {
         let storage = self.inner.storage.as_ref();
         for partition in partitions {
-            let tp = TopicPartition { topic: topic.clone(), partition };
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition,
+            };
             let dir = self.inner.root.join(partition_dir_name(&tp));
-            storage.create_dir_all(&dir).map_err(|source| StorageError::io("create directory", &dir, source))?;
+            storage
+                .create_dir_all(&dir)
+                .map_err(|source| StorageError::io("create directory", &dir, source))?;
         }
         sync_dir(storage, &self.inner.root)
     }
@@ -571,21 +738,37 @@ impl Engine {
         if !storage.is_dir(&dir) {
             return Ok(());
         }
-        let doomed = self.inner.root.join(format!("{}{DELETE_DIR_SUFFIX}", partition_dir_name(tp)));
-        storage.rename(&dir, &doomed).map_err(|source| StorageError::io("rename", &dir, source))?;
-        storage.remove_dir_all(&doomed).map_err(|source| StorageError::io("remove directory", &doomed, source))
+        let doomed = self
+            .inner
+            .root
+            .join(format!("{}{DELETE_DIR_SUFFIX}", partition_dir_name(tp)));
+        storage
+            .rename(&dir, &doomed)
+            .map_err(|source| StorageError::io("rename", &dir, source))?;
+        storage
+            .remove_dir_all(&doomed)
+            .map_err(|source| StorageError::io("remove directory", &doomed, source))
     }
 
     fn lock_admin(&self) -> std::sync::MutexGuard<'_, Checkpoints> {
-        self.inner.admin.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .admin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, TopicRegistry> {
-        self.inner.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, TopicRegistry> {
-        self.inner.topics.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -593,10 +776,16 @@ impl Engine {
 impl Engine {
     /// Writes the recovery-point and log-start-offset checkpoint files from every shard's state.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        self.check_open().map_err(|_| StorageError::PreviousIo { dir: self.inner.root.clone() })?;
-        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> = (0..self.inner.shards.len())
-            .map(|shard| self.send_to(shard, |reply| Request::Checkpoint { reply }).into_pending())
-            .collect();
+        self.check_open().map_err(|_| StorageError::PreviousIo {
+            dir: self.inner.root.clone(),
+        })?;
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> =
+            (0..self.inner.shards.len())
+                .map(|shard| {
+                    self.send_to(shard, |reply| Request::Checkpoint { reply })
+                        .into_pending()
+                })
+                .collect();
         let mut admin = self.lock_admin();
         for pending in pendings {
             merge_checkpoints(&mut admin, pending.wait()?);
@@ -610,9 +799,10 @@ impl Engine {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> = (0..self.inner.shards.len())
-            .map(|shard| self.close_shard(shard))
-            .collect();
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> =
+            (0..self.inner.shards.len())
+                .map(|shard| self.close_shard(shard))
+                .collect();
         let mut admin = self.lock_admin();
         let mut first_error = None;
         for pending in pendings {
@@ -631,35 +821,66 @@ impl Engine {
         }
         self.write_checkpoints(&admin)?;
         let storage = self.inner.storage.as_ref();
-        write_durably(storage, &self.inner.root.join(CLEAN_SHUTDOWN_MARKER), CLEAN_SHUTDOWN_CONTENT.as_bytes())?;
+        write_durably(
+            storage,
+            &self.inner.root.join(CLEAN_SHUTDOWN_MARKER),
+            CLEAN_SHUTDOWN_CONTENT.as_bytes(),
+        )?;
         sync_dir(storage, &self.inner.root)?;
-        self.inner.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        self.inner
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         Ok(())
     }
 
     fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, StorageError> {
-        let Some(sender) = self.inner.shards.get(shard).and_then(|handle| handle.sender.as_ref()) else {
-            return Pending::ready(Err(StorageError::PreviousIo { dir: self.inner.root.clone() }));
+        let Some(sender) = self
+            .inner
+            .shards
+            .get(shard)
+            .and_then(|handle| handle.sender.as_ref())
+        else {
+            return Pending::ready(Err(StorageError::PreviousIo {
+                dir: self.inner.root.clone(),
+            }));
         };
         let (reply, receiver) = oneshot::channel();
         // The close request must get through even if the queue is momentarily full.
         match sender.send(Request::Close { reply }) {
             Ok(()) => Pending::waiting(receiver, shard),
-            Err(_) => Pending::ready(Err(StorageError::PreviousIo { dir: self.inner.root.clone() })),
+            Err(_) => Pending::ready(Err(StorageError::PreviousIo {
+                dir: self.inner.root.clone(),
+            })),
         }
     }
 
     fn write_checkpoints(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
         let storage = self.inner.storage.as_ref();
         let root = &self.inner.root;
-        write_checkpoint(storage, root, RECOVERY_POINT_CHECKPOINT, &checkpoints.recovery_points)?;
-        write_checkpoint(storage, root, LOG_START_OFFSET_CHECKPOINT, &checkpoints.log_start_offsets)
+        write_checkpoint(
+            storage,
+            root,
+            RECOVERY_POINT_CHECKPOINT,
+            &checkpoints.recovery_points,
+        )?;
+        write_checkpoint(
+            storage,
+            root,
+            LOG_START_OFFSET_CHECKPOINT,
+            &checkpoints.log_start_offsets,
+        )
     }
 }
 
 impl From<EngineUnavailable> for StorageError {
     fn from(error: EngineUnavailable) -> Self {
-        StorageError::Corrupt { file: PathBuf::new(), position: 0, reason: error.to_string() }
+        StorageError::Corrupt {
+            file: PathBuf::new(),
+            position: 0,
+            reason: error.to_string(),
+        }
     }
 }
 
@@ -677,7 +898,11 @@ impl Drop for Inner {
 }
 
 fn join_shard(shard: &ShardHandle) {
-    let thread = shard.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let thread = shard
+        .thread
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
     if let Some(thread) = thread {
         let _ = thread.join();
     }
@@ -685,8 +910,12 @@ fn join_shard(shard: &ShardHandle) {
 
 fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionCheckpoint>) {
     for partition in partitions {
-        checkpoints.recovery_points.insert(partition.tp.clone(), partition.recovery_point);
-        checkpoints.log_start_offsets.insert(partition.tp, partition.log_start_offset);
+        checkpoints
+            .recovery_points
+            .insert(partition.tp.clone(), partition.recovery_point);
+        checkpoints
+            .log_start_offsets
+            .insert(partition.tp, partition.log_start_offset);
     }
 }
 
@@ -697,7 +926,9 @@ fn take_clean_shutdown_marker(storage: &dyn Storage, root: &Path) -> Result<bool
     if !storage.exists(&marker) {
         return Ok(false);
     }
-    storage.remove_file(&marker).map_err(|source| StorageError::io("remove", &marker, source))?;
+    storage
+        .remove_file(&marker)
+        .map_err(|source| StorageError::io("remove", &marker, source))?;
     sync_dir(storage, root)?;
     Ok(true)
 }
@@ -715,9 +946,19 @@ fn shard_for(tp: &TopicPartition, shard_count: usize) -> usize {
     ((u64::from(topic_hash) + u64::from(tp.partition)) % shard_count.max(1) as u64) as usize
 }
 
-fn spawn_shard(shard_id: usize, context: ShardContext, config: &EngineConfig) -> Result<ShardHandle, OpenError> {
+fn spawn_shard(
+    shard_id: usize,
+    context: ShardContext,
+    config: &EngineConfig,
+) -> Result<ShardHandle, OpenError> {
     let (sender, receiver) = crossbeam_channel::bounded(config.queue_requests_max.max(1));
-    let core = config.pin_shards.then(|| core_affinity::get_core_ids().and_then(|cores| cores.get(shard_id % cores.len().max(1)).copied())).flatten();
+    let core = config
+        .pin_shards
+        .then(|| {
+            core_affinity::get_core_ids()
+                .and_then(|cores| cores.get(shard_id % cores.len().max(1)).copied())
+        })
+        .flatten();
     let thread = std::thread::Builder::new()
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
@@ -731,5 +972,8 @@ fn spawn_shard(shard_id: usize, context: ShardContext, config: &EngineConfig) ->
             }
         })
         .map_err(|source| OpenError::ShardThread { shard: shard_id, source })?;
-    Ok(ShardHandle { sender: Some(sender), thread: Mutex::new(Some(thread)) })
+    Ok(ShardHandle {
+        sender: Some(sender),
+        thread: Mutex::new(Some(thread)),
+    })
 }

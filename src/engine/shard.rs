@@ -210,7 +210,10 @@ impl Shard {
             let wait_ms = due.0.saturating_sub(TimestampMs::now().0).max(0);
             now + Duration::from_millis(wait_ms as u64)
         });
-        let deadline = [fetch_deadline, flush_deadline].into_iter().flatten().min()?;
+        let deadline = [fetch_deadline, flush_deadline]
+            .into_iter()
+            .flatten()
+            .min()?;
         Some(deadline.saturating_duration_since(now))
     }
 
@@ -221,8 +224,18 @@ impl Shard {
         let mut touched = BTreeSet::new();
         for request in requests {
             match request {
-                Request::Append { tp, batches, durable, reply } => {
-                    appends.push(PendingAppend { tp, batches, durable, reply });
+                Request::Append {
+                    tp,
+                    batches,
+                    durable,
+                    reply,
+                } => {
+                    appends.push(PendingAppend {
+                        tp,
+                        batches,
+                        durable,
+                        reply,
+                    });
                 }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
@@ -240,8 +253,17 @@ impl Shard {
     fn handle(&mut self, request: Request) -> bool {
         match request {
             Request::Append { .. } => {}
-            Request::Fetch { tp, offset, options, reply } => self.fetch(tp, offset, options, reply),
-            Request::FetchByTimestamp { tp, timestamp, reply } => {
+            Request::Fetch {
+                tp,
+                offset,
+                options,
+                reply,
+            } => self.fetch(tp, offset, options, reply),
+            Request::FetchByTimestamp {
+                tp,
+                timestamp,
+                reply,
+            } => {
                 let result = self.fetch_by_timestamp(&tp, timestamp);
                 let _ = reply.send(result);
             }
@@ -292,12 +314,19 @@ impl Shard {
     /// Releases the least recently used open partition (files closed, maps dropped, nothing
     /// synced); its next open in this process trusts its files.
     fn evict_least_recently_used(&mut self) {
-        let Some(tp) = self.last_used.iter().min_by_key(|(_, used)| **used).map(|(tp, _)| tp.clone()) else {
+        let Some(tp) = self
+            .last_used
+            .iter()
+            .min_by_key(|(_, used)| **used)
+            .map(|(tp, _)| tp.clone())
+        else {
             return;
         };
         self.last_used.remove(&tp);
         self.flush_deadlines.remove(&tp);
-        let Some(log) = self.partitions.remove(&tp) else { return };
+        let Some(log) = self.partitions.remove(&tp) else {
+            return;
+        };
         let checkpoint = PartitionCheckpoint::of(&tp, &log);
         match log.release() {
             Ok(()) => {
@@ -305,7 +334,10 @@ impl Shard {
             }
             Err(error) => {
                 // Not released cleanly: the next open of this partition recovers it.
-                log::error!("shard {}: releasing {tp} to bound open files failed: {error}", self.id);
+                log::error!(
+                    "shard {}: releasing {tp} to bound open files failed: {error}",
+                    self.id
+                );
                 self.opened.remove(&tp);
             }
         }
@@ -313,8 +345,15 @@ impl Shard {
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
         let config = {
-            let topics = self.context.topics.read().map_err(|_| LookupError::Unknown)?;
-            topics.partition_config(tp).cloned().ok_or(LookupError::Unknown)?
+            let topics = self
+                .context
+                .topics
+                .read()
+                .map_err(|_| LookupError::Unknown)?;
+            topics
+                .partition_config(tp)
+                .cloned()
+                .ok_or(LookupError::Unknown)?
         };
         let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
@@ -340,7 +379,11 @@ impl Shard {
 
     /// Writes every partition's appends (one write each), syncs the partitions that must sync
     /// (all together), then answers.
-    fn commit_appends(&mut self, appends: Vec<PendingAppend>, touched: &mut BTreeSet<TopicPartition>) {
+    fn commit_appends(
+        &mut self,
+        appends: Vec<PendingAppend>,
+        touched: &mut BTreeSet<TopicPartition>,
+    ) {
         if appends.is_empty() {
             return;
         }
@@ -366,7 +409,12 @@ impl Shard {
     }
 
     /// One partition's appends as one write. `None` when they all failed (already answered).
-    fn write_group(&mut self, tp: TopicPartition, group: Vec<PendingAppend>, now: TimestampMs) -> Option<WrittenGroup> {
+    fn write_group(
+        &mut self,
+        tp: TopicPartition,
+        group: Vec<PendingAppend>,
+        now: TimestampMs,
+    ) -> Option<WrittenGroup> {
         let durable_requested = group.iter().any(|append| append.durable);
         let log = match self.partition(&tp) {
             Ok(log) => log,
@@ -379,16 +427,27 @@ impl Shard {
                 return None;
             }
         };
-        let batches: Vec<ValidatedBatches> = group.iter().map(|append| append.batches.clone()).collect();
+        let batches: Vec<ValidatedBatches> =
+            group.iter().map(|append| append.batches.clone()).collect();
         match log.append_validated(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
-                let answers = group.into_iter().map(|append| append.reply).zip(infos).collect();
-                Some(WrittenGroup { tp, answers, must_sync })
+                let answers = group
+                    .into_iter()
+                    .map(|append| append.reply)
+                    .zip(infos)
+                    .collect();
+                Some(WrittenGroup {
+                    tp,
+                    answers,
+                    must_sync,
+                })
             }
             Err(error) => {
                 let dir = log.dir().to_owned();
-                answer_all(group, error, |_| AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() }));
+                answer_all(group, error, |_| {
+                    AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() })
+                });
                 None
             }
         }
@@ -397,7 +456,11 @@ impl Shard {
     /// Syncs the groups that must sync, all through one `sync_data_many`; `None` for a group that
     /// did not need to.
     fn sync_groups(&mut self, written: &[WrittenGroup]) -> Vec<Option<Result<(), StorageError>>> {
-        let to_sync: Vec<&TopicPartition> = written.iter().filter(|group| group.must_sync).map(|group| &group.tp).collect();
+        let to_sync: Vec<&TopicPartition> = written
+            .iter()
+            .filter(|group| group.must_sync)
+            .map(|group| &group.tp)
+            .collect();
         let results = {
             let files: Vec<&dyn StorageFile> = to_sync
                 .iter()
@@ -407,17 +470,27 @@ impl Shard {
         };
         let mut outcomes: BTreeMap<&TopicPartition, Result<(), StorageError>> = BTreeMap::new();
         for (tp, result) in to_sync.into_iter().zip(results) {
-            let Some(log) = self.partitions.get_mut(tp) else { continue };
+            let Some(log) = self.partitions.get_mut(tp) else {
+                continue;
+            };
             let through = log.log_end_offset();
-            let result = result.map_err(|source| StorageError::io("fdatasync", log.active_log_path(), source));
+            let result = result
+                .map_err(|source| StorageError::io("fdatasync", log.active_log_path(), source));
             outcomes.insert(tp, log.mark_flushed(through, result));
         }
-        written.iter().map(|group| outcomes.remove(&group.tp)).collect()
+        written
+            .iter()
+            .map(|group| outcomes.remove(&group.tp))
+            .collect()
     }
 
     fn note_flush_deadlines(&mut self, touched: &BTreeSet<TopicPartition>) {
         for tp in touched {
-            match self.partitions.get(tp).and_then(PartitionLog::flush_deadline) {
+            match self
+                .partitions
+                .get(tp)
+                .and_then(PartitionLog::flush_deadline)
+            {
                 Some(due) => self.flush_deadlines.insert(tp.clone(), due),
                 None => self.flush_deadlines.remove(tp),
             };
@@ -425,16 +498,30 @@ impl Shard {
     }
 
     fn release_inflight(&self, size_bytes: usize) {
-        self.context.inflight_bytes.fetch_sub(size_bytes as u64, Ordering::AcqRel);
+        self.context
+            .inflight_bytes
+            .fetch_sub(size_bytes as u64, Ordering::AcqRel);
     }
 
-    fn fetch(&mut self, tp: TopicPartition, offset: Offset, options: FetchOptions, reply: Reply<FetchData, ReadError>) {
+    fn fetch(
+        &mut self,
+        tp: TopicPartition,
+        offset: Offset,
+        options: FetchOptions,
+        reply: Reply<FetchData, ReadError>,
+    ) {
         let result = self.read(&tp, offset, &options);
         let waits = options.max_wait_ms > 0;
         match result {
             Ok(data) if waits && (data.records.len() as u64) < options.min_bytes => {
                 let deadline = Instant::now() + Duration::from_millis(options.max_wait_ms);
-                self.parked.push(ParkedFetch { tp, offset, options, deadline, reply });
+                self.parked.push(ParkedFetch {
+                    tp,
+                    offset,
+                    options,
+                    deadline,
+                    reply,
+                });
             }
             result => {
                 let _ = reply.send(result);
@@ -442,8 +529,15 @@ impl Shard {
         }
     }
 
-    fn read(&mut self, tp: &TopicPartition, offset: Offset, options: &FetchOptions) -> Result<FetchData, ReadError> {
-        let log = self.partition(tp).map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+    fn read(
+        &mut self,
+        tp: &TopicPartition,
+        offset: Offset,
+        options: &FetchOptions,
+    ) -> Result<FetchData, ReadError> {
+        let log = self
+            .partition(tp)
+            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
         let data = log.read(offset, options.max_bytes)?;
         Ok(match options.isolation {
             Isolation::LogEnd => data,
@@ -469,7 +563,9 @@ impl Shard {
                 continue;
             }
             let result = self.read(&fetch.tp, fetch.offset, &fetch.options);
-            let enough = result.as_ref().map_or(true, |data| data.records.len() as u64 >= fetch.options.min_bytes);
+            let enough = result.as_ref().map_or(true, |data| {
+                data.records.len() as u64 >= fetch.options.min_bytes
+            });
             if enough || expired {
                 let _ = fetch.reply.send(result);
             } else {
@@ -489,23 +585,35 @@ impl Shard {
             .collect();
         for tp in &due {
             self.flush_deadlines.remove(tp);
-            if let Some(log) = self.partitions.get_mut(tp) {
-                if let Err(error) = log.flush() {
-                    log::error!("shard {}: flush.ms sync of {tp} failed: {error}", self.id);
-                }
+            if let Some(log) = self.partitions.get_mut(tp)
+                && let Err(error) = log.flush()
+            {
+                log::error!("shard {}: flush.ms sync of {tp} failed: {error}", self.id);
             }
         }
         let touched = due.into_iter().collect();
         self.serve_parked(&touched, false);
     }
 
-    fn fetch_by_timestamp(&mut self, tp: &TopicPartition, timestamp: TimestampMs) -> Result<Option<TimestampOffset>, ReadError> {
-        let log = self.partition(tp).map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+    fn fetch_by_timestamp(
+        &mut self,
+        tp: &TopicPartition,
+        timestamp: TimestampMs,
+    ) -> Result<Option<TimestampOffset>, ReadError> {
+        let log = self
+            .partition(tp)
+            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
         log.read_by_timestamp(timestamp)
     }
 
-    fn delete_records(&mut self, tp: &TopicPartition, offset: Offset) -> Result<Offset, DeleteRecordsError> {
-        let log = self.partition(tp).map_err(|error| lookup_error_into::<DeleteRecordsError>(tp, error))?;
+    fn delete_records(
+        &mut self,
+        tp: &TopicPartition,
+        offset: Offset,
+    ) -> Result<Offset, DeleteRecordsError> {
+        let log = self
+            .partition(tp)
+            .map_err(|error| lookup_error_into::<DeleteRecordsError>(tp, error))?;
         log.delete_records(offset)
     }
 
@@ -517,7 +625,9 @@ impl Shard {
         };
         let mut first_error = None;
         for tp in tps {
-            let Some(log) = self.partitions.get_mut(&tp) else { continue };
+            let Some(log) = self.partitions.get_mut(&tp) else {
+                continue;
+            };
             if log.recovery_point() >= log.log_end_offset() {
                 continue;
             }
@@ -528,7 +638,10 @@ impl Shard {
         first_error.map_or(Ok(()), |error| Err(error.into()))
     }
 
-    fn describe(&mut self, tps: &[TopicPartition]) -> Result<Vec<PartitionDescription>, StorageError> {
+    fn describe(
+        &mut self,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<PartitionDescription>, StorageError> {
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
             let log = match self.partition(tp) {
@@ -559,7 +672,10 @@ impl Shard {
         let dropped: BTreeSet<&TopicPartition> = tps.iter().collect();
         for fetch in std::mem::take(&mut self.parked) {
             if dropped.contains(&fetch.tp) {
-                let error = ReadError::UnknownPartition { topic: fetch.tp.topic.to_string(), partition: fetch.tp.partition };
+                let error = ReadError::UnknownPartition {
+                    topic: fetch.tp.topic.to_string(),
+                    partition: fetch.tp.partition,
+                };
                 let _ = fetch.reply.send(Err(error));
             } else {
                 self.parked.push(fetch);
@@ -568,7 +684,10 @@ impl Shard {
     }
 
     fn checkpoints(&self) -> Vec<PartitionCheckpoint> {
-        let open = self.partitions.iter().map(|(tp, log)| PartitionCheckpoint::of(tp, log));
+        let open = self
+            .partitions
+            .iter()
+            .map(|(tp, log)| PartitionCheckpoint::of(tp, log));
         open.chain(self.evicted.values().cloned()).collect()
     }
 
@@ -613,8 +732,12 @@ impl Shard {
             }
             let file_refs: Vec<&dyn StorageFile> = files.iter().map(AsRef::as_ref).collect();
             for (tp, result) in group.iter().zip(storage.sync_data_many(&file_refs)) {
-                let Some(checkpoint) = self.evicted.get_mut(tp) else { continue };
-                result.map_err(|source| StorageError::io("fdatasync", &checkpoint.active_log_path, source))?;
+                let Some(checkpoint) = self.evicted.get_mut(tp) else {
+                    continue;
+                };
+                result.map_err(|source| {
+                    StorageError::io("fdatasync", &checkpoint.active_log_path, source)
+                })?;
                 checkpoint.recovery_point = checkpoint.log_end_offset;
             }
         }
@@ -623,7 +746,13 @@ impl Shard {
 
     fn recover_unopened(&mut self) -> Result<(), StorageError> {
         let owned: Vec<TopicPartition> = {
-            let topics = self.context.topics.read().map_err(|_| StorageError::PreviousIo { dir: self.context.root.clone() })?;
+            let topics = self
+                .context
+                .topics
+                .read()
+                .map_err(|_| StorageError::PreviousIo {
+                    dir: self.context.root.clone(),
+                })?;
             topics
                 .partitions()
                 .filter(|tp| (self.context.owns)(tp) && !self.opened.contains(tp))
@@ -649,7 +778,10 @@ fn answer_group(group: WrittenGroup, sync_result: Option<Result<(), StorageError
         }
         Some(Ok(())) => {
             for (reply, info) in group.answers {
-                let _ = reply.send(Ok(AppendInfo { durable: true, ..info }));
+                let _ = reply.send(Ok(AppendInfo {
+                    durable: true,
+                    ..info
+                }));
             }
         }
         Some(Err(error)) => {
@@ -664,7 +796,11 @@ fn answer_group(group: WrittenGroup, sync_result: Option<Result<(), StorageError
 
 /// Answers every append of `group` with an error: the first with `first_error`, the rest with
 /// `later_error`.
-fn answer_all(group: Vec<PendingAppend>, first_error: AppendError, later_error: impl Fn(&PendingAppend) -> AppendError) {
+fn answer_all(
+    group: Vec<PendingAppend>,
+    first_error: AppendError,
+    later_error: impl Fn(&PendingAppend) -> AppendError,
+) {
     let mut first = Some(first_error);
     for append in group {
         let error = first.take().unwrap_or_else(|| later_error(&append));
@@ -693,10 +829,17 @@ macro_rules! impl_from_lookup {
     ($error:ident) => {
         impl FromLookup for $error {
             fn unknown(tp: &TopicPartition) -> Self {
-                $error::UnknownPartition { topic: tp.topic.to_string(), partition: tp.partition }
+                $error::UnknownPartition {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                }
             }
             fn open(tp: &TopicPartition, error: OpenError) -> Self {
-                $error::PartitionOpen { topic: tp.topic.to_string(), partition: tp.partition, source: Box::new(error) }
+                $error::PartitionOpen {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                    source: Box::new(error),
+                }
             }
         }
     };

@@ -43,15 +43,28 @@ impl TopicRegistry {
             for (topic, entry) in read_entries(storage, &path)? {
                 let config = config_from(default_config, &entry, &path)?;
                 let partition_count = entry.partition_count;
-                topics.insert(topic, TopicMetadata { partition_count, config });
+                topics.insert(
+                    topic,
+                    TopicMetadata {
+                        partition_count,
+                        config,
+                    },
+                );
             }
         }
-        let mut registry = TopicRegistry { root: root.to_owned(), topics };
+        let mut registry = TopicRegistry {
+            root: root.to_owned(),
+            topics,
+        };
         registry.adopt_directories(storage, default_config)?;
         Ok(registry)
     }
 
-    fn adopt_directories(&mut self, storage: &dyn Storage, default_config: &LogConfig) -> Result<(), StorageError> {
+    fn adopt_directories(
+        &mut self,
+        storage: &dyn Storage,
+        default_config: &LogConfig,
+    ) -> Result<(), StorageError> {
         let names = storage
             .list_dir(&self.root)
             .map_err(|source| StorageError::io("list directory", &self.root, source))?;
@@ -66,11 +79,16 @@ impl TopicRegistry {
                     .map_err(|source| StorageError::io("remove directory", &path, source))?;
                 continue;
             }
-            let Some(tp) = parse_partition_dir_name(&name) else { continue };
-            let metadata = self.topics.entry(tp.topic).or_insert_with(|| TopicMetadata {
-                partition_count: 0,
-                config: default_config.clone(),
-            });
+            let Some(tp) = parse_partition_dir_name(&name) else {
+                continue;
+            };
+            let metadata = self
+                .topics
+                .entry(tp.topic)
+                .or_insert_with(|| TopicMetadata {
+                    partition_count: 0,
+                    config: default_config.clone(),
+                });
             metadata.partition_count = metadata.partition_count.max(tp.partition + 1);
         }
         Ok(())
@@ -88,7 +106,10 @@ impl TopicRegistry {
                     .into_iter()
                     .map(|(key, value)| (key.to_owned(), value))
                     .collect();
-                let entry = TopicEntry { partition_count: metadata.partition_count, settings };
+                let entry = TopicEntry {
+                    partition_count: metadata.partition_count,
+                    settings,
+                };
                 (topic.clone(), entry)
             })
             .collect();
@@ -142,13 +163,20 @@ impl TopicRegistry {
     }
 }
 
-fn read_entries(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicName, TopicEntry>, OpenError> {
+fn read_entries(
+    storage: &dyn Storage,
+    path: &Path,
+) -> Result<BTreeMap<TopicName, TopicEntry>, OpenError> {
     let file = storage
         .open(path, OpenMode::Existing)
         .map_err(|source| StorageError::io("open", path, source))?;
-    let length = file.length_bytes().map_err(|source| StorageError::io("stat", path, source))?;
+    let length = file
+        .length_bytes()
+        .map_err(|source| StorageError::io("stat", path, source))?;
     let mut bytes = vec![0u8; length.min(64 * 1024 * 1024) as usize];
-    let read = file.read_at(&mut bytes, 0).map_err(|source| StorageError::io("read", path, source))?;
+    let read = file
+        .read_at(&mut bytes, 0)
+        .map_err(|source| StorageError::io("read", path, source))?;
     bytes.truncate(read);
     topics::decode(&bytes).map_err(|error| OpenError::TopicRegistry {
         file: path.to_owned(),
@@ -157,14 +185,20 @@ fn read_entries(storage: &dyn Storage, path: &Path) -> Result<BTreeMap<TopicName
     })
 }
 
-fn config_from(default_config: &LogConfig, entry: &TopicEntry, path: &Path) -> Result<LogConfig, OpenError> {
+fn config_from(
+    default_config: &LogConfig,
+    entry: &TopicEntry,
+    path: &Path,
+) -> Result<LogConfig, OpenError> {
     let mut config = default_config.clone();
     for (key, value) in &entry.settings {
-        config.set(key, value).map_err(|error| OpenError::TopicRegistry {
-            file: path.to_owned(),
-            line: 0,
-            reason: error.to_string(),
-        })?;
+        config
+            .set(key, value)
+            .map_err(|error| OpenError::TopicRegistry {
+                file: path.to_owned(),
+                line: 0,
+                reason: error.to_string(),
+            })?;
     }
     Ok(config)
 }

@@ -256,7 +256,9 @@ impl Batch {
         let section = self.records_section()?;
         let declared = i64::from(self.header.records_count);
         // Each record takes at least 7 bytes, which bounds the allocation by the input's size.
-        let capacity = usize::try_from(declared).unwrap_or(0).min(section.len() / 7);
+        let capacity = usize::try_from(declared)
+            .unwrap_or(0)
+            .min(section.len() / 7);
         let mut records = Vec::with_capacity(capacity);
         let mut reader = Reader::new(&section);
         while reader.remaining() > 0 {

@@ -126,8 +126,8 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn varint(&mut self) -> Result<i32, DecodeError> {
         let at = self.position;
-        let (value, length) =
-            varint::decode_varint(&self.bytes[self.position..]).ok_or(DecodeError::Varint { at })?;
+        let (value, length) = varint::decode_varint(&self.bytes[self.position..])
+            .ok_or(DecodeError::Varint { at })?;
         self.position += length;
         Ok(value)
     }

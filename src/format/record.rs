@@ -226,7 +226,10 @@ mod tests {
         let mut reader = Reader::new(&buffer);
         assert!(matches!(
             Record::decode(&mut reader, &buffer),
-            Err(DecodeError::Length { field: "record", .. })
+            Err(DecodeError::Length {
+                field: "record",
+                ..
+            })
         ));
     }
 }

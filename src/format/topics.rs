@@ -78,7 +78,13 @@ pub fn decode(bytes: &[u8]) -> Result<BTreeMap<TopicName, TopicEntry>, TopicRegi
                     .ok_or_else(|| error(line_number, "setting is not key=value"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        topics.insert(topic, TopicEntry { partition_count, settings });
+        topics.insert(
+            topic,
+            TopicEntry {
+                partition_count,
+                settings,
+            },
+        );
     }
     Ok(topics)
 }
@@ -99,7 +105,10 @@ mod tests {
         );
         topics.insert(
             TopicName::parse("empty").unwrap(),
-            TopicEntry { partition_count: 1, settings: vec![] },
+            TopicEntry {
+                partition_count: 1,
+                settings: vec![],
+            },
         );
         let text = encode(&topics);
         assert_eq!(text, "1\nempty 1\norders 3 segment.bytes=1024\n");

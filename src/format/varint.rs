@@ -100,7 +100,10 @@ mod tests {
         assert_eq!(decode_varint(&[0x80]), None);
         assert_eq!(decode_varint(&[]), None);
         assert_eq!(decode_varlong(&[0xff; 10]), None);
-        assert_eq!(decode_varlong(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]), None);
+        assert_eq!(
+            decode_varlong(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]),
+            None
+        );
     }
 
     proptest! {

@@ -115,7 +115,9 @@ impl<E: IndexEntry> IndexFile<E> {
     }
 
     pub fn last_entry(&self) -> Option<E> {
-        self.entry_count.checked_sub(1).and_then(|last| self.entry(last))
+        self.entry_count
+            .checked_sub(1)
+            .and_then(|last| self.entry(last))
     }
 
     /// The greatest entry whose key is at most `target`.
@@ -128,7 +130,11 @@ impl<E: IndexEntry> IndexFile<E> {
 
     /// Appends an entry; the caller has checked `!is_full()` and the ordering rules.
     pub fn append(&mut self, entry: E) {
-        assert!(!self.is_full(), "append to a full index {}", self.path().display());
+        assert!(
+            !self.is_full(),
+            "append to a full index {}",
+            self.path().display()
+        );
         let start = self.entry_count * E::BYTES;
         entry.encode_into(&mut self.bytes_mut_all()[start..start + E::BYTES]);
         self.entry_count += 1;

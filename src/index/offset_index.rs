@@ -57,7 +57,9 @@ impl OffsetIndex {
     }
 
     pub fn last_entry(&self) -> Option<OffsetPosition> {
-        self.file.last_entry().map(|entry| self.to_offset_position(entry))
+        self.file
+            .last_entry()
+            .map(|entry| self.to_offset_position(entry))
     }
 
     /// The greatest indexed offset `<= target` and its position; `(base_offset, 0)` if none.
@@ -87,7 +89,10 @@ impl OffsetIndex {
 
     /// Removes every entry for an offset `>= offset`.
     pub fn truncate_to(&mut self, offset: Offset) {
-        let keep = self.entries().take_while(|entry| entry.offset < offset).count();
+        let keep = self
+            .entries()
+            .take_while(|entry| entry.offset < offset)
+            .count();
         self.file.truncate_entries(keep);
     }
 
@@ -103,12 +108,24 @@ impl OffsetIndex {
         for (entry_index, entry) in self.entries().enumerate() {
             let at = (entry_index * 8) as u64;
             if u64::from(entry.position) >= log_size_bytes {
-                return Err((at, format!("entry {entry_index} points at position {} past the log's {log_size_bytes} bytes", entry.position)));
+                return Err((
+                    at,
+                    format!(
+                        "entry {entry_index} points at position {} past the log's {log_size_bytes} bytes",
+                        entry.position
+                    ),
+                ));
             }
-            if let Some(previous) = previous {
-                if entry.offset <= previous.offset || entry.position <= previous.position {
-                    return Err((at, format!("entry {entry_index} ({}, {}) does not follow ({}, {})", entry.offset, entry.position, previous.offset, previous.position)));
-                }
+            if let Some(previous) = previous
+                && (entry.offset <= previous.offset || entry.position <= previous.position)
+            {
+                return Err((
+                    at,
+                    format!(
+                        "entry {entry_index} ({}, {}) does not follow ({}, {})",
+                        entry.offset, entry.position, previous.offset, previous.position
+                    ),
+                ));
             }
             previous = Some(entry);
         }
@@ -160,13 +177,38 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000206233.index");
         let mut index = OffsetIndex::create(&path, Offset(206_233), 4096).unwrap();
-        for (offset, position) in [(206_782, 5189), (206_783, 12094), (207_236, 22092), (207_800, 34400), (208_047, 39321), (208_920, 57194)] {
+        for (offset, position) in [
+            (206_782, 5189),
+            (206_783, 12094),
+            (207_236, 22092),
+            (207_800, 34400),
+            (208_047, 39321),
+            (208_920, 57194),
+        ] {
             index.append(Offset(offset), position);
         }
         let found = index.lookup(Offset(208_050));
-        assert_eq!(found, OffsetPosition { offset: Offset(208_047), position: 39321 });
-        assert_eq!(index.lookup(Offset(206_300)), OffsetPosition { offset: Offset(206_233), position: 0 });
-        assert_eq!(index.lookup(Offset(5)), OffsetPosition { offset: Offset(206_233), position: 0 });
+        assert_eq!(
+            found,
+            OffsetPosition {
+                offset: Offset(208_047),
+                position: 39321
+            }
+        );
+        assert_eq!(
+            index.lookup(Offset(206_300)),
+            OffsetPosition {
+                offset: Offset(206_233),
+                position: 0
+            }
+        );
+        assert_eq!(
+            index.lookup(Offset(5)),
+            OffsetPosition {
+                offset: Offset(206_233),
+                position: 0
+            }
+        );
         index.trim_to_valid_size().unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 6 * 8);
         drop(index);

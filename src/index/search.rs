@@ -27,7 +27,12 @@ pub fn greatest_at_most(
 }
 
 /// Greatest `i` in `[low, high]` with `key_at(i) <= target`, given `key_at(low) <= target`.
-fn binary_search(mut low: usize, mut high: usize, target: i64, key_at: &impl Fn(usize) -> i64) -> usize {
+fn binary_search(
+    mut low: usize,
+    mut high: usize,
+    target: i64,
+    key_at: &impl Fn(usize) -> i64,
+) -> usize {
     while low < high {
         let middle = low + (high - low).div_ceil(2);
         if key_at(middle) <= target {
@@ -40,7 +45,11 @@ fn binary_search(mut low: usize, mut high: usize, target: i64, key_at: &impl Fn(
 }
 
 /// Index of the smallest entry whose key is `>= target`, or `None` if every key is smaller.
-pub fn least_at_least(entry_count: usize, target: i64, key_at: impl Fn(usize) -> i64) -> Option<usize> {
+pub fn least_at_least(
+    entry_count: usize,
+    target: i64,
+    key_at: impl Fn(usize) -> i64,
+) -> Option<usize> {
     let (mut low, mut high) = (0usize, entry_count);
     while low < high {
         let middle = low + (high - low) / 2;

@@ -59,7 +59,9 @@ impl TimeIndex {
     }
 
     pub fn last_entry(&self) -> Option<TimestampOffset> {
-        self.file.last_entry().map(|entry| self.to_timestamp_offset(entry))
+        self.file
+            .last_entry()
+            .map(|entry| self.to_timestamp_offset(entry))
     }
 
     /// The greatest entry with a timestamp `<= target`; `(NONE, base_offset)` if none.
@@ -98,7 +100,10 @@ impl TimeIndex {
 
     /// Removes every entry for an offset `>= offset`.
     pub fn truncate_to(&mut self, offset: Offset) {
-        let keep = self.entries().take_while(|entry| entry.offset < offset).count();
+        let keep = self
+            .entries()
+            .take_while(|entry| entry.offset < offset)
+            .count();
         self.file.truncate_entries(keep);
     }
 
@@ -112,12 +117,24 @@ impl TimeIndex {
         for (entry_index, entry) in self.entries().enumerate() {
             let at = (entry_index * 12) as u64;
             if entry.offset >= next_offset.max(self.base_offset.next()) {
-                return Err((at, format!("entry {entry_index} names offset {} at or past the segment's end {next_offset}", entry.offset)));
+                return Err((
+                    at,
+                    format!(
+                        "entry {entry_index} names offset {} at or past the segment's end {next_offset}",
+                        entry.offset
+                    ),
+                ));
             }
-            if let Some(previous) = previous {
-                if entry.timestamp <= previous.timestamp || entry.offset < previous.offset {
-                    return Err((at, format!("entry {entry_index} ({}, {}) does not follow ({}, {})", entry.timestamp, entry.offset, previous.timestamp, previous.offset)));
-                }
+            if let Some(previous) = previous
+                && (entry.timestamp <= previous.timestamp || entry.offset < previous.offset)
+            {
+                return Err((
+                    at,
+                    format!(
+                        "entry {entry_index} ({}, {}) does not follow ({}, {})",
+                        entry.timestamp, entry.offset, previous.timestamp, previous.offset
+                    ),
+                ));
             }
             previous = Some(entry);
         }

@@ -50,7 +50,9 @@ impl IoBackend {
     pub fn storage(self) -> io::Result<Arc<dyn Storage>> {
         match self {
             IoBackend::PositionedIo => Ok(Arc::new(pio::PositionedIo)),
-            IoBackend::IoUring => uring::UringIo::probe().map(|()| Arc::new(uring::UringIo) as Arc<dyn Storage>),
+            IoBackend::IoUring => {
+                uring::UringIo::probe().map(|()| Arc::new(uring::UringIo) as Arc<dyn Storage>)
+            }
             IoBackend::Auto => match uring::UringIo::probe() {
                 Ok(()) => Ok(Arc::new(uring::UringIo)),
                 Err(error) => {

@@ -24,7 +24,10 @@ impl StorageFile for PositionedFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
         let mut filled = 0;
         while filled < buf.len() {
-            match self.file.read_at(&mut buf[filled..], position + filled as u64) {
+            match self
+                .file
+                .read_at(&mut buf[filled..], position + filled as u64)
+            {
                 Ok(0) => break,
                 Ok(read) => filled += read,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,

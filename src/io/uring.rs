@@ -49,7 +49,7 @@ thread_local! {
 
 enum RingSlot {
     Unset,
-    Ready(IoUring),
+    Ready(Box<IoUring>),
     /// Ring creation failed on this thread: operations fall back to positioned I/O.
     Unavailable,
 }
@@ -57,7 +57,10 @@ enum RingSlot {
 fn build_ring() -> io::Result<IoUring> {
     let attempts: [fn(&mut io_uring::Builder); 3] = [
         |builder| {
-            builder.setup_single_issuer().setup_coop_taskrun().setup_defer_taskrun();
+            builder
+                .setup_single_issuer()
+                .setup_coop_taskrun()
+                .setup_defer_taskrun();
         },
         |builder| {
             builder.setup_coop_taskrun();
@@ -84,9 +87,11 @@ fn with_ring<T>(operation: impl FnOnce(&mut IoUring) -> T) -> Option<T> {
         let mut slot = slot.borrow_mut();
         if matches!(*slot, RingSlot::Unset) {
             *slot = match build_ring() {
-                Ok(ring) => RingSlot::Ready(ring),
+                Ok(ring) => RingSlot::Ready(Box::new(ring)),
                 Err(error) => {
-                    log::warn!("io_uring unavailable on this thread ({error}); using positioned I/O");
+                    log::warn!(
+                        "io_uring unavailable on this thread ({error}); using positioned I/O"
+                    );
                     RingSlot::Unavailable
                 }
             };
@@ -151,7 +156,9 @@ impl UringFile {
     fn read_once(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
         let fd = types::Fd(self.file.as_raw_fd());
         let length = buf.len().min(u32::MAX as usize) as u32;
-        let entry = opcode::Read::new(fd, buf.as_mut_ptr(), length).offset(position).build();
+        let entry = opcode::Read::new(fd, buf.as_mut_ptr(), length)
+            .offset(position)
+            .build();
         // SAFETY: `buf` is borrowed mutably for this whole call, and `submit_and_reap` returns
         // only after the read completed.
         let result = with_ring(|ring| unsafe { submit_and_reap(ring, &[entry]) }[0]);
@@ -164,7 +171,9 @@ impl UringFile {
     fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
         let fd = types::Fd(self.file.as_raw_fd());
         let length = buf.len().min(u32::MAX as usize) as u32;
-        let entry = opcode::Write::new(fd, buf.as_ptr(), length).offset(position).build();
+        let entry = opcode::Write::new(fd, buf.as_ptr(), length)
+            .offset(position)
+            .build();
         // SAFETY: `buf` is borrowed for this whole call, and `submit_and_reap` returns only after
         // the write completed.
         let result = with_ring(|ring| unsafe { submit_and_reap(ring, &[entry]) }[0]);
@@ -239,7 +248,10 @@ fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
         .collect();
     // SAFETY: fsync entries point at no memory; the files stay open for this whole call.
     match with_ring(|ring| unsafe { submit_and_reap(ring, &entries) }) {
-        Some(results) => results.into_iter().map(|result| result_to_io(result).map(drop)).collect(),
+        Some(results) => results
+            .into_iter()
+            .map(|result| result_to_io(result).map(drop))
+            .collect(),
         None => files.iter().map(|file| file.sync_data()).collect(),
     }
 }
@@ -304,8 +316,12 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let storage = UringIo;
-        let first = storage.open(&dir.path().join("a"), OpenMode::CreateNew).unwrap();
-        let second = storage.open(&dir.path().join("b"), OpenMode::CreateNew).unwrap();
+        let first = storage
+            .open(&dir.path().join("a"), OpenMode::CreateNew)
+            .unwrap();
+        let second = storage
+            .open(&dir.path().join("b"), OpenMode::CreateNew)
+            .unwrap();
         let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         first.write_all_at(&payload, 4096).unwrap();
         second.write_all_at(b"hello", 0).unwrap();
@@ -330,6 +346,10 @@ mod tests {
         let read_only = File::open(&path).unwrap();
         let file = UringFile { file: read_only };
         let error = file.write_all_at(b"y", 0).unwrap_err();
-        assert_eq!(error.raw_os_error(), Some(9), "EBADF from the ring, not a panic");
+        assert_eq!(
+            error.raw_os_error(),
+            Some(9),
+            "EBADF from the ring, not a panic"
+        );
     }
 }

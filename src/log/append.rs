@@ -98,7 +98,13 @@ impl ValidatedBatches {
 
     /// The largest `maxTimestamp` of the batches.
     pub fn max_timestamp(&self) -> TimestampMs {
-        TimestampMs(self.batches.iter().map(|batch| batch.max_timestamp).max().unwrap_or(-1))
+        TimestampMs(
+            self.batches
+                .iter()
+                .map(|batch| batch.max_timestamp)
+                .max()
+                .unwrap_or(-1),
+        )
     }
 }
 
@@ -144,9 +150,8 @@ impl PartitionLog {
                 next_offset: first_offset,
                 record_count: total_records,
             })?;
-        let log_append_time = (self.config.message_timestamp_type
-            == TimestampType::LogAppendTime)
-            .then_some(now);
+        let log_append_time =
+            (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
         let mut infos = Vec::with_capacity(appends.len());
         let mut pending = PendingWrite::default();
         let mut next_offset = first_offset;
@@ -158,7 +163,10 @@ impl PartitionLog {
                 now,
             };
             let pending_bytes = pending.bytes.len() as u64;
-            if self.active().should_roll(&self.config, pending_bytes, &incoming) {
+            if self
+                .active()
+                .should_roll(&self.config, pending_bytes, &incoming)
+            {
                 self.write_pending(&mut pending)?;
                 self.roll(now)?;
             }
@@ -245,7 +253,9 @@ fn stage_append(
         };
         next_offset += batch.record_count;
         max_timestamp = max_timestamp.max(timestamp);
-        pending.first_batch_timestamp.get_or_insert(TimestampMs(timestamp));
+        pending
+            .first_batch_timestamp
+            .get_or_insert(TimestampMs(timestamp));
         pending.batches.push(AppendedBatch {
             position_in_write: (start + batch.position) as u64,
             size_bytes: (end - batch.position) as u64,

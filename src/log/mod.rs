@@ -303,7 +303,11 @@ impl PartitionLog {
     pub fn flush_deadline(&self) -> Option<TimestampMs> {
         match self.config.flush_policy {
             FlushPolicy::IntervalMs(ms) => self.first_unflushed_at.map(|first| {
-                TimestampMs(first.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+                TimestampMs(
+                    first
+                        .0
+                        .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+                )
             }),
             _ => None,
         }

@@ -18,8 +18,8 @@ use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::io::Storage;
 use crate::segment::Segment;
-use crate::segment::scan::{LogScanner, ScanStep};
 use crate::segment::recovery::{LoadMode, SegmentRecovery};
+use crate::segment::scan::{LogScanner, ScanStep};
 use crate::types::{Offset, TimestampMs, TopicPartition};
 
 /// What the log directory knows about a partition from its checkpoints.
@@ -63,14 +63,31 @@ impl PartitionLog {
             .create_dir_all(dir)
             .map_err(|source| StorageError::io("create directory", dir, source))?;
         let mut report = RecoveryReport {
-            leftovers_swept: sweep_leftovers(storage.as_ref(), dir, &list_names(storage.as_ref(), dir)?)?,
+            leftovers_swept: sweep_leftovers(
+                storage.as_ref(),
+                dir,
+                &list_names(storage.as_ref(), dir)?,
+            )?,
             ..RecoveryReport::default()
         };
         let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
-        let mut segments = load_segments(storage.as_ref(), dir, &base_offsets, &config, &options, &mut report)?;
+        let mut segments = load_segments(
+            storage.as_ref(),
+            dir,
+            &base_offsets,
+            &config,
+            &options,
+            &mut report,
+        )?;
         let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
         if segments.is_empty() {
-            segments.push(Segment::create(storage.as_ref(), dir, log_start_checkpoint, &config, options.now)?);
+            segments.push(Segment::create(
+                storage.as_ref(),
+                dir,
+                log_start_checkpoint,
+                &config,
+                options.now,
+            )?);
             // The new files' names must be durable before an append to them is acknowledged.
             storage
                 .sync_dir(dir)
@@ -95,7 +112,12 @@ impl PartitionLog {
 
     /// Fixes the log start offset and recovery point after loading, prepares the active segment
     /// for appends and makes every repair durable.
-    fn settle_offsets(&mut self, log_start_checkpoint: Offset, options: &LogOpenOptions, repaired: bool) -> Result<(), StorageError> {
+    fn settle_offsets(
+        &mut self,
+        log_start_checkpoint: Offset,
+        options: &LogOpenOptions,
+        repaired: bool,
+    ) -> Result<(), StorageError> {
         let first_base = self.segments[0].base_offset();
         self.log_start_offset = log_start_checkpoint.max(first_base);
         if self.log_start_offset > self.log_end_offset() {
@@ -105,7 +127,13 @@ impl PartitionLog {
             for segment in removed {
                 segment.delete(self.storage.as_ref(), &self.dir)?;
             }
-            let segment = Segment::create(self.storage.as_ref(), &self.dir, self.log_start_offset, &self.config, options.now)?;
+            let segment = Segment::create(
+                self.storage.as_ref(),
+                &self.dir,
+                self.log_start_offset,
+                &self.config,
+                options.now,
+            )?;
             self.segments.push(segment);
         }
         let sealed_count = self.segments.len() - 1;
@@ -146,9 +174,16 @@ fn load_segments(
     let mut segments = Vec::with_capacity(base_offsets.len());
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
         let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
-        let mode = if recover { LoadMode::Recover } else { LoadMode::Trusted };
+        let mode = if recover {
+            LoadMode::Recover
+        } else {
+            LoadMode::Trusted
+        };
         let loaded = Segment::load(storage, dir, *base_offset, config, mode, options.now)?;
-        let truncated = loaded.recovery.as_ref().is_some_and(|recovery| recovery.bytes_truncated > 0);
+        let truncated = loaded
+            .recovery
+            .as_ref()
+            .is_some_and(|recovery| recovery.bytes_truncated > 0);
         if let Some(recovery) = &loaded.recovery {
             record_recovery(report, loaded.segment.log_path(), recovery);
         }
@@ -157,7 +192,10 @@ fn load_segments(
             return Err(StorageError::Corrupt {
                 file: loaded.segment.log_path().to_owned(),
                 position: 0,
-                reason: format!("segment overlaps the previous one, which ends at offset {}", previous_end.unwrap_or_default()),
+                reason: format!(
+                    "segment overlaps the previous one, which ends at offset {}",
+                    previous_end.unwrap_or_default()
+                ),
             });
         }
         segments.push(loaded.segment);
@@ -175,10 +213,10 @@ fn load_segments(
 fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &SegmentRecovery) {
     report.segments_recovered += 1;
     report.bytes_truncated += recovery.bytes_truncated;
-    if report.truncated_at.is_none() {
-        if let Some((position, reason)) = &recovery.truncated_at {
-            report.truncated_at = Some((log_path.to_owned(), *position, reason.clone()));
-        }
+    if report.truncated_at.is_none()
+        && let Some((position, reason)) = &recovery.truncated_at
+    {
+        report.truncated_at = Some((log_path.to_owned(), *position, reason.clone()));
     }
 }
 
@@ -208,17 +246,31 @@ fn segment_base_offsets(names: &[String]) -> Vec<Offset> {
 /// - index files without a `.log` are removed.
 ///
 /// Returns how many files were touched.
-fn sweep_leftovers(storage: &dyn Storage, dir: &Path, names: &[String]) -> Result<usize, StorageError> {
-    let parsed: Vec<SegmentFileName> = names.iter().filter_map(|name| SegmentFileName::parse(name)).collect();
+fn sweep_leftovers(
+    storage: &dyn Storage,
+    dir: &Path,
+    names: &[String],
+) -> Result<usize, StorageError> {
+    let parsed: Vec<SegmentFileName> = names
+        .iter()
+        .filter_map(|name| SegmentFileName::parse(name))
+        .collect();
     let mut swept = 0;
-    for name in parsed.iter().filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned)) {
+    for name in parsed
+        .iter()
+        .filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned))
+    {
         remove(storage, &name.path_in(dir))?;
         swept += 1;
     }
     if parsed.iter().any(|name| name.state == FileState::Swap) {
         swept += complete_swaps(storage, dir, &parsed)?;
     }
-    let names = if swept > 0 { list_names(storage, dir)? } else { names.to_vec() };
+    let names = if swept > 0 {
+        list_names(storage, dir)?
+    } else {
+        names.to_vec()
+    };
     swept += remove_orphan_indexes(storage, dir, &names)?;
     if swept > 0 {
         storage
@@ -231,7 +283,11 @@ fn sweep_leftovers(storage: &dyn Storage, dir: &Path, names: &[String]) -> Resul
 /// Renames each `.swap` file to its live name. The swap logs replace the live segments whose base
 /// offsets fall in `[lowest swap base, highest swap next offset)` (Kafka's rule); those are
 /// removed first, then the swaps are renamed.
-fn complete_swaps(storage: &dyn Storage, dir: &Path, parsed: &[SegmentFileName]) -> Result<usize, StorageError> {
+fn complete_swaps(
+    storage: &dyn Storage,
+    dir: &Path,
+    parsed: &[SegmentFileName],
+) -> Result<usize, StorageError> {
     let mut touched = 0;
     // KAFKA-6264: a `.swap` at or above the lowest `.cleaned` base offset may be part of an
     // incomplete split; it is deleted and the live segments it would replace are kept.
@@ -250,7 +306,10 @@ fn complete_swaps(storage: &dyn Storage, dir: &Path, parsed: &[SegmentFileName])
         }
     }
     let mut replaced: Option<(Offset, Offset)> = None;
-    for swap_log in swaps.iter().filter(|name| name.kind == SegmentFileKind::Log) {
+    for swap_log in swaps
+        .iter()
+        .filter(|name| name.kind == SegmentFileKind::Log)
+    {
         let next_offset = swap_next_offset(storage, &swap_log.path_in(dir), swap_log.base_offset)?;
         let (low, high) = replaced.unwrap_or((swap_log.base_offset, next_offset));
         replaced = Some((low.min(swap_log.base_offset), high.max(next_offset)));
@@ -266,18 +325,26 @@ fn complete_swaps(storage: &dyn Storage, dir: &Path, parsed: &[SegmentFileName])
     for swap in swaps {
         let from = swap.path_in(dir);
         let to = swap.with_state(FileState::Live).path_in(dir);
-        storage.rename(&from, &to).map_err(|source| StorageError::io("rename", &from, source))?;
+        storage
+            .rename(&from, &to)
+            .map_err(|source| StorageError::io("rename", &from, source))?;
         touched += 1;
     }
     Ok(touched)
 }
 
 /// One past the last offset of the valid batches in a `.swap` log.
-fn swap_next_offset(storage: &dyn Storage, path: &Path, base_offset: Offset) -> Result<Offset, StorageError> {
+fn swap_next_offset(
+    storage: &dyn Storage,
+    path: &Path,
+    base_offset: Offset,
+) -> Result<Offset, StorageError> {
     let file = storage
         .open(path, crate::io::OpenMode::Existing)
         .map_err(|source| StorageError::io("open", path, source))?;
-    let end = file.length_bytes().map_err(|source| StorageError::io("stat", path, source))?;
+    let end = file
+        .length_bytes()
+        .map_err(|source| StorageError::io("stat", path, source))?;
     let mut scanner = LogScanner::new(file.as_ref(), path, 0, end);
     let mut next_offset = base_offset.next();
     while let ScanStep::Item { item, .. } = scanner.next_header()? {
@@ -286,8 +353,15 @@ fn swap_next_offset(storage: &dyn Storage, path: &Path, base_offset: Offset) -> 
     Ok(next_offset)
 }
 
-fn remove_orphan_indexes(storage: &dyn Storage, dir: &Path, names: &[String]) -> Result<usize, StorageError> {
-    let parsed: Vec<SegmentFileName> = names.iter().filter_map(|name| SegmentFileName::parse(name)).collect();
+fn remove_orphan_indexes(
+    storage: &dyn Storage,
+    dir: &Path,
+    names: &[String],
+) -> Result<usize, StorageError> {
+    let parsed: Vec<SegmentFileName> = names
+        .iter()
+        .filter_map(|name| SegmentFileName::parse(name))
+        .collect();
     let mut removed = 0;
     for name in &parsed {
         if name.state != FileState::Live || name.kind == SegmentFileKind::Log {
@@ -302,8 +376,17 @@ fn remove_orphan_indexes(storage: &dyn Storage, dir: &Path, names: &[String]) ->
     Ok(removed)
 }
 
-fn delete_segment_files(storage: &dyn Storage, dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
-    for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex, SegmentFileKind::TxnIndex] {
+fn delete_segment_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: Offset,
+) -> Result<(), StorageError> {
+    for kind in [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+        SegmentFileKind::TxnIndex,
+    ] {
         let path = SegmentFileName::live(base_offset, kind).path_in(dir);
         if storage.exists(&path) {
             remove(storage, &path)?;

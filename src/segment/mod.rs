@@ -91,8 +91,16 @@ impl Segment {
             log,
             size_bytes: 0,
             next_offset: base_offset,
-            offset_index: OffsetIndex::create(&index_path, base_offset, config.segment_index_bytes)?,
-            time_index: TimeIndex::create(&time_index_path, base_offset, config.segment_index_bytes)?,
+            offset_index: OffsetIndex::create(
+                &index_path,
+                base_offset,
+                config.segment_index_bytes,
+            )?,
+            time_index: TimeIndex::create(
+                &time_index_path,
+                base_offset,
+                config.segment_index_bytes,
+            )?,
             bytes_since_last_index_entry: 0,
             max_timestamp_so_far: None,
             first_batch_timestamp: None,
@@ -144,7 +152,12 @@ impl Segment {
 
     /// Whether an append must go to a new segment (Kafka's `LogSegment.shouldRoll`), given
     /// `pending_bytes` already queued for this segment's next write.
-    pub fn should_roll(&self, config: &LogConfig, pending_bytes: u64, incoming: &IncomingAppend) -> bool {
+    pub fn should_roll(
+        &self,
+        config: &LogConfig,
+        pending_bytes: u64,
+        incoming: &IncomingAppend,
+    ) -> bool {
         let size_bytes = self.size_bytes + pending_bytes;
         if size_bytes == 0 {
             return false;
@@ -152,8 +165,8 @@ impl Segment {
         let full = size_bytes > config.segment_bytes.saturating_sub(incoming.size_bytes);
         let segment_ms = i64::try_from(config.segment_ms).unwrap_or(i64::MAX);
         let too_old = self.time_waited_for_roll(incoming) > segment_ms;
-        let relative_overflow =
-            incoming.last_offset.0.saturating_sub(self.base_offset.0) > crate::limits::RELATIVE_OFFSET_MAX;
+        let relative_overflow = incoming.last_offset.0.saturating_sub(self.base_offset.0)
+            > crate::limits::RELATIVE_OFFSET_MAX;
         let index_full = self.offset_index.is_full() || self.time_index.is_full();
         full || too_old || relative_overflow || index_full
     }
@@ -193,9 +206,18 @@ impl Segment {
             self.first_batch_timestamp = Some(first_batch_timestamp);
         }
         for batch in batches {
-            observe_timestamp(&mut self.max_timestamp_so_far, batch.max_timestamp, batch.last_offset);
+            observe_timestamp(
+                &mut self.max_timestamp_so_far,
+                batch.max_timestamp,
+                batch.last_offset,
+            );
             let batch_position = position + batch.position_in_write;
-            self.maybe_index(batch.last_offset, batch_position, batch.size_bytes, index_interval_bytes);
+            self.maybe_index(
+                batch.last_offset,
+                batch_position,
+                batch.size_bytes,
+                index_interval_bytes,
+            );
         }
         Ok(())
     }
@@ -205,7 +227,8 @@ impl Segment {
         if self.bytes_since_last_index_entry > interval && room {
             self.offset_index.append(last_offset, position as u32);
             if let Some(max) = self.max_timestamp_so_far {
-                self.time_index.maybe_append(max.timestamp, max.offset, false);
+                self.time_index
+                    .maybe_append(max.timestamp, max.offset, false);
             }
             self.bytes_since_last_index_entry = 0;
         }
@@ -285,13 +308,19 @@ impl Segment {
     /// Length of the prefix of `bytes` made of whole batches that pass their CRC. A first batch
     /// that fails is a `Corrupt` error; a later one ends the prefix, so the next read from there
     /// reports it. No batch with a bad CRC is ever returned.
-    fn checked_batches_length(&self, bytes: &Bytes, start_position: u64) -> Result<usize, StorageError> {
+    fn checked_batches_length(
+        &self,
+        bytes: &Bytes,
+        start_position: u64,
+    ) -> Result<usize, StorageError> {
         let mut batches = crate::format::batch::BatchIter::new(bytes.clone(), u64::MAX);
         let mut length = 0;
         loop {
             match batches.next() {
                 Some(Ok(batch)) => length += batch.size_bytes() as usize,
-                Some(Err(crate::format::DecodeError::Truncated { .. })) | None => return Ok(length),
+                Some(Err(crate::format::DecodeError::Truncated { .. })) | None => {
+                    return Ok(length);
+                }
                 Some(Err(error)) if length == 0 => return Err(self.corrupt(start_position, error)),
                 Some(Err(_)) => return Ok(length),
             }
@@ -306,7 +335,9 @@ impl Segment {
         starting_offset: Offset,
     ) -> Result<Option<TimestampOffset>, StorageError> {
         let indexed = self.time_index.lookup(target);
-        let start = self.offset_index.lookup(indexed.offset.max(starting_offset));
+        let start = self
+            .offset_index
+            .lookup(indexed.offset.max(starting_offset));
         let mut position = u64::from(start.position);
         loop {
             let Some(location) = self.scan_for(position, self.size_bytes, |header| {
@@ -317,7 +348,9 @@ impl Segment {
             };
             let batch = self.read_batch(location)?;
             let base_timestamp = batch.header().base_timestamp;
-            let records = batch.records().map_err(|error| self.corrupt(location.position, error))?;
+            let records = batch
+                .records()
+                .map_err(|error| self.corrupt(location.position, error))?;
             let found = records.iter().find_map(|record| {
                 let offset = batch.base_offset() + i64::from(record.offset_delta);
                 let timestamp = if batch.header().attributes.is_log_append_time() {
@@ -325,10 +358,12 @@ impl Segment {
                 } else {
                     base_timestamp.saturating_add(record.timestamp_delta)
                 };
-                (timestamp >= target.0 && offset >= starting_offset.0 as i64).then_some(TimestampOffset {
-                    timestamp: TimestampMs(timestamp),
-                    offset: Offset(offset as u64),
-                })
+                (timestamp >= target.0 && offset >= starting_offset.0 as i64).then_some(
+                    TimestampOffset {
+                        timestamp: TimestampMs(timestamp),
+                        offset: Offset(offset as u64),
+                    },
+                )
             });
             if found.is_some() {
                 return Ok(found);
@@ -340,9 +375,13 @@ impl Segment {
     }
 
     /// Reads and checks the one batch at `location`.
-    pub fn read_batch(&self, location: BatchLocation) -> Result<crate::format::Batch, StorageError> {
+    pub fn read_batch(
+        &self,
+        location: BatchLocation,
+    ) -> Result<crate::format::Batch, StorageError> {
         let bytes = self.read_batches(location, 0, self.size_bytes)?;
-        crate::format::Batch::decode(&bytes, u64::MAX).map_err(|error| self.corrupt(location.position, error))
+        crate::format::Batch::decode(&bytes, u64::MAX)
+            .map_err(|error| self.corrupt(location.position, error))
     }
 
     fn corrupt(&self, position: u64, error: crate::format::DecodeError) -> StorageError {
@@ -379,7 +418,12 @@ impl Segment {
     fn read_largest_timestamp(&self) -> Result<Option<TimestampOffset>, StorageError> {
         let mut max = self.time_index.last_entry();
         let from = max.map_or(0, |entry| self.offset_index.lookup(entry.offset).position);
-        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, u64::from(from), self.size_bytes);
+        let mut scanner = LogScanner::new(
+            self.log.as_ref(),
+            &self.log_path,
+            u64::from(from),
+            self.size_bytes,
+        );
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { item, .. } => observe_timestamp(
@@ -428,7 +472,8 @@ impl Segment {
     /// syncing: the files then reopen as trusted in this process.
     pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
         if let Some(max) = self.max_timestamp_so_far {
-            self.time_index.maybe_append(max.timestamp, max.offset, true);
+            self.time_index
+                .maybe_append(max.timestamp, max.offset, true);
         }
         self.offset_index.trim_to_valid_size()?;
         self.time_index.trim_to_valid_size()
@@ -441,16 +486,28 @@ impl Segment {
 
     /// Grows the indexes back to their preallocated size so appends can continue.
     pub fn reopen_for_append(&mut self, config: &LogConfig) -> Result<(), StorageError> {
-        self.offset_index.resize_for_append(config.segment_index_bytes)?;
-        self.time_index.resize_for_append(config.segment_index_bytes)
+        self.offset_index
+            .resize_for_append(config.segment_index_bytes)?;
+        self.time_index
+            .resize_for_append(config.segment_index_bytes)
     }
 
     /// Renames the segment's files to `.deleted` and removes them. The caller has already taken
     /// the segment out of the log, so no reader can reach it.
     pub fn delete(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
-        let Segment { base_offset, log, offset_index, time_index, .. } = self;
+        let Segment {
+            base_offset,
+            log,
+            offset_index,
+            time_index,
+            ..
+        } = self;
         drop((log, offset_index, time_index));
-        for kind in [SegmentFileKind::Log, SegmentFileKind::Index, SegmentFileKind::TimeIndex] {
+        for kind in [
+            SegmentFileKind::Log,
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+        ] {
             let live = SegmentFileName::live(base_offset, kind);
             let deleted = live.with_state(FileState::Deleted).path_in(dir);
             let live = live.path_in(dir);

@@ -10,16 +10,16 @@ use std::path::Path;
 
 use crate::config::LogConfig;
 use crate::error::StorageError;
-use crate::format::file_name::{SegmentFileKind, segment_path};
 use crate::format::BatchHeader;
+use crate::format::file_name::{SegmentFileKind, segment_path};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage};
 use crate::limits::RELATIVE_OFFSET_MAX;
 use crate::types::{Offset, TimestampMs};
 
-use super::{Segment, observe_timestamp};
 use super::scan::{LogScanner, ScanStep};
+use super::{Segment, observe_timestamp};
 
 /// What recovering one segment found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,31 +115,55 @@ impl Segment {
     /// data: such indexes cannot be trusted (an append would need an entry below theirs).
     fn load_tail(&mut self) -> Result<Result<(), (u64, String)>, StorageError> {
         self.max_timestamp_so_far = self.time_index.last_entry();
-        let start = self.offset_index.last_entry().map_or(0, |entry| entry.position);
+        let start = self
+            .offset_index
+            .last_entry()
+            .map_or(0, |entry| entry.position);
         // A time index that lags the offset index (empty, or lost and recreated) does not cover
         // the batches before `start`: scan from its last entry's batch, as Kafka's
         // `LogSegment.readLargestTimestamp` does (from 0 when it has no entry).
         let time_start = self
             .max_timestamp_so_far
             .map_or(0, |entry| self.offset_index.lookup(entry.offset).position);
-        self.first_batch_timestamp = self.first_header()?.map(|header| TimestampMs(header.max_timestamp));
-        let mut scanner =
-            LogScanner::new(self.log.as_ref(), &self.log_path, u64::from(start.min(time_start)), self.size_bytes);
+        self.first_batch_timestamp = self
+            .first_header()?
+            .map(|header| TimestampMs(header.max_timestamp));
+        let mut scanner = LogScanner::new(
+            self.log.as_ref(),
+            &self.log_path,
+            u64::from(start.min(time_start)),
+            self.size_bytes,
+        );
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { item, .. } => {
                     self.next_offset = Offset((item.last_offset() + 1).max(0) as u64);
-                    observe_timestamp(&mut self.max_timestamp_so_far, TimestampMs(item.max_timestamp), Offset(item.last_offset().max(0) as u64));
+                    observe_timestamp(
+                        &mut self.max_timestamp_so_far,
+                        TimestampMs(item.max_timestamp),
+                        Offset(item.last_offset().max(0) as u64),
+                    );
                 }
                 ScanStep::End => break,
-                ScanStep::Invalid { position, error } => return Ok(Err((position, error.to_string()))),
+                ScanStep::Invalid { position, error } => {
+                    return Ok(Err((position, error.to_string())));
+                }
             }
         }
         let next_offset = self.next_offset;
-        if self.offset_index.last_entry().is_some_and(|entry| entry.offset >= next_offset)
-            || self.time_index.last_entry().is_some_and(|entry| entry.offset >= next_offset)
+        if self
+            .offset_index
+            .last_entry()
+            .is_some_and(|entry| entry.offset >= next_offset)
+            || self
+                .time_index
+                .last_entry()
+                .is_some_and(|entry| entry.offset >= next_offset)
         {
-            return Ok(Err((u64::from(start), format!("an index entry names an offset at or past {next_offset}"))));
+            return Ok(Err((
+                u64::from(start),
+                format!("an index entry names an offset at or past {next_offset}"),
+            )));
         }
         self.bytes_since_last_index_entry = self.size_bytes - u64::from(start);
         Ok(Ok(()))
@@ -158,8 +182,10 @@ impl Segment {
     pub fn recover(&mut self, config: &LogConfig) -> Result<SegmentRecovery, StorageError> {
         self.offset_index.reset();
         self.time_index.reset();
-        self.offset_index.resize_for_append(config.segment_index_bytes)?;
-        self.time_index.resize_for_append(config.segment_index_bytes)?;
+        self.offset_index
+            .resize_for_append(config.segment_index_bytes)?;
+        self.time_index
+            .resize_for_append(config.segment_index_bytes)?;
         self.next_offset = self.base_offset;
         self.max_timestamp_so_far = None;
         self.first_batch_timestamp = None;
@@ -184,11 +210,18 @@ impl Segment {
             if self.first_batch_timestamp.is_none() {
                 self.first_batch_timestamp = Some(TimestampMs(header.max_timestamp));
             }
-            observe_timestamp(&mut self.max_timestamp_so_far, TimestampMs(header.max_timestamp), last_offset);
-            if position - last_index_position > config.index_interval_bytes && !self.offset_index.is_full() {
+            observe_timestamp(
+                &mut self.max_timestamp_so_far,
+                TimestampMs(header.max_timestamp),
+                last_offset,
+            );
+            if position - last_index_position > config.index_interval_bytes
+                && !self.offset_index.is_full()
+            {
                 self.offset_index.append(last_offset, position as u32);
                 if let Some(max) = self.max_timestamp_so_far {
-                    self.time_index.maybe_append(max.timestamp, max.offset, false);
+                    self.time_index
+                        .maybe_append(max.timestamp, max.offset, false);
                 }
                 last_index_position = position;
             }
@@ -217,7 +250,11 @@ impl Segment {
 
 /// A recovered batch must start at or after the previous batch's end, inside this segment, and
 /// its offsets must fit the index's relative offsets.
-fn check_offsets(header: &BatchHeader, base_offset: Offset, next_offset: Offset) -> Result<(), String> {
+fn check_offsets(
+    header: &BatchHeader,
+    base_offset: Offset,
+    next_offset: Offset,
+) -> Result<(), String> {
     if header.base_offset < next_offset.0 as i64 {
         return Err(format!(
             "batch base offset {} is below the expected next offset {next_offset}",
@@ -225,7 +262,10 @@ fn check_offsets(header: &BatchHeader, base_offset: Offset, next_offset: Offset)
         ));
     }
     if header.last_offset_delta < 0 {
-        return Err(format!("negative last offset delta {}", header.last_offset_delta));
+        return Err(format!(
+            "negative last offset delta {}",
+            header.last_offset_delta
+        ));
     }
     if (header.last_offset() as u64).saturating_sub(base_offset.0) > RELATIVE_OFFSET_MAX {
         return Err(format!(
@@ -238,7 +278,11 @@ fn check_offsets(header: &BatchHeader, base_offset: Offset, next_offset: Offset)
 
 /// Opens both indexes and checks them against the `.log`'s size; `None` if either is missing or
 /// fails its check (the caller then rebuilds them).
-fn open_checked_indexes(dir: &Path, base_offset: Offset, log_size_bytes: u64) -> Option<(OffsetIndex, TimeIndex)> {
+fn open_checked_indexes(
+    dir: &Path,
+    base_offset: Offset,
+    log_size_bytes: u64,
+) -> Option<(OffsetIndex, TimeIndex)> {
     let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
     let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
     if !index_path.exists() || !time_index_path.exists() {
@@ -253,7 +297,11 @@ fn open_checked_indexes(dir: &Path, base_offset: Offset, log_size_bytes: u64) ->
     Some((offset_index, time_index))
 }
 
-fn create_indexes(dir: &Path, base_offset: Offset, config: &LogConfig) -> Result<(OffsetIndex, TimeIndex), StorageError> {
+fn create_indexes(
+    dir: &Path,
+    base_offset: Offset,
+    config: &LogConfig,
+) -> Result<(OffsetIndex, TimeIndex), StorageError> {
     let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
     let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
     Ok((

@@ -104,7 +104,10 @@ impl<'a> LogScanner<'a> {
 
     /// Size of the batch at `position` from its prefix: `Ok(None)` at the end, an error if the
     /// prefix is invalid or the batch runs past the end.
-    fn next_size(&mut self, position: u64) -> Result<Result<Option<u64>, DecodeError>, StorageError> {
+    fn next_size(
+        &mut self,
+        position: u64,
+    ) -> Result<Result<Option<u64>, DecodeError>, StorageError> {
         if position >= self.end {
             return Ok(Ok(None));
         }
