@@ -32,6 +32,14 @@ pub enum StorageError {
     },
     #[error("the partition log at {dir} failed after an earlier I/O error and must be reopened")]
     PreviousIo { dir: PathBuf },
+    #[error(
+        "{file} holds a message in the legacy format (magic {magic}) at position {position}; seglog reads magic 2 only and will not truncate it"
+    )]
+    UnsupportedFormat {
+        file: PathBuf,
+        position: u64,
+        magic: i8,
+    },
 }
 
 impl StorageError {
@@ -135,7 +143,7 @@ pub enum ReadError {
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(
-        "offset {requested} is out of range: the log holds [{log_start_offset}, {log_end_offset})"
+        "offset {requested} is out of range: valid offsets are {log_start_offset} (log start offset) to {log_end_offset} (log end offset)"
     )]
     OffsetOutOfRange {
         requested: Offset,

@@ -208,8 +208,33 @@ impl LogDir {
         )
     }
 
+    /// After an unclean shutdown, opens (and so recovers) every partition not opened since: the
+    /// clean-shutdown marker that `close` writes must be true of all of them.
+    fn recover_unopened(&mut self) -> Result<(), StorageError> {
+        for tp in self.list_partitions()? {
+            if self.partitions.contains_key(&tp) {
+                continue;
+            }
+            match self.open_partition(&tp, false) {
+                Ok(_) => {}
+                Err(PartitionError::Open(OpenError::Storage(error))) => return Err(error),
+                Err(error) => {
+                    return Err(StorageError::Corrupt {
+                        file: self.root.join(partition_dir_name(&tp)),
+                        position: 0,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Closes every open partition, writes the checkpoints and the clean-shutdown marker.
     pub fn close(mut self) -> Result<(), StorageError> {
+        if !self.had_clean_shutdown {
+            self.recover_unopened()?;
+        }
         let partitions = std::mem::take(&mut self.partitions);
         for (tp, log) in partitions {
             let (recovery_point, log_start_offset) = (log.log_end_offset(), log.log_start_offset());

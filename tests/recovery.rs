@@ -1286,3 +1286,83 @@ fn overlapping_segments_are_a_typed_error_not_a_panic() {
         }
     }
 }
+
+/// A message in Kafka's legacy format (magic 0): offset, size, crc, magic, attributes, key, value.
+fn legacy_message(offset: i64, value: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.push(0); // magic 0
+    body.push(0); // attributes
+    body.extend_from_slice(&(-1i32).to_be_bytes()); // null key
+    body.extend_from_slice(&(value.len() as i32).to_be_bytes());
+    body.extend_from_slice(value);
+    let mut message = offset.to_be_bytes().to_vec();
+    message.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+    message.extend_from_slice(&crc32fast::hash(&body).to_be_bytes()); // CRC-32 from magic on
+    message.extend_from_slice(&body);
+    message
+}
+
+#[test]
+fn a_log_in_kafkas_legacy_format_is_refused_not_truncated() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("00000000000000000000.log");
+    let mut bytes = legacy_message(0, b"old message");
+    bytes.extend_from_slice(&legacy_message(1, b"another"));
+    fs::write(&log_path, &bytes).unwrap();
+    let mut log_dir = open_dir(root.path());
+    let error = log_dir.partition(&topic(), 0).unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("legacy format (magic 0)"), "{message}");
+    assert_eq!(
+        fs::read(&log_path).unwrap(),
+        bytes,
+        "the old data is left exactly as it was"
+    );
+}
+
+#[test]
+fn a_legacy_message_with_a_bad_crc_is_damage_and_truncated() {
+    let root = scratch();
+    {
+        let mut log_dir = open_dir(root.path());
+        log_dir.create_topic(&topic(), 1).unwrap();
+        let log = log_dir.partition(&topic(), 0).unwrap();
+        log.append(batch(0, 3), now()).unwrap();
+    }
+    let log_path = partition_dir(root.path()).join("00000000000000000000.log");
+    let valid_length = fs::metadata(&log_path).unwrap().len();
+    let mut damaged = legacy_message(3, b"looks old");
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x10;
+    let mut file = fs::OpenOptions::new().append(true).open(&log_path).unwrap();
+    std::io::Write::write_all(&mut file, &damaged).unwrap();
+    drop(file);
+    let mut log_dir = open_dir(root.path());
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
+    assert_eq!(fs::metadata(&log_path).unwrap().len(), valid_length);
+}
+
+#[test]
+fn a_torn_tail_that_looks_like_a_legacy_message_is_still_truncated() {
+    let root = scratch();
+    {
+        let mut log_dir = open_dir(root.path());
+        log_dir.create_topic(&topic(), 1).unwrap();
+        let log = log_dir.partition(&topic(), 0).unwrap();
+        log.append(batch(0, 3), now()).unwrap();
+        log.flush().unwrap();
+    }
+    let log_path = partition_dir(root.path()).join("00000000000000000000.log");
+    let valid_length = fs::metadata(&log_path).unwrap().len();
+    let torn = legacy_message(3, &[7u8; 200]);
+    let mut file = fs::OpenOptions::new().append(true).open(&log_path).unwrap();
+    std::io::Write::write_all(&mut file, &torn[..100]).unwrap();
+    drop(file);
+    let mut log_dir = open_dir(root.path());
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
+    assert_eq!(fs::metadata(&log_path).unwrap().len(), valid_length);
+}

@@ -72,6 +72,9 @@ impl BatchAttributes {
     }
 }
 
+/// The smallest legacy (magic 0) message after the log overhead (`LegacyRecord.RECORD_OVERHEAD_V0`).
+const LEGACY_MESSAGE_BYTES_MIN: usize = 14;
+
 /// The first 17 bytes of a batch: enough to find the next batch while scanning a `.log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchPrefix {
@@ -91,7 +94,10 @@ impl BatchPrefix {
             partition_leader_epoch: reader.i32()?,
             magic: reader.i8()?,
         };
-        if (prefix.batch_length as i64) < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i64 {
+        // Kafka's order (`FileLogInputStream.nextBatch`): a length below the smallest legacy
+        // message is corruption; then the magic decides the format; then the v2 minimum.
+        let too_small = |minimum: usize| (prefix.batch_length as i64) < minimum as i64;
+        if too_small(LEGACY_MESSAGE_BYTES_MIN) {
             return Err(DecodeError::BatchLengthTooSmall {
                 batch_length: prefix.batch_length,
             });
@@ -99,6 +105,11 @@ impl BatchPrefix {
         if prefix.magic != BATCH_MAGIC_V2 {
             return Err(DecodeError::UnsupportedMagic {
                 magic: prefix.magic,
+            });
+        }
+        if too_small(BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) {
+            return Err(DecodeError::BatchLengthTooSmall {
+                batch_length: prefix.batch_length,
             });
         }
         Ok(prefix)
@@ -251,7 +262,8 @@ impl Batch {
         }
     }
 
-    /// Decodes every record, checking the count and that offset deltas run 0, 1, 2, ...
+    /// Decodes every record and checks their number against `recordsCount`. Offset deltas are not
+    /// checked here (compaction leaves gaps); `validate_records` checks them for appends.
     pub fn records(&self) -> Result<Vec<Record>, DecodeError> {
         let section = self.records_section()?;
         let declared = i64::from(self.header.records_count);
@@ -299,19 +311,29 @@ impl Batch {
 }
 
 /// Stamps `base_offset` into an encoded batch. The CRC does not cover it, so nothing else changes.
-pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
-    batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+/// Returns false (and changes nothing) if `batch` is shorter than a batch header.
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) -> bool {
+    let Some(field) = batch.get_mut(field::BASE_OFFSET..field::BASE_OFFSET + 8) else {
+        return false;
+    };
+    field.copy_from_slice(&base_offset.to_be_bytes());
+    true
 }
 
 /// Marks an encoded batch as `LogAppendTime` with `max_timestamp = now_ms` and re-computes its CRC,
 /// as Kafka's leader does for topics with `message.timestamp.type=LogAppendTime`.
-pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
+/// Returns false (and changes nothing) if `batch` is shorter than a batch header.
+pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> bool {
+    if batch.len() < BATCH_HEADER_BYTES {
+        return false;
+    }
     let attributes = u16::from_be_bytes([batch[field::ATTRIBUTES], batch[field::ATTRIBUTES + 1]]);
     let attributes = BatchAttributes(attributes).with_log_append_time();
     batch[field::ATTRIBUTES..field::ATTRIBUTES + 2].copy_from_slice(&attributes.0.to_be_bytes());
     batch[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
     let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
     batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    true
 }
 
 /// Builds an uncompressed RecordBatch v2 exactly as Kafka's `MemoryRecordsBuilder` does for a

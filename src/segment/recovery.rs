@@ -10,8 +10,8 @@ use std::path::Path;
 
 use crate::config::LogConfig;
 use crate::error::StorageError;
-use crate::format::BatchHeader;
 use crate::format::file_name::{SegmentFileKind, segment_path};
+use crate::format::{BatchHeader, DecodeError};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage};
@@ -197,6 +197,20 @@ impl Segment {
             let (position, header) = match scanner.next_batch()? {
                 ScanStep::Item { position, item } => (position, *item.header()),
                 ScanStep::End => break,
+                ScanStep::Invalid {
+                    position,
+                    error:
+                        DecodeError::UnsupportedMagic {
+                            magic: magic @ (0 | 1),
+                        },
+                } => {
+                    // Old-format data written by an old Kafka is not damage: refuse to cut it.
+                    return Err(StorageError::UnsupportedFormat {
+                        file: self.log_path.clone(),
+                        position,
+                        magic,
+                    });
+                }
                 ScanStep::Invalid { position, error } => {
                     truncated_at = Some((position, error.to_string()));
                     break;

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use crate::error::StorageError;
 use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::io::StorageFile;
-use crate::limits::{BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES};
+use crate::limits::{BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES, LOG_OVERHEAD_BYTES};
 
 /// Default window: large enough to hold many batches, small enough to stay in cache.
 pub const SCAN_WINDOW_BYTES: usize = 256 * 1024;
@@ -120,17 +120,46 @@ impl<'a> LogScanner<'a> {
         };
         let prefix = match BatchPrefix::parse(&bytes) {
             Ok(prefix) => prefix,
+            Err(DecodeError::UnsupportedMagic { magic }) => {
+                // A legacy message is only reported as such when it fits the file; otherwise the
+                // bytes are a torn tail like any other.
+                let length = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+                let size_bytes = LOG_OVERHEAD_BYTES as u64 + length.max(0) as u64;
+                if position + size_bytes > self.end {
+                    return Ok(Err(truncated_error(size_bytes, self.end - position)));
+                }
+                return self.check_legacy_message(position, size_bytes, magic);
+            }
             Err(error) => return Ok(Err(error)),
         };
         let size_bytes = prefix.size_bytes();
         if position + size_bytes > self.end {
-            return Ok(Err(DecodeError::Truncated {
-                at: 0,
-                needed: size_bytes as usize,
-                available: (self.end - position) as usize,
-            }));
+            return Ok(Err(truncated_error(size_bytes, self.end - position)));
         }
         Ok(Ok(Some(size_bytes)))
+    }
+
+    /// A legacy (magic 0 or 1) message whose CRC-32 holds is old-format data, reported as
+    /// `UnsupportedMagic`; one whose CRC fails is damage, reported as a CRC mismatch (Kafka's
+    /// `LegacyRecord.ensureValid`: CRC-32 over the bytes from the magic to the end).
+    fn check_legacy_message(
+        &mut self,
+        position: u64,
+        size_bytes: u64,
+        magic: i8,
+    ) -> Result<Result<Option<u64>, DecodeError>, StorageError> {
+        if !(0..=1).contains(&magic) {
+            return Ok(Err(DecodeError::UnsupportedMagic { magic }));
+        }
+        let Some(message) = self.bytes_at(position, size_bytes as usize)? else {
+            return Ok(Err(truncated_error(size_bytes, self.end - position)));
+        };
+        let stored = u32::from_be_bytes([message[12], message[13], message[14], message[15]]);
+        let computed = crc32fast::hash(&message[16..]);
+        if stored != computed {
+            return Ok(Err(DecodeError::CrcMismatch { stored, computed }));
+        }
+        Ok(Err(DecodeError::UnsupportedMagic { magic }))
     }
 
     /// `length` bytes at `position`, or `None` if they run past the end.
@@ -161,6 +190,14 @@ impl<'a> LogScanner<'a> {
         self.window = buffer.freeze();
         self.window_start = position;
         Ok(())
+    }
+}
+
+fn truncated_error(needed: u64, available: u64) -> DecodeError {
+    DecodeError::Truncated {
+        at: 0,
+        needed: needed as usize,
+        available: available as usize,
     }
 }
 
