@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "seglog",
     version,
-    about = "Produce to, consume from, dump and verify seglog data directories (Kafka's partition storage format)"
+    about = "Manage topics of, produce to, consume from, dump and verify seglog data directories (Kafka's partition storage format)"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -17,6 +17,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Create, list, describe, grow and delete topics (Kafka's `kafka-topics`).
+    Topics(TopicsArgs),
     /// Append records read from stdin, one per line, and print each one's partition and offset.
     Produce(ProduceArgs),
     /// Print the records of one partition, from an offset to the end of the log.
@@ -41,7 +43,7 @@ pub struct ProduceArgs {
     /// Data directory (created if missing).
     #[arg(long)]
     pub dir: PathBuf,
-    /// Topic to append to; created if it does not exist.
+    /// Topic to append to; created if it does not exist (with --partitions and --config).
     #[arg(long)]
     pub topic: String,
     /// Partition count used when the topic is created [default: 1]; an existing topic keeps its own.
@@ -54,10 +56,12 @@ pub struct ProduceArgs {
     /// Format of the acknowledgement lines.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
-    /// Flush (fdatasync) the partition before acknowledging each record.
+    /// Acknowledge a record only once its batch is durable (fdatasync, shared by the appends in
+    /// flight: group commit).
     #[arg(long)]
     pub durable: bool,
-    /// A log setting with Kafka's topic-config name, e.g. `segment.bytes=1048576`; repeatable.
+    /// A topic setting with Kafka's topic-config name, e.g. `segment.bytes=1048576`, used when the
+    /// topic is created; repeatable. An existing topic keeps its own.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub configs: Vec<String>,
 }
@@ -105,4 +109,86 @@ pub struct VerifyArgs {
     /// Data directory, or a single partition directory.
     #[arg(long)]
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicsArgs {
+    #[command(subcommand)]
+    pub command: TopicsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Create a topic with its partitions and configuration.
+    Create(TopicCreateArgs),
+    /// Print one line per topic: its name, partition count and non-default settings.
+    List(TopicListArgs),
+    /// Print a topic's settings and each partition's offsets, size and segment count.
+    Describe(TopicDescribeArgs),
+    /// Add partitions to a topic (a topic never shrinks).
+    Alter(TopicAlterArgs),
+    /// Delete a topic and all of its data.
+    Delete(TopicDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopicCreateArgs {
+    /// Data directory (created if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Topic to create.
+    #[arg(long)]
+    pub topic: String,
+    /// Number of partitions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: u32,
+    /// A topic setting with Kafka's topic-config name, e.g. `retention.ms=86400000`; repeatable.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub configs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicListArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Format of the topic lines.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicDescribeArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Topic to describe (default: every topic).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Text like `kafka-topics --describe`, or one JSON object per topic.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicAlterArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Topic to grow.
+    #[arg(long)]
+    pub topic: String,
+    /// The new partition count, above the current one.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicDeleteArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Topic to delete.
+    #[arg(long)]
+    pub topic: String,
 }

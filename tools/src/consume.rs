@@ -1,92 +1,138 @@
 //! `seglog consume`: prints one partition's records from an offset up to the log end offset seen
 //! when reading started.
 //!
-//! The data directory is opened through `LogDir`, so a directory that was not closed cleanly, or
-//! that Kafka wrote (no checkpoints, no indexes), is recovered first, exactly as an application
-//! embedding seglog would see it.
+//! The data directory is opened through the engine, so a directory that was not closed cleanly, or
+//! that Kafka wrote (no checkpoints, no indexes, no topic registry), is recovered first, exactly as
+//! an application embedding seglog would see it. Records are read with the engine's fetch, one
+//! fetch of at most [`FETCH_MAX_BYTES`] at a time, and printed as each fetch arrives.
 
 use std::io::{self, Write};
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use seglog::config::LogConfig;
+use seglog::engine::{Engine, FetchOptions};
+use seglog::error::ReadError;
 use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
-use seglog::io::pio::PositionedIo;
-use seglog::log::PartitionLog;
-use seglog::log_dir::LogDir;
+use seglog::log::FetchData;
 use seglog::types::{Offset, TopicName};
 
 use crate::Outcome;
 use crate::args::{ConsumeArgs, OutputFormat};
+use crate::engine_open::{open_existing, with_engine};
 use crate::record_view::{json_line, record_offset, text_line};
 
-/// Bytes asked of the log per read; a read always returns at least one whole batch.
+/// Bytes asked of the log per fetch; a fetch always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
 
 pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
-    if !args.dir.is_dir() {
-        bail!("data directory {} does not exist", args.dir.display());
-    }
-    let mut log_dir = LogDir::open(&args.dir, Arc::new(PositionedIo), LogConfig::default())
-        .with_context(|| format!("cannot open data directory {}", args.dir.display()))?;
-    let consumed = consume(&mut log_dir, &topic, args);
-    // Close (clean shutdown) even after an error, so the next open need not recover; the first
-    // error is the one reported.
-    let closed = log_dir.close().context("cannot close the data directory");
-    consumed.and(closed)?;
+    with_engine(open_existing(&args.dir)?, |engine| {
+        consume(engine, &topic, args)
+    })?;
     Ok(Outcome::Clean)
 }
 
-fn consume(log_dir: &mut LogDir, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<()> {
-    let partition_count = log_dir.partition_count(topic)?;
-    let log = log_dir.partition(topic, args.partition).with_context(|| {
-        format!(
-            "cannot open {topic}-{} (the topic has {partition_count} partitions on disk)",
+fn consume(engine: &Engine, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let partition_count = engine
+        .list_topics()
+        .into_iter()
+        .find(|(name, _)| name == topic)
+        .map(|(_, metadata)| metadata.partition_count)
+        .with_context(|| format!("topic {topic} does not exist in {}", args.dir.display()))?;
+    if args.partition >= partition_count {
+        bail!(
+            "topic {topic} has {partition_count} partitions: there is no partition {}",
             args.partition
-        )
-    })?;
-    print_records(log, args).with_context(|| format!("cannot consume {topic}-{}", args.partition))
+        );
+    }
+    let reader = PartitionReader {
+        engine,
+        topic,
+        partition: args.partition,
+    };
+    print_records(&reader, args)
+        .with_context(|| format!("cannot consume {topic}-{}", args.partition))
 }
 
 /// Where printing starts and stops.
 #[derive(Debug, Clone, Copy)]
 struct ReadRange {
-    /// Records below this offset are skipped (a read returns whole batches).
+    /// Records below this offset are skipped (a fetch returns whole batches).
     first_offset: u64,
     /// The log end offset when reading started.
     end_offset: u64,
     max_records: u64,
 }
 
-fn print_records(log: &PartitionLog, args: &ConsumeArgs) -> anyhow::Result<()> {
-    let (start_offset, end_offset) = (log.log_start_offset().0, log.log_end_offset().0);
-    let first_offset = args.offset.unwrap_or(start_offset);
-    if first_offset < start_offset || first_offset > end_offset {
-        bail!(
-            "offset {first_offset} is out of range: valid offsets are {start_offset} to {end_offset} \
-             (log start offset {start_offset}, log end offset {end_offset})"
-        );
+/// Fetches from one partition, answering at once (no long poll: reading stops at the log end).
+struct PartitionReader<'a> {
+    engine: &'a Engine,
+    topic: &'a TopicName,
+    partition: u32,
+}
+
+impl PartitionReader<'_> {
+    fn fetch(&self, offset: u64) -> Result<FetchData, ReadError> {
+        let options = FetchOptions {
+            max_bytes: FETCH_MAX_BYTES,
+            ..FetchOptions::default()
+        };
+        self.engine
+            .fetch(self.topic, self.partition, Offset(offset), options)
+            .wait()
     }
+
+    /// The first fetch: at `--offset`, or at the log start offset (learnt from the bounds an
+    /// out-of-range fetch at offset 0 reports, when records were deleted from the start).
+    fn first_fetch(&self, requested: Option<u64>) -> anyhow::Result<(u64, FetchData)> {
+        let offset = requested.unwrap_or(0);
+        match (self.fetch(offset), requested) {
+            (Ok(data), _) => Ok((offset, data)),
+            (
+                Err(ReadError::OffsetOutOfRange {
+                    log_start_offset: Offset(start),
+                    log_end_offset: Offset(end),
+                    ..
+                }),
+                Some(_),
+            ) => bail!(
+                "offset {offset} is out of range: valid offsets are {start} to {end} \
+                 (log start offset {start}, log end offset {end})"
+            ),
+            (
+                Err(ReadError::OffsetOutOfRange {
+                    log_start_offset: Offset(start),
+                    ..
+                }),
+                None,
+            ) => Ok((start, self.fetch(start)?)),
+            (Err(error), _) => Err(error.into()),
+        }
+    }
+}
+
+fn print_records(reader: &PartitionReader<'_>, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let (first_offset, mut fetch) = reader.first_fetch(args.offset)?;
     let range = ReadRange {
         first_offset,
-        end_offset,
+        end_offset: fetch.log_end_offset.0,
         max_records: args.max_records.unwrap_or(u64::MAX),
     };
     let mut out = io::stdout().lock();
     let mut next_offset = first_offset;
     let mut printed = 0u64;
     loop {
-        let fetch = log.read(Offset(next_offset), FETCH_MAX_BYTES)?;
-        if fetch.records.is_empty() {
+        if fetch.records.is_empty()
+            || next_offset >= range.end_offset
+            || printed >= range.max_records
+        {
             return Ok(());
         }
         let fetched_from = next_offset;
         for batch in BatchIter::new(fetch.records, u64::MAX) {
             let batch = batch
-                .with_context(|| format!("corrupt batch in the read at offset {next_offset}"))?;
+                .with_context(|| format!("corrupt batch in the fetch at offset {fetched_from}"))?;
             printed += print_batch(&mut out, &batch, range, printed, args.format)?;
             out.flush()?;
             next_offset =
@@ -98,6 +144,7 @@ fn print_records(log: &PartitionLog, args: &ConsumeArgs) -> anyhow::Result<()> {
         if next_offset == fetched_from {
             bail!("the log returned no batch past offset {next_offset}");
         }
+        fetch = reader.fetch(next_offset)?;
     }
 }
 

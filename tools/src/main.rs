@@ -1,9 +1,16 @@
 //! `seglog`: the command-line tool of the seglog storage engine.
 //!
-//! - `produce`: append lines from stdin to a topic, acknowledging each with its partition and offset;
+//! - `topics`: create, list, describe, grow and delete topics (Kafka's `kafka-topics`);
+//! - `produce`: append lines from stdin to a topic, acknowledging each with its partition and offset
+//!   (with `--durable`, once its batch is synced: group commit);
 //! - `consume`: print a partition's records from an offset to the log end;
 //! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
 //! - `verify`: check every batch and index entry of a data directory, read-only.
+//!
+//! `topics`, `produce` and `consume` open the data directory through the engine
+//! (`seglog::engine::Engine`), which takes the directory's lock and recovers it if needed; `dump`
+//! and `verify` read files only, never through the engine, so they take no lock and change
+//! nothing, even while another process has the directory open.
 //!
 //! Exit codes: 0 success, 1 an error or a finding (corruption, mismatched index entries), 2 a usage
 //! error (reported by clap).
@@ -11,12 +18,15 @@
 mod args;
 mod consume;
 mod dump;
+mod engine_open;
 mod index_check;
 mod kafka_text;
 mod log_scan;
 mod produce;
 mod read_only;
 mod record_view;
+mod topic_config;
+mod topics;
 mod verify;
 
 use std::io::{self, Write};
@@ -38,6 +48,7 @@ pub enum Outcome {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Topics(args) => topics::run(&args),
         Command::Produce(args) => produce::run(&args),
         Command::Consume(args) => consume::run(&args),
         Command::Dump(args) => dump::run(&args),

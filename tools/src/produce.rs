@@ -1,28 +1,41 @@
-//! `seglog produce`: appends lines read from stdin as records and acknowledges each one with its
-//! partition and offset, in input order, as soon as it is appended.
+//! `seglog produce`: appends lines read from stdin as records through the engine and
+//! acknowledges each one with its partition and offset, in input order.
 //!
-//! Streaming: a thread reads stdin line by line; the main loop waits for one line, then takes
-//! every further line already read (without waiting) and appends them together, one batch per
-//! partition (split at Kafka's default `batch.size` of 16 KiB). A line typed alone is therefore
-//! appended and acknowledged at once, while a file piped in is appended in batches.
+//! Streaming: a thread reads stdin line by line; the main thread waits for one line, then takes
+//! every further line already read (without waiting), builds their batches (one per partition,
+//! split at Kafka's default `batch.size` of 16 KiB) and submits each batch as one engine append,
+//! without waiting for the answers. An acknowledgement thread waits for the answers in submission
+//! order and prints each chunk's acknowledgements (in input order) as soon as its appends are
+//! answered, flushing its output. A line typed alone is therefore appended and acknowledged at
+//! once, while a file piped in is appended in batches, many of them in flight together.
+//!
+//! With `--durable` the appends ask for `Durability::Durable`: the engine answers each one only
+//! after an `fdatasync` that covers it, and the appends in flight together share their syncs
+//! (group commit) instead of one flush per record. The appends in flight are bounded
+//! ([`INFLIGHT_APPENDS_MAX`], [`INFLIGHT_BYTES_MAX`]); the main thread waits when the bound is
+//! reached. If an append fails, the records after it may have been written but are never
+//! acknowledged.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, BufRead, Write};
-use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver};
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufWriter, Write};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow, bail};
 use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, Pending, TopicMetadata};
+use seglog::error::AppendError;
 use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::pio::PositionedIo;
-use seglog::log_dir::LogDir;
+use seglog::log::AppendInfo;
 use seglog::partitioner::{RoundRobin, partition_for_key};
 use seglog::types::{TimestampMs, TopicName};
 use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{OutputFormat, ProduceArgs};
+use crate::engine_open::{open_engine, with_engine};
+use crate::topic_config::parse_configs;
 
 /// Kafka's default producer `batch.size`: a coalesced batch closes before growing past this.
 const BATCH_TARGET_BYTES: u64 = 16 * 1024;
@@ -31,77 +44,136 @@ const LINE_QUEUE_LINES: usize = 4096;
 /// Limits on the lines appended together.
 const CHUNK_MAX_LINES: usize = 1000;
 const CHUNK_MAX_BYTES: usize = 1024 * 1024;
+/// Appends submitted to the engine but not yet acknowledged, at most (below the engine's
+/// per-shard request queue of 4096, so a submission is never refused as `QueueFull`)...
+const INFLIGHT_APPENDS_MAX: usize = 1024;
+/// ...and their bytes, at most (below the engine's default `inflight_bytes_max` of 256 MiB).
+/// A single chunk above either bound is still submitted, alone.
+const INFLIGHT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
-    let config = log_config(&args.configs)?;
-    let batch_limit_bytes = BATCH_TARGET_BYTES.min(config.max_message_bytes);
-    let mut log_dir = LogDir::open(&args.dir, Arc::new(PositionedIo), config)
-        .with_context(|| format!("cannot open data directory {}", args.dir.display()))?;
-    let appended = produce_into(&mut log_dir, topic, args, batch_limit_bytes);
-    // Close (clean shutdown) even after an error, so the next open need not recover; the first
-    // error is the one reported.
-    let closed = log_dir.close().context("cannot close the data directory");
-    appended.and(closed)?;
+    let config = parse_configs(&args.configs)?;
+    with_engine(open_engine(&args.dir)?, |engine| {
+        let metadata = ensure_topic(engine, &topic, args, config)?;
+        let settings = Settings {
+            key_separator: args.key_separator.as_deref().map(str::as_bytes),
+            batch_limit_bytes: BATCH_TARGET_BYTES.min(metadata.config.max_message_bytes),
+            durability: if args.durable {
+                Durability::Durable
+            } else {
+                Durability::Written
+            },
+            format: args.format,
+        };
+        let lines = spawn_line_reader()?;
+        let mut out = BufWriter::new(io::stdout());
+        produce(
+            engine,
+            &topic,
+            metadata.partition_count,
+            &settings,
+            &lines,
+            &mut out,
+        )
+    })?;
     Ok(Outcome::Clean)
 }
 
-/// Creates the topic if needed, then appends stdin to it.
-fn produce_into(
-    log_dir: &mut LogDir,
-    topic: TopicName,
+/// Returns the topic's metadata, creating the topic (with `--partitions`, default 1, and
+/// `--config`) if the engine does not know it. An existing topic keeps its partition count and
+/// settings; differing options are reported on stderr and ignored.
+fn ensure_topic(
+    engine: &Engine,
+    topic: &TopicName,
     args: &ProduceArgs,
+    config: LogConfig,
+) -> anyhow::Result<TopicMetadata> {
+    let existing = engine
+        .list_topics()
+        .into_iter()
+        .find(|(name, _)| name == topic);
+    if let Some((_, metadata)) = existing {
+        let mut stderr = io::stderr();
+        if let Some(requested) = args
+            .partitions
+            .filter(|requested| *requested != metadata.partition_count)
+        {
+            writeln!(
+                stderr,
+                "seglog: topic {topic} exists with {} partitions; --partitions {requested} is ignored",
+                metadata.partition_count
+            )?;
+        }
+        if !args.configs.is_empty() && config != metadata.config {
+            writeln!(
+                stderr,
+                "seglog: topic {topic} exists with its own settings; --config is ignored \
+                 (see `seglog topics describe`)"
+            )?;
+        }
+        return Ok(metadata);
+    }
+    let partition_count = args.partitions.unwrap_or(1);
+    engine
+        .create_topic(topic.as_str(), partition_count, config.clone())
+        .with_context(|| format!("cannot create topic {topic}"))?;
+    Ok(TopicMetadata {
+        partition_count,
+        config,
+    })
+}
+
+/// How lines become appends and acknowledgements.
+#[derive(Debug, Clone, Copy)]
+struct Settings<'a> {
+    key_separator: Option<&'a [u8]>,
     batch_limit_bytes: u64,
-) -> anyhow::Result<()> {
-    let partition_count = ensure_topic(log_dir, &topic, args.partitions)?;
-    let mut producer = Producer {
-        log_dir,
+    durability: Durability,
+    format: OutputFormat,
+}
+
+/// Appends every line `lines` delivers until it ends, writing each record's acknowledgement to
+/// `out` in input order; returns the number of records acknowledged.
+fn produce<W: Write + Send>(
+    engine: &Engine,
+    topic: &TopicName,
+    partition_count: u32,
+    settings: &Settings<'_>,
+    lines: &Receiver<io::Result<Vec<u8>>>,
+    out: &mut W,
+) -> anyhow::Result<u64> {
+    let window = Window::default();
+    let mut submitter = Submitter {
+        engine,
         topic,
         router: Router {
             partition_count,
             round_robin: RoundRobin::default(),
         },
-        key_separator: args.key_separator.as_deref().map(str::as_bytes),
-        batch_limit_bytes,
-        durable: args.durable,
+        settings,
     };
-    producer.stream_stdin(args.format)
-}
-
-/// The default log configuration with each `KEY=VALUE` applied (Kafka's topic-config names).
-fn log_config(settings: &[String]) -> anyhow::Result<LogConfig> {
-    let mut config = LogConfig::default();
-    for setting in settings {
-        let (key, value) = setting
-            .split_once('=')
-            .with_context(|| format!("--config {setting:?} is not KEY=VALUE"))?;
-        config.set(key.trim(), value.trim())?;
-    }
-    Ok(config)
-}
-
-/// Creates the topic if it has no partition on disk; returns its partition count.
-fn ensure_topic(
-    log_dir: &mut LogDir,
-    topic: &TopicName,
-    requested: Option<u32>,
-) -> anyhow::Result<u32> {
-    let existing = log_dir.partition_count(topic)?;
-    if existing > 0 {
-        if let Some(requested) = requested.filter(|requested| *requested != existing) {
-            writeln!(
-                io::stderr(),
-                "seglog: topic {topic} exists with {existing} partitions; --partitions {requested} is ignored"
-            )?;
-        }
-        return Ok(existing);
-    }
-    let partition_count = requested.unwrap_or(1);
-    log_dir
-        .create_topic(topic, partition_count)
-        .with_context(|| format!("cannot create topic {topic}"))?;
-    Ok(partition_count)
+    thread::scope(|scope| {
+        let (sender, chunks) = mpsc::channel();
+        let window = &window;
+        let acknowledger = thread::Builder::new()
+            .name("produce-acks".to_owned())
+            .spawn_scoped(scope, move || {
+                let _closer = CloseOnDrop(window);
+                acknowledge(&chunks, window, topic, settings, out)
+            })
+            .context("cannot start the acknowledgement thread")?;
+        let submitted = submitter.submit_all(lines, window, &sender);
+        drop(sender);
+        let acknowledged = acknowledger
+            .join()
+            .map_err(|_| anyhow!("the acknowledgement thread panicked"))?;
+        // An append error comes first: it is the earliest failure in input order.
+        let count = acknowledged?;
+        submitted?;
+        Ok(count)
+    })
 }
 
 /// Reads stdin on its own thread, one line (without its `\n` or `\r\n`) per message.
@@ -186,6 +258,14 @@ struct PendingBatch {
     builder: BatchBuilder,
 }
 
+/// A chunk whose batches were submitted: the answers to wait for, in submission order, and where
+/// each of the chunk's records went.
+struct SubmittedChunk {
+    appends: Vec<(u32, Pending<AppendInfo, AppendError>)>,
+    placements: Vec<Placement>,
+    bytes: u64,
+}
+
 /// One acknowledgement line.
 #[derive(Debug, Clone, Copy, Serialize)]
 struct Ack {
@@ -193,35 +273,136 @@ struct Ack {
     offset: u64,
 }
 
-struct Producer<'a> {
-    log_dir: &'a mut LogDir,
-    topic: TopicName,
-    router: Router,
-    key_separator: Option<&'a [u8]>,
-    batch_limit_bytes: u64,
-    durable: bool,
+/// Bounds the appends submitted but not yet acknowledged: the submitter takes room before it
+/// submits a chunk, the acknowledgement thread gives it back once the chunk is printed.
+#[derive(Debug, Default)]
+struct Window {
+    state: Mutex<WindowState>,
+    released: Condvar,
 }
 
-impl Producer<'_> {
-    /// Appends stdin's lines until its end, printing acknowledgements as it goes.
-    fn stream_stdin(&mut self, format: OutputFormat) -> anyhow::Result<()> {
-        let lines = spawn_line_reader()?;
-        let mut out = io::stdout().lock();
-        while let Some(chunk) = next_chunk(&lines)? {
-            let acks = self.append_chunk(&chunk)?;
-            write_acks(&mut out, &acks, format)?;
+#[derive(Debug, Default)]
+struct WindowState {
+    appends: usize,
+    bytes: u64,
+    /// The acknowledgement thread stopped: nothing more will be acknowledged.
+    closed: bool,
+}
+
+impl Window {
+    /// Waits until `appends` more appends of `bytes` fit (always, when none is in flight). False
+    /// once the acknowledgement thread stopped.
+    fn acquire(&self, appends: usize, bytes: u64) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if state.closed {
+                return false;
+            }
+            let fits = state.appends == 0
+                || (state.appends + appends <= INFLIGHT_APPENDS_MAX
+                    && state.bytes + bytes <= INFLIGHT_BYTES_MAX);
+            if fits {
+                state.appends += appends;
+                state.bytes += bytes;
+                return true;
+            }
+            state = self
+                .released
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn release(&self, appends: usize, bytes: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.appends = state.appends.saturating_sub(appends);
+        state.bytes = state.bytes.saturating_sub(bytes);
+        self.released.notify_all();
+    }
+
+    fn close(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.released.notify_all();
+    }
+}
+
+/// Closes the window when the acknowledgement thread ends, however it ends.
+struct CloseOnDrop<'a>(&'a Window);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// The main thread's side: turns chunks of lines into batches and submits them.
+struct Submitter<'a> {
+    engine: &'a Engine,
+    topic: &'a TopicName,
+    router: Router,
+    settings: &'a Settings<'a>,
+}
+
+impl Submitter<'_> {
+    /// Submits every chunk until the input ends or the acknowledgement thread stops.
+    fn submit_all(
+        &mut self,
+        lines: &Receiver<io::Result<Vec<u8>>>,
+        window: &Window,
+        chunks: &Sender<SubmittedChunk>,
+    ) -> anyhow::Result<()> {
+        while let Some(chunk) = next_chunk(lines)? {
+            let (batches, placements) = self.build_batches(&chunk)?;
+            let built: Vec<(u32, bytes::Bytes)> = batches
+                .into_iter()
+                .map(|batch| {
+                    let bytes = batch
+                        .builder
+                        .build()
+                        .context("internal error: an empty batch")?;
+                    Ok((batch.partition, bytes))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let bytes = built.iter().map(|(_, batch)| batch.len() as u64).sum();
+            if !window.acquire(built.len(), bytes) {
+                return Ok(());
+            }
+            // One batch per append keeps every index entry on a batch boundary.
+            let appends = built
+                .into_iter()
+                .map(|(partition, batch)| {
+                    let pending =
+                        self.engine
+                            .append(self.topic, partition, batch, self.settings.durability);
+                    (partition, pending)
+                })
+                .collect();
+            let submitted = SubmittedChunk {
+                appends,
+                placements,
+                bytes,
+            };
+            if chunks.send(submitted).is_err() {
+                return Ok(());
+            }
         }
         Ok(())
     }
 
-    /// Appends the chunk's lines and returns their acknowledgements, in input order.
-    fn append_chunk(&mut self, chunk: &[Vec<u8>]) -> anyhow::Result<Vec<Ack>> {
+    /// The chunk's batches, and where each of its lines went, in input order.
+    fn build_batches(
+        &mut self,
+        chunk: &[Vec<u8>],
+    ) -> anyhow::Result<(Vec<PendingBatch>, Vec<Placement>)> {
         let timestamp_ms = TimestampMs::now().0;
         let mut batches: Vec<PendingBatch> = Vec::new();
         let mut filling: BTreeMap<u32, usize> = BTreeMap::new();
         let mut placements = Vec::with_capacity(chunk.len());
         for line in chunk {
-            let (key, value) = split_line(line, self.key_separator);
+            let (key, value) = split_line(line, self.settings.key_separator);
             let partition = self.router.partition_for(key)?;
             let record = NewRecord {
                 timestamp_ms,
@@ -237,17 +418,7 @@ impl Producer<'_> {
             });
             builder.push(&record);
         }
-        let first_offsets = self.append_batches(batches)?;
-        Ok(placements
-            .iter()
-            .map(|placement| {
-                let (partition, first_offset) = first_offsets[placement.batch];
-                Ack {
-                    partition,
-                    offset: first_offset + placement.index_in_batch,
-                }
-            })
-            .collect())
+        Ok((batches, placements))
     }
 
     /// The batch of `partition` that `record` goes into: the one being filled, unless the record
@@ -260,7 +431,8 @@ impl Producer<'_> {
         record: &NewRecord<'_>,
     ) -> usize {
         if let Some(&index) = filling.get(&partition)
-            && batches[index].builder.size_bytes_with(record) as u64 <= self.batch_limit_bytes
+            && batches[index].builder.size_bytes_with(record) as u64
+                <= self.settings.batch_limit_bytes
         {
             return index;
         }
@@ -271,35 +443,45 @@ impl Producer<'_> {
         filling.insert(partition, batches.len() - 1);
         batches.len() - 1
     }
+}
 
-    /// Appends each batch on its own (one batch per append keeps every index entry on a batch
-    /// boundary), then flushes the partitions written when `--durable`. Returns each batch's
-    /// partition and first offset.
-    fn append_batches(&mut self, batches: Vec<PendingBatch>) -> anyhow::Result<Vec<(u32, u64)>> {
-        let mut first_offsets = Vec::with_capacity(batches.len());
-        let mut written = BTreeSet::new();
-        for batch in batches {
-            let tp = format!("{}-{}", self.topic, batch.partition);
-            let bytes = batch
-                .builder
-                .build()
-                .context("internal error: an empty batch")?;
-            let log = self.log_dir.partition(&self.topic, batch.partition)?;
-            let appended = log
-                .append(bytes, TimestampMs::now())
-                .with_context(|| format!("cannot append to {tp}"))?;
-            first_offsets.push((batch.partition, appended.first_offset.0));
-            written.insert(batch.partition);
-        }
-        if self.durable {
-            for partition in written {
-                let log = self.log_dir.partition(&self.topic, partition)?;
-                log.flush()
-                    .with_context(|| format!("cannot flush {}-{partition}", self.topic))?;
+/// The acknowledgement thread: waits for each chunk's appends in submission order, then prints
+/// the chunk's acknowledgements in input order and flushes. Returns the records acknowledged.
+fn acknowledge<W: Write>(
+    chunks: &Receiver<SubmittedChunk>,
+    window: &Window,
+    topic: &TopicName,
+    settings: &Settings<'_>,
+    out: &mut W,
+) -> anyhow::Result<u64> {
+    let mut acknowledged = 0u64;
+    for chunk in chunks {
+        let append_count = chunk.appends.len();
+        let mut first_offsets = Vec::with_capacity(append_count);
+        for (partition, pending) in chunk.appends {
+            let info = pending
+                .wait()
+                .with_context(|| format!("cannot append to {topic}-{partition}"))?;
+            if settings.durability == Durability::Durable && !info.durable {
+                bail!(
+                    "internal error: the engine answered a durable append to {topic}-{partition} before syncing it"
+                );
             }
+            first_offsets.push((partition, info.first_offset.0));
         }
-        Ok(first_offsets)
+        for placement in &chunk.placements {
+            let (partition, first_offset) = first_offsets[placement.batch];
+            let ack = Ack {
+                partition,
+                offset: first_offset + placement.index_in_batch,
+            };
+            write_ack(out, ack, settings.format)?;
+        }
+        out.flush()?;
+        acknowledged += chunk.placements.len() as u64;
+        window.release(append_count, chunk.bytes);
     }
+    Ok(acknowledged)
 }
 
 /// `key<separator>value` when the separator is given and present, else a null key.
@@ -315,15 +497,10 @@ fn split_line<'a>(line: &'a [u8], separator: Option<&[u8]>) -> (Option<&'a [u8]>
     }
 }
 
-fn write_acks(out: &mut impl Write, acks: &[Ack], format: OutputFormat) -> anyhow::Result<()> {
-    for ack in acks {
-        match format {
-            OutputFormat::Text => {
-                writeln!(out, "partition={} offset={}", ack.partition, ack.offset)?
-            }
-            OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(ack)?)?,
-        }
-        out.flush()?;
+fn write_ack(out: &mut impl Write, ack: Ack, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Text => writeln!(out, "partition={} offset={}", ack.partition, ack.offset)?,
+        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(&ack)?)?,
     }
     Ok(())
 }

@@ -1,0 +1,240 @@
+//! `seglog topics`: topic administration through the engine, with Kafka's vocabulary
+//! (`kafka-topics --create | --list | --describe | --alter --partitions | --delete`).
+//!
+//! Every subcommand opens the data directory through the engine (taking its lock), does one thing
+//! and closes it. Errors (an unknown topic, one that exists, an invalid name or setting, a
+//! partition count that does not grow) are reported with exit code 1.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use anyhow::Context;
+use seglog::engine::{Engine, PartitionDescription, TopicDescription, TopicMetadata};
+use seglog::types::TopicName;
+use serde::Serialize;
+
+use crate::Outcome;
+use crate::args::{
+    OutputFormat, TopicAlterArgs, TopicCreateArgs, TopicDeleteArgs, TopicDescribeArgs,
+    TopicListArgs, TopicsArgs, TopicsCommand,
+};
+use crate::engine_open::{open_engine, open_existing, with_engine};
+use crate::topic_config::{overrides, overrides_text, parse_configs};
+
+pub fn run(args: &TopicsArgs) -> anyhow::Result<Outcome> {
+    match &args.command {
+        TopicsCommand::Create(args) => create(args),
+        TopicsCommand::List(args) => list(args),
+        TopicsCommand::Describe(args) => describe(args),
+        TopicsCommand::Alter(args) => alter(args),
+        TopicsCommand::Delete(args) => delete(args),
+    }?;
+    Ok(Outcome::Clean)
+}
+
+/// Checks the name before anything touches the disk.
+fn parse_topic(name: &str) -> anyhow::Result<TopicName> {
+    TopicName::parse(name).with_context(|| format!("invalid topic name {name:?}"))
+}
+
+fn create(args: &TopicCreateArgs) -> anyhow::Result<()> {
+    let topic = parse_topic(&args.topic)?;
+    let config = parse_configs(&args.configs)?;
+    with_engine(open_engine(&args.dir)?, |engine| {
+        engine
+            .create_topic(topic.as_str(), args.partitions, config)
+            .with_context(|| format!("cannot create topic {topic}"))?;
+        let mut out = io::stdout().lock();
+        writeln!(out, "Created topic {topic}.")?;
+        Ok(())
+    })
+}
+
+fn list(args: &TopicListArgs) -> anyhow::Result<()> {
+    with_engine(open_existing(&args.dir)?, |engine| {
+        let mut out = io::stdout().lock();
+        for (topic, metadata) in engine.list_topics() {
+            match args.format {
+                OutputFormat::Text => writeln!(
+                    out,
+                    "{topic}\tPartitionCount: {}\tConfigs: {}",
+                    metadata.partition_count,
+                    overrides_text(&metadata.config)
+                )?,
+                OutputFormat::Json => writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string(&JsonTopic::of(&topic, &metadata))?
+                )?,
+            }
+        }
+        out.flush()?;
+        Ok(())
+    })
+}
+
+fn describe(args: &TopicDescribeArgs) -> anyhow::Result<()> {
+    let topic = args.topic.as_deref().map(parse_topic).transpose()?;
+    with_engine(open_existing(&args.dir)?, |engine| {
+        let topics = match topic {
+            Some(topic) => vec![topic],
+            None => engine
+                .list_topics()
+                .into_iter()
+                .map(|(topic, _)| topic)
+                .collect(),
+        };
+        let mut out = io::stdout().lock();
+        for topic in topics {
+            let description = engine
+                .describe_topic(topic.as_str())
+                .with_context(|| format!("cannot describe topic {topic}"))?;
+            match args.format {
+                OutputFormat::Text => write_description(&mut out, &description)?,
+                OutputFormat::Json => writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string(&JsonDescription::of(&description))?
+                )?,
+            }
+        }
+        out.flush()?;
+        Ok(())
+    })
+}
+
+/// Kafka's `--describe` layout: a topic line, then one tab-indented line per partition, with the
+/// storage figures in place of leaders and replicas.
+fn write_description(out: &mut impl Write, description: &TopicDescription) -> io::Result<()> {
+    let topic = &description.topic;
+    writeln!(
+        out,
+        "Topic: {topic}\tPartitionCount: {}\tConfigs: {}",
+        description.partitions.len(),
+        overrides_text(&description.config)
+    )?;
+    for partition in &description.partitions {
+        writeln!(
+            out,
+            "\tTopic: {topic}\tPartition: {}\tLogStartOffset: {}\tLogEndOffset: {}\t\
+             DurableOffset: {}\tSizeBytes: {}\tSegmentCount: {}",
+            partition.partition,
+            partition.log_start_offset.0,
+            partition.log_end_offset.0,
+            partition.durable_offset.0,
+            partition.size_bytes,
+            partition.segment_count
+        )?;
+    }
+    Ok(())
+}
+
+fn alter(args: &TopicAlterArgs) -> anyhow::Result<()> {
+    let topic = parse_topic(&args.topic)?;
+    with_engine(open_existing(&args.dir)?, |engine| {
+        let before = partition_count(engine, &topic);
+        engine
+            .add_partitions(topic.as_str(), args.partitions)
+            .with_context(|| {
+                format!(
+                    "cannot grow topic {topic} to {} partitions",
+                    args.partitions
+                )
+            })?;
+        let mut out = io::stdout().lock();
+        writeln!(
+            out,
+            "Topic {topic} now has {} partitions (it had {}).",
+            args.partitions,
+            before.unwrap_or(0)
+        )?;
+        Ok(())
+    })
+}
+
+fn delete(args: &TopicDeleteArgs) -> anyhow::Result<()> {
+    let topic = parse_topic(&args.topic)?;
+    with_engine(open_existing(&args.dir)?, |engine| {
+        engine
+            .delete_topic(topic.as_str())
+            .with_context(|| format!("cannot delete topic {topic}"))?;
+        let mut out = io::stdout().lock();
+        writeln!(out, "Deleted topic {topic}.")?;
+        Ok(())
+    })
+}
+
+fn partition_count(engine: &Engine, topic: &TopicName) -> Option<u32> {
+    engine
+        .list_topics()
+        .into_iter()
+        .find(|(name, _)| name == topic)
+        .map(|(_, metadata)| metadata.partition_count)
+}
+
+/// One `topics list --format json` line; field order is the output order.
+#[derive(Debug, Serialize)]
+struct JsonTopic<'a> {
+    topic: &'a str,
+    partition_count: u32,
+    /// Settings that differ from Kafka's defaults.
+    configs: BTreeMap<&'static str, String>,
+}
+
+impl<'a> JsonTopic<'a> {
+    fn of(topic: &'a TopicName, metadata: &TopicMetadata) -> Self {
+        JsonTopic {
+            topic: topic.as_str(),
+            partition_count: metadata.partition_count,
+            configs: overrides(&metadata.config).into_iter().collect(),
+        }
+    }
+}
+
+/// One `topics describe --format json` line.
+#[derive(Debug, Serialize)]
+struct JsonDescription<'a> {
+    topic: &'a str,
+    partition_count: usize,
+    /// Settings that differ from Kafka's defaults.
+    configs: BTreeMap<&'static str, String>,
+    partitions: Vec<JsonPartition>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonPartition {
+    partition: u32,
+    log_start_offset: u64,
+    log_end_offset: u64,
+    durable_offset: u64,
+    size_bytes: u64,
+    segment_count: usize,
+}
+
+impl<'a> JsonDescription<'a> {
+    fn of(description: &'a TopicDescription) -> Self {
+        JsonDescription {
+            topic: description.topic.as_str(),
+            partition_count: description.partitions.len(),
+            configs: overrides(&description.config).into_iter().collect(),
+            partitions: description
+                .partitions
+                .iter()
+                .map(JsonPartition::of)
+                .collect(),
+        }
+    }
+}
+
+impl JsonPartition {
+    fn of(partition: &PartitionDescription) -> Self {
+        JsonPartition {
+            partition: partition.partition,
+            log_start_offset: partition.log_start_offset.0,
+            log_end_offset: partition.log_end_offset.0,
+            durable_offset: partition.durable_offset.0,
+            size_bytes: partition.size_bytes,
+            segment_count: partition.segment_count,
+        }
+    }
+}
