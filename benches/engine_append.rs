@@ -43,7 +43,12 @@ fn batch() -> Bytes {
     builder.build().unwrap_or_default()
 }
 
-fn append_pipelined(engine: &Engine, batch: &Bytes, durability: Durability, iterations: u64) -> Duration {
+fn append_pipelined(
+    engine: &Engine,
+    batch: &Bytes,
+    durability: Durability,
+    iterations: u64,
+) -> Duration {
     let topic = seglog::types::TopicName::parse("bench").unwrap_or_else(|_| unreachable!());
     let start = Instant::now();
     let mut in_flight = VecDeque::with_capacity(IN_FLIGHT_MAX);
@@ -61,7 +66,13 @@ fn append_pipelined(engine: &Engine, batch: &Bytes, durability: Durability, iter
     start.elapsed()
 }
 
-fn pwrite_baseline(file: &File, batch: &Bytes, sync: bool, position: &mut u64, iterations: u64) -> Duration {
+fn pwrite_baseline(
+    file: &File,
+    batch: &Bytes,
+    sync: bool,
+    position: &mut u64,
+    iterations: u64,
+) -> Duration {
     let start = Instant::now();
     for _ in 0..iterations {
         let _ = file.write_all_at(batch, *position);
@@ -74,28 +85,42 @@ fn pwrite_baseline(file: &File, batch: &Bytes, sync: bool, position: &mut u64, i
 }
 
 fn bench_append(c: &mut Criterion) {
-    let Ok(dir) = tempfile::tempdir_in(".") else { return };
-    let config = EngineConfig { shard_count: 1, pin_shards: false, ..EngineConfig::default() };
-    let Ok(engine) = Engine::open(dir.path().join("engine"), config) else { return };
+    let Ok(dir) = tempfile::tempdir_in(".") else {
+        return;
+    };
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let Ok(engine) = Engine::open(dir.path().join("engine"), config) else {
+        return;
+    };
     let mut topic_config = LogConfig::default();
     let _ = topic_config.set("segment.bytes", "268435456");
     if engine.create_topic("bench", 1, topic_config).is_err() {
         return;
     }
     let batch = batch();
-    let Ok(file) = File::create(dir.path().join("baseline.log")) else { return };
+    let Ok(file) = File::create(dir.path().join("baseline.log")) else {
+        return;
+    };
     let mut position = 0u64;
     let mut group = c.benchmark_group("append_1KiB_records_one_shard");
     group.throughput(Throughput::Elements(RECORDS_PER_BATCH as u64));
     group.sample_size(20);
     group.bench_function("engine_written", |b| {
-        b.iter_custom(|iterations| append_pipelined(&engine, &batch, Durability::Written, iterations))
+        b.iter_custom(|iterations| {
+            append_pipelined(&engine, &batch, Durability::Written, iterations)
+        })
     });
     group.bench_function("baseline_pwrite", |b| {
         b.iter_custom(|iterations| pwrite_baseline(&file, &batch, false, &mut position, iterations))
     });
     group.bench_function("engine_durable_group_commit", |b| {
-        b.iter_custom(|iterations| append_pipelined(&engine, &batch, Durability::Durable, iterations))
+        b.iter_custom(|iterations| {
+            append_pipelined(&engine, &batch, Durability::Durable, iterations)
+        })
     });
     group.bench_function("baseline_pwrite_fdatasync_each", |b| {
         b.iter_custom(|iterations| pwrite_baseline(&file, &batch, true, &mut position, iterations))

@@ -273,6 +273,25 @@ pub(crate) fn lock_dir(root: &Path) -> Result<File, OpenError> {
 
 /// Reads a checkpoint; a missing file is empty. A corrupt one is also treated as empty, which is
 /// safe: every partition is then recovered from its first segment.
+/// Files read whole (checkpoints, the topic registry) are at most this large.
+const SMALL_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// Reads a small metadata file whole, at most `SMALL_FILE_BYTES_MAX` bytes of it.
+pub(crate) fn read_small_file(storage: &dyn Storage, path: &Path) -> Result<Vec<u8>, StorageError> {
+    let file = storage
+        .open(path, OpenMode::Existing)
+        .map_err(|source| StorageError::io("open", path, source))?;
+    let length = file
+        .length_bytes()
+        .map_err(|source| StorageError::io("stat", path, source))?;
+    let mut bytes = vec![0u8; length.min(SMALL_FILE_BYTES_MAX) as usize];
+    let read = file
+        .read_at(&mut bytes, 0)
+        .map_err(|source| StorageError::io("read", path, source))?;
+    bytes.truncate(read);
+    Ok(bytes)
+}
+
 pub(crate) fn read_checkpoint(
     storage: &dyn Storage,
     path: &Path,
@@ -280,17 +299,7 @@ pub(crate) fn read_checkpoint(
     if !storage.exists(path) {
         return Ok(BTreeMap::new());
     }
-    let file = storage
-        .open(path, OpenMode::Existing)
-        .map_err(|source| StorageError::io("open", path, source))?;
-    let length = file
-        .length_bytes()
-        .map_err(|source| StorageError::io("stat", path, source))?;
-    let mut bytes = vec![0u8; length.min(64 * 1024 * 1024) as usize];
-    let read = file
-        .read_at(&mut bytes, 0)
-        .map_err(|source| StorageError::io("read", path, source))?;
-    bytes.truncate(read);
+    let bytes = read_small_file(storage, path)?;
     Ok(checkpoint::decode_offsets(&bytes).unwrap_or_default())
 }
 

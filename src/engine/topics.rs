@@ -12,8 +12,8 @@ use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{DELETE_DIR_SUFFIX, TOPIC_REGISTRY, parse_partition_dir_name};
 use crate::format::topics::{self, TopicEntry};
-use crate::io::{OpenMode, Storage};
-use crate::log_dir::{sync_dir, write_durably};
+use crate::io::Storage;
+use crate::log_dir::{read_small_file, sync_dir, write_durably};
 use crate::types::{TopicName, TopicPartition};
 
 /// What the engine knows about a topic.
@@ -167,17 +167,7 @@ fn read_entries(
     storage: &dyn Storage,
     path: &Path,
 ) -> Result<BTreeMap<TopicName, TopicEntry>, OpenError> {
-    let file = storage
-        .open(path, OpenMode::Existing)
-        .map_err(|source| StorageError::io("open", path, source))?;
-    let length = file
-        .length_bytes()
-        .map_err(|source| StorageError::io("stat", path, source))?;
-    let mut bytes = vec![0u8; length.min(64 * 1024 * 1024) as usize];
-    let read = file
-        .read_at(&mut bytes, 0)
-        .map_err(|source| StorageError::io("read", path, source))?;
-    bytes.truncate(read);
+    let bytes = read_small_file(storage, path)?;
     topics::decode(&bytes).map_err(|error| OpenError::TopicRegistry {
         file: path.to_owned(),
         line: error.line,

@@ -48,6 +48,13 @@ impl OffsetIndex {
         self.file.is_full()
     }
 
+    /// Entries that can still be appended.
+    pub fn free_entries(&self) -> usize {
+        self.file
+            .capacity_entries()
+            .saturating_sub(self.file.entry_count())
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = OffsetPosition> + '_ {
         (0..self.entry_count()).filter_map(|entry_index| {
             self.file

@@ -50,6 +50,13 @@ impl TimeIndex {
         self.file.entry_count() + 1 >= self.file.capacity_entries()
     }
 
+    /// Entries that ordinary appends can still add (the last slot is kept).
+    pub fn free_entries(&self) -> usize {
+        self.file
+            .capacity_entries()
+            .saturating_sub(self.file.entry_count() + 1)
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = TimestampOffset> + '_ {
         (0..self.entry_count()).filter_map(|entry_index| {
             self.file

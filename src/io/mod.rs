@@ -106,6 +106,25 @@ pub trait StorageFile: Debug + Send + Sync {
     }
 }
 
+/// Calls `read_once(buf, position)` until `buf` is full or a read returns 0 (end of file),
+/// retrying `EINTR`; returns the bytes read. Shared by the backends' `read_at`.
+pub(crate) fn read_fully(
+    buf: &mut [u8],
+    position: u64,
+    mut read_once: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match read_once(&mut buf[filled..], position + filled as u64) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
+
 /// A file system: files and directories.
 pub trait Storage: Debug + Send + Sync {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;

@@ -186,16 +186,7 @@ impl UringFile {
 
 impl StorageFile for UringFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match self.read_once(&mut buf[filled..], position + filled as u64) {
-                Ok(0) => break,
-                Ok(read) => filled += read,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(filled)
+        super::read_fully(buf, position, |buf, position| self.read_once(buf, position))
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {

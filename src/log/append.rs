@@ -162,6 +162,12 @@ impl PartitionLog {
                 max_timestamp: log_append_time.unwrap_or(append.max_timestamp()),
                 now,
             };
+            // A batch adds at most one index entry. When the batches gathered so far could fill an
+            // index, write them first, so that the roll check sees the index as it would after
+            // appending one at a time (a full index rolls the segment; entries are never dropped).
+            if pending.batches.len() >= self.active().index_entries_free() {
+                self.write_pending(&mut pending)?;
+            }
             let pending_bytes = pending.bytes.len() as u64;
             if self
                 .active()

@@ -137,6 +137,14 @@ impl Segment {
         &self.time_index
     }
 
+    /// Index entries that appends can still add before an index is full (a batch adds at most
+    /// one).
+    pub fn index_entries_free(&self) -> usize {
+        self.offset_index
+            .free_entries()
+            .min(self.time_index.free_entries())
+    }
+
     /// The largest timestamp in the segment, or the `.log` file's mtime when it has none
     /// (what time retention compares against).
     pub fn largest_timestamp(&self) -> Result<TimestampMs, StorageError> {
