@@ -53,10 +53,10 @@ fn append_pipelined(
     let start = Instant::now();
     let mut in_flight = VecDeque::with_capacity(IN_FLIGHT_MAX);
     for _ in 0..iterations {
-        if in_flight.len() == IN_FLIGHT_MAX {
-            if let Some(pending) = in_flight.pop_front() {
-                black_box(seglog::engine::Pending::wait(pending).ok());
-            }
+        if in_flight.len() == IN_FLIGHT_MAX
+            && let Some(pending) = in_flight.pop_front()
+        {
+            black_box(seglog::engine::Pending::wait(pending).ok());
         }
         in_flight.push_back(engine.append(&topic, 0, batch.clone(), durability));
     }
