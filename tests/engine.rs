@@ -21,11 +21,13 @@ use seglog::io::pio::PositionedIo;
 use seglog::io::{OpenMode, Storage, StorageFile};
 use seglog::types::{Offset, TimestampMs, TopicName};
 
-/// Positioned I/O that records every `fdatasync`: which file, and how long it was.
+/// Positioned I/O that records every `fdatasync` (which file, and how long it was), and fails
+/// every `fdatasync` with EIO while `fail_syncs` is set.
 #[derive(Debug, Default)]
 struct CountingStorage {
     syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
     sync_calls: Arc<AtomicUsize>,
+    fail_syncs: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -34,6 +36,7 @@ struct CountingFile {
     inner: Box<dyn StorageFile>,
     syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
     sync_calls: Arc<AtomicUsize>,
+    fail_syncs: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StorageFile for CountingFile {
@@ -44,6 +47,9 @@ impl StorageFile for CountingFile {
         self.inner.write_all_at(buf, position)
     }
     fn sync_data(&self) -> io::Result<()> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(5));
+        }
         let length = self.inner.length_bytes()?;
         self.inner.sync_data()?;
         self.sync_calls.fetch_add(1, Ordering::SeqCst);
@@ -71,6 +77,7 @@ impl Storage for CountingStorage {
             inner: PositionedIo.open(path, mode)?,
             syncs: self.syncs.clone(),
             sync_calls: self.sync_calls.clone(),
+            fail_syncs: self.fail_syncs.clone(),
         }))
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -429,4 +436,54 @@ fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
         closed,
         Err(AppendError::Unavailable(EngineUnavailable::Closed))
     ));
+}
+
+#[test]
+fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(CountingStorage::default());
+    let fail_syncs = storage.fail_syncs.clone();
+    let topic = TopicName::parse("fragile").unwrap();
+    {
+        let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+        engine
+            .create_topic("fragile", 2, LogConfig::default())
+            .unwrap();
+        let durable = |partition, value: &str| {
+            engine
+                .append(&topic, partition, batch(value), Durability::Durable)
+                .wait()
+        };
+        assert!(durable(0, "before").unwrap().durable);
+        fail_syncs.store(true, Ordering::SeqCst);
+        let failed = durable(0, "lost");
+        assert!(matches!(failed, Err(AppendError::Storage(_))), "{failed:?}");
+        fail_syncs.store(false, Ordering::SeqCst);
+        let after = durable(0, "after");
+        assert!(
+            after.is_err(),
+            "no acknowledgement on a failed partition: {after:?}"
+        );
+        let written = engine
+            .append(&topic, 0, batch("written"), Durability::Written)
+            .wait();
+        assert!(written.is_err(), "not even a written one: {written:?}");
+        assert!(
+            durable(1, "other").unwrap().durable,
+            "other partitions are unaffected"
+        );
+    }
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let values: Vec<String> = read_values(&engine, &topic, 0)
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
+    assert_eq!(values[0], "before", "the acknowledged append survives");
+    assert!(!values.contains(&"after".to_owned()));
+    let reopened = engine
+        .append(&topic, 0, batch("again"), Durability::Durable)
+        .wait()
+        .unwrap();
+    assert!(reopened.durable, "a reopened partition acknowledges again");
+    engine.close().unwrap();
 }
