@@ -257,7 +257,7 @@ impl Harness {
             Op::Read { pick, max_bytes } => {
                 let (start, end) = (self.model.log_start, self.model.log_end());
                 let offset = Model::pick(*pick, start.saturating_sub(2), end + 2);
-                check_read(self.log.as_ref().unwrap(), &self.model, offset, *max_bytes)
+                check_read(self.log.as_mut().unwrap(), &self.model, offset, *max_bytes)
             }
             Op::ReadByTimestamp(delta) => {
                 let target = T0 + delta;
@@ -297,7 +297,7 @@ impl Harness {
                     // Below the log start, reads fail with the range.
                     if self.model.log_start > 0 {
                         check_read(
-                            self.log.as_ref().unwrap(),
+                            self.log.as_mut().unwrap(),
                             &self.model,
                             self.model.log_start - 1,
                             u64::MAX,
@@ -399,7 +399,7 @@ impl Harness {
     /// Start and end offsets, and segments that tile the offsets without gaps or overlaps.
     fn check_layout(&mut self) -> Result<(), TestCaseError> {
         let (start, end) = (self.model.log_start, self.model.log_end());
-        let log = self.log.as_ref().unwrap();
+        let log = self.log.as_mut().unwrap();
         prop_assert_eq!(log.log_start_offset(), Offset(start));
         prop_assert_eq!(log.log_end_offset(), Offset(end));
         prop_assert!(log.recovery_point() <= log.log_end_offset());
@@ -427,7 +427,7 @@ impl Harness {
     /// timestamp at every model timestamp.
     fn check_everything(&mut self) -> Result<(), TestCaseError> {
         self.check_layout()?;
-        let log = self.log.as_ref().unwrap();
+        let log = self.log.as_mut().unwrap();
         let mut offset = self.model.log_start;
         while offset < self.model.log_end() {
             check_read(log, &self.model, offset, 1)?;
@@ -460,7 +460,7 @@ impl Harness {
 
 /// Checks one read against the model.
 fn check_read(
-    log: &PartitionLog,
+    log: &mut PartitionLog,
     model: &Model,
     offset: u64,
     max_bytes: u64,
@@ -605,7 +605,7 @@ fn spec(timestamp: u16, value_bytes: u16) -> RecordSpec {
     }
 }
 
-fn find(log: &PartitionLog, timestamp: i64) -> Option<(i64, u64)> {
+fn find(log: &mut PartitionLog, timestamp: i64) -> Option<(i64, u64)> {
     log.read_by_timestamp(TimestampMs(timestamp))
         .unwrap()
         .map(|found| (found.timestamp.0, found.offset.0))

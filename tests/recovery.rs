@@ -134,7 +134,7 @@ struct StoredBatch {
 
 /// Every batch the log serves, in order, read one at a time (`max_bytes` = 1 still returns one
 /// whole batch). Also checks each batch's records against the offsets they were written at.
-fn served_batches(log: &PartitionLog) -> Vec<StoredBatch> {
+fn served_batches(log: &mut PartitionLog) -> Vec<StoredBatch> {
     let mut batches = Vec::new();
     let mut offset = log.log_start_offset();
     while offset < log.log_end_offset() {
@@ -169,7 +169,7 @@ fn check_records(batch: &Batch) {
 }
 
 /// Checks that the log serves exactly `expected` and ends after its last batch.
-fn assert_serves(log: &PartitionLog, expected: &[StoredBatch]) {
+fn assert_serves(log: &mut PartitionLog, expected: &[StoredBatch]) {
     let served = served_batches(log);
     assert_eq!(served.len(), expected.len(), "number of batches served");
     for (got, want) in served.iter().zip(expected) {
@@ -204,7 +204,7 @@ fn assert_serves(log: &PartitionLog, expected: &[StoredBatch]) {
 
 /// Every lookup by timestamp agrees with the records' timestamps: the answer is the first offset
 /// (from the log start) whose record has a timestamp `>=` the target.
-fn assert_time_lookups(log: &PartitionLog) {
+fn assert_time_lookups(log: &mut PartitionLog) {
     let (start, end) = (log.log_start_offset().0, log.log_end_offset().0);
     let max = (start..end).map(timestamp).max().unwrap_or(T0);
     let mut target = T0 - 30;
@@ -800,7 +800,8 @@ fn a_corrupt_middle_segment_is_truncated_and_later_segments_deleted() {
     let mut log_dir = open_dir(work.path());
     let log = log_dir.partition(&topic(), 0).unwrap();
     assert_eq!(log.log_end_offset(), Offset(bad.base + 2));
-    assert_serves(log, &served_batches(log));
+    let served = served_batches(log);
+    assert_serves(log, &served);
 }
 
 fn file_names(dir: &Path) -> Vec<String> {
@@ -1065,14 +1066,14 @@ fn partition_log_open_reports_nothing_for_a_clean_log() {
     .unwrap();
     assert_eq!(report.bytes_truncated, 0);
     populate(&mut log, 25);
-    let batches = served_batches(&log);
+    let batches = served_batches(&mut log);
     let end = log.log_end_offset();
     log.close().unwrap();
-    let (log, report) =
+    let (mut log, report) =
         PartitionLog::open(storage, &dir, tp, config(), options(true, end)).unwrap();
     assert_eq!(report, RecoveryReport::default());
-    assert_serves(&log, &batches);
-    assert_time_lookups(&log);
+    assert_serves(&mut log, &batches);
+    assert_time_lookups(&mut log);
 }
 
 #[test]
@@ -1107,17 +1108,17 @@ fn an_empty_time_index_beside_a_full_offset_index_still_finds_timestamps() {
         log.append(builder.build().unwrap(), now()).unwrap();
     }
     assert!(log.segment_count() >= 2);
-    let spike = |log: &PartitionLog| {
+    let spike = |log: &mut PartitionLog| {
         log.read_by_timestamp(TimestampMs(T0 + 5_000))
             .unwrap()
             .map(|found| (found.timestamp.0, found.offset.0))
     };
-    assert_eq!(spike(&log), Some((T0 + 10_000, 0)));
+    assert_eq!(spike(&mut log), Some((T0 + 10_000, 0)));
     log.close().unwrap();
     truncate_file(&segment_file(&dir, 0, ".timeindex"), 0);
     assert!(fs::metadata(segment_file(&dir, 0, ".index")).unwrap().len() > 0);
-    let (log, _) = PartitionLog::open(storage, &dir, tp, config(), options(true)).unwrap();
-    assert_eq!(spike(&log), Some((T0 + 10_000, 0)));
+    let (mut log, _) = PartitionLog::open(storage, &dir, tp, config(), options(true)).unwrap();
+    assert_eq!(spike(&mut log), Some((T0 + 10_000, 0)));
 }
 
 /// The `(relative offset, position)` entries of a `.index` file and the `(timestamp, relative

@@ -65,14 +65,15 @@ pub struct EngineConfig {
     /// Which backend performs file I/O (default: `SEGLOG_IO_BACKEND`, else `Auto`).
     pub backend: IoBackend,
     /// Bound on partitions open at once across all shards. An open partition holds three file
-    /// descriptors and two index maps per segment; beyond the bound the least recently used
-    /// partition is closed. Default: derived from `RLIMIT_NOFILE` (see [`open_partitions_default`]).
+    /// descriptors and two index maps for its active segment and for each of at most
+    /// `SEALED_OPEN_MAX` sealed segments; beyond the bound the least recently used partition is
+    /// released. Default: derived from `RLIMIT_NOFILE` (see [`open_partitions_default`]).
     pub open_partitions_max: usize,
 }
 
-/// File descriptors a partition is budgeted (its active segment's three files, with room for a
-/// few sealed segments).
-const FILES_PER_OPEN_PARTITION: u64 = 8;
+/// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
+/// `.timeindex`), for the active segment and at most `SEALED_OPEN_MAX` sealed ones, plus one.
+const FILES_PER_OPEN_PARTITION: u64 = 3 * (1 + crate::log::SEALED_OPEN_MAX as u64) + 1;
 /// File descriptors kept for everything else in the host process.
 const FILES_RESERVED: u64 = 256;
 

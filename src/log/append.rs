@@ -225,7 +225,7 @@ impl PartitionLog {
             &self.config,
             now,
         )?;
-        self.segments.push(segment);
+        self.segments.push_active(segment);
         self.sync_dir()
     }
 }

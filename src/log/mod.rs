@@ -8,6 +8,7 @@
 
 mod append;
 mod open;
+mod segments;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +20,10 @@ use crate::error::{DeleteRecordsError, ReadError, StorageError};
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;
+use segments::{SegmentList, SegmentSlot};
+
 use crate::types::{Offset, TimestampMs, TopicPartition};
+pub use segments::SEALED_OPEN_MAX;
 
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
@@ -70,7 +74,7 @@ pub struct PartitionLog {
     config: LogConfig,
     storage: Arc<dyn Storage>,
     /// Sorted by base offset; the last one is active. Never empty.
-    segments: Vec<Segment>,
+    segments: SegmentList,
     log_start_offset: Offset,
     recovery_point: Offset,
     unflushed_records: u64,
@@ -106,7 +110,11 @@ impl PartitionLog {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.segments.iter().map(Segment::size_bytes).sum()
+        self.segments
+            .slots()
+            .iter()
+            .map(SegmentSlot::size_bytes)
+            .sum()
     }
 
     pub fn segment_count(&self) -> usize {
@@ -114,12 +122,15 @@ impl PartitionLog {
     }
 
     pub fn segments(&self) -> impl Iterator<Item = SegmentInfo> + '_ {
-        self.segments.iter().map(|segment| SegmentInfo {
-            base_offset: segment.base_offset(),
-            next_offset: segment.next_offset(),
-            size_bytes: segment.size_bytes(),
-            offset_index_entries: segment.offset_index().entry_count(),
-            time_index_entries: segment.time_index().entry_count(),
+        self.segments.slots().iter().map(|slot| {
+            let (offset_index_entries, time_index_entries) = slot.index_entry_counts();
+            SegmentInfo {
+                base_offset: slot.base_offset(),
+                next_offset: slot.next_offset(),
+                size_bytes: slot.size_bytes(),
+                offset_index_entries,
+                time_index_entries,
+            }
         })
     }
 
@@ -129,23 +140,22 @@ impl PartitionLog {
     }
 
     fn active(&self) -> &Segment {
-        self.segments.last().expect_active()
+        self.segments.active().expect_active()
     }
 
     fn active_mut(&mut self) -> &mut Segment {
-        self.segments.last_mut().expect_active()
+        self.segments.active_mut().expect_active()
     }
 
-    /// Index in `segments` of the segment that would hold `offset` (greatest base `<= offset`).
-    fn floor_segment_index(&self, offset: Offset) -> usize {
+    /// The segment at `index`, opened if its files were released.
+    fn open_segment(&mut self, index: usize) -> Result<&mut Segment, StorageError> {
         self.segments
-            .partition_point(|segment| segment.base_offset() <= offset)
-            .saturating_sub(1)
+            .open(index, self.storage.as_ref(), &self.dir, &self.config)
     }
 
     /// Reads whole batches starting with the batch that holds `offset`, up to `max_bytes` but
     /// always at least one whole batch (Kafka's rule, so that a consumer always progresses).
-    pub fn read(&self, offset: Offset, max_bytes: u64) -> Result<FetchData, ReadError> {
+    pub fn read(&mut self, offset: Offset, max_bytes: u64) -> Result<FetchData, ReadError> {
         let log_end_offset = self.log_end_offset();
         if offset < self.log_start_offset || offset > log_end_offset {
             return Err(ReadError::OffsetOutOfRange {
@@ -154,35 +164,39 @@ impl PartitionLog {
                 log_end_offset,
             });
         }
-        let fetch = |records| FetchData {
+        let mut records = Bytes::new();
+        for index in self.segments.floor_index(offset)..self.segments.len() {
+            let segment = self.open_segment(index)?;
+            if let Some(location) = segment.locate(offset, segment.size_bytes())? {
+                records = segment.read_batches(location, max_bytes, segment.size_bytes())?;
+                break;
+            }
+        }
+        Ok(FetchData {
             records,
             log_start_offset: self.log_start_offset,
             log_end_offset,
             durable_offset: self.recovery_point,
-        };
-        for segment in &self.segments[self.floor_segment_index(offset)..] {
-            if let Some(location) = segment.locate(offset, segment.size_bytes())? {
-                let records = segment.read_batches(location, max_bytes, segment.size_bytes())?;
-                return Ok(fetch(records));
-            }
-        }
-        Ok(fetch(Bytes::new()))
+        })
     }
 
     /// The first offset whose record has a timestamp `>= target`, with that timestamp (Kafka's
     /// ListOffsets by time). `None` if every record is older.
     pub fn read_by_timestamp(
-        &self,
+        &mut self,
         target: TimestampMs,
     ) -> Result<Option<TimestampOffset>, ReadError> {
-        for segment in &self.segments {
-            let newer = segment
+        let log_start_offset = self.log_start_offset;
+        for index in 0..self.segments.len() {
+            let slot = &self.segments.slots()[index];
+            let newer = slot
                 .max_timestamp()
                 .is_some_and(|max| max.timestamp >= target);
-            if !newer || segment.next_offset() <= self.log_start_offset {
+            if !newer || slot.next_offset() <= log_start_offset {
                 continue;
             }
-            if let Some(found) = segment.find_offset_by_timestamp(target, self.log_start_offset)? {
+            let segment = self.open_segment(index)?;
+            if let Some(found) = segment.find_offset_by_timestamp(target, log_start_offset)? {
                 return Ok(Some(found));
             }
         }
@@ -210,12 +224,12 @@ impl PartitionLog {
     fn delete_segments_below_log_start(&mut self) -> Result<(), StorageError> {
         let deletable = self
             .segments
+            .slots()
             .windows(2)
             .take_while(|pair| pair[1].base_offset() <= self.log_start_offset)
             .count();
-        let removed: Vec<Segment> = self.segments.drain(..deletable).collect();
-        for segment in removed {
-            segment.delete(self.storage.as_ref(), &self.dir)?;
+        for slot in self.segments.drain_front(deletable) {
+            slot.delete(self.storage.as_ref(), &self.dir)?;
         }
         self.sync_dir()
     }
@@ -227,13 +241,12 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        let keep = self
-            .segments
-            .partition_point(|segment| segment.base_offset() <= offset)
-            .max(1);
-        let removed: Vec<Segment> = self.segments.drain(keep..).collect();
-        for segment in removed {
-            segment.delete(self.storage.as_ref(), &self.dir)?;
+        let keep = self.segments.count_at_or_below(offset).max(1);
+        let removed =
+            self.segments
+                .truncate_from(keep, self.storage.as_ref(), &self.dir, &self.config)?;
+        for slot in removed {
+            slot.delete(self.storage.as_ref(), &self.dir)?;
         }
         let config = self.config.clone();
         let active = self.active_mut();

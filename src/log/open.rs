@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::PartitionLog;
+use super::segments::SegmentList;
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
@@ -93,12 +94,13 @@ impl PartitionLog {
                 .sync_dir(dir)
                 .map_err(|source| StorageError::io("fsync directory", dir, source))?;
         }
+        seal_recovered(&mut segments)?;
         let mut log = PartitionLog {
             dir: dir.to_owned(),
             topic_partition,
             config,
             storage,
-            segments,
+            segments: SegmentList::new(segments),
             log_start_offset: Offset(0),
             recovery_point: Offset(0),
             unflushed_records: 0,
@@ -118,15 +120,11 @@ impl PartitionLog {
         options: &LogOpenOptions,
         repaired: bool,
     ) -> Result<(), StorageError> {
-        let first_base = self.segments[0].base_offset();
+        let first_base = self.segments.slots()[0].base_offset();
         self.log_start_offset = log_start_checkpoint.max(first_base);
         if self.log_start_offset > self.log_end_offset() {
             // The files below the checkpointed start are gone and nothing above it is here:
             // start over, empty, at the checkpointed offset (Kafka does the same).
-            let removed: Vec<Segment> = self.segments.drain(..).collect();
-            for segment in removed {
-                segment.delete(self.storage.as_ref(), &self.dir)?;
-            }
             let segment = Segment::create(
                 self.storage.as_ref(),
                 &self.dir,
@@ -134,13 +132,8 @@ impl PartitionLog {
                 &self.config,
                 options.now,
             )?;
-            self.segments.push(segment);
-        }
-        let sealed_count = self.segments.len() - 1;
-        for segment in &mut self.segments[..sealed_count] {
-            // Only a recovered segment has untrimmed, unsynced indexes; sealed ones are left alone.
-            if !segment.is_sealed() {
-                segment.seal()?;
+            for slot in self.segments.replace_all(segment) {
+                slot.delete(self.storage.as_ref(), &self.dir)?;
             }
         }
         let config = self.config.clone();
@@ -156,6 +149,19 @@ impl PartitionLog {
         self.recovery_point = self.log_end_offset();
         Ok(())
     }
+}
+
+/// Seals the sealed segments that recovery rebuilt (their indexes are untrimmed and unsynced), so
+/// that they can be released and trusted when reopened. Sealed segments loaded as trusted are left
+/// alone.
+fn seal_recovered(segments: &mut [Segment]) -> Result<(), StorageError> {
+    let sealed_count = segments.len().saturating_sub(1);
+    for segment in &mut segments[..sealed_count] {
+        if !segment.is_sealed() {
+            segment.seal()?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads every segment in order, recovering those an unclean shutdown may have torn. Stops (and

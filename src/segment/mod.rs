@@ -15,7 +15,6 @@ use bytes::{Bytes, BytesMut};
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName, segment_path};
-use crate::index::offset_index::OffsetPosition;
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage, StorageFile};
@@ -503,33 +502,23 @@ impl Segment {
     /// Renames the segment's files to `.deleted` and removes them. The caller has already taken
     /// the segment out of the log, so no reader can reach it.
     pub fn delete(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
-        let Segment {
-            base_offset,
-            log,
-            offset_index,
-            time_index,
-            ..
-        } = self;
-        drop((log, offset_index, time_index));
-        for kind in [
-            SegmentFileKind::Log,
-            SegmentFileKind::Index,
-            SegmentFileKind::TimeIndex,
-        ] {
-            let live = SegmentFileName::live(base_offset, kind);
-            let deleted = live.with_state(FileState::Deleted).path_in(dir);
-            let live = live.path_in(dir);
-            if !storage.exists(&live) {
-                continue;
-            }
-            storage
-                .rename(&live, &deleted)
-                .map_err(|source| StorageError::io("rename", &live, source))?;
-            storage
-                .remove_file(&deleted)
-                .map_err(|source| StorageError::io("remove", &deleted, source))?;
+        let base_offset = self.base_offset;
+        drop(self);
+        delete_files(storage, dir, base_offset)
+    }
+
+    /// Closes the segment's files and maps, keeping what the log needs to know about it. Only a
+    /// sealed segment is released: its indexes are trimmed and its data synced, so reopening it
+    /// trusts its files.
+    pub fn release(self) -> ReleasedSegment {
+        ReleasedSegment {
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            size_bytes: self.size_bytes,
+            max_timestamp: self.max_timestamp_so_far,
+            offset_index_entries: self.offset_index.entry_count(),
+            time_index_entries: self.time_index.entry_count(),
         }
-        Ok(())
     }
 }
 
@@ -540,20 +529,54 @@ fn observe_timestamp(max: &mut Option<TimestampOffset>, timestamp: TimestampMs, 
     }
 }
 
-/// Length of the longest prefix of `bytes` made of whole batches (by their length fields).
-pub fn whole_batches_length(bytes: &[u8]) -> usize {
-    let mut position = 0usize;
-    while let Ok(prefix) = crate::format::BatchPrefix::parse(&bytes[position..]) {
-        let end = position as u64 + prefix.size_bytes();
-        if end > bytes.len() as u64 {
-            break;
-        }
-        position = end as usize;
-    }
-    position
+/// A sealed segment whose files are closed: what the log needs to know without opening it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleasedSegment {
+    pub base_offset: Offset,
+    pub next_offset: Offset,
+    pub size_bytes: u64,
+    pub max_timestamp: Option<TimestampOffset>,
+    pub offset_index_entries: usize,
+    pub time_index_entries: usize,
 }
 
-/// The index entry a lookup for `target` starts from (for tools that show the path of a fetch).
-pub fn index_start(segment: &Segment, target: Offset) -> OffsetPosition {
-    segment.offset_index.lookup(target)
+impl ReleasedSegment {
+    /// A stand-in while a slot is being swapped; never observed.
+    pub(crate) fn placeholder(base_offset: Offset) -> ReleasedSegment {
+        ReleasedSegment {
+            base_offset,
+            next_offset: base_offset,
+            size_bytes: 0,
+            max_timestamp: None,
+            offset_index_entries: 0,
+            time_index_entries: 0,
+        }
+    }
+}
+
+/// Renames a segment's files to `.deleted`, then removes them (the segment is closed).
+pub fn delete_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: Offset,
+) -> Result<(), StorageError> {
+    for kind in [
+        SegmentFileKind::Log,
+        SegmentFileKind::Index,
+        SegmentFileKind::TimeIndex,
+    ] {
+        let live = SegmentFileName::live(base_offset, kind);
+        let deleted = live.with_state(FileState::Deleted).path_in(dir);
+        let live = live.path_in(dir);
+        if !storage.exists(&live) {
+            continue;
+        }
+        storage
+            .rename(&live, &deleted)
+            .map_err(|source| StorageError::io("rename", &live, source))?;
+        storage
+            .remove_file(&deleted)
+            .map_err(|source| StorageError::io("remove", &deleted, source))?;
+    }
+    Ok(())
 }

@@ -29,10 +29,10 @@ pub enum Command {
     Verify(VerifyArgs),
 }
 
-/// Output format of `produce` acknowledgements and `consume` records.
+/// Output format of `produce` acknowledgements, `consume` records and `topics` listings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// One readable `name=value` line per item.
+    /// Readable lines (`name=value` fields; `topics` uses Kafka's `Name: value` columns).
     Text,
     /// One JSON object per line.
     Json,

@@ -59,7 +59,10 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
         let metadata = ensure_topic(engine, &topic, args, config)?;
         let settings = Settings {
             key_separator: args.key_separator.as_deref().map(str::as_bytes),
-            batch_limit_bytes: BATCH_TARGET_BYTES.min(metadata.config.max_message_bytes),
+            // The engine refuses an append larger than either setting.
+            batch_limit_bytes: BATCH_TARGET_BYTES
+                .min(metadata.config.max_message_bytes)
+                .min(metadata.config.segment_bytes),
             durability: if args.durable {
                 Durability::Durable
             } else {
@@ -533,5 +536,193 @@ mod tests {
         assert_eq!(strip_line_end(b"a\n".to_vec()), b"a");
         assert_eq!(strip_line_end(b"a\rb".to_vec()), b"a\rb");
         assert_eq!(strip_line_end(b"\n".to_vec()), b"");
+    }
+}
+
+/// The pipeline in-process, on an engine whose syncs can be counted: what `--durable` promises
+/// (each acknowledgement after a sync that covers it, syncs shared by the appends in flight) and
+/// what it does not without the flag.
+#[cfg(test)]
+mod engine_tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use seglog::engine::EngineConfig;
+    use seglog::io::pio::PositionedIo;
+    use seglog::io::{OpenMode, Storage, StorageFile};
+
+    use super::*;
+
+    /// Positioned I/O whose group-commit syncs (`sync_data_many`) are counted and take 2 ms, as on
+    /// a disk, so that appends queue up behind a sync in progress.
+    #[derive(Debug, Default)]
+    struct SlowSyncs {
+        group_syncs: AtomicUsize,
+    }
+
+    impl Storage for SlowSyncs {
+        fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+            PositionedIo.open(path, mode)
+        }
+        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+            PositionedIo.create_dir_all(dir)
+        }
+        fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+            PositionedIo.list_dir(dir)
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            PositionedIo.is_dir(path)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            PositionedIo.exists(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            PositionedIo.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            PositionedIo.remove_file(path)
+        }
+        fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+            PositionedIo.remove_dir_all(path)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            PositionedIo.sync_dir(dir)
+        }
+        fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
+            if !files.is_empty() {
+                self.group_syncs.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(2));
+            }
+            PositionedIo.sync_data_many(files)
+        }
+    }
+
+    /// What one in-process `produce` run left behind.
+    struct Run {
+        acks: Vec<String>,
+        appends: usize,
+        group_syncs: usize,
+        /// Each partition's (log end offset, durable offset) before the engine is closed.
+        offsets_before_close: Vec<(u64, u64)>,
+    }
+
+    /// Produces `lines` (8 KiB values: one record per 16 KiB batch, so one append per record) to a
+    /// fresh `partition_count`-partition topic and reports, before closing the engine, what the
+    /// partitions hold.
+    fn produce_in_process(
+        record_count: usize,
+        partition_count: u32,
+        durability: Durability,
+    ) -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Arc::new(SlowSyncs::default());
+        let config = EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::open_with_storage(dir.path(), config, storage.clone()).unwrap();
+        let topic = engine
+            .create_topic("t", partition_count, LogConfig::default())
+            .unwrap();
+        let (sender, lines) = mpsc::channel();
+        let value = "v".repeat(8 * 1024);
+        for index in 0..record_count {
+            sender
+                .send(Ok(format!("{index}:{value}").into_bytes()))
+                .unwrap();
+        }
+        drop(sender);
+        let settings = Settings {
+            key_separator: Some(b":"),
+            batch_limit_bytes: BATCH_TARGET_BYTES,
+            durability,
+            format: OutputFormat::Text,
+        };
+        let mut out = Vec::new();
+        let acknowledged = produce(
+            &engine,
+            &topic,
+            partition_count,
+            &settings,
+            &lines,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(acknowledged, record_count as u64);
+        let group_syncs = storage.group_syncs.load(Ordering::SeqCst);
+        let description = engine.describe_topic("t").unwrap();
+        let offsets_before_close = description
+            .partitions
+            .iter()
+            .map(|partition| (partition.log_end_offset.0, partition.durable_offset.0))
+            .collect();
+        engine.close().unwrap();
+        Run {
+            acks: String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+            appends: record_count,
+            group_syncs,
+            offsets_before_close,
+        }
+    }
+
+    /// The acknowledgements `produce` must print for keys `0..record_count`: murmur2 partitions,
+    /// dense offsets, input order.
+    fn expected_acks(record_count: usize, partition_count: u32) -> Vec<String> {
+        let mut next_offset = vec![0u64; partition_count as usize];
+        (0..record_count)
+            .map(|index| {
+                let key = index.to_string();
+                let partition = partition_for_key(key.as_bytes(), partition_count).unwrap();
+                let offset = next_offset[partition as usize];
+                next_offset[partition as usize] += 1;
+                format!("partition={partition} offset={offset}")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn durable_appends_in_flight_share_their_syncs_and_are_durable_before_close() {
+        let run = produce_in_process(400, 1, Durability::Durable);
+        assert_eq!(run.acks, expected_acks(400, 1));
+        assert_eq!(
+            run.offsets_before_close,
+            [(400, 400)],
+            "every acknowledged record is durable without a flush or close"
+        );
+        assert!(
+            run.group_syncs * 4 <= run.appends,
+            "{} syncs for {} durable appends: appends in flight share syncs",
+            run.group_syncs,
+            run.appends
+        );
+    }
+
+    #[test]
+    fn durable_acknowledgements_in_input_order_across_partitions() {
+        let run = produce_in_process(300, 3, Durability::Durable);
+        assert_eq!(run.acks, expected_acks(300, 3));
+        for (log_end_offset, durable_offset) in &run.offsets_before_close {
+            assert!(*log_end_offset > 0);
+            assert_eq!(durable_offset, log_end_offset);
+        }
+    }
+
+    #[test]
+    fn written_acknowledgements_do_not_wait_for_a_sync() {
+        let run = produce_in_process(100, 1, Durability::Written);
+        assert_eq!(run.acks, expected_acks(100, 1));
+        assert_eq!(run.group_syncs, 0);
+        assert_eq!(
+            run.offsets_before_close,
+            [(100, 0)],
+            "without --durable nothing is synced before close (flush policy: never)"
+        );
     }
 }

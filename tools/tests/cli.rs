@@ -907,7 +907,7 @@ fn usage_errors_exit_with_code_2() {
     let output = run(&["--help"]);
     assert_success(&output);
     let help = String::from_utf8(output.stdout).unwrap();
-    for subcommand in ["produce", "consume", "dump", "verify"] {
+    for subcommand in ["topics", "produce", "consume", "dump", "verify"] {
         assert!(help.contains(subcommand), "{help}");
     }
 }

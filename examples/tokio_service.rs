@@ -1,0 +1,297 @@
+//! A small tokio service that embeds the seglog engine.
+//!
+//! It opens an engine in a temporary directory, creates a topic, and runs several producer tasks
+//! that each `.await` durable appends (the engine's shards sync the appends in flight together:
+//! group commit) while one consumer task long-polls the partitions with `fetch` and
+//! `max_wait_ms` (a parked fetch is answered as soon as an append gives it data) until it has
+//! read every record, checking that each producer's records arrive in the order it appended them.
+//! It then prints a summary and closes the engine.
+//!
+//! The engine's data calls return a `Pending`, which is a `Future`: `.await` it on any executor.
+//! Opening, topic administration and `close` block (they touch every shard), so the service runs
+//! them with `spawn_blocking`, off the async workers.
+//!
+//! Run it with `cargo run --example tokio_service`; `cargo test` runs it too (the test at the end).
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, TopicDescription};
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::types::{Offset, TimestampMs, TopicName};
+use tokio::task::{JoinSet, spawn_blocking};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// How big the service's workload is.
+#[derive(Debug, Clone, Copy)]
+struct Workload {
+    partitions: u32,
+    producers: u32,
+    records_per_producer: u32,
+    records_per_append: u32,
+}
+
+const WORKLOAD: Workload = Workload {
+    partitions: 4,
+    producers: 8,
+    records_per_producer: 500,
+    records_per_append: 5,
+};
+
+/// How long a consumer fetch waits for data before answering empty (Kafka's `fetch.max.wait.ms`).
+const FETCH_MAX_WAIT_MS: u64 = 200;
+/// Bound on the whole run: a consumer that never sees its records fails instead of hanging.
+const CONSUME_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the service did.
+#[derive(Debug)]
+struct Summary {
+    records_appended: u64,
+    durable_appends: u64,
+    consumed: Consumed,
+    description: TopicDescription,
+    elapsed: Duration,
+}
+
+/// What the consumer read.
+#[derive(Debug, Default)]
+struct Consumed {
+    records: u64,
+    fetches: u64,
+    /// Fetches answered a millisecond or more after they were asked: parked by the shard until an
+    /// append gave them data (or, rarely, until `max_wait_ms` passed).
+    fetches_that_waited: u64,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> Result<(), BoxError> {
+    let summary = run_service(WORKLOAD).await?;
+    print_summary(&summary);
+    Ok(())
+}
+
+/// The service: engine, topic, producers and consumer, then close.
+async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let engine = open_engine(dir.path().to_owned()).await?;
+    let topic = {
+        let engine = engine.clone();
+        spawn_blocking(move || -> Result<TopicName, BoxError> {
+            // Small segments, so that the run rolls a few.
+            let mut config = LogConfig::default();
+            config.set("segment.bytes", "16384")?;
+            Ok(engine.create_topic("events", workload.partitions, config)?)
+        })
+        .await??
+    };
+
+    // The consumer starts first: its first fetches find nothing and wait for the producers.
+    let consumer = tokio::spawn(consume(engine.clone(), topic.clone(), workload));
+    let mut producers = JoinSet::new();
+    for producer in 0..workload.producers {
+        producers.spawn(produce(engine.clone(), topic.clone(), producer, workload));
+    }
+    let mut durable_appends = 0;
+    while let Some(appends) = producers.join_next().await {
+        durable_appends += appends??;
+    }
+    let consumed = tokio::time::timeout(CONSUME_TIMEOUT, consumer)
+        .await
+        .map_err(|_| "the consumer did not read every record in time")???;
+
+    let description = {
+        let engine = engine.clone();
+        spawn_blocking(move || engine.describe_topic("events")).await??
+    };
+    // Close writes the checkpoints and the clean-shutdown marker.
+    spawn_blocking(move || engine.close()).await??;
+    Ok(Summary {
+        records_appended: u64::from(workload.producers) * u64::from(workload.records_per_producer),
+        durable_appends,
+        consumed,
+        description,
+        elapsed: started.elapsed(),
+    })
+}
+
+async fn open_engine(dir: PathBuf) -> Result<Engine, BoxError> {
+    let config = EngineConfig {
+        shard_count: 2,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    Ok(spawn_blocking(move || Engine::open(dir, config)).await??)
+}
+
+/// One producer: its records keyed `producer-<n>`, valued with their sequence number, appended
+/// to partition `n % partitions` a few records per batch, each append awaited until durable.
+/// Returns the number of appends.
+async fn produce(
+    engine: Engine,
+    topic: TopicName,
+    producer: u32,
+    workload: Workload,
+) -> Result<u64, BoxError> {
+    let partition = producer % workload.partitions;
+    let key = format!("producer-{producer}");
+    let mut appends = 0;
+    let mut sequence = 0;
+    while sequence < workload.records_per_producer {
+        let mut batch = BatchBuilder::new(0);
+        let batch_end = (sequence + workload.records_per_append).min(workload.records_per_producer);
+        for record_sequence in sequence..batch_end {
+            let value = record_sequence.to_string();
+            batch.push(&NewRecord {
+                timestamp_ms: TimestampMs::now().0,
+                key: Some(key.as_bytes()),
+                value: Some(value.as_bytes()),
+                headers: &[],
+            });
+        }
+        sequence = batch_end;
+        let batch = batch.build().ok_or("an empty batch")?;
+        let appended = engine
+            .append(&topic, partition, batch, Durability::Durable)
+            .await?;
+        if !appended.durable {
+            return Err(format!("a durable append to partition {partition} was not synced").into());
+        }
+        appends += 1;
+    }
+    Ok(appends)
+}
+
+/// The consumer: long-polls each partition in turn from its next offset until it has read every
+/// record its producers append, and checks that each producer's sequence numbers arrive in order.
+async fn consume(
+    engine: Engine,
+    topic: TopicName,
+    workload: Workload,
+) -> Result<Consumed, BoxError> {
+    // Producer `n` writes to partition `n % partitions`.
+    let expected: Vec<u64> = (0..workload.partitions)
+        .map(|partition| {
+            let producers = (0..workload.producers)
+                .filter(|producer| producer % workload.partitions == partition)
+                .count() as u64;
+            producers * u64::from(workload.records_per_producer)
+        })
+        .collect();
+    let mut next_offsets = vec![0u64; workload.partitions as usize];
+    let mut next_sequences: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    let mut consumed = Consumed::default();
+    let options = FetchOptions {
+        max_wait_ms: FETCH_MAX_WAIT_MS,
+        ..FetchOptions::default()
+    };
+    while next_offsets
+        .iter()
+        .zip(&expected)
+        .any(|(next_offset, expected)| next_offset < expected)
+    {
+        for partition in 0..workload.partitions {
+            let next_offset = &mut next_offsets[partition as usize];
+            if *next_offset >= expected[partition as usize] {
+                continue;
+            }
+            let asked = Instant::now();
+            let fetched = engine
+                .fetch(&topic, partition, Offset(*next_offset), options)
+                .await?;
+            consumed.fetches += 1;
+            if asked.elapsed() >= Duration::from_millis(1) {
+                consumed.fetches_that_waited += 1;
+            }
+            for batch in BatchIter::new(fetched.records, u64::MAX) {
+                let batch = batch?;
+                for record in batch.records()? {
+                    let offset = batch.base_offset() + i64::from(record.offset_delta);
+                    if offset < *next_offset as i64 {
+                        continue;
+                    }
+                    check_sequence(&mut next_sequences, &record.key, &record.value)?;
+                    consumed.records += 1;
+                }
+                *next_offset = (*next_offset).max(batch.last_offset() as u64 + 1);
+            }
+        }
+    }
+    Ok(consumed)
+}
+
+/// The record's value must be the next sequence number of its key's producer.
+fn check_sequence(
+    next_sequences: &mut BTreeMap<Vec<u8>, u64>,
+    key: &Option<bytes::Bytes>,
+    value: &Option<bytes::Bytes>,
+) -> Result<(), BoxError> {
+    let (Some(key), Some(value)) = (key, value) else {
+        return Err("a record without a key or a value".into());
+    };
+    let sequence: u64 = std::str::from_utf8(value)?.parse()?;
+    let next = next_sequences.entry(key.to_vec()).or_default();
+    if sequence != *next {
+        let producer = String::from_utf8_lossy(key);
+        return Err(format!("{producer}: record {sequence} arrived where {next} was due").into());
+    }
+    *next += 1;
+    Ok(())
+}
+
+fn print_summary(summary: &Summary) {
+    let description = &summary.description;
+    println!(
+        "tokio_service: {} producers appended {} records to topic {} ({} partitions) in {} durable appends",
+        WORKLOAD.producers,
+        summary.records_appended,
+        description.topic,
+        description.partitions.len(),
+        summary.durable_appends
+    );
+    println!(
+        "tokio_service: the consumer read {} records, each producer's in order, in {} fetches ({} waited for data)",
+        summary.consumed.records, summary.consumed.fetches, summary.consumed.fetches_that_waited
+    );
+    for partition in &description.partitions {
+        println!(
+            "  partition {}: log end offset {}, durable offset {}, {} segments, {} bytes",
+            partition.partition,
+            partition.log_end_offset.0,
+            partition.durable_offset.0,
+            partition.segment_count,
+            partition.size_bytes
+        );
+    }
+    println!(
+        "tokio_service: done in {:.2} s; engine closed",
+        summary.elapsed.as_secs_f64()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_service_consumes_every_record_its_producers_appended_durably_in_order() {
+        let summary = run_service(WORKLOAD).await.unwrap();
+        print_summary(&summary);
+        assert_eq!(summary.records_appended, 8 * 500);
+        assert_eq!(summary.durable_appends, 8 * 500 / 5);
+        assert_eq!(summary.consumed.records, summary.records_appended);
+        let partitions = &summary.description.partitions;
+        assert_eq!(partitions.len(), 4);
+        for partition in partitions {
+            // Two producers per partition, 500 records each.
+            assert_eq!(partition.log_end_offset, Offset(1000));
+            assert_eq!(partition.durable_offset, Offset(1000));
+            assert!(partition.segment_count > 1, "16 KiB segments roll");
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! End-to-end tests of `seglog topics`, each command a separate process (so every step reopens the
+//! data directory through the engine). They prove that: `create` with `--partitions` and
+//! `--config` makes a topic that `describe` shows, text and JSON, with those settings after
+//! reopening, and whose settings later appends obey (a small `segment.bytes` rolls segments);
+//! `list` prints one line per topic with its partition count and non-default settings; `alter`
+//! adds partitions that `produce` then routes to; `delete` removes a topic and its directories and
+//! the name can be created again, empty; `produce` creates a missing topic with its `--partitions`
+//! and `--config` while an existing one keeps its own (with a warning); every error (a topic that exists or does not, an invalid
+//! name or setting, a shrinking partition count, a missing data directory) exits 1 with a clear
+//! message and leaves nothing behind; and `dump` and `verify` read a directory that a running
+//! producer holds locked, which `topics` cannot open.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use support::{
+    assert_fails_with, assert_success, consumed_values, describe_json, parse_text_ack, path_arg,
+    run, run_with_stdin, seglog, stdout_lines,
+};
+
+fn create(data: &Path, topic: &str, extra: &[&str]) {
+    let mut args = vec![
+        "topics",
+        "create",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        topic,
+    ];
+    args.extend_from_slice(extra);
+    let output = run(&args);
+    assert_success(&output);
+    assert_eq!(stdout_lines(&output), [format!("Created topic {topic}.")]);
+}
+
+fn produce(data: &Path, topic: &str, input: &str) -> Vec<(u32, u64)> {
+    let output = run_with_stdin(
+        &["produce", "--dir", path_arg(data), "--topic", topic],
+        input.as_bytes(),
+    );
+    assert_success(&output);
+    stdout_lines(&output)
+        .iter()
+        .map(|line| parse_text_ack(line))
+        .collect()
+}
+
+fn topic_names(data: &Path) -> Vec<String> {
+    let output = run(&["topics", "list", "--dir", path_arg(data)]);
+    assert_success(&output);
+    stdout_lines(&output)
+        .iter()
+        .map(|line| line.split('\t').next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn create_then_describe_shows_partitions_and_configs_after_reopening_and_appends_obey_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    create(
+        &data,
+        "orders",
+        &[
+            "--partitions",
+            "3",
+            "--config",
+            "segment.bytes=1024",
+            "--config",
+            "retention.ms=60000",
+            "--config",
+            "cleanup.policy=compact",
+        ],
+    );
+
+    // A new process: the topic and its settings come back from the registry.
+    let output = run(&[
+        "topics",
+        "describe",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "orders",
+    ]);
+    assert_success(&output);
+    let mut expected = vec![
+        "Topic: orders\tPartitionCount: 3\t\
+         Configs: segment.bytes=1024,retention.ms=60000,cleanup.policy=compact"
+            .to_owned(),
+    ];
+    for partition in 0..3 {
+        expected.push(format!(
+            "\tTopic: orders\tPartition: {partition}\tLogStartOffset: 0\tLogEndOffset: 0\t\
+             DurableOffset: 0\tSizeBytes: 0\tSegmentCount: 1"
+        ));
+    }
+    assert_eq!(stdout_lines(&output), expected);
+
+    // 30 unkeyed 100-byte records, round-robin: 10 per partition, far more than 1024 bytes each.
+    let value = "v".repeat(100);
+    let input: String = (0..30).map(|_| format!("{value}\n")).collect();
+    let acks = produce(&data, "orders", &input);
+    assert_eq!(acks.len(), 30);
+
+    let description = describe_json(&data, "orders");
+    assert_eq!(description["topic"], "orders");
+    assert_eq!(description["partition_count"], 3);
+    assert_eq!(
+        description["configs"],
+        serde_json::json!({
+            "cleanup.policy": "compact",
+            "retention.ms": "60000",
+            "segment.bytes": "1024",
+        })
+    );
+    let partitions = description["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 3);
+    for (index, partition) in partitions.iter().enumerate() {
+        assert_eq!(partition["partition"], index);
+        assert_eq!(partition["log_start_offset"], 0);
+        assert_eq!(partition["log_end_offset"], 10);
+        assert_eq!(
+            partition["durable_offset"], 10,
+            "closed cleanly: all durable"
+        );
+        assert!(partition["size_bytes"].as_u64().unwrap() > 1024);
+        assert!(
+            partition["segment_count"].as_u64().unwrap() > 1,
+            "segment.bytes=1024 from the registry rolls segments: {partition}"
+        );
+    }
+}
+
+#[test]
+fn list_prints_one_line_per_topic_with_partition_count_and_non_default_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    create(&data, "plain", &[]);
+    create(
+        &data,
+        "tuned",
+        &[
+            "--partitions",
+            "4",
+            "--config",
+            "retention.bytes=1000000",
+            "--config",
+            "segment.bytes=1073741824",
+            "--config",
+            "flush.messages=1",
+        ],
+    );
+    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output),
+        [
+            "plain\tPartitionCount: 1\tConfigs: ",
+            // segment.bytes=1073741824 is Kafka's default, so it is not listed.
+            "tuned\tPartitionCount: 4\tConfigs: retention.bytes=1000000,flush.messages=1",
+        ]
+    );
+    let output = run(&[
+        "topics",
+        "list",
+        "--dir",
+        path_arg(&data),
+        "--format",
+        "json",
+    ]);
+    assert_success(&output);
+    let topics: Vec<serde_json::Value> = stdout_lines(&output)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            serde_json::json!({"topic": "plain", "partition_count": 1, "configs": {}}),
+            serde_json::json!({"topic": "tuned", "partition_count": 4,
+                "configs": {"flush.messages": "1", "retention.bytes": "1000000"}}),
+        ]
+    );
+}
+
+#[test]
+fn alter_adds_partitions_that_produce_then_routes_to_and_never_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    create(&data, "grow", &[]);
+    assert_eq!(produce(&data, "grow", "a\n"), [(0, 0)]);
+
+    let output = run(&[
+        "topics",
+        "alter",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "grow",
+        "--partitions",
+        "4",
+    ]);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output),
+        ["Topic grow now has 4 partitions (it had 1)."]
+    );
+    let description = describe_json(&data, "grow");
+    assert_eq!(description["partition_count"], 4);
+    let ends: Vec<u64> = description["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|partition| partition["log_end_offset"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ends, [1, 0, 0, 0], "partition 0 keeps its record");
+
+    // Unkeyed records go round-robin over all four partitions now.
+    let acks = produce(&data, "grow", "b\nc\nd\ne\n");
+    let mut partitions: Vec<u32> = acks.iter().map(|(partition, _)| *partition).collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, [0, 1, 2, 3]);
+    assert_eq!(ends.len(), 4);
+
+    let output = run(&[
+        "topics",
+        "alter",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "grow",
+        "--partitions",
+        "2",
+    ]);
+    assert_fails_with(
+        &output,
+        "cannot grow topic grow to 2 partitions: topic grow has 4 partitions; cannot change to 2",
+    );
+    assert_eq!(describe_json(&data, "grow")["partition_count"], 4);
+}
+
+#[test]
+fn delete_removes_the_topic_and_its_directories_and_the_name_can_be_created_again_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    create(&data, "doomed", &["--partitions", "2"]);
+    create(&data, "kept", &[]);
+    produce(&data, "doomed", "x\ny\n");
+    produce(&data, "kept", "k\n");
+
+    let output = run(&[
+        "topics",
+        "delete",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "doomed",
+    ]);
+    assert_success(&output);
+    assert_eq!(stdout_lines(&output), ["Deleted topic doomed."]);
+    assert_eq!(topic_names(&data), ["kept"]);
+    assert!(!data.join("doomed-0").exists());
+    assert!(!data.join("doomed-1").exists());
+    assert_eq!(consumed_values(&data, "kept", 0), ["k"]);
+    let output = run(&[
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "doomed",
+        "--partition",
+        "0",
+    ]);
+    assert_fails_with(&output, "topic doomed does not exist");
+
+    create(&data, "doomed", &[]);
+    let description = describe_json(&data, "doomed");
+    assert_eq!(description["partition_count"], 1);
+    assert_eq!(description["partitions"][0]["log_end_offset"], 0);
+}
+
+#[test]
+fn errors_exit_1_with_a_clear_message_and_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let dir_arg = path_arg(&data);
+
+    // Checked before the data directory is touched.
+    for (args, message) in [
+        (
+            vec!["--topic", "a b"],
+            "invalid topic name \"a b\": topic name \"a b\" contains ' '",
+        ),
+        (vec!["--topic", ".."], "invalid topic name \"..\""),
+        (
+            vec!["--topic", "t", "--config", "no.such.key=1"],
+            "invalid --config \"no.such.key=1\": unknown config \"no.such.key\"",
+        ),
+        (
+            vec!["--topic", "t", "--config", "segment.bytes=10"],
+            "config segment.bytes=\"10\" is invalid: must be between 61 and 2147483647",
+        ),
+        (
+            vec!["--topic", "t", "--config", "retention.ms"],
+            "--config \"retention.ms\" is not KEY=VALUE",
+        ),
+    ] {
+        let output = run(&[&["topics", "create", "--dir", dir_arg][..], &args].concat());
+        assert_fails_with(&output, message);
+    }
+    assert!(!data.exists(), "a rejected create leaves no data directory");
+
+    for command in ["describe", "alter", "delete"] {
+        let mut args = vec!["topics", command, "--dir", dir_arg, "--topic", "t"];
+        if command == "alter" {
+            args.extend(["--partitions", "2"]);
+        }
+        let output = run(&args);
+        assert_fails_with(&output, &format!("data directory {dir_arg} does not exist"));
+    }
+    let output = run(&["topics", "list", "--dir", dir_arg]);
+    assert_fails_with(&output, &format!("data directory {dir_arg} does not exist"));
+    assert!(!data.exists(), "only create makes a data directory");
+
+    create(&data, "t", &[]);
+    let output = run(&["topics", "create", "--dir", dir_arg, "--topic", "t"]);
+    assert_fails_with(&output, "cannot create topic t: topic t already exists");
+    let output = run(&["topics", "describe", "--dir", dir_arg, "--topic", "nope"]);
+    assert_fails_with(
+        &output,
+        "cannot describe topic nope: topic nope does not exist",
+    );
+    let output = run(&[
+        "topics",
+        "alter",
+        "--dir",
+        dir_arg,
+        "--topic",
+        "nope",
+        "--partitions",
+        "3",
+    ]);
+    assert_fails_with(&output, "topic nope does not exist");
+    let output = run(&["topics", "delete", "--dir", dir_arg, "--topic", "nope"]);
+    assert_fails_with(
+        &output,
+        "cannot delete topic nope: topic nope does not exist",
+    );
+    assert_eq!(topic_names(&data), ["t"]);
+
+    // A zero partition count is a usage error (exit 2), caught by the argument parser.
+    let output = run(&[
+        "topics",
+        "create",
+        "--dir",
+        dir_arg,
+        "--topic",
+        "z",
+        "--partitions",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn dump_and_verify_read_a_directory_a_running_producer_holds_locked_which_topics_cannot_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = seglog()
+        .args(["produce", "--dir", path_arg(&data), "--topic", "live"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, acks) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if sender.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    // One line at a time: each is its own batch.
+    for (offset, line) in ["one\n", "two\n"].iter().enumerate() {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let ack = acks.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(ack, format!("partition=0 offset={offset}"));
+    }
+
+    // The producer is still running, with the directory locked.
+    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
+    assert_fails_with(&output, "is locked by another seglog instance");
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output).last().unwrap(),
+        "OK 1 segments, 2 batches, 2 records"
+    );
+    let log = data.join("live-0").join("00000000000000000000.log");
+    let output = run(&["dump", "--files", path_arg(&log)]);
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    assert!(
+        lines[2].starts_with("baseOffset: 0 lastOffset: 0 count: 1 "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[3].starts_with("baseOffset: 1 lastOffset: 1 count: 1 "),
+        "{lines:?}"
+    );
+
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(topic_names(&data), ["live"]);
+}
+
+#[test]
+fn produce_creates_a_missing_topic_with_partitions_and_config_and_an_existing_one_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let dir_arg = path_arg(&data);
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            dir_arg,
+            "--topic",
+            "auto",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=1000",
+        ],
+        b"a\nb\n",
+    );
+    assert_success(&output);
+    let description = describe_json(&data, "auto");
+    assert_eq!(description["partition_count"], 2);
+    assert_eq!(
+        description["configs"],
+        serde_json::json!({"retention.ms": "1000"})
+    );
+
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            dir_arg,
+            "--topic",
+            "auto",
+            "--partitions",
+            "5",
+            "--config",
+            "retention.ms=2000",
+        ],
+        b"c\n",
+    );
+    assert_success(&output);
+    let warnings = support::stderr_text(&output);
+    assert!(
+        warnings.contains("topic auto exists with 2 partitions; --partitions 5 is ignored"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("topic auto exists with its own settings; --config is ignored"),
+        "{warnings}"
+    );
+    let description = describe_json(&data, "auto");
+    assert_eq!(description["partition_count"], 2);
+    assert_eq!(
+        description["configs"],
+        serde_json::json!({"retention.ms": "1000"})
+    );
+}
