@@ -116,6 +116,8 @@ pub enum AppendError {
     },
     #[error("batch of {size_bytes} bytes exceeds max.message.bytes = {max_bytes}")]
     BatchTooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error("append of {size_bytes} bytes exceeds segment.bytes = {segment_bytes}")]
+    AppendTooLarge { size_bytes: u64, segment_bytes: u64 },
     #[error("the append holds no batch")]
     Empty,
     #[error("offset {next_offset} plus {record_count} records overflows the offset space")]
@@ -214,6 +216,8 @@ pub enum TopicError {
     TopicExists { topic: String },
     #[error("topic {topic} does not exist")]
     UnknownTopic { topic: String },
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
     #[error("topic {topic} has {current} partitions; cannot change to {requested}")]
     InvalidPartitionCount {
         topic: String,

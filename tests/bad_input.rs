@@ -291,12 +291,12 @@ fn an_append_larger_than_a_segment_is_rejected() {
     }
     let size = bytes.len() as u64;
     match log.append(Bytes::from(bytes), now()) {
-        Err(AppendError::BatchTooLarge {
+        Err(AppendError::AppendTooLarge {
             size_bytes,
-            max_bytes,
+            segment_bytes,
         }) => {
             assert_eq!(size_bytes, size);
-            assert_eq!(max_bytes, 1024);
+            assert_eq!(segment_bytes, 1024);
         }
         other => panic!("{other:?}"),
     }

@@ -487,3 +487,72 @@ fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
     assert!(reopened.durable, "a reopened partition acknowledges again");
     engine.close().unwrap();
 }
+
+/// Every `.index` and `.timeindex` file under `dir`, by name, with its bytes.
+fn index_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "index" || ext == "timeindex")
+        })
+        .map(|path| {
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&path).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn coalesced_appends_index_exactly_as_recovery_rebuilds_even_across_index_full_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = TopicName::parse("dense").unwrap();
+    let mut topic_config = LogConfig::default();
+    topic_config.set("segment.index.bytes", "48").unwrap();
+    topic_config.set("index.interval.bytes", "100").unwrap();
+    {
+        let engine = Engine::open(dir.path(), config(1)).unwrap();
+        engine.create_topic("dense", 1, topic_config).unwrap();
+        let pendings: Vec<_> = (0..400)
+            .map(|sequence| {
+                engine.append(
+                    &topic,
+                    0,
+                    batch(&format!("value-{sequence:05}")),
+                    Durability::Written,
+                )
+            })
+            .collect();
+        for pending in pendings {
+            pending.wait().unwrap();
+        }
+        engine.close().unwrap();
+    }
+    let partition_dir = dir.path().join("dense-0");
+    let appended = index_files(&partition_dir);
+    assert!(
+        appended.len() > 10,
+        "index-full rolls made many segments: {}",
+        appended.len()
+    );
+    for name in appended.keys() {
+        std::fs::remove_file(partition_dir.join(name)).unwrap();
+    }
+    std::fs::remove_file(dir.path().join(".kafka_cleanshutdown")).unwrap();
+    std::fs::remove_file(dir.path().join("recovery-point-offset-checkpoint")).unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let values: Vec<String> = read_values(&engine, &topic, 0)
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
+    assert_eq!(values.len(), 400);
+    engine.close().unwrap();
+    assert_eq!(
+        index_files(&partition_dir),
+        appended,
+        "rebuilt indexes equal the appended ones"
+    );
+}

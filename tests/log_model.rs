@@ -11,7 +11,7 @@
 //! for the rules a consumer relies on (the first batch holds the requested offset, whole batches
 //! only, at least one batch below the log end, no more than `max_bytes` beyond the first batch
 //! and as many batches of the segment as fit, every record equal to the model's); errors must
-//! be the typed ones the model predicts (`OffsetOutOfRange` carrying the range, `BatchTooLarge`).
+//! be the typed ones the model predicts (`OffsetOutOfRange` carrying the range, `AppendTooLarge`).
 //!
 //! Issue 2: storage core.
 
@@ -367,12 +367,12 @@ impl Harness {
         let result = self.log().append(Bytes::from(bytes), now());
         if size > SEGMENT_BYTES {
             match result {
-                Err(AppendError::BatchTooLarge {
+                Err(AppendError::AppendTooLarge {
                     size_bytes,
-                    max_bytes,
+                    segment_bytes,
                 }) => {
                     prop_assert_eq!(size_bytes, size);
-                    prop_assert_eq!(max_bytes, SEGMENT_BYTES);
+                    prop_assert_eq!(segment_bytes, SEGMENT_BYTES);
                 }
                 other => prop_assert!(false, "append of {} bytes gave {:?}", size, other),
             }

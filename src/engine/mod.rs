@@ -626,7 +626,7 @@ impl Engine {
                 .or_default()
                 .push(tp);
         }
-        let pendings: Vec<Pending<Vec<PartitionDescription>, StorageError>> = by_shard
+        let pendings: Vec<Pending<Vec<PartitionDescription>, TopicError>> = by_shard
             .into_iter()
             .map(|(shard, tps)| {
                 self.send_to(shard, |reply| Request::Describe { tps, reply })
@@ -643,6 +643,30 @@ impl Engine {
             config: metadata.config,
             partitions,
         })
+    }
+
+    /// One partition's offsets, size and segment count.
+    pub fn describe_partition(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+    ) -> Result<PartitionDescription, TopicError> {
+        let topic = TopicName::parse(topic)?;
+        self.check_open()?;
+        let tp = TopicPartition { topic, partition };
+        let unknown = || TopicError::UnknownPartition {
+            topic: tp.topic.to_string(),
+            partition,
+        };
+        if self.partition_config(&tp).is_none() {
+            return Err(unknown());
+        }
+        let tps = vec![tp.clone()];
+        let descriptions = self
+            .send(&tp, |reply| Request::Describe { tps, reply })
+            .into_pending()
+            .wait()?;
+        descriptions.into_iter().next().ok_or_else(unknown)
     }
 
     /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic).
@@ -691,7 +715,7 @@ impl Engine {
                 partition,
             })
             .collect();
-        let pendings: Vec<Pending<(), StorageError>> = (0..self.inner.shards.len())
+        let pendings: Vec<Pending<(), TopicError>> = (0..self.inner.shards.len())
             .map(|shard| {
                 self.send_to(shard, |reply| Request::DropPartitions {
                     tps: tps.clone(),
@@ -776,11 +800,9 @@ impl Engine {
 /// Checkpoints and shutdown.
 impl Engine {
     /// Writes the recovery-point and log-start-offset checkpoint files from every shard's state.
-    pub fn checkpoint(&self) -> Result<(), StorageError> {
-        self.check_open().map_err(|_| StorageError::PreviousIo {
-            dir: self.inner.root.clone(),
-        })?;
-        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> =
+    pub fn checkpoint(&self) -> Result<(), FlushError> {
+        self.check_open()?;
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| {
                     self.send_to(shard, |reply| Request::Checkpoint { reply })
@@ -791,16 +813,16 @@ impl Engine {
         for pending in pendings {
             merge_checkpoints(&mut admin, pending.wait()?);
         }
-        self.write_checkpoints(&admin)
+        Ok(self.write_checkpoints(&admin)?)
     }
 
     /// Closes every partition cleanly, writes the checkpoints and the clean-shutdown marker, and
     /// stops the shards. Every clone of this handle answers `Closed` afterwards.
-    pub fn close(&self) -> Result<(), StorageError> {
+    pub fn close(&self) -> Result<(), FlushError> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, StorageError>> =
+        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| self.close_shard(shard))
                 .collect();
@@ -836,24 +858,21 @@ impl Engine {
         Ok(())
     }
 
-    fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, StorageError> {
+    fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, FlushError> {
+        let failed = || Pending::ready(Err(EngineUnavailable::ShardFailed { shard }.into()));
         let Some(sender) = self
             .inner
             .shards
             .get(shard)
             .and_then(|handle| handle.sender.as_ref())
         else {
-            return Pending::ready(Err(StorageError::PreviousIo {
-                dir: self.inner.root.clone(),
-            }));
+            return failed();
         };
         let (reply, receiver) = oneshot::channel();
         // The close request must get through even if the queue is momentarily full.
         match sender.send(Request::Close { reply }) {
             Ok(()) => Pending::waiting(receiver, shard),
-            Err(_) => Pending::ready(Err(StorageError::PreviousIo {
-                dir: self.inner.root.clone(),
-            })),
+            Err(_) => failed(),
         }
     }
 
@@ -872,16 +891,6 @@ impl Engine {
             LOG_START_OFFSET_CHECKPOINT,
             &checkpoints.log_start_offsets,
         )
-    }
-}
-
-impl From<EngineUnavailable> for StorageError {
-    fn from(error: EngineUnavailable) -> Self {
-        StorageError::Corrupt {
-            file: PathBuf::new(),
-            position: 0,
-            reason: error.to_string(),
-        }
     }
 }
 

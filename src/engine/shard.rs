@@ -21,7 +21,7 @@ use super::pending::Reply;
 use super::topics::TopicRegistry;
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::error::{
-    AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError,
+    AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
 };
 use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
@@ -63,17 +63,17 @@ pub(crate) enum Request {
     },
     Describe {
         tps: Vec<TopicPartition>,
-        reply: Reply<Vec<PartitionDescription>, StorageError>,
+        reply: Reply<Vec<PartitionDescription>, TopicError>,
     },
     DropPartitions {
         tps: Vec<TopicPartition>,
-        reply: Reply<(), StorageError>,
+        reply: Reply<(), TopicError>,
     },
     Checkpoint {
-        reply: Reply<Vec<PartitionCheckpoint>, StorageError>,
+        reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
     Close {
-        reply: Reply<Vec<PartitionCheckpoint>, StorageError>,
+        reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
 }
 
@@ -276,7 +276,7 @@ impl Shard {
                 let _ = reply.send(result);
             }
             Request::Describe { tps, reply } => {
-                let _ = reply.send(self.describe(&tps));
+                let _ = reply.send(self.describe(&tps).map_err(TopicError::from));
             }
             Request::DropPartitions { tps, reply } => {
                 self.drop_partitions(&tps);
@@ -286,7 +286,7 @@ impl Shard {
                 let _ = reply.send(Ok(self.checkpoints()));
             }
             Request::Close { reply } => {
-                let _ = reply.send(self.close());
+                let _ = reply.send(self.close().map_err(FlushError::from));
                 return true;
             }
         }

@@ -52,9 +52,9 @@ impl ValidatedBatches {
     pub fn validate(bytes: Bytes, config: &LogConfig) -> Result<ValidatedBatches, AppendError> {
         let max_bytes = config.max_message_bytes;
         if bytes.len() as u64 > config.segment_bytes {
-            return Err(AppendError::BatchTooLarge {
+            return Err(AppendError::AppendTooLarge {
                 size_bytes: bytes.len() as u64,
-                max_bytes: config.segment_bytes,
+                segment_bytes: config.segment_bytes,
             });
         }
         let mut batches = Vec::new();
