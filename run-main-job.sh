@@ -23,7 +23,7 @@ seq 1 "$record_count" \
 end=$(date +%s.%N)
 acks=$(wc -l < "$data_dir.acks")
 awk -v n="$acks" -v s="$start" -v e="$end" \
-  'BEGIN { printf "acknowledged %d records in %.2f s (%.0f records/s, one batch per line)\n", n, e - s, n / (e - s) }'
+  'BEGIN { printf "acknowledged %d records in %.2f s (%.0f records/s, batches of up to 16 KiB, appends pipelined)\n", n, e - s, n / (e - s) }'
 
 echo "== consuming every partition back"
 consumed=0
