@@ -546,4 +546,116 @@ mod tests {
     fn empty_builder_builds_nothing() {
         assert!(BatchBuilder::new(0).build().is_none());
     }
+
+    mod round_trip {
+        use super::*;
+        use crate::format::compression::compress;
+        use proptest::prelude::*;
+
+        type OwnedRecord = (
+            i64,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Vec<(String, Option<Vec<u8>>)>,
+        );
+
+        fn records_strategy() -> impl Strategy<Value = Vec<OwnedRecord>> {
+            let bytes = || proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64));
+            let header = ("[a-z]{0,8}", bytes());
+            let record = (
+                -1_000i64..1_000_000,
+                bytes(),
+                bytes(),
+                proptest::collection::vec(header, 0..3),
+            );
+            proptest::collection::vec(record, 1..20)
+        }
+
+        fn build(base_offset: i64, records: &[OwnedRecord]) -> Bytes {
+            let mut builder = BatchBuilder::new(base_offset);
+            for (timestamp, key, value, headers) in records {
+                let headers: Vec<(&str, Option<&[u8]>)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect();
+                builder.push(&NewRecord {
+                    timestamp_ms: 1_700_000_000_000 + timestamp,
+                    key: key.as_deref(),
+                    value: value.as_deref(),
+                    headers: &headers,
+                });
+            }
+            builder.build().unwrap()
+        }
+
+        /// The same batch with its records section compressed by `codec`, as a Kafka producer
+        /// would send it: attributes, length and CRC rewritten.
+        fn compressed(batch: &Bytes, codec: Compression) -> Bytes {
+            let mut bytes = batch[..BATCH_HEADER_BYTES].to_vec();
+            bytes.extend_from_slice(&compress(codec, &batch[BATCH_HEADER_BYTES..]).unwrap());
+            let length = (bytes.len() - LOG_OVERHEAD_BYTES) as i32;
+            bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
+                .copy_from_slice(&length.to_be_bytes());
+            let attributes = u16::from(codec.attribute_bits());
+            bytes[field::ATTRIBUTES..field::ATTRIBUTES + 2]
+                .copy_from_slice(&attributes.to_be_bytes());
+            let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+            bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+            Bytes::from(bytes)
+        }
+
+        fn assert_records_equal(
+            batch: &Batch,
+            records: &[OwnedRecord],
+        ) -> Result<(), TestCaseError> {
+            let decoded = batch.records().unwrap();
+            prop_assert_eq!(decoded.len(), records.len());
+            let base_timestamp = batch.header().base_timestamp;
+            for (index, (record, (timestamp, key, value, headers))) in
+                decoded.iter().zip(records).enumerate()
+            {
+                prop_assert_eq!(record.offset_delta as usize, index);
+                prop_assert_eq!(
+                    base_timestamp + record.timestamp_delta,
+                    1_700_000_000_000 + timestamp
+                );
+                prop_assert_eq!(record.key.as_deref(), key.as_deref());
+                prop_assert_eq!(record.value.as_deref(), value.as_deref());
+                prop_assert_eq!(record.headers.len(), headers.len());
+                for (decoded_header, (header_key, header_value)) in
+                    record.headers.iter().zip(headers)
+                {
+                    prop_assert_eq!(&decoded_header.key, header_key);
+                    prop_assert_eq!(decoded_header.value.as_deref(), header_value.as_deref());
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn encode_then_decode_gives_back_every_field(base_offset in 0i64..1 << 40, records in records_strategy()) {
+                let bytes = build(base_offset, &records);
+                let batch = Batch::decode(&bytes, u64::MAX).unwrap();
+                prop_assert_eq!(batch.size_bytes(), bytes.len() as u64);
+                prop_assert_eq!(batch.base_offset(), base_offset);
+                prop_assert_eq!(batch.last_offset(), base_offset + records.len() as i64 - 1);
+                let max_timestamp = records.iter().map(|record| 1_700_000_000_000 + record.0).max().unwrap();
+                prop_assert_eq!(batch.header().max_timestamp, max_timestamp);
+                batch.validate_records().unwrap();
+                assert_records_equal(&batch, &records)?;
+            }
+
+            #[test]
+            fn compressed_batches_decode_to_the_same_records(
+                records in records_strategy(),
+                codec in prop_oneof![Just(Compression::Gzip), Just(Compression::Snappy), Just(Compression::Lz4), Just(Compression::Zstd)],
+            ) {
+                let batch = Batch::decode(&compressed(&build(7, &records), codec), u64::MAX).unwrap();
+                prop_assert_eq!(batch.header().attributes.compression().unwrap(), codec);
+                batch.validate_records().unwrap();
+                assert_records_equal(&batch, &records)?;
+            }
+        }
+    }
 }
