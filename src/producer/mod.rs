@@ -1,0 +1,1 @@
+//! Producers: see the module files.
