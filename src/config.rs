@@ -45,7 +45,7 @@ impl CleanupPolicy {
 }
 
 /// Configuration of one partition log. Field names are Kafka's, units last.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active `.log` would grow past this.
     pub segment_bytes: u64,
@@ -69,6 +69,41 @@ pub struct LogConfig {
     pub retention_bytes: i64,
     /// `cleanup.policy`.
     pub cleanup_policy: CleanupPolicy,
+    /// `file.delete.delay.ms`: how long a deleted segment's files stay as `.deleted`.
+    pub file_delete_delay_ms: u64,
+    /// Which of `retention.ms` / `.minutes` / `.hours` set `retention_ms` (Kafka's precedence:
+    /// milliseconds over minutes over hours), so that a less precise one set later does not win.
+    pub retention_precedence: RetentionPrecedence,
+}
+
+/// Two configurations are equal when every setting is; how `retention_ms` was given is not a
+/// setting.
+impl PartialEq for LogConfig {
+    fn eq(&self, other: &Self) -> bool {
+        let (left, right) = (self, other);
+        left.segment_bytes == right.segment_bytes
+            && left.segment_ms == right.segment_ms
+            && left.segment_index_bytes == right.segment_index_bytes
+            && left.index_interval_bytes == right.index_interval_bytes
+            && left.max_message_bytes == right.max_message_bytes
+            && left.message_timestamp_type == right.message_timestamp_type
+            && left.flush_policy == right.flush_policy
+            && left.compression == right.compression
+            && left.retention_ms == right.retention_ms
+            && left.retention_bytes == right.retention_bytes
+            && left.cleanup_policy == right.cleanup_policy
+            && left.file_delete_delay_ms == right.file_delete_delay_ms
+    }
+}
+
+/// Where `retention_ms` came from, in Kafka's order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum RetentionPrecedence {
+    #[default]
+    Default,
+    Hours,
+    Minutes,
+    Milliseconds,
 }
 
 impl Default for LogConfig {
@@ -85,6 +120,8 @@ impl Default for LogConfig {
             retention_ms: 7 * 24 * 60 * 60 * 1000,
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::Delete,
+            file_delete_delay_ms: 60_000,
+            retention_precedence: RetentionPrecedence::Default,
         }
     }
 }
@@ -143,7 +180,12 @@ impl LogConfig {
                     _ => return Err(invalid("expected CreateTime or LogAppendTime")),
                 }
             }
-            "retention.ms" => self.retention_ms = signed()?,
+            "retention.ms" => self.set_retention(signed()?, 1, RetentionPrecedence::Milliseconds),
+            "retention.minutes" => {
+                self.set_retention(signed()?, 60_000, RetentionPrecedence::Minutes)
+            }
+            "retention.hours" => self.set_retention(signed()?, 3_600_000, RetentionPrecedence::Hours),
+            "file.delete.delay.ms" => self.file_delete_delay_ms = number()?,
             "retention.bytes" => self.retention_bytes = signed()?,
             "cleanup.policy" => {
                 self.cleanup_policy = match value {
@@ -167,6 +209,16 @@ impl LogConfig {
         Ok(())
     }
 
+    /// Applies a retention setting in `unit_ms` units unless a more precise one was set (`-1`
+    /// stays `-1`: no limit).
+    fn set_retention(&mut self, value: i64, unit_ms: i64, precedence: RetentionPrecedence) {
+        if precedence < self.retention_precedence {
+            return;
+        }
+        self.retention_precedence = precedence;
+        self.retention_ms = if value < 0 { -1 } else { value.saturating_mul(unit_ms) };
+    }
+
     /// Every setting as Kafka's `key=value` pairs; `set` applied to each rebuilds this config.
     pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
         let timestamp_type = match self.message_timestamp_type {
@@ -187,6 +239,7 @@ impl LogConfig {
             ("retention.ms", self.retention_ms.to_string()),
             ("retention.bytes", self.retention_bytes.to_string()),
             ("cleanup.policy", self.cleanup_policy.name().to_owned()),
+            ("file.delete.delay.ms", self.file_delete_delay_ms.to_string()),
         ];
         match self.flush_policy {
             FlushPolicy::EveryAppend => pairs.push(("flush.messages", "1".to_owned())),
@@ -267,6 +320,22 @@ mod tests {
         assert_eq!(config.max_message_bytes, 1_048_588);
         assert_eq!(config.flush_policy, FlushPolicy::Never);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn retention_milliseconds_win_over_minutes_over_hours_in_any_order() {
+        let mut config = LogConfig::default();
+        config.set("retention.hours", "2").unwrap();
+        assert_eq!(config.retention_ms, 7_200_000);
+        config.set("retention.minutes", "3").unwrap();
+        assert_eq!(config.retention_ms, 180_000);
+        config.set("retention.hours", "5").unwrap();
+        assert_eq!(config.retention_ms, 180_000, "hours do not override minutes");
+        config.set("retention.ms", "42").unwrap();
+        config.set("retention.minutes", "9").unwrap();
+        assert_eq!(config.retention_ms, 42, "minutes do not override milliseconds");
+        config.set("retention.ms", "-1").unwrap();
+        assert_eq!(config.retention_ms, -1);
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod cleaner;
 pub mod config;
 pub mod engine;
 pub mod error;

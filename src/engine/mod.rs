@@ -45,6 +45,7 @@ use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 pub use pending::Pending;
+pub use shard::PartitionRetention;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use topics::TopicMetadata;
 use topics::TopicRegistry;
@@ -69,6 +70,9 @@ pub struct EngineConfig {
     /// `SEALED_OPEN_MAX` sealed segments; beyond the bound the least recently used partition is
     /// released. Default: derived from `RLIMIT_NOFILE` (see [`open_partitions_default`]).
     pub open_partitions_max: usize,
+    /// `log.retention.check.interval.ms`: how often each shard applies retention to its
+    /// partitions (default 5 minutes).
+    pub retention_check_interval_ms: u64,
 }
 
 /// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
@@ -109,6 +113,7 @@ impl Default for EngineConfig {
             default_topic_config: LogConfig::default(),
             backend: IoBackend::from_env(),
             open_partitions_max: open_partitions_default(),
+            retention_check_interval_ms: 300_000,
         }
     }
 }
@@ -270,6 +275,7 @@ impl Engine {
                 log_start_offsets: checkpoints.log_start_offsets.clone(),
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
+                retention_check_interval_ms: config.retention_check_interval_ms,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }
@@ -856,6 +862,28 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         Ok(())
+    }
+
+    /// Applies retention now to every partition (of `topic`, if given), on every shard, and
+    /// reports what each pass did. Blocks.
+    pub fn apply_retention(&self, topic: Option<&str>) -> Result<Vec<PartitionRetention>, TopicError> {
+        let topic = topic.map(TopicName::parse).transpose()?;
+        self.check_open()?;
+        let pendings: Vec<Pending<Vec<PartitionRetention>, FlushError>> = (0..self.inner.shards.len())
+            .map(|shard| {
+                let topic = topic.clone();
+                self.send_to(shard, |reply| Request::Retention { topic, reply }).into_pending()
+            })
+            .collect();
+        let mut reports = Vec::new();
+        for pending in pendings {
+            reports.extend(pending.wait().map_err(|error| match error {
+                FlushError::Storage(error) => TopicError::Storage(error),
+                FlushError::Unavailable(error) => TopicError::Unavailable(error),
+            })?);
+        }
+        reports.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+        Ok(reports)
     }
 
     fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, FlushError> {

@@ -26,8 +26,10 @@ use crate::error::{
 use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
-use crate::log::{AppendInfo, FetchData, LogOpenOptions, PartitionLog, ValidatedBatches};
-use crate::types::{Offset, TimestampMs, TopicPartition};
+use crate::log::{
+    AppendInfo, FetchData, LogOpenOptions, PartitionLog, RetentionOutcome, ValidatedBatches,
+};
+use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 /// Bound on the requests one turn takes from the queue, so a flood of appends cannot starve
 /// parked fetches and timers.
@@ -72,6 +74,10 @@ pub(crate) enum Request {
     Checkpoint {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
+    Retention {
+        topic: Option<TopicName>,
+        reply: Reply<Vec<PartitionRetention>, FlushError>,
+    },
     Close {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
@@ -104,6 +110,13 @@ impl PartitionCheckpoint {
 /// many files open at once.
 const CLOSE_SYNC_FILES_MAX: usize = 128;
 
+/// What a retention pass did to one partition.
+#[derive(Debug)]
+pub struct PartitionRetention {
+    pub topic_partition: TopicPartition,
+    pub outcome: Result<RetentionOutcome, StorageError>,
+}
+
 /// What a shard shares with the engine: read-mostly state set at open.
 pub(crate) struct ShardContext {
     pub root: PathBuf,
@@ -117,6 +130,8 @@ pub(crate) struct ShardContext {
     pub owns: Box<dyn Fn(&TopicPartition) -> bool + Send>,
     /// Bound on this shard's open partitions; the least recently used is closed beyond it.
     pub open_partitions_max: usize,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: u64,
 }
 
 struct PendingAppend {
@@ -162,10 +177,15 @@ pub(crate) struct Shard {
     parked: Vec<ParkedFetch>,
     /// Partitions with `flush.ms` and unflushed data, and when their flush is due.
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
+    /// When the next periodic retention pass runs.
+    next_retention_check: Instant,
+    /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
+    file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
 }
 
 impl Shard {
     pub(crate) fn new(id: usize, context: ShardContext, receiver: Receiver<Request>) -> Shard {
+        let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
         Shard {
             id,
             context,
@@ -177,6 +197,8 @@ impl Shard {
             evicted: BTreeMap::new(),
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
+            next_retention_check: Instant::now() + retention_interval,
+            file_deletion_deadlines: BTreeMap::new(),
         }
     }
 
@@ -205,12 +227,15 @@ impl Shard {
 
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
-        let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
-        let flush_deadline = self.flush_deadlines.values().min().map(|due| {
-            let wait_ms = due.0.saturating_sub(TimestampMs::now().0).max(0);
+        let wall_clock_now = TimestampMs::now();
+        let at = |due: &TimestampMs| {
+            let wait_ms = due.0.saturating_sub(wall_clock_now.0).max(0);
             now + Duration::from_millis(wait_ms as u64)
-        });
-        let deadline = [fetch_deadline, flush_deadline]
+        };
+        let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
+        let flush_deadline = self.flush_deadlines.values().min().map(at);
+        let deletion_deadline = self.file_deletion_deadlines.values().min().map(at);
+        let deadline = [fetch_deadline, flush_deadline, deletion_deadline, Some(self.next_retention_check)]
             .into_iter()
             .flatten()
             .min()?;
@@ -284,6 +309,9 @@ impl Shard {
             }
             Request::Checkpoint { reply } => {
                 let _ = reply.send(Ok(self.checkpoints()));
+            }
+            Request::Retention { topic, reply } => {
+                let _ = reply.send(Ok(self.run_retention(topic.as_ref())));
             }
             Request::Close { reply } => {
                 let _ = reply.send(self.close().map_err(FlushError::from));
@@ -593,6 +621,60 @@ impl Shard {
         }
         let touched = due.into_iter().collect();
         self.serve_parked(&touched, false);
+        if Instant::now() >= self.next_retention_check {
+            self.run_retention(None);
+        }
+        self.delete_expired_files(now);
+    }
+
+    /// Applies retention now to this shard's partitions (of `topic`, or all), opening each in
+    /// turn. A failure on one partition is logged and reported, and never stops the others.
+    fn run_retention(&mut self, topic: Option<&TopicName>) -> Vec<PartitionRetention> {
+        let interval = Duration::from_millis(self.context.retention_check_interval_ms);
+        self.next_retention_check = Instant::now() + interval;
+        let owned: Vec<TopicPartition> = {
+            let topics = self.context.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            topics
+                .partitions()
+                .filter(|tp| (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic))
+                .collect()
+        };
+        owned.into_iter().map(|tp| self.retain_partition(tp)).collect()
+    }
+
+    fn retain_partition(&mut self, tp: TopicPartition) -> PartitionRetention {
+        let (outcome, next_deletion) = match self.partition(&tp) {
+            Ok(log) => (log.apply_retention(TimestampMs::now()), log.next_file_deletion()),
+            Err(LookupError::Open(error)) => (Err(open_error_into_storage(&tp, error)), None),
+            Err(LookupError::Unknown) => (Ok(RetentionOutcome::default()), None),
+        };
+        if let Some(due) = next_deletion {
+            self.file_deletion_deadlines.insert(tp.clone(), due);
+        }
+        if let Err(error) = &outcome {
+            log::error!("shard {}: retention of {tp} failed: {error}", self.id);
+        }
+        PartitionRetention { topic_partition: tp, outcome }
+    }
+
+    /// Unlinks `.deleted` files whose `file.delete.delay.ms` has passed.
+    fn delete_expired_files(&mut self, now: TimestampMs) {
+        let due: Vec<TopicPartition> = self
+            .file_deletion_deadlines
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in due {
+            self.file_deletion_deadlines.remove(&tp);
+            let Some(log) = self.partitions.get_mut(&tp) else { continue };
+            if let Err(error) = log.delete_expired_files(now) {
+                log::error!("shard {}: removing deleted files of {tp} failed: {error}", self.id);
+            }
+            if let Some(due) = log.next_file_deletion() {
+                self.file_deletion_deadlines.insert(tp, due);
+            }
+        }
     }
 
     fn fetch_by_timestamp(

@@ -8,6 +8,7 @@
 
 mod append;
 mod open;
+mod retention;
 mod segments;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ pub use segments::SEALED_OPEN_MAX;
 
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
+pub use retention::RetentionOutcome;
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +82,8 @@ pub struct PartitionLog {
     unflushed_records: u64,
     first_unflushed_at: Option<TimestampMs>,
     failed: bool,
+    /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
+    pending_deletions: Vec<retention::PendingDeletion>,
 }
 
 impl PartitionLog {
@@ -228,10 +232,10 @@ impl PartitionLog {
             .windows(2)
             .take_while(|pair| pair[1].base_offset() <= self.log_start_offset)
             .count();
-        for slot in self.segments.drain_front(deletable) {
-            slot.delete(self.storage.as_ref(), &self.dir)?;
+        if deletable > 0 {
+            self.delete_leading_segments(deletable, TimestampMs::now())?;
         }
-        self.sync_dir()
+        Ok(())
     }
 
     /// Removes every record at or after `offset` (whole batches). Used by recovery and by
@@ -330,6 +334,7 @@ impl PartitionLog {
     /// can be reopened afterwards without recovery.
     pub fn close(mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
+        self.delete_expired_files(TimestampMs(i64::MAX))?;
         self.active_mut().seal()?;
         self.recovery_point = self.log_end_offset();
         Ok(())

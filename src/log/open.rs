@@ -106,6 +106,7 @@ impl PartitionLog {
             unflushed_records: 0,
             first_unflushed_at: None,
             failed: false,
+            pending_deletions: Vec::new(),
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
+use crate::cleaner::retention::SegmentFacts;
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::index::time_index::TimestampOffset;
@@ -66,6 +67,27 @@ impl SegmentSlot {
                 (released.offset_index_entries, released.time_index_entries)
             }
         }
+    }
+
+    /// What retention needs to know about the segment.
+    pub(crate) fn retention_facts(&self) -> Result<SegmentFacts, StorageError> {
+        let modified_ms = match self {
+            SegmentSlot::Open(segment) => Some(segment.modified_ms()?),
+            SegmentSlot::Released(released) => released.modified_ms,
+        };
+        Ok(SegmentFacts {
+            base_offset: self.base_offset().0,
+            size_bytes: self.size_bytes(),
+            largest_timestamp_ms: self.max_timestamp().map(|max| max.timestamp.0),
+            modified_ms: modified_ms.unwrap_or(i64::MAX),
+        })
+    }
+
+    /// Closes the segment and renames its files to `.deleted`; they are unlinked later.
+    pub(crate) fn mark_deleted(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
+        let base_offset = self.base_offset();
+        drop(self);
+        crate::segment::rename_files_to_deleted(storage, dir, base_offset)
     }
 
     /// Renames the segment's files to `.deleted` and removes them.

@@ -157,6 +157,13 @@ impl Segment {
         }
     }
 
+    /// The `.log` file's last-modified time in milliseconds.
+    pub fn modified_ms(&self) -> Result<i64, StorageError> {
+        self.log
+            .modified_ms()
+            .map_err(|source| StorageError::io("stat", &self.log_path, source))
+    }
+
     /// Whether an append must go to a new segment (Kafka's `LogSegment.shouldRoll`), given
     /// `pending_bytes` already queued for this segment's next write.
     pub fn should_roll(
@@ -511,7 +518,9 @@ impl Segment {
     /// sealed segment is released: its indexes are trimmed and its data synced, so reopening it
     /// trusts its files.
     pub fn release(self) -> ReleasedSegment {
+        let modified_ms = self.modified_ms().ok();
         ReleasedSegment {
+            modified_ms,
             base_offset: self.base_offset,
             next_offset: self.next_offset,
             size_bytes: self.size_bytes,
@@ -533,6 +542,8 @@ fn observe_timestamp(max: &mut Option<TimestampOffset>, timestamp: TimestampMs, 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleasedSegment {
     pub base_offset: Offset,
+    /// The `.log` file's last-modified time when it was released (sealed files do not change).
+    pub modified_ms: Option<i64>,
     pub next_offset: Offset,
     pub size_bytes: u64,
     pub max_timestamp: Option<TimestampOffset>,
@@ -545,6 +556,7 @@ impl ReleasedSegment {
     pub(crate) fn placeholder(base_offset: Offset) -> ReleasedSegment {
         ReleasedSegment {
             base_offset,
+            modified_ms: None,
             next_offset: base_offset,
             size_bytes: 0,
             max_timestamp: None,
@@ -554,29 +566,54 @@ impl ReleasedSegment {
     }
 }
 
+/// The kinds of file a segment has.
+const SEGMENT_FILE_KINDS: [SegmentFileKind; 3] = [
+    SegmentFileKind::Log,
+    SegmentFileKind::Index,
+    SegmentFileKind::TimeIndex,
+];
+
 /// Renames a segment's files to `.deleted`, then removes them (the segment is closed).
-pub fn delete_files(
+pub fn delete_files(storage: &dyn Storage, dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
+    rename_files_to_deleted(storage, dir, base_offset)?;
+    remove_deleted_files(storage, dir, base_offset)
+}
+
+/// Renames a closed segment's files to `.deleted`: no reader can open them by their live names
+/// any more, and a crash leaves files that the next open removes.
+pub fn rename_files_to_deleted(
     storage: &dyn Storage,
     dir: &Path,
     base_offset: Offset,
 ) -> Result<(), StorageError> {
-    for kind in [
-        SegmentFileKind::Log,
-        SegmentFileKind::Index,
-        SegmentFileKind::TimeIndex,
-    ] {
+    for kind in SEGMENT_FILE_KINDS {
         let live = SegmentFileName::live(base_offset, kind);
         let deleted = live.with_state(FileState::Deleted).path_in(dir);
         let live = live.path_in(dir);
-        if !storage.exists(&live) {
-            continue;
+        if storage.exists(&live) {
+            storage
+                .rename(&live, &deleted)
+                .map_err(|source| StorageError::io("rename", &live, source))?;
         }
-        storage
-            .rename(&live, &deleted)
-            .map_err(|source| StorageError::io("rename", &live, source))?;
-        storage
-            .remove_file(&deleted)
-            .map_err(|source| StorageError::io("remove", &deleted, source))?;
+    }
+    Ok(())
+}
+
+/// Unlinks a segment's `.deleted` files.
+pub fn remove_deleted_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: Offset,
+) -> Result<(), StorageError> {
+    for kind in SEGMENT_FILE_KINDS {
+        let deleted = SegmentFileName::live(base_offset, kind)
+            .with_state(FileState::Deleted)
+            .path_in(dir);
+        if storage.exists(&deleted) {
+            storage
+                .remove_file(&deleted)
+                .map_err(|source| StorageError::io("remove", &deleted, source))?;
+        }
     }
     Ok(())
 }

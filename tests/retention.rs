@@ -1,0 +1,328 @@
+//! Retention (issue 5): each rule with an injected clock — time (`retention.ms`, and the rule
+//! that a far-future timestamp cannot pin a segment), size (`retention.bytes`), log start offset
+//! (`delete_records`) — the active-segment rule (roll first, never delete an empty active one),
+//! `cleanup.policy=compact` turning off time and size, delayed deletion through `.deleted` files
+//! (`file.delete.delay.ms`), bytes already read staying valid after their segment is deleted, and
+//! the engine applying retention to every partition on request.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use bytes::Bytes;
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::error::ReadError;
+use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::io::storage_from_env;
+use seglog::log::PartitionLog;
+use seglog::log_dir::LogDir;
+use seglog::types::{Offset, TimestampMs, TopicName};
+
+const T0: i64 = 1_700_000_000_000;
+const HOUR: i64 = 3_600_000;
+const DELAY_MS: i64 = 60_000;
+
+fn config(settings: &[(&str, &str)]) -> LogConfig {
+    let mut config = LogConfig {
+        segment_bytes: 1100,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    };
+    config
+        .set("file.delete.delay.ms", &DELAY_MS.to_string())
+        .unwrap();
+    for (key, value) in settings {
+        config.set(key, value).unwrap();
+    }
+    config
+}
+
+/// One batch of one 200-byte record stamped `timestamp_ms`.
+fn batch(timestamp_ms: i64) -> Bytes {
+    let value = [9u8; 200];
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms,
+        key: Some(b"k"),
+        value: Some(&value),
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+/// A log of `count` batches, the one at offset `i` stamped `T0 + i hours`, four batches (of
+/// 275 bytes) per 1100-byte segment.
+fn populated(root: &Path, config: LogConfig, count: i64) -> LogDir {
+    let mut log_dir = LogDir::open(root, storage_from_env(), config).unwrap();
+    let topic = TopicName::parse("events").unwrap();
+    log_dir.create_topic(&topic, 1).unwrap();
+    let log = log_dir.partition(&topic, 0).unwrap();
+    for offset in 0..count {
+        log.append(batch(T0 + offset * HOUR), TimestampMs(T0 + offset * HOUR))
+            .unwrap();
+    }
+    log_dir
+}
+
+fn log(log_dir: &mut LogDir) -> &mut PartitionLog {
+    log_dir
+        .partition(&TopicName::parse("events").unwrap(), 0)
+        .unwrap()
+}
+
+fn deleted_files(root: &Path) -> usize {
+    std::fs::read_dir(root.join("events-0"))
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".deleted")
+        })
+        .count()
+}
+
+#[test]
+fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_ms() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = populated(root.path(), config(&[("retention.hours", "10")]), 20);
+    let log = log(&mut log_dir);
+    let bases: Vec<u64> = log
+        .segments()
+        .map(|segment| segment.base_offset.0)
+        .collect();
+    assert_eq!(bases, vec![0, 4, 8, 12, 16], "four batches per segment");
+    // At T0 + 25 h, a segment is older than 10 h when its newest record is before T0 + 15 h:
+    // segments [0..4), [4..8), [8..12) (newest at 3, 7, 11 h); [12..16) has 15 h, not older.
+    let outcome = log.apply_retention(TimestampMs(T0 + 25 * HOUR)).unwrap();
+    assert_eq!(outcome.segments_deleted, 3);
+    assert_eq!(outcome.log_start_offset, Offset(12));
+    assert_eq!(log.log_start_offset(), Offset(12));
+    assert!(matches!(
+        log.read(Offset(11), 1),
+        Err(ReadError::OffsetOutOfRange {
+            log_start_offset: Offset(12),
+            ..
+        })
+    ));
+    assert_eq!(
+        log.read(Offset(12), 1).unwrap().records.len(),
+        batch(0).len()
+    );
+    let again = log.apply_retention(TimestampMs(T0 + 25 * HOUR)).unwrap();
+    assert_eq!(
+        again.segments_deleted, 0,
+        "nothing more is due at the same time"
+    );
+}
+
+#[test]
+fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
+    let root = tempfile::tempdir().unwrap();
+    let batch_bytes = batch(0).len() as i64;
+    let limit = 9 * batch_bytes;
+    let mut log_dir = populated(
+        root.path(),
+        config(&[("retention.bytes", &limit.to_string())]),
+        20,
+    );
+    let log = log(&mut log_dir);
+    let outcome = log.apply_retention(TimestampMs(T0)).unwrap();
+    // 20 batches in segments of 4: deleting two segments leaves 12 ≥ 9; a third would leave 8.
+    assert_eq!(outcome.segments_deleted, 2);
+    assert_eq!(outcome.bytes_deleted, 8 * batch_bytes as u64);
+    assert!(log.size_bytes() >= limit as u64);
+}
+
+#[test]
+fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = populated(root.path(), config(&[("cleanup.policy", "compact")]), 20);
+    let log = log(&mut log_dir);
+    log.delete_records(Offset(9)).unwrap();
+    assert_eq!(
+        log.segments().next().unwrap().base_offset,
+        Offset(8),
+        "segments wholly below 9 went"
+    );
+    let outcome = log.apply_retention(TimestampMs(T0 + 1_000 * HOUR)).unwrap();
+    assert_eq!(
+        outcome.segments_deleted, 0,
+        "compact turns off time and size; nothing is below the start"
+    );
+    assert_eq!(log.log_start_offset(), Offset(9));
+}
+
+#[test]
+fn when_every_segment_expires_a_new_empty_active_segment_is_rolled_first() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let log = log(&mut log_dir);
+    let outcome = log.apply_retention(TimestampMs(T0 + 100 * HOUR)).unwrap();
+    assert!(outcome.rolled);
+    assert_eq!(outcome.segments_deleted, 3);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), Offset(10));
+    assert_eq!(
+        log.log_end_offset(),
+        Offset(10),
+        "offsets continue where they were"
+    );
+    let appended = log
+        .append(batch(T0 + 101 * HOUR), TimestampMs(T0 + 101 * HOUR))
+        .unwrap();
+    assert_eq!(appended.first_offset, Offset(10));
+    let outcome = log.apply_retention(TimestampMs(T0 + 101 * HOUR)).unwrap();
+    assert_eq!(
+        outcome.segments_deleted, 0,
+        "a fresh active segment is never deleted"
+    );
+    let empty_active = log.apply_retention(TimestampMs(T0 + 1_000 * HOUR)).unwrap();
+    assert!(empty_active.rolled);
+    let never_empty = log.apply_retention(TimestampMs(T0 + 2_000 * HOUR)).unwrap();
+    assert_eq!(
+        never_empty.segments_deleted, 0,
+        "an empty active segment is never deleted"
+    );
+}
+
+#[test]
+fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let log = log(&mut log_dir);
+    let before = log.read(Offset(0), 4096).unwrap().records;
+    let now = TimestampMs(T0 + 3 * HOUR + 2_000);
+    let outcome = log.apply_retention(now).unwrap();
+    assert_eq!(outcome.segments_deleted, 1);
+    assert_eq!(
+        deleted_files(root.path()),
+        3,
+        ".log, .index and .timeindex renamed .deleted"
+    );
+    assert_eq!(
+        Batch::decode(&before, u64::MAX).unwrap().base_offset(),
+        0,
+        "read bytes are owned"
+    );
+    assert_eq!(
+        log.delete_expired_files(TimestampMs(now.0 + DELAY_MS - 1))
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        deleted_files(root.path()),
+        3,
+        "kept until file.delete.delay.ms passes"
+    );
+    assert_eq!(
+        log.next_file_deletion(),
+        Some(TimestampMs(now.0 + DELAY_MS))
+    );
+    assert_eq!(
+        log.delete_expired_files(TimestampMs(now.0 + DELAY_MS))
+            .unwrap(),
+        1
+    );
+    assert_eq!(deleted_files(root.path()), 0);
+}
+
+#[test]
+fn a_far_future_timestamp_does_not_pin_a_segment() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = LogDir::open(
+        root.path(),
+        storage_from_env(),
+        config(&[("retention.hours", "1")]),
+    )
+    .unwrap();
+    let topic = TopicName::parse("events").unwrap();
+    log_dir.create_topic(&topic, 1).unwrap();
+    let log = log_dir.partition(&topic, 0).unwrap();
+    let year_2200 = T0 + 175 * 365 * 24 * HOUR;
+    for _ in 0..6 {
+        log.append(batch(year_2200), TimestampMs::now()).unwrap();
+    }
+    let real_now = TimestampMs::now().0;
+    let outcome = log
+        .apply_retention(TimestampMs(real_now + 2 * HOUR))
+        .unwrap();
+    assert!(
+        outcome.segments_deleted >= 1,
+        "the file's modification time caps the future timestamp"
+    );
+}
+
+#[test]
+fn the_engine_applies_retention_to_every_partition_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(
+        dir.path(),
+        EngineConfig {
+            shard_count: 2,
+            pin_shards: false,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let topic = engine
+        .create_topic("old", 3, config(&[("retention.ms", "60000")]))
+        .unwrap();
+    for partition in 0..3 {
+        for offset in 0..8 {
+            engine
+                .append(&topic, partition, batch(T0 + offset), Durability::Written)
+                .wait()
+                .unwrap();
+        }
+    }
+    let reports = engine.apply_retention(Some("old")).unwrap();
+    assert_eq!(reports.len(), 3);
+    for report in &reports {
+        let outcome = report.outcome.as_ref().unwrap();
+        assert!(
+            outcome.rolled,
+            "records from 2023 are all older than a minute"
+        );
+        assert_eq!(outcome.log_start_offset, Offset(8));
+    }
+    let fetched = engine
+        .fetch(&topic, 1, Offset(0), FetchOptions::default())
+        .wait();
+    assert!(matches!(
+        fetched,
+        Err(ReadError::OffsetOutOfRange {
+            log_start_offset: Offset(8),
+            ..
+        })
+    ));
+    let description = engine.describe_topic("old").unwrap();
+    assert!(
+        description
+            .partitions
+            .iter()
+            .all(|partition| partition.log_start_offset == Offset(8))
+    );
+    engine.close().unwrap();
+    let engine = Engine::open(
+        dir.path(),
+        EngineConfig {
+            shard_count: 2,
+            pin_shards: false,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        engine
+            .describe_partition("old", 2)
+            .unwrap()
+            .log_start_offset,
+        Offset(8),
+        "survives a restart"
+    );
+    engine.close().unwrap();
+}
