@@ -116,6 +116,10 @@ pub enum AppendError {
     },
     #[error("batch of {size_bytes} bytes exceeds max.message.bytes = {max_bytes}")]
     BatchTooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error(
+        "the batch at byte {position} of the append has a record without a key; a compacted topic (cleanup.policy=compact) keeps records by key, so every record needs one"
+    )]
+    NullKeyInCompactedTopic { position: usize },
     #[error("append of {size_bytes} bytes exceeds segment.bytes = {segment_bytes}")]
     AppendTooLarge { size_bytes: u64, segment_bytes: u64 },
     #[error("the append holds no batch")]

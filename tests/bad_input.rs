@@ -24,7 +24,7 @@ use proptest::prelude::*;
 use seglog::config::LogConfig;
 use seglog::error::{AppendError, DeleteRecordsError, OpenError, PartitionError, ReadError};
 use seglog::format::batch::BatchIter;
-use seglog::format::{Batch, BatchHeader, BatchPrefix, DecodeError, NewRecord};
+use seglog::format::{Batch, BatchBuilder, BatchHeader, BatchPrefix, DecodeError, NewRecord};
 use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog};
 use seglog::log_dir::LogDir;
@@ -632,4 +632,44 @@ proptest! {
             Err(other) => prop_assert!(false, "unexpected error {:?}", other),
         }
     }
+}
+
+#[test]
+fn a_compacted_topic_rejects_records_without_a_key() {
+    let root = scratch();
+    let mut config = config();
+    config.set("cleanup.policy", "compact").unwrap();
+    let mut log = open_log(root.path(), config);
+    let mut keyless = BatchBuilder::new(0);
+    keyless.push(&NewRecord {
+        timestamp_ms: T0,
+        key: Some(b"k"),
+        value: Some(b"v"),
+        headers: &[],
+    });
+    keyless.push(&NewRecord {
+        timestamp_ms: T0,
+        key: None,
+        value: Some(b"no key"),
+        headers: &[],
+    });
+    let result = log.append(keyless.build().unwrap(), now());
+    assert!(
+        matches!(
+            result,
+            Err(AppendError::NullKeyInCompactedTopic { position: 0 })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        log.log_end_offset(),
+        Offset(0),
+        "nothing of the batch was written"
+    );
+    log.append(valid_batch(2, 10), now()).unwrap();
+    assert_eq!(
+        log.log_end_offset(),
+        Offset(2),
+        "keyed records are accepted"
+    );
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use futures_channel::oneshot;
 
 use crate::config::LogConfig;
@@ -188,7 +188,21 @@ pub struct Engine {
 
 struct ShardHandle {
     sender: Option<Sender<Request>>,
+    /// Set when the shard thread has stopped serving (it panicked). Requests that reach a
+    /// stopped shard are dropped from `exit_drain`, so their callers get `ShardFailed`.
+    stopped: Arc<AtomicBool>,
+    /// The queue's other end, kept to empty it once the shard stopped.
+    exit_drain: Receiver<Request>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ShardHandle {
+    /// Drops every request still queued for a stopped shard; each caller sees `ShardFailed`.
+    fn drain_if_stopped(&self) {
+        if self.stopped.load(Ordering::Acquire) {
+            self.exit_drain.try_iter().for_each(drop);
+        }
+    }
 }
 
 struct Inner {
@@ -524,17 +538,23 @@ impl Engine {
         if let Err(error) = self.check_open() {
             return SendOutcome::Refused(error);
         }
-        let Some(sender) = self
-            .inner
-            .shards
-            .get(shard)
-            .and_then(|handle| handle.sender.as_ref())
-        else {
+        let Some(handle) = self.inner.shards.get(shard) else {
             return SendOutcome::Refused(EngineUnavailable::Closed);
         };
+        let Some(sender) = handle.sender.as_ref() else {
+            return SendOutcome::Refused(EngineUnavailable::Closed);
+        };
+        if handle.stopped.load(Ordering::Acquire) {
+            return SendOutcome::Refused(EngineUnavailable::ShardFailed { shard });
+        }
         let (reply, receiver) = oneshot::channel();
         match sender.try_send(request(reply)) {
-            Ok(()) => SendOutcome::Sent(Pending::waiting(receiver, shard)),
+            Ok(()) => {
+                // The shard may have stopped between the check and the send; a request it will
+                // never read is dropped here, and its caller sees `ShardFailed`.
+                handle.drain_if_stopped();
+                SendOutcome::Sent(Pending::waiting(receiver, shard))
+            }
             Err(TrySendError::Full(_)) => {
                 SendOutcome::Refused(EngineUnavailable::QueueFull { shard })
             }
@@ -866,15 +886,20 @@ impl Engine {
 
     /// Applies retention now to every partition (of `topic`, if given), on every shard, and
     /// reports what each pass did. Blocks.
-    pub fn apply_retention(&self, topic: Option<&str>) -> Result<Vec<PartitionRetention>, TopicError> {
+    pub fn apply_retention(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<Vec<PartitionRetention>, TopicError> {
         let topic = topic.map(TopicName::parse).transpose()?;
         self.check_open()?;
-        let pendings: Vec<Pending<Vec<PartitionRetention>, FlushError>> = (0..self.inner.shards.len())
-            .map(|shard| {
-                let topic = topic.clone();
-                self.send_to(shard, |reply| Request::Retention { topic, reply }).into_pending()
-            })
-            .collect();
+        let pendings: Vec<Pending<Vec<PartitionRetention>, FlushError>> =
+            (0..self.inner.shards.len())
+                .map(|shard| {
+                    let topic = topic.clone();
+                    self.send_to(shard, |reply| Request::Retention { topic, reply })
+                        .into_pending()
+                })
+                .collect();
         let mut reports = Vec::new();
         for pending in pendings {
             reports.extend(pending.wait().map_err(|error| match error {
@@ -990,6 +1015,8 @@ fn spawn_shard(
     config: &EngineConfig,
 ) -> Result<ShardHandle, OpenError> {
     let (sender, receiver) = crossbeam_channel::bounded(config.queue_requests_max.max(1));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let exit_drain = receiver.clone();
     let core = config
         .pin_shards
         .then(|| {
@@ -997,21 +1024,29 @@ fn spawn_shard(
                 .and_then(|cores| cores.get(shard_id % cores.len().max(1)).copied())
         })
         .flatten();
+    let thread_stopped = stopped.clone();
     let thread = std::thread::Builder::new()
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
+            let drain = receiver.clone();
             let shard = Shard::new(shard_id, context, receiver);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
             if outcome.is_err() {
                 log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");
             }
+            // Stopped first, then drained: a request sent after this drain sees the flag and is
+            // drained by its sender (`Engine::send_to`).
+            thread_stopped.store(true, Ordering::Release);
+            drain.try_iter().for_each(drop);
         })
         .map_err(|source| OpenError::ShardThread { shard: shard_id, source })?;
     Ok(ShardHandle {
         sender: Some(sender),
+        stopped,
+        exit_drain,
         thread: Mutex::new(Some(thread)),
     })
 }

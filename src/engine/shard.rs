@@ -235,10 +235,15 @@ impl Shard {
         let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
         let flush_deadline = self.flush_deadlines.values().min().map(at);
         let deletion_deadline = self.file_deletion_deadlines.values().min().map(at);
-        let deadline = [fetch_deadline, flush_deadline, deletion_deadline, Some(self.next_retention_check)]
-            .into_iter()
-            .flatten()
-            .min()?;
+        let deadline = [
+            fetch_deadline,
+            flush_deadline,
+            deletion_deadline,
+            Some(self.next_retention_check),
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
         Some(deadline.saturating_duration_since(now))
     }
 
@@ -633,18 +638,30 @@ impl Shard {
         let interval = Duration::from_millis(self.context.retention_check_interval_ms);
         self.next_retention_check = Instant::now() + interval;
         let owned: Vec<TopicPartition> = {
-            let topics = self.context.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let topics = self
+                .context
+                .topics
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             topics
                 .partitions()
-                .filter(|tp| (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic))
+                .filter(|tp| {
+                    (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic)
+                })
                 .collect()
         };
-        owned.into_iter().map(|tp| self.retain_partition(tp)).collect()
+        owned
+            .into_iter()
+            .map(|tp| self.retain_partition(tp))
+            .collect()
     }
 
     fn retain_partition(&mut self, tp: TopicPartition) -> PartitionRetention {
         let (outcome, next_deletion) = match self.partition(&tp) {
-            Ok(log) => (log.apply_retention(TimestampMs::now()), log.next_file_deletion()),
+            Ok(log) => (
+                log.apply_retention(TimestampMs::now()),
+                log.next_file_deletion(),
+            ),
             Err(LookupError::Open(error)) => (Err(open_error_into_storage(&tp, error)), None),
             Err(LookupError::Unknown) => (Ok(RetentionOutcome::default()), None),
         };
@@ -654,7 +671,10 @@ impl Shard {
         if let Err(error) = &outcome {
             log::error!("shard {}: retention of {tp} failed: {error}", self.id);
         }
-        PartitionRetention { topic_partition: tp, outcome }
+        PartitionRetention {
+            topic_partition: tp,
+            outcome,
+        }
     }
 
     /// Unlinks `.deleted` files whose `file.delete.delay.ms` has passed.
@@ -667,9 +687,14 @@ impl Shard {
             .collect();
         for tp in due {
             self.file_deletion_deadlines.remove(&tp);
-            let Some(log) = self.partitions.get_mut(&tp) else { continue };
+            let Some(log) = self.partitions.get_mut(&tp) else {
+                continue;
+            };
             if let Err(error) = log.delete_expired_files(now) {
-                log::error!("shard {}: removing deleted files of {tp} failed: {error}", self.id);
+                log::error!(
+                    "shard {}: removing deleted files of {tp} failed: {error}",
+                    self.id
+                );
             }
             if let Some(due) = log.next_file_deletion() {
                 self.file_deletion_deadlines.insert(tp, due);

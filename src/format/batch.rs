@@ -287,7 +287,8 @@ impl Batch {
 
     /// Full validation of a batch handed in by a producer: records decode, the count matches
     /// `lastOffsetDelta + 1`, and offset deltas are dense from zero.
-    pub fn validate_records(&self) -> Result<(), DecodeError> {
+    /// Returns the decoded records, so a caller with further checks decodes them once.
+    pub fn validate_records(&self) -> Result<Vec<Record>, DecodeError> {
         if self.header.records_count <= 0 {
             return Err(DecodeError::EmptyBatch);
         }
@@ -306,7 +307,7 @@ impl Batch {
                 });
             }
         }
-        Ok(())
+        Ok(records)
     }
 }
 

@@ -9,7 +9,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::PartitionLog;
-use crate::config::{LogConfig, TimestampType};
+use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
 use crate::segment::{AppendedBatch, IncomingAppend, Segment};
@@ -70,7 +70,12 @@ impl ValidatedBatches {
                     max_bytes,
                 });
             }
-            batch.validate_records().map_err(invalid)?;
+            let records = batch.validate_records().map_err(invalid)?;
+            if config.cleanup_policy != CleanupPolicy::Delete
+                && records.iter().any(|record| record.key.is_none())
+            {
+                return Err(AppendError::NullKeyInCompactedTopic { position });
+            }
             batches.push(IncomingBatch {
                 position,
                 record_count: u64::from(batch.header().records_count as u32),
