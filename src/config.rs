@@ -184,7 +184,9 @@ impl LogConfig {
             "retention.minutes" => {
                 self.set_retention(signed()?, 60_000, RetentionPrecedence::Minutes)
             }
-            "retention.hours" => self.set_retention(signed()?, 3_600_000, RetentionPrecedence::Hours),
+            "retention.hours" => {
+                self.set_retention(signed()?, 3_600_000, RetentionPrecedence::Hours)
+            }
             "file.delete.delay.ms" => self.file_delete_delay_ms = number()?,
             "retention.bytes" => self.retention_bytes = signed()?,
             "cleanup.policy" => {
@@ -216,7 +218,11 @@ impl LogConfig {
             return;
         }
         self.retention_precedence = precedence;
-        self.retention_ms = if value < 0 { -1 } else { value.saturating_mul(unit_ms) };
+        self.retention_ms = if value < 0 {
+            -1
+        } else {
+            value.saturating_mul(unit_ms)
+        };
     }
 
     /// Every setting as Kafka's `key=value` pairs; `set` applied to each rebuilds this config.
@@ -239,7 +245,10 @@ impl LogConfig {
             ("retention.ms", self.retention_ms.to_string()),
             ("retention.bytes", self.retention_bytes.to_string()),
             ("cleanup.policy", self.cleanup_policy.name().to_owned()),
-            ("file.delete.delay.ms", self.file_delete_delay_ms.to_string()),
+            (
+                "file.delete.delay.ms",
+                self.file_delete_delay_ms.to_string(),
+            ),
         ];
         match self.flush_policy {
             FlushPolicy::EveryAppend => pairs.push(("flush.messages", "1".to_owned())),
@@ -330,10 +339,16 @@ mod tests {
         config.set("retention.minutes", "3").unwrap();
         assert_eq!(config.retention_ms, 180_000);
         config.set("retention.hours", "5").unwrap();
-        assert_eq!(config.retention_ms, 180_000, "hours do not override minutes");
+        assert_eq!(
+            config.retention_ms, 180_000,
+            "hours do not override minutes"
+        );
         config.set("retention.ms", "42").unwrap();
         config.set("retention.minutes", "9").unwrap();
-        assert_eq!(config.retention_ms, 42, "minutes do not override milliseconds");
+        assert_eq!(
+            config.retention_ms, 42,
+            "minutes do not override milliseconds"
+        );
         config.set("retention.ms", "-1").unwrap();
         assert_eq!(config.retention_ms, -1);
     }

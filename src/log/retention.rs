@@ -48,7 +48,8 @@ impl PartitionLog {
             self.roll(now)?;
             outcome.rolled = true;
         }
-        let (segments_deleted, bytes_deleted) = self.delete_leading_segments(plan.delete_count, now)?;
+        let (segments_deleted, bytes_deleted) =
+            self.delete_leading_segments(plan.delete_count, now)?;
         outcome.segments_deleted = segments_deleted;
         outcome.bytes_deleted = bytes_deleted;
         outcome.log_start_offset = self.log_start_offset;
@@ -67,7 +68,12 @@ impl PartitionLog {
             retention_ms: self.config.retention_ms,
             retention_bytes: self.config.retention_bytes,
         };
-        Ok(plan_retention(&facts, self.log_start_offset.0, &config, now.0))
+        Ok(plan_retention(
+            &facts,
+            self.log_start_offset.0,
+            &config,
+            now.0,
+        ))
     }
 
     /// Takes the first `count` segments out of the list (never the active one), moves the log
@@ -89,7 +95,8 @@ impl PartitionLog {
             bytes_deleted += slot.size_bytes();
             let base_offset = slot.base_offset();
             slot.mark_deleted(self.storage.as_ref(), &self.dir)?;
-            self.pending_deletions.push(PendingDeletion { base_offset, due });
+            self.pending_deletions
+                .push(PendingDeletion { base_offset, due });
         }
         self.sync_dir()?;
         Ok((segments_deleted, bytes_deleted))
@@ -97,17 +104,26 @@ impl PartitionLog {
 
     /// Unlinks the `.deleted` files whose delay has passed. Returns how many segments' files went.
     pub fn delete_expired_files(&mut self, now: TimestampMs) -> Result<usize, StorageError> {
-        let (due, waiting): (Vec<PendingDeletion>, Vec<PendingDeletion>) =
-            self.pending_deletions.iter().partition(|pending| pending.due <= now);
+        let (due, waiting): (Vec<PendingDeletion>, Vec<PendingDeletion>) = self
+            .pending_deletions
+            .iter()
+            .partition(|pending| pending.due <= now);
         self.pending_deletions = waiting;
         for pending in &due {
-            crate::segment::remove_deleted_files(self.storage.as_ref(), &self.dir, pending.base_offset)?;
+            crate::segment::remove_deleted_files(
+                self.storage.as_ref(),
+                &self.dir,
+                pending.base_offset,
+            )?;
         }
         Ok(due.len())
     }
 
     /// When the next `.deleted` files may be unlinked, if any wait.
     pub fn next_file_deletion(&self) -> Option<TimestampMs> {
-        self.pending_deletions.iter().map(|pending| pending.due).min()
+        self.pending_deletions
+            .iter()
+            .map(|pending| pending.due)
+            .min()
     }
 }

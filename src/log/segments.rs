@@ -84,7 +84,11 @@ impl SegmentSlot {
     }
 
     /// Closes the segment and renames its files to `.deleted`; they are unlinked later.
-    pub(crate) fn mark_deleted(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
+    pub(crate) fn mark_deleted(
+        self,
+        storage: &dyn Storage,
+        dir: &Path,
+    ) -> Result<(), StorageError> {
         let base_offset = self.base_offset();
         drop(self);
         crate::segment::rename_files_to_deleted(storage, dir, base_offset)

@@ -574,7 +574,11 @@ const SEGMENT_FILE_KINDS: [SegmentFileKind; 3] = [
 ];
 
 /// Renames a segment's files to `.deleted`, then removes them (the segment is closed).
-pub fn delete_files(storage: &dyn Storage, dir: &Path, base_offset: Offset) -> Result<(), StorageError> {
+pub fn delete_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: Offset,
+) -> Result<(), StorageError> {
     rename_files_to_deleted(storage, dir, base_offset)?;
     remove_deleted_files(storage, dir, base_offset)
 }
