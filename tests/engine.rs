@@ -107,10 +107,14 @@ impl Storage for CountingStorage {
 }
 
 fn batch(value: &str) -> Bytes {
+    keyed_batch(None, value)
+}
+
+fn keyed_batch(key: Option<&[u8]>, value: &str) -> Bytes {
     let mut builder = BatchBuilder::new(0);
     builder.push(&NewRecord {
         timestamp_ms: TimestampMs::now().0,
-        key: None,
+        key,
         value: Some(value.as_bytes()),
         headers: &[],
     });
@@ -308,7 +312,7 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
             .append(
                 &TopicName::parse("a").unwrap(),
                 3,
-                batch("x"),
+                keyed_batch(Some(b"k"), "x"),
                 Durability::Written,
             )
             .wait()
