@@ -77,7 +77,7 @@ fn create_then_describe_shows_partitions_and_configs_after_reopening_and_appends
             "--config",
             "retention.ms=60000",
             "--config",
-            "cleanup.policy=compact",
+            "max.message.bytes=2000",
         ],
     );
 
@@ -93,7 +93,7 @@ fn create_then_describe_shows_partitions_and_configs_after_reopening_and_appends
     assert_success(&output);
     let mut expected = vec![
         "Topic: orders\tPartitionCount: 3\t\
-         Configs: segment.bytes=1024,retention.ms=60000,cleanup.policy=compact"
+         Configs: segment.bytes=1024,max.message.bytes=2000,retention.ms=60000"
             .to_owned(),
     ];
     for partition in 0..3 {
@@ -116,7 +116,7 @@ fn create_then_describe_shows_partitions_and_configs_after_reopening_and_appends
     assert_eq!(
         description["configs"],
         serde_json::json!({
-            "cleanup.policy": "compact",
+            "max.message.bytes": "2000",
             "retention.ms": "60000",
             "segment.bytes": "1024",
         })
