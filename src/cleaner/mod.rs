@@ -2,4 +2,6 @@
 //! compaction. Planning is pure ([`retention::plan_retention`]); the owning shard applies a plan
 //! to its log, so partition state keeps a single writer.
 
+pub mod compact;
+pub mod offset_map;
 pub mod retention;
