@@ -7,6 +7,7 @@
 //! forward when an `fdatasync` of the data below it has succeeded.
 
 mod append;
+mod compaction;
 mod open;
 mod retention;
 mod segments;
@@ -28,6 +29,7 @@ pub use segments::SEALED_OPEN_MAX;
 
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
+pub use compaction::CompactionOutcome;
 pub use retention::RetentionOutcome;
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.

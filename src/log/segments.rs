@@ -189,6 +189,18 @@ impl SegmentList {
         }
     }
 
+    /// Puts `segment` in place of the sealed segment at `index` (a compacted copy of it).
+    pub(crate) fn replace_sealed(&mut self, index: usize, segment: Segment) -> SegmentSlot {
+        assert!(
+            index + 1 < self.slots.len(),
+            "only a sealed segment is replaced"
+        );
+        let base_offset = segment.base_offset();
+        let replaced = std::mem::replace(&mut self.slots[index], SegmentSlot::Open(segment));
+        self.touch_sealed(base_offset);
+        replaced
+    }
+
     /// Appends a new active segment; the previous active one is sealed now and joins the bound.
     pub(crate) fn push_active(&mut self, segment: Segment) {
         if let Some(previous) = self.slots.last() {

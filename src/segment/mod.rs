@@ -388,6 +388,27 @@ impl Segment {
         }
     }
 
+    /// Calls `visit` with every batch of the segment in order, CRC-checked. Stops early when
+    /// `visit` returns `false`. A batch that fails its checks is a `Corrupt` error: sealed data
+    /// is never silently skipped.
+    pub fn for_each_batch(
+        &self,
+        mut visit: impl FnMut(crate::format::Batch) -> bool,
+    ) -> Result<(), StorageError> {
+        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
+        loop {
+            match scanner.next_batch()? {
+                ScanStep::Item { item, .. } => {
+                    if !visit(item) {
+                        return Ok(());
+                    }
+                }
+                ScanStep::End => return Ok(()),
+                ScanStep::Invalid { position, error } => return Err(self.corrupt(position, error)),
+            }
+        }
+    }
+
     /// Reads and checks the one batch at `location`.
     pub fn read_batch(
         &self,
