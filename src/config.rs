@@ -71,6 +71,10 @@ pub struct LogConfig {
     pub cleanup_policy: CleanupPolicy,
     /// `file.delete.delay.ms`: how long a deleted segment's files stay as `.deleted`.
     pub file_delete_delay_ms: u64,
+    /// `delete.retention.ms`: how long a tombstone survives after the first cleaning that kept it.
+    pub delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio`: the dirty share of a log above which the cleaner compacts it.
+    pub min_cleanable_dirty_ratio: f64,
     /// Which of `retention.ms` / `.minutes` / `.hours` set `retention_ms` (Kafka's precedence:
     /// milliseconds over minutes over hours), so that a less precise one set later does not win.
     pub retention_precedence: RetentionPrecedence,
@@ -93,6 +97,8 @@ impl PartialEq for LogConfig {
             && left.retention_bytes == right.retention_bytes
             && left.cleanup_policy == right.cleanup_policy
             && left.file_delete_delay_ms == right.file_delete_delay_ms
+            && left.delete_retention_ms == right.delete_retention_ms
+            && left.min_cleanable_dirty_ratio == right.min_cleanable_dirty_ratio
     }
 }
 
@@ -121,6 +127,8 @@ impl Default for LogConfig {
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::Delete,
             file_delete_delay_ms: 60_000,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_cleanable_dirty_ratio: 0.5,
             retention_precedence: RetentionPrecedence::Default,
         }
     }
@@ -188,6 +196,14 @@ impl LogConfig {
                 self.set_retention(signed()?, 3_600_000, RetentionPrecedence::Hours)
             }
             "file.delete.delay.ms" => self.file_delete_delay_ms = number()?,
+            "delete.retention.ms" => self.delete_retention_ms = number()?,
+            "min.cleanable.dirty.ratio" => {
+                self.min_cleanable_dirty_ratio = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|ratio| (0.0..=1.0).contains(ratio))
+                    .ok_or(invalid("expected a number between 0 and 1"))?
+            }
             "retention.bytes" => self.retention_bytes = signed()?,
             "cleanup.policy" => {
                 self.cleanup_policy = match value {

@@ -255,3 +255,82 @@ fn is_partially_compacted(before: &[Row], after: &[Row], state: &[Row]) -> bool 
     let keeps_latest = after.iter().all(|row| state.contains(row));
     increasing && from_before && keeps_latest
 }
+
+#[test]
+fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
+    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let engine_config = || EngineConfig {
+        shard_count: 2,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = engine.create_topic("latest", 1, config()).unwrap();
+    engine
+        .create_topic("plain", 1, LogConfig::default())
+        .unwrap();
+    for sequence in 0..60u32 {
+        let key = [b'k', (sequence % 4) as u8];
+        let value = format!("value-{sequence:08}-{}", "x".repeat(40));
+        let mut builder = BatchBuilder::new(0);
+        builder.push(&NewRecord {
+            timestamp_ms: T0,
+            key: Some(&key),
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+        engine
+            .append(&topic, 0, builder.build().unwrap(), Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let reports = engine.compact(None).unwrap();
+    assert_eq!(reports.len(), 1, "only the compacted topic is compacted");
+    let outcome = reports[0].outcome.as_ref().unwrap();
+    assert!(outcome.segments_cleaned > 0);
+    assert!(outcome.bytes_after < outcome.bytes_before);
+    let first_dirty = outcome.first_dirty_offset;
+    let checkpoint = std::fs::read_to_string(dir.path().join("cleaner-offset-checkpoint")).unwrap();
+    assert!(
+        checkpoint.contains(&format!("latest 0 {}", first_dirty.0)),
+        "{checkpoint}"
+    );
+    let again = engine.compact(Some("latest")).unwrap();
+    assert_eq!(
+        again[0].outcome.as_ref().unwrap().segments_cleaned,
+        0,
+        "nothing new is dirty"
+    );
+    engine.close().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let data = engine
+        .fetch(
+            &topic,
+            0,
+            Offset(0),
+            FetchOptions {
+                max_bytes: 1 << 20,
+                ..FetchOptions::default()
+            },
+        )
+        .wait()
+        .unwrap();
+    let mut values_below_dirty = BTreeMap::new();
+    for batch in BatchIter::new(data.records, u64::MAX) {
+        let batch = batch.unwrap();
+        for record in batch.records().unwrap() {
+            let offset = batch.base_offset() as u64 + record.offset_delta as u64;
+            if offset < first_dirty.0 {
+                assert!(
+                    values_below_dirty
+                        .insert(record.key.unwrap().to_vec(), offset)
+                        .is_none(),
+                    "one record per key below the dirty offset"
+                );
+            }
+        }
+    }
+    assert!(!values_below_dirty.is_empty());
+    engine.close().unwrap();
+}

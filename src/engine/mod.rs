@@ -32,8 +32,8 @@ use crate::error::{
     StorageError, TopicError,
 };
 use crate::format::file_name::{
-    CLEAN_SHUTDOWN_MARKER, DELETE_DIR_SUFFIX, LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT, partition_dir_name,
+    CLEAN_SHUTDOWN_MARKER, CLEANER_OFFSET_CHECKPOINT, DELETE_DIR_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, partition_dir_name,
 };
 use crate::index::time_index::TimestampOffset;
 use crate::io::{IoBackend, Storage};
@@ -45,8 +45,8 @@ use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 pub use pending::Pending;
-pub use shard::PartitionRetention;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
+pub use shard::{PartitionCompaction, PartitionRetention};
 pub use topics::TopicMetadata;
 use topics::TopicRegistry;
 
@@ -73,6 +73,9 @@ pub struct EngineConfig {
     /// `log.retention.check.interval.ms`: how often each shard applies retention to its
     /// partitions (default 5 minutes).
     pub retention_check_interval_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: memory for one compaction's key map (each entry takes
+    /// 24 bytes; a full map means another round).
+    pub cleaner_dedupe_buffer_bytes: usize,
 }
 
 /// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
@@ -114,6 +117,7 @@ impl Default for EngineConfig {
             backend: IoBackend::from_env(),
             open_partitions_max: open_partitions_default(),
             retention_check_interval_ms: 300_000,
+            cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -224,6 +228,7 @@ struct Inner {
 struct Checkpoints {
     recovery_points: BTreeMap<TopicPartition, Offset>,
     log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    cleaner_offsets: BTreeMap<TopicPartition, Offset>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -272,6 +277,10 @@ impl Engine {
                 storage.as_ref(),
                 &root.join(LOG_START_OFFSET_CHECKPOINT),
             )?,
+            cleaner_offsets: read_checkpoint(
+                storage.as_ref(),
+                &root.join(CLEANER_OFFSET_CHECKPOINT),
+            )?,
         };
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
@@ -287,6 +296,7 @@ impl Engine {
                 had_clean_shutdown,
                 recovery_points: checkpoints.recovery_points.clone(),
                 log_start_offsets: checkpoints.log_start_offsets.clone(),
+                cleaner_offsets: checkpoints.cleaner_offsets.clone(),
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
@@ -756,6 +766,7 @@ impl Engine {
         for tp in &tps {
             admin.recovery_points.remove(tp);
             admin.log_start_offsets.remove(tp);
+            admin.cleaner_offsets.remove(tp);
             self.remove_partition_dir(tp)?;
         }
         sync_dir(self.inner.storage.as_ref(), &self.inner.root)?;
@@ -902,12 +913,37 @@ impl Engine {
                 .collect();
         let mut reports = Vec::new();
         for pending in pendings {
-            reports.extend(pending.wait().map_err(|error| match error {
-                FlushError::Storage(error) => TopicError::Storage(error),
-                FlushError::Unavailable(error) => TopicError::Unavailable(error),
-            })?);
+            reports.extend(pending.wait().map_err(flush_into_topic_error)?);
         }
         reports.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+        Ok(reports)
+    }
+
+    /// Compacts every partition of the compacted topics (of `topic`, if given) now, on the
+    /// shards that own them, and records each one's progress in `cleaner-offset-checkpoint`.
+    /// Blocks.
+    pub fn compact(&self, topic: Option<&str>) -> Result<Vec<PartitionCompaction>, TopicError> {
+        let topic = topic.map(TopicName::parse).transpose()?;
+        self.check_open()?;
+        let dedupe_buffer_bytes = self.inner.config.cleaner_dedupe_buffer_bytes;
+        let pendings: Vec<Pending<Vec<PartitionCompaction>, FlushError>> =
+            (0..self.inner.shards.len())
+                .map(|shard| {
+                    let topic = topic.clone();
+                    let request = |reply| Request::Compact {
+                        topic,
+                        dedupe_buffer_bytes,
+                        reply,
+                    };
+                    self.send_to(shard, request).into_pending()
+                })
+                .collect();
+        let mut reports = Vec::new();
+        for pending in pendings {
+            reports.extend(pending.wait().map_err(flush_into_topic_error)?);
+        }
+        reports.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
+        self.checkpoint().map_err(flush_into_topic_error)?;
         Ok(reports)
     }
 
@@ -943,6 +979,12 @@ impl Engine {
             root,
             LOG_START_OFFSET_CHECKPOINT,
             &checkpoints.log_start_offsets,
+        )?;
+        write_checkpoint(
+            storage,
+            root,
+            CLEANER_OFFSET_CHECKPOINT,
+            &checkpoints.cleaner_offsets,
         )
     }
 }
@@ -971,8 +1013,20 @@ fn join_shard(shard: &ShardHandle) {
     }
 }
 
+fn flush_into_topic_error(error: FlushError) -> TopicError {
+    match error {
+        FlushError::Storage(error) => TopicError::Storage(error),
+        FlushError::Unavailable(error) => TopicError::Unavailable(error),
+    }
+}
+
 fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionCheckpoint>) {
     for partition in partitions {
+        if let Some(cleaner_offset) = partition.cleaner_offset {
+            checkpoints
+                .cleaner_offsets
+                .insert(partition.tp.clone(), cleaner_offset);
+        }
         checkpoints
             .recovery_points
             .insert(partition.tp.clone(), partition.recovery_point);

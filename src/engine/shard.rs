@@ -20,6 +20,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::pending::Reply;
 use super::topics::TopicRegistry;
 use super::{FetchOptions, Isolation, PartitionDescription};
+use crate::cleaner::offset_map::OffsetMap;
+use crate::config::CleanupPolicy;
 use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
 };
@@ -27,7 +29,8 @@ use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
-    AppendInfo, FetchData, LogOpenOptions, PartitionLog, RetentionOutcome, ValidatedBatches,
+    AppendInfo, CompactionOutcome, FetchData, LogOpenOptions, PartitionLog, RetentionOutcome,
+    ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -78,6 +81,11 @@ pub(crate) enum Request {
         topic: Option<TopicName>,
         reply: Reply<Vec<PartitionRetention>, FlushError>,
     },
+    Compact {
+        topic: Option<TopicName>,
+        dedupe_buffer_bytes: usize,
+        reply: Reply<Vec<PartitionCompaction>, FlushError>,
+    },
     Close {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
@@ -92,6 +100,8 @@ pub(crate) struct PartitionCheckpoint {
     pub log_end_offset: Offset,
     /// The active segment's `.log`: the only file that can hold unsynced appends.
     pub active_log_path: PathBuf,
+    /// The cleaner's first dirty offset, for a partition the cleaner has compacted.
+    pub cleaner_offset: Option<Offset>,
 }
 
 impl PartitionCheckpoint {
@@ -102,6 +112,7 @@ impl PartitionCheckpoint {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             active_log_path: log.active_log_path().to_owned(),
+            cleaner_offset: None,
         }
     }
 }
@@ -117,6 +128,13 @@ pub struct PartitionRetention {
     pub outcome: Result<RetentionOutcome, StorageError>,
 }
 
+/// What compaction did to one partition.
+#[derive(Debug)]
+pub struct PartitionCompaction {
+    pub topic_partition: TopicPartition,
+    pub outcome: Result<CompactionOutcome, StorageError>,
+}
+
 /// What a shard shares with the engine: read-mostly state set at open.
 pub(crate) struct ShardContext {
     pub root: PathBuf,
@@ -126,6 +144,8 @@ pub(crate) struct ShardContext {
     pub had_clean_shutdown: bool,
     pub recovery_points: BTreeMap<TopicPartition, Offset>,
     pub log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    /// From `cleaner-offset-checkpoint`: each compacted partition's first dirty offset.
+    pub cleaner_offsets: BTreeMap<TopicPartition, Offset>,
     /// Which shard owns a partition (the engine's placement), to find this shard's partitions.
     pub owns: Box<dyn Fn(&TopicPartition) -> bool + Send>,
     /// Bound on this shard's open partitions; the least recently used is closed beyond it.
@@ -317,6 +337,13 @@ impl Shard {
             }
             Request::Retention { topic, reply } => {
                 let _ = reply.send(Ok(self.run_retention(topic.as_ref())));
+            }
+            Request::Compact {
+                topic,
+                dedupe_buffer_bytes,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.run_compaction(topic.as_ref(), dedupe_buffer_bytes)));
             }
             Request::Close { reply } => {
                 let _ = reply.send(self.close().map_err(FlushError::from));
@@ -795,7 +822,87 @@ impl Shard {
             .partitions
             .iter()
             .map(|(tp, log)| PartitionCheckpoint::of(tp, log));
-        open.chain(self.evicted.values().cloned()).collect()
+        let all = open.chain(self.evicted.values().cloned());
+        all.map(|checkpoint| self.with_cleaner_offset(checkpoint))
+            .collect()
+    }
+
+    fn with_cleaner_offset(&self, mut checkpoint: PartitionCheckpoint) -> PartitionCheckpoint {
+        checkpoint.cleaner_offset = self.context.cleaner_offsets.get(&checkpoint.tp).copied();
+        checkpoint
+    }
+
+    /// Compacts this shard's partitions of compacted topics (of `topic`, or all) now, from each
+    /// one's first dirty offset, in as many rounds as the dedupe buffer needs. A failure on one
+    /// partition is logged and reported and never stops the others.
+    fn run_compaction(
+        &mut self,
+        topic: Option<&TopicName>,
+        dedupe_buffer_bytes: usize,
+    ) -> Vec<PartitionCompaction> {
+        let compacted: Vec<TopicPartition> = {
+            let topics = self
+                .context
+                .topics
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let is_compacted = |tp: &TopicPartition| {
+                topics
+                    .partition_config(tp)
+                    .is_some_and(|config| config.cleanup_policy != CleanupPolicy::Delete)
+            };
+            topics
+                .partitions()
+                .filter(|tp| {
+                    (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic)
+                })
+                .filter(is_compacted)
+                .collect()
+        };
+        let mut map = match OffsetMap::new(dedupe_buffer_bytes) {
+            Ok(map) => map,
+            Err(error) => {
+                log::error!(
+                    "shard {}: cannot allocate the dedupe buffer: {error}",
+                    self.id
+                );
+                return Vec::new();
+            }
+        };
+        compacted
+            .into_iter()
+            .map(|tp| self.compact_partition(tp, &mut map))
+            .collect()
+    }
+
+    fn compact_partition(
+        &mut self,
+        tp: TopicPartition,
+        map: &mut OffsetMap,
+    ) -> PartitionCompaction {
+        let first_dirty = self
+            .context
+            .cleaner_offsets
+            .get(&tp)
+            .copied()
+            .unwrap_or_default();
+        let outcome = match self.partition(&tp) {
+            Ok(log) => compact_in_rounds(log, map, first_dirty),
+            Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
+            Err(LookupError::Unknown) => Ok(CompactionOutcome::default()),
+        };
+        match &outcome {
+            Ok(done) => {
+                self.context
+                    .cleaner_offsets
+                    .insert(tp.clone(), done.first_dirty_offset);
+            }
+            Err(error) => log::error!("shard {}: compaction of {tp} failed: {error}", self.id),
+        }
+        PartitionCompaction {
+            topic_partition: tp,
+            outcome,
+        }
     }
 
     /// Closes every partition cleanly. After an unclean shutdown, partitions not opened since are
@@ -807,10 +914,14 @@ impl Shard {
             self.recover_unopened()?;
         }
         self.sync_evicted()?;
-        let mut checkpoints: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
+        let evicted: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
+        let mut checkpoints: Vec<PartitionCheckpoint> = evicted
+            .into_iter()
+            .map(|checkpoint| self.with_cleaner_offset(checkpoint))
+            .collect();
         let partitions = std::mem::take(&mut self.partitions);
         for (tp, log) in partitions {
-            let mut checkpoint = PartitionCheckpoint::of(&tp, &log);
+            let mut checkpoint = self.with_cleaner_offset(PartitionCheckpoint::of(&tp, &log));
             log.close()?;
             checkpoint.recovery_point = checkpoint.log_end_offset;
             checkpoints.push(checkpoint);
@@ -871,6 +982,37 @@ impl Shard {
             }
         }
         Ok(())
+    }
+}
+
+/// Compacts `log` from `first_dirty`, round after round while the dedupe buffer fills, and sums
+/// what the rounds did.
+fn compact_in_rounds(
+    log: &mut PartitionLog,
+    map: &mut OffsetMap,
+    first_dirty: Offset,
+) -> Result<CompactionOutcome, StorageError> {
+    let delete_retention_ms = i64::try_from(log.config().delete_retention_ms).unwrap_or(i64::MAX);
+    let mut total = CompactionOutcome {
+        first_dirty_offset: first_dirty,
+        ..CompactionOutcome::default()
+    };
+    loop {
+        let round = log.compact(
+            map,
+            total.first_dirty_offset,
+            delete_retention_ms,
+            TimestampMs::now(),
+        )?;
+        let progressed = round.first_dirty_offset > total.first_dirty_offset;
+        total.segments_cleaned += round.segments_cleaned;
+        total.bytes_before += round.bytes_before;
+        total.bytes_after += round.bytes_after;
+        total.first_dirty_offset = round.first_dirty_offset;
+        total.map_full = round.map_full;
+        if !round.map_full || !progressed {
+            return Ok(total);
+        }
     }
 }
 

@@ -142,6 +142,8 @@ pub fn parse_partition_dir_name(name: &str) -> Option<TopicPartition> {
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
+/// The cleaner's progress: each compacted partition's first dirty offset.
+pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 pub const LOCK_FILE: &str = ".lock";
 /// The topic registry (seglog's own; Kafka keeps topics in its metadata log).
 pub const TOPIC_REGISTRY: &str = "seglog-topics";
