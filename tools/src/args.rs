@@ -21,8 +21,12 @@ pub enum Command {
     Topics(TopicsArgs),
     /// Append records read from stdin, one per line, and print each one's partition and offset.
     Produce(ProduceArgs),
-    /// Print the records of one partition, from an offset to the end of the log.
+    /// Print the records of one partition, from an offset to the end of the log; or, with
+    /// --group, of every partition of the topic as a member of a consumer group.
     Consume(ConsumeArgs),
+    /// List consumer groups and describe their committed offsets and lag
+    /// (Kafka's `kafka-consumer-groups`).
+    Groups(GroupsArgs),
     /// Print .log, .index and .timeindex files like Kafka's kafka.tools.DumpLogSegments.
     Dump(DumpArgs),
     /// Check every batch and index entry of a data directory (or one partition directory), read-only.
@@ -74,12 +78,25 @@ pub struct ConsumeArgs {
     /// Topic to read.
     #[arg(long)]
     pub topic: String,
-    /// Partition to read.
-    #[arg(long)]
-    pub partition: u32,
+    /// Partition to read (required without --group).
+    #[arg(long, required_unless_present = "group", conflicts_with = "group")]
+    pub partition: Option<u32>,
     /// First offset to print (default: the log start offset).
-    #[arg(long, conflicts_with = "from_beginning")]
+    #[arg(long, conflicts_with_all = ["from_beginning", "group"])]
     pub offset: Option<u64>,
+    /// Join this consumer group: consume every partition of the topic from the group's committed
+    /// offsets (partitions without one from the log start offset, or as
+    /// `auto.offset.reset` says), commit after each printed poll, and leave at the end of the log.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// A consumer setting with Kafka's consumer-config name, e.g. `auto.offset.reset=latest`;
+    /// repeatable; with --group only.
+    #[arg(
+        long = "consumer-property",
+        value_name = "KEY=VALUE",
+        conflicts_with = "partition"
+    )]
+    pub consumer_properties: Vec<String>,
     /// Start at the log start offset (the default).
     #[arg(long)]
     pub from_beginning: bool,
@@ -87,6 +104,47 @@ pub struct ConsumeArgs {
     #[arg(long)]
     pub max_records: Option<u64>,
     /// Format of the record lines.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Consumer groups live in the process that runs them, so a data directory opened by this command has no live members: it shows what is durable, the offsets each group committed (every group is Empty), with each partition's log end offset and lag."
+)]
+pub struct GroupsArgs {
+    #[command(subcommand)]
+    pub command: GroupsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupsCommand {
+    /// Print the groups that have committed offsets, one per line.
+    List(GroupListArgs),
+    /// Print a group's committed offset, log end offset and lag per partition, like
+    /// `kafka-consumer-groups --describe` (no live members: groups live in their own process).
+    Describe(GroupDescribeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupListArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Format of the group lines.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct GroupDescribeArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Group to describe (default: every group with committed offsets).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Text like `kafka-consumer-groups --describe`, or one JSON object per group.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }

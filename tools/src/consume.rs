@@ -1,58 +1,83 @@
 //! `seglog consume`: prints one partition's records from an offset up to the log end offset seen
-//! when reading started.
+//! when reading started; or, with `--group`, joins a consumer group and prints the records of
+//! every partition of the topic from the group's committed offsets to the log end, committing
+//! after each poll's records are printed (at least once: a record printed but not yet committed
+//! when the command is killed is printed again by the next run).
 //!
 //! The data directory is opened through the engine, so a directory that was not closed cleanly, or
 //! that Kafka wrote (no checkpoints, no indexes, no topic registry), is recovered first, exactly as
 //! an application embedding seglog would see it. Records are read with the engine's fetch, one
 //! fetch of at most [`FETCH_MAX_BYTES`] at a time, and printed as each fetch arrives.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::{self, Write};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use seglog::engine::{Engine, FetchOptions};
 use seglog::error::ReadError;
 use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
+use seglog::group::{
+    AutoOffsetReset, Consumer, ConsumerConfig, ConsumerRecord, GroupCoordinator, PollOptions,
+};
 use seglog::log::FetchData;
 use seglog::types::{Offset, TopicName};
+use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{ConsumeArgs, OutputFormat};
 use crate::engine_open::{open_existing, with_engine};
-use crate::record_view::{json_line, record_offset, text_line};
+use crate::record_view::{json_line, lossy, record_offset, text_line};
 
 /// Bytes asked of the log per fetch; a fetch always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
+/// How long one poll of a group member waits for records.
+const GROUP_POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// The most records one poll of a group member returns (and one commit covers).
+const GROUP_POLL_RECORDS_MAX: usize = 500;
 
 pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
     with_engine(open_existing(&args.dir)?, |engine| {
-        consume(engine, &topic, args)
+        match (&args.group, args.partition) {
+            (Some(group), _) => consume_group(engine, &topic, group, args),
+            (None, Some(partition)) => consume(engine, &topic, partition, args),
+            (None, None) => bail!("--partition or --group is required"),
+        }
     })?;
     Ok(Outcome::Clean)
 }
 
-fn consume(engine: &Engine, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<()> {
-    let partition_count = engine
+fn partition_count(engine: &Engine, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<u32> {
+    engine
         .list_topics()
         .into_iter()
         .find(|(name, _)| name == topic)
         .map(|(_, metadata)| metadata.partition_count)
-        .with_context(|| format!("topic {topic} does not exist in {}", args.dir.display()))?;
-    if args.partition >= partition_count {
-        bail!(
-            "topic {topic} has {partition_count} partitions: there is no partition {}",
-            args.partition
-        );
+        .with_context(|| format!("topic {topic} does not exist in {}", args.dir.display()))
+}
+
+fn consume(
+    engine: &Engine,
+    topic: &TopicName,
+    partition: u32,
+    args: &ConsumeArgs,
+) -> anyhow::Result<()> {
+    let partition_count = partition_count(engine, topic, args)?;
+    if partition >= partition_count {
+        bail!("topic {topic} has {partition_count} partitions: there is no partition {partition}");
     }
     let reader = PartitionReader {
         engine,
         topic,
-        partition: args.partition,
+        partition,
     };
-    print_records(&reader, args)
-        .with_context(|| format!("cannot consume {topic}-{}", args.partition))
+    print_records(&reader, args).with_context(|| format!("cannot consume {topic}-{partition}"))
 }
 
 /// Where printing starts and stops.
@@ -184,4 +209,169 @@ fn print_batch(
         count += 1;
     }
     Ok(count)
+}
+
+/// `consume --group`: a member of `group` subscribed to `topic`, printing until every partition's
+/// position reaches the log end offset seen when it started (or `--max-records`).
+fn consume_group(
+    engine: &Engine,
+    topic: &TopicName,
+    group: &str,
+    args: &ConsumeArgs,
+) -> anyhow::Result<()> {
+    partition_count(engine, topic, args)?;
+    let log_end_offsets: BTreeMap<u32, Offset> = engine
+        .describe_topic(topic.as_str())
+        .with_context(|| format!("cannot describe topic {topic}"))?
+        .partitions
+        .iter()
+        .map(|partition| (partition.partition, partition.log_end_offset))
+        .collect();
+    let coordinator =
+        GroupCoordinator::open(engine).context("cannot open the group coordinator")?;
+    let mut consumer = coordinator.consumer(group_config(group, &args.consumer_properties)?);
+    consumer
+        .subscribe(&[topic.as_str()])
+        .with_context(|| format!("cannot join group {group}"))?;
+    let printed = print_group_records(&mut consumer, &log_end_offsets, args);
+    let closed = consumer
+        .close()
+        .with_context(|| format!("cannot leave group {group}"));
+    printed.with_context(|| format!("cannot consume {topic} as group {group}"))?;
+    closed
+}
+
+/// The tool's defaults (start at the log start offset, commit explicitly), then the properties.
+fn group_config(group: &str, properties: &[String]) -> anyhow::Result<ConsumerConfig> {
+    let mut config = ConsumerConfig::new(group);
+    config.auto_offset_reset = AutoOffsetReset::Earliest;
+    config.enable_auto_commit = false;
+    for property in properties {
+        let (key, value) = property
+            .split_once('=')
+            .with_context(|| format!("--consumer-property {property:?} is not KEY=VALUE"))?;
+        config
+            .set(key.trim(), value.trim())
+            .with_context(|| format!("invalid --consumer-property {property:?}"))?;
+    }
+    Ok(config)
+}
+
+fn print_group_records(
+    consumer: &mut Consumer,
+    log_end_offsets: &BTreeMap<u32, Offset>,
+    args: &ConsumeArgs,
+) -> anyhow::Result<()> {
+    let max_records = args.max_records.unwrap_or(u64::MAX);
+    let mut printed = 0u64;
+    let mut out = io::stdout().lock();
+    // Every poll either prints records (moving positions towards the log end offsets, which do
+    // not move: the engine's lock keeps other writers out) or is one of the polls that take the
+    // assignment; so the loop reaches the end.
+    while printed < max_records && !caught_up(consumer, log_end_offsets)? {
+        let remaining = usize::try_from(max_records - printed).unwrap_or(usize::MAX);
+        let options = PollOptions {
+            max_records: remaining.min(GROUP_POLL_RECORDS_MAX),
+            max_bytes: FETCH_MAX_BYTES,
+            timeout: GROUP_POLL_TIMEOUT,
+        };
+        let records = consumer.poll_with(options)?;
+        for record in &records {
+            let line = match args.format {
+                OutputFormat::Text => group_text_line(record),
+                OutputFormat::Json => serde_json::to_string(&JsonGroupRecord::of(record))?,
+            };
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        if !records.is_empty() {
+            consumer.commit_sync()?;
+            printed += records.len() as u64;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the member owns every partition and has read each to its log end offset.
+fn caught_up(
+    consumer: &mut Consumer,
+    log_end_offsets: &BTreeMap<u32, Offset>,
+) -> anyhow::Result<bool> {
+    let assignment = consumer.assignment();
+    if assignment.len() < log_end_offsets.len() {
+        return Ok(false);
+    }
+    for tp in &assignment {
+        let end = log_end_offsets
+            .get(&tp.partition)
+            .copied()
+            .unwrap_or(Offset(0));
+        if consumer.position(tp)? < end {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `partition=1 offset=5 timestamp=.. key=k value=v headers=[h=x]`: the partitionless line with
+/// the partition first.
+fn group_text_line(record: &ConsumerRecord) -> String {
+    let mut line = format!(
+        "partition={} offset={} timestamp={} key={} value={} headers=[",
+        record.partition,
+        record.offset,
+        record.timestamp,
+        nullable_text(record.key.as_ref()),
+        nullable_text(record.value.as_ref()),
+    );
+    for (index, header) in record.headers.iter().enumerate() {
+        let separator = if index == 0 { "" } else { "," };
+        let value = nullable_text(header.value.as_ref());
+        // Writing to a String cannot fail.
+        let _ = write!(line, "{separator}{}={value}", header.key);
+    }
+    line.push(']');
+    line
+}
+
+fn nullable_text(bytes: Option<&Bytes>) -> Cow<'_, str> {
+    bytes.map_or(Cow::Borrowed("null"), lossy)
+}
+
+/// One JSON header of a group record line.
+#[derive(Debug, Serialize)]
+struct JsonGroupHeader<'a> {
+    key: &'a str,
+    value: Option<Cow<'a, str>>,
+}
+
+/// One JSON record line of `consume --group`: the partitionless line with the partition first.
+#[derive(Debug, Serialize)]
+struct JsonGroupRecord<'a> {
+    partition: u32,
+    offset: u64,
+    timestamp: i64,
+    key: Option<Cow<'a, str>>,
+    value: Option<Cow<'a, str>>,
+    headers: Vec<JsonGroupHeader<'a>>,
+}
+
+impl<'a> JsonGroupRecord<'a> {
+    fn of(record: &'a ConsumerRecord) -> JsonGroupRecord<'a> {
+        JsonGroupRecord {
+            partition: record.partition,
+            offset: record.offset.0,
+            timestamp: record.timestamp.0,
+            key: record.key.as_ref().map(lossy),
+            value: record.value.as_ref().map(lossy),
+            headers: record
+                .headers
+                .iter()
+                .map(|header| JsonGroupHeader {
+                    key: &header.key,
+                    value: header.value.as_ref().map(lossy),
+                })
+                .collect(),
+        }
+    }
 }

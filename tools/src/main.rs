@@ -3,11 +3,14 @@
 //! - `topics`: create, list, describe, grow and delete topics (Kafka's `kafka-topics`);
 //! - `produce`: append lines from stdin to a topic, acknowledging each with its partition and offset
 //!   (with `--durable`, once its batch is synced: group commit);
-//! - `consume`: print a partition's records from an offset to the log end;
+//! - `consume`: print a partition's records from an offset to the log end, or, with `--group`,
+//!   every partition's records as a member of a consumer group that commits as it goes;
+//! - `groups`: list consumer groups and describe their committed offsets and lag (Kafka's
+//!   `kafka-consumer-groups`);
 //! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
 //! - `verify`: check every batch and index entry of a data directory, read-only.
 //!
-//! `topics`, `produce` and `consume` open the data directory through the engine
+//! `topics`, `produce`, `consume` and `groups` open the data directory through the engine
 //! (`seglog::engine::Engine`), which takes the directory's lock and recovers it if needed; `dump`
 //! and `verify` read files only, never through the engine, so they take no lock and change
 //! nothing, even while another process has the directory open.
@@ -19,6 +22,7 @@ mod args;
 mod consume;
 mod dump;
 mod engine_open;
+mod groups;
 mod index_check;
 mod kafka_text;
 mod log_scan;
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Topics(args) => topics::run(&args),
         Command::Produce(args) => produce::run(&args),
         Command::Consume(args) => consume::run(&args),
+        Command::Groups(args) => groups::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Verify(args) => verify::run(&args),
     };

@@ -1,0 +1,439 @@
+//! The consumer API of consumer groups (issue 6, part 2) on a real engine. Proves that: `poll`
+//! returns records in offset order with their partition, offset, timestamp, key and value, bounded
+//! by `max_records` and `max_bytes`, round-robin across partitions; a long poll returns as soon as
+//! a record is appended; `pause` stops a partition's records until `resume`, keeping its position;
+//! `seek`, `seek_to_beginning` and `seek_to_end` move the position; `auto.offset.reset` starts a
+//! partition without a committed offset at the log start (earliest) or the log end (latest), or
+//! refuses (none), and a committed offset wins over it; a position past the log end is reset;
+//! `commit_sync` and `commit_async` make `committed` answer the position, even when the async
+//! handle is dropped unawaited; auto-commit commits at its interval and at `close`; group
+//! descriptions show members, committed offsets, log end offsets and lag; and deleting a group
+//! removes its offsets, refusing a group with members.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod group_common;
+
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use group_common::{
+    PATIENCE, by_partition, config, create_topic, fill, open_engine, poll_records, produce,
+    subscribed, tp, value,
+};
+use seglog::config::TimestampType;
+use seglog::group::{
+    DeleteGroupError, DescribeError, GroupCoordinator, GroupState, OffsetAndMetadata, PollError,
+    PollOptions, PositionError,
+};
+use seglog::types::{Offset, TimestampMs};
+
+#[test]
+fn poll_returns_records_in_order_with_their_partition_offset_timestamp_key_and_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 2);
+    produce(&engine, "t", 0, &["a", "b"]);
+    produce(&engine, "t", 0, &["c"]);
+    produce(&engine, "t", 1, &["x"]);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let records = poll_records(&mut consumer, 4);
+    let values = by_partition(&records);
+    assert_eq!(values[&0], ["a", "b", "c"]);
+    assert_eq!(values[&1], ["x"]);
+    let first = records.iter().find(|r| r.partition == 0).unwrap();
+    assert_eq!(first.topic.as_str(), "t");
+    assert_eq!(first.offset, Offset(0));
+    assert_eq!(first.timestamp, TimestampMs(1_700_000_000_000));
+    assert_eq!(first.timestamp_type, TimestampType::CreateTime);
+    assert_eq!(first.key.as_deref(), Some(&b"k"[..]));
+    let offsets: Vec<u64> = records
+        .iter()
+        .filter(|r| r.partition == 0)
+        .map(|r| r.offset.0)
+        .collect();
+    assert_eq!(offsets, [0, 1, 2]);
+    assert_eq!(consumer.position(&tp("t", 0)).unwrap(), Offset(3));
+    assert_eq!(consumer.position(&tp("t", 1)).unwrap(), Offset(1));
+}
+
+#[test]
+fn poll_is_bounded_by_max_records_and_max_bytes_and_rotates_over_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 3);
+    fill(&engine, "t", 3, 10);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let options = PollOptions {
+        max_records: 4,
+        max_bytes: u64::MAX,
+        timeout: PATIENCE,
+    };
+    let first = consumer.poll_with(options).unwrap();
+    assert_eq!(first.len(), 4);
+    let second = consumer.poll_with(options).unwrap();
+    assert_eq!(second.len(), 4);
+    assert_ne!(
+        first[0].partition, second[0].partition,
+        "the next poll starts at the next partition"
+    );
+    // Each record here carries 1 byte of key and 4 of value: 13 bytes allow two.
+    let bounded = consumer
+        .poll_with(PollOptions {
+            max_bytes: 13,
+            ..options
+        })
+        .unwrap();
+    assert_eq!(bounded.len(), 2);
+    let one = consumer
+        .poll_with(PollOptions {
+            max_bytes: 1,
+            ..options
+        })
+        .unwrap();
+    assert_eq!(one.len(), 1, "one record is always returned whole");
+}
+
+#[test]
+fn a_long_poll_returns_as_soon_as_a_record_is_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 2);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut long_poll = config("g");
+    long_poll.set("fetch.max.wait.ms", "5000").unwrap();
+    let mut consumer = subscribed(&coordinator, long_poll, &["t"]);
+    assert!(consumer.poll(Duration::ZERO).unwrap().is_empty());
+    let producer_engine = engine.clone();
+    let producer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        produce(&producer_engine, "t", 1, &["late"]);
+    });
+    let started = Instant::now();
+    let records = consumer.poll(Duration::from_secs(20)).unwrap();
+    producer.join().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(value(&records[0]), "late");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_poll_with_nothing_to_return_waits_for_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let started = Instant::now();
+    assert!(
+        consumer
+            .poll(Duration::from_millis(150))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(150));
+}
+
+#[test]
+fn pause_stops_a_partitions_records_until_resume_and_keeps_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 2);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    consumer.poll(Duration::ZERO).unwrap();
+    consumer.pause(&[tp("t", 0)]).unwrap();
+    assert_eq!(consumer.paused(), [tp("t", 0)]);
+    produce(&engine, "t", 0, &["held"]);
+    produce(&engine, "t", 1, &["free"]);
+    let records = poll_records(&mut consumer, 1);
+    assert_eq!(by_partition(&records)[&1], ["free"]);
+    assert!(
+        consumer
+            .poll(Duration::from_millis(100))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(consumer.position(&tp("t", 0)).unwrap(), Offset(0));
+    consumer.resume(&[tp("t", 0)]).unwrap();
+    let records = poll_records(&mut consumer, 1);
+    assert_eq!(by_partition(&records)[&0], ["held"]);
+    let error = consumer.pause(&[tp("t", 9)]).unwrap_err();
+    assert!(
+        matches!(error, PositionError::NotAssigned { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn seek_moves_the_position_back_and_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 5);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    poll_records(&mut consumer, 5);
+    let partition = tp("t", 0);
+    consumer.seek(&partition, Offset(3)).unwrap();
+    assert_eq!(consumer.position(&partition).unwrap(), Offset(3));
+    let again: Vec<u64> = poll_records(&mut consumer, 2)
+        .iter()
+        .map(|r| r.offset.0)
+        .collect();
+    assert_eq!(again, [3, 4]);
+    consumer.seek_to_beginning(&partition).unwrap();
+    assert_eq!(poll_records(&mut consumer, 5)[0].offset, Offset(0));
+    consumer.seek_to_end(&partition).unwrap();
+    assert_eq!(consumer.position(&partition).unwrap(), Offset(5));
+    assert!(consumer.poll(Duration::from_millis(50)).unwrap().is_empty());
+    let error = consumer.seek(&tp("t", 1), Offset(0)).unwrap_err();
+    assert!(
+        matches!(error, PositionError::NotAssigned { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_position_past_the_log_end_is_reset_by_auto_offset_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 3);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    consumer.poll(Duration::ZERO).unwrap();
+    consumer.seek(&tp("t", 0), Offset(100)).unwrap();
+    let records = poll_records(&mut consumer, 3);
+    assert_eq!(
+        records[0].offset,
+        Offset(0),
+        "earliest: back to the log start"
+    );
+}
+
+#[test]
+fn auto_offset_reset_earliest_reads_from_the_log_start_and_latest_from_the_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 5);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut earliest = subscribed(&coordinator, config("from-start"), &["t"]);
+    let mut latest_config = config("from-end");
+    latest_config.set("auto.offset.reset", "latest").unwrap();
+    let mut latest = subscribed(&coordinator, latest_config, &["t"]);
+
+    assert_eq!(poll_records(&mut earliest, 5)[0].offset, Offset(0));
+    assert!(latest.poll(Duration::from_millis(100)).unwrap().is_empty());
+    assert_eq!(latest.position(&tp("t", 0)).unwrap(), Offset(5));
+    produce(&engine, "t", 0, &["after"]);
+    let records = poll_records(&mut latest, 1);
+    assert_eq!(records[0].offset, Offset(5));
+    assert_eq!(value(&records[0]), "after");
+}
+
+#[test]
+fn auto_offset_reset_none_refuses_a_partition_without_a_committed_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut strict = config("g");
+    strict.set("auto.offset.reset", "none").unwrap();
+    let mut consumer = subscribed(&coordinator, strict, &["t"]);
+    let error = consumer.poll(Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(error, PollError::Position(PositionError::NoOffset { .. })),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_committed_offset_wins_over_auto_offset_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 6);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut first = subscribed(&coordinator, config("g"), &["t"]);
+    poll_records(&mut first, 6);
+    first.seek(&tp("t", 0), Offset(4)).unwrap();
+    first.commit_sync().unwrap();
+    first.close().unwrap();
+    let mut latest = config("g");
+    latest.set("auto.offset.reset", "latest").unwrap();
+    let mut second = subscribed(&coordinator, latest, &["t"]);
+    let records = poll_records(&mut second, 2);
+    assert_eq!(records[0].offset, Offset(4));
+}
+
+#[test]
+fn commit_sync_and_commit_async_make_committed_answer_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 10);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let partition = tp("t", 0);
+    assert_eq!(consumer.committed(&partition), None);
+    poll_records(&mut consumer, 10);
+    consumer.seek(&partition, Offset(2)).unwrap();
+    consumer.commit_sync().unwrap();
+    assert_eq!(
+        consumer.committed(&partition),
+        Some(OffsetAndMetadata::new(Offset(2)))
+    );
+    consumer.seek(&partition, Offset(5)).unwrap();
+    consumer.commit_async().wait().unwrap();
+    assert_eq!(consumer.committed(&partition).unwrap().offset, Offset(5));
+    let with_metadata = OffsetAndMetadata {
+        offset: Offset(6),
+        metadata: "checkpoint 6".to_owned(),
+    };
+    consumer
+        .commit_sync_offsets(BTreeMap::from([(partition.clone(), with_metadata.clone())]))
+        .unwrap();
+    assert_eq!(consumer.committed(&partition), Some(with_metadata));
+
+    consumer.seek(&partition, Offset(8)).unwrap();
+    drop(consumer.commit_async());
+    let deadline = Instant::now() + PATIENCE;
+    while consumer.committed(&partition).unwrap().offset != Offset(8) {
+        assert!(
+            Instant::now() < deadline,
+            "a dropped commit is never recorded"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn auto_commit_commits_positions_at_its_interval_and_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 4);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut auto = config("g");
+    auto.set("enable.auto.commit", "true").unwrap();
+    auto.set("auto.commit.interval.ms", "50").unwrap();
+    let mut consumer = subscribed(&coordinator, auto, &["t"]);
+    let partition = tp("t", 0);
+    poll_records(&mut consumer, 4);
+    let deadline = Instant::now() + PATIENCE;
+    while consumer.committed(&partition).map(|c| c.offset) != Some(Offset(4)) {
+        assert!(Instant::now() < deadline, "auto-commit never committed");
+        consumer.poll(Duration::from_millis(20)).unwrap();
+    }
+    produce(&engine, "t", 0, &["last"]);
+    poll_records(&mut consumer, 1);
+    consumer.close().unwrap();
+    assert_eq!(
+        coordinator.committed("g", &partition).unwrap().offset,
+        Offset(5)
+    );
+}
+
+#[test]
+fn describe_group_shows_members_committed_offsets_log_end_offsets_and_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 2);
+    fill(&engine, "t", 2, 10);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    poll_records(&mut consumer, 20);
+    consumer.seek(&tp("t", 0), Offset(7)).unwrap();
+    consumer.commit_sync().unwrap();
+    let description = coordinator.describe_group("g").unwrap();
+    assert_eq!(description.state, GroupState::Stable);
+    assert_eq!(description.members.len(), 1);
+    assert_eq!(description.members[0].assignment, [tp("t", 0), tp("t", 1)]);
+    let lags: Vec<(u32, u64, u64, u64)> = description
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.partition.partition,
+                p.committed.as_ref().unwrap().offset.0,
+                p.log_end_offset.unwrap().0,
+                p.lag.unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(lags, [(0, 7, 10, 3), (1, 10, 10, 0)]);
+    assert!(
+        description
+            .partitions
+            .iter()
+            .all(|p| p.owner.as_ref() == consumer.member_id())
+    );
+    let listing = coordinator.list_groups();
+    assert_eq!(listing.len(), 1);
+    assert_eq!(listing[0].member_count, 1);
+
+    consumer.close().unwrap();
+    let description = coordinator.describe_group("g").unwrap();
+    assert_eq!(description.state, GroupState::Empty);
+    assert!(description.members.is_empty());
+    assert_eq!(description.partitions.len(), 2);
+    let error = coordinator.describe_group("nobody").unwrap_err();
+    assert!(
+        matches!(error, DescribeError::UnknownGroup { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn deleting_a_group_removes_its_offsets_and_refuses_a_group_with_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    create_topic(&engine, "t", 1);
+    fill(&engine, "t", 1, 3);
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    poll_records(&mut consumer, 3);
+    consumer.commit_sync().unwrap();
+    let error = coordinator.delete_group("g").unwrap_err();
+    assert!(
+        matches!(
+            error,
+            DeleteGroupError::NotEmpty {
+                member_count: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    consumer.close().unwrap();
+    coordinator.delete_group("g").unwrap();
+    assert_eq!(coordinator.committed("g", &tp("t", 0)), None);
+    assert!(coordinator.list_groups().is_empty());
+    let error = coordinator.delete_group("g").unwrap_err();
+    assert!(
+        matches!(error, DeleteGroupError::UnknownGroup { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn polling_before_subscribing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path());
+    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let mut consumer = coordinator.consumer(config("g"));
+    let error = consumer.poll(Duration::ZERO).unwrap_err();
+    assert!(matches!(error, PollError::NotSubscribed), "{error}");
+    let mut nameless = coordinator.consumer(config(""));
+    assert!(nameless.subscribe(&["t"]).is_err());
+    assert!(consumer.subscribe(&["bad/name"]).is_err());
+}
