@@ -28,8 +28,8 @@ use crate::types::{Offset, TimestampMs, TopicPartition};
 pub use segments::SEALED_OPEN_MAX;
 
 pub use append::{AppendInfo, ValidatedBatches};
-pub use open::{LogOpenOptions, RecoveryReport};
 pub use compaction::CompactionOutcome;
+pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.

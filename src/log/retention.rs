@@ -121,7 +121,8 @@ impl PartitionLog {
 
     /// Unlinks `base_offset`'s `.deleted` files at `due` or later.
     pub(super) fn schedule_file_deletion(&mut self, base_offset: Offset, due: TimestampMs) {
-        self.pending_deletions.push(PendingDeletion { base_offset, due });
+        self.pending_deletions
+            .push(PendingDeletion { base_offset, due });
     }
 
     /// When the next `.deleted` files may be unlinked, if any wait.
