@@ -27,6 +27,8 @@ pub enum Command {
     /// List consumer groups and describe their committed offsets and lag
     /// (Kafka's `kafka-consumer-groups`).
     Groups(GroupsArgs),
+    /// Run retention and compaction once, now, and print what they did.
+    Clean(CleanArgs),
     /// Print .log, .index and .timeindex files like Kafka's kafka.tools.DumpLogSegments.
     Dump(DumpArgs),
     /// Check every batch and index entry of a data directory (or one partition directory), read-only.
@@ -167,6 +169,16 @@ pub struct VerifyArgs {
     /// Data directory, or a single partition directory.
     #[arg(long)]
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Only this topic (default: every topic).
+    #[arg(long)]
+    pub topic: Option<String>,
 }
 
 #[derive(Debug, Args)]

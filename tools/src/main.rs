@@ -7,6 +7,7 @@
 //!   every partition's records as a member of a consumer group that commits as it goes;
 //! - `groups`: list consumer groups and describe their committed offsets and lag (Kafka's
 //!   `kafka-consumer-groups`);
+//! - `clean`: run retention and compaction once, now, and print what they did;
 //! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
 //! - `verify`: check every batch and index entry of a data directory, read-only.
 //!
@@ -19,6 +20,7 @@
 //! error (reported by clap).
 
 mod args;
+mod clean;
 mod consume;
 mod dump;
 mod engine_open;
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => produce::run(&args),
         Command::Consume(args) => consume::run(&args),
         Command::Groups(args) => groups::run(&args),
+        Command::Clean(args) => clean::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Verify(args) => verify::run(&args),
     };
