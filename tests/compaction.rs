@@ -334,3 +334,51 @@ fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
     assert!(!values_below_dirty.is_empty());
     engine.close().unwrap();
 }
+
+#[test]
+fn shards_compact_dirty_logs_on_their_own() {
+    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let engine_config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        cleaner_backoff_ms: 20,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), engine_config).unwrap();
+    let topic = engine.create_topic("auto", 1, config()).unwrap();
+    let count_records = |engine: &Engine| {
+        let options = FetchOptions {
+            max_bytes: 1 << 20,
+            ..FetchOptions::default()
+        };
+        let data = engine.fetch(&topic, 0, Offset(0), options).wait().unwrap();
+        BatchIter::new(data.records, u64::MAX)
+            .map(|batch| batch.unwrap().records().unwrap().len())
+            .sum::<usize>()
+    };
+    for sequence in 0..40u32 {
+        let key = [b'k', (sequence % 2) as u8];
+        let value = format!("value-{sequence:08}-{}", "x".repeat(40));
+        let mut builder = BatchBuilder::new(0);
+        builder.push(&NewRecord {
+            timestamp_ms: T0,
+            key: Some(&key),
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+        engine
+            .append(&topic, 0, builder.build().unwrap(), Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count_records(&engine) >= 40 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        count_records(&engine) < 40,
+        "the shard compacted the dirty log without being asked"
+    );
+    engine.close().unwrap();
+}

@@ -76,6 +76,9 @@ pub struct EngineConfig {
     /// `log.cleaner.dedupe.buffer.size`: memory for one compaction's key map (each entry takes
     /// 24 bytes; a full map means another round).
     pub cleaner_dedupe_buffer_bytes: usize,
+    /// `log.cleaner.backoff.ms`: how often each shard compacts its open compacted logs whose
+    /// dirty share reached `min.cleanable.dirty.ratio` (default 15 s).
+    pub cleaner_backoff_ms: u64,
 }
 
 /// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
@@ -118,6 +121,7 @@ impl Default for EngineConfig {
             open_partitions_max: open_partitions_default(),
             retention_check_interval_ms: 300_000,
             cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
+            cleaner_backoff_ms: 15_000,
         }
     }
 }
@@ -300,6 +304,8 @@ impl Engine {
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
+                cleaner_backoff: std::time::Duration::from_millis(config.cleaner_backoff_ms),
+                cleaner_dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }

@@ -152,6 +152,10 @@ pub(crate) struct ShardContext {
     pub open_partitions_max: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `log.cleaner.backoff.ms`: how often the shard looks for logs dirty enough to compact.
+    pub cleaner_backoff: Duration,
+    /// `log.cleaner.dedupe.buffer.size`.
+    pub cleaner_dedupe_buffer_bytes: usize,
 }
 
 struct PendingAppend {
@@ -199,6 +203,8 @@ pub(crate) struct Shard {
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
     /// When the next periodic retention pass runs.
     next_retention_check: Instant,
+    /// When the next check for logs dirty enough to compact runs.
+    next_compaction_check: Instant,
     /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
     file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
 }
@@ -206,6 +212,7 @@ pub(crate) struct Shard {
 impl Shard {
     pub(crate) fn new(id: usize, context: ShardContext, receiver: Receiver<Request>) -> Shard {
         let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
+        let cleaner_backoff = context.cleaner_backoff;
         Shard {
             id,
             context,
@@ -218,6 +225,7 @@ impl Shard {
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
             next_retention_check: Instant::now() + retention_interval,
+            next_compaction_check: Instant::now() + cleaner_backoff,
             file_deletion_deadlines: BTreeMap::new(),
         }
     }
@@ -260,6 +268,7 @@ impl Shard {
             flush_deadline,
             deletion_deadline,
             Some(self.next_retention_check),
+            Some(self.next_compaction_check),
         ]
         .into_iter()
         .flatten()
@@ -656,6 +665,10 @@ impl Shard {
         if Instant::now() >= self.next_retention_check {
             self.run_retention(None);
         }
+        if Instant::now() >= self.next_compaction_check {
+            self.next_compaction_check = Instant::now() + self.context.cleaner_backoff;
+            self.compact_dirty_logs();
+        }
         self.delete_expired_files(now);
     }
 
@@ -873,6 +886,37 @@ impl Shard {
             .into_iter()
             .map(|tp| self.compact_partition(tp, &mut map))
             .collect()
+    }
+
+    /// Compacts the compacted logs whose dirty share reached `min.cleanable.dirty.ratio`.
+    fn compact_dirty_logs(&mut self) {
+        let dirty: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(tp, log)| {
+                let config = log.config();
+                let first_dirty = self
+                    .context
+                    .cleaner_offsets
+                    .get(tp)
+                    .copied()
+                    .unwrap_or_default();
+                let (clean, dirty) = log.cleanable_bytes(first_dirty);
+                config.cleanup_policy != CleanupPolicy::Delete
+                    && dirty > 0
+                    && dirty as f64 / (clean + dirty) as f64 >= config.min_cleanable_dirty_ratio
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if dirty.is_empty() {
+            return;
+        }
+        let Ok(mut map) = OffsetMap::new(self.context.cleaner_dedupe_buffer_bytes) else {
+            return;
+        };
+        for tp in dirty {
+            let _ = self.compact_partition(tp, &mut map);
+        }
     }
 
     fn compact_partition(

@@ -43,6 +43,20 @@ pub struct CompactionOutcome {
 }
 
 impl PartitionLog {
+    /// `(clean bytes, dirty bytes)` of the sealed segments given the cleaner's first dirty offset:
+    /// what `min.cleanable.dirty.ratio` is compared with (the active segment is never cleanable).
+    pub fn cleanable_bytes(&self, first_dirty_offset: Offset) -> (u64, u64) {
+        let slots = self.segments.slots();
+        let sealed = &slots[..slots.len() - 1];
+        sealed.iter().fold((0, 0), |(clean, dirty), slot| {
+            if slot.next_offset() <= first_dirty_offset {
+                (clean + slot.size_bytes(), dirty)
+            } else {
+                (clean, dirty + slot.size_bytes())
+            }
+        })
+    }
+
     /// Compacts the sealed segments from `first_dirty_offset` on, with `map` as the dedupe
     /// buffer, at time `now` (for tombstones' delete horizons, `delete.retention.ms`).
     pub fn compact(
