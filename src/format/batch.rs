@@ -396,13 +396,45 @@ impl BatchBuilder {
         if self.records_count == 0 {
             return None;
         }
-        let header = BatchHeader {
+        let header = self.header(Compression::None, self.buffer.len());
+        write_header_and_crc(&header, &mut self.buffer);
+        Some(Bytes::from(self.buffer))
+    }
+
+    /// Builds the batch with its records section compressed by `codec`, as Kafka's
+    /// `MemoryRecordsBuilder` does with `compression.type` set: the header stays in the clear,
+    /// attributes bits 0-2 name the codec, and `batchLength` and the CRC-32C cover the compressed
+    /// bytes. `recordsCount` and `lastOffsetDelta` still count the records inside, so the log
+    /// assigns offsets without decompressing. `Compression::None` gives exactly [`Self::build`].
+    ///
+    /// `Ok(None)` for a batch with no records. The error is the codec's own (out of memory in
+    /// practice: every codec accepts any input).
+    pub fn build_compressed(self, codec: Compression) -> Result<Option<Bytes>, std::io::Error> {
+        if codec == Compression::None {
+            return Ok(self.build());
+        }
+        if self.records_count == 0 {
+            return Ok(None);
+        }
+        let compressed = compression::compress(codec, &self.buffer[BATCH_HEADER_BYTES..])?;
+        let size_bytes = BATCH_HEADER_BYTES + compressed.len();
+        let mut batch = Vec::with_capacity(size_bytes);
+        batch.resize(BATCH_HEADER_BYTES, 0);
+        batch.extend_from_slice(&compressed);
+        write_header_and_crc(&self.header(codec, size_bytes), &mut batch);
+        Ok(Some(Bytes::from(batch)))
+    }
+
+    /// The header of this batch once its records take `size_bytes` with the header, stored with
+    /// `codec`. The CRC is left 0 for [`write_header_and_crc`].
+    fn header(&self, codec: Compression, size_bytes: usize) -> BatchHeader {
+        BatchHeader {
             base_offset: self.base_offset,
-            batch_length: (self.buffer.len() - LOG_OVERHEAD_BYTES) as i32,
+            batch_length: (size_bytes - LOG_OVERHEAD_BYTES) as i32,
             partition_leader_epoch: -1,
             magic: BATCH_MAGIC_V2,
             crc: 0,
-            attributes: BatchAttributes::default(),
+            attributes: BatchAttributes(u16::from(codec.attribute_bits())),
             last_offset_delta: self.records_count - 1,
             base_timestamp: self.base_timestamp.unwrap_or(-1),
             max_timestamp: self.max_timestamp,
@@ -410,12 +442,16 @@ impl BatchBuilder {
             producer_epoch: -1,
             base_sequence: -1,
             records_count: self.records_count,
-        };
-        header.write(&mut self.buffer);
-        let crc = crc32c::crc32c(&self.buffer[field::ATTRIBUTES..]);
-        self.buffer[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
-        Some(Bytes::from(self.buffer))
+        }
     }
+}
+
+/// Writes `header` into the first 61 bytes of `batch`, then the CRC-32C of bytes 21 to the end.
+fn write_header_and_crc(header: &BatchHeader, batch: &mut [u8]) {
+    debug_assert_eq!(header.size_bytes(), batch.len() as u64);
+    header.write(batch);
+    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Iterates the batches of a buffer holding whole batches back to back (a fetch result or a
@@ -548,6 +584,90 @@ mod tests {
         assert!(BatchBuilder::new(0).build().is_none());
     }
 
+    /// `build_compressed` against Kafka's layout: every header field a Kafka producer writes,
+    /// and the records section starting with the codec's own stream magic.
+    mod build_compressed {
+        use super::*;
+
+        /// The first bytes of each codec's stream as Kafka writes it: gzip's ID1 ID2, snappy-java's
+        /// `SnappyOutputStream` header, the LZ4 frame magic 0x184D2204 and the zstd frame magic
+        /// 0xFD2FB528 (both little-endian on the wire).
+        const STREAM_MAGIC: [(Compression, &[u8]); 4] = [
+            (Compression::Gzip, &[0x1f, 0x8b]),
+            (Compression::Snappy, b"\x82SNAPPY\x00"),
+            (Compression::Lz4, &[0x04, 0x22, 0x4d, 0x18]),
+            (Compression::Zstd, &[0x28, 0xb5, 0x2f, 0xfd]),
+        ];
+
+        fn builder() -> BatchBuilder {
+            let mut builder = BatchBuilder::new(0);
+            let value = b"compressible value ".repeat(20);
+            for index in 0..10i64 {
+                builder.push(&NewRecord {
+                    timestamp_ms: 1_700_000_000_000 + 10 * index,
+                    key: Some(b"key"),
+                    value: Some(&value),
+                    headers: &[("h", Some(b"v"))],
+                });
+            }
+            builder
+        }
+
+        #[test]
+        fn header_fields_are_kafkas_and_the_section_is_the_codecs_stream() {
+            let uncompressed_bytes = builder().size_bytes();
+            for (codec, magic) in STREAM_MAGIC {
+                let bytes = builder().build_compressed(codec).unwrap().unwrap();
+                let header = BatchHeader::parse(&bytes).unwrap();
+                assert_eq!(header.base_offset, 0, "{codec}");
+                assert_eq!(header.batch_length as usize, bytes.len() - 12, "{codec}");
+                assert_eq!(header.partition_leader_epoch, -1, "{codec}");
+                assert_eq!(header.magic, 2, "{codec}");
+                assert_eq!(header.crc, crc32c::crc32c(&bytes[21..]), "{codec}");
+                assert_eq!(
+                    header.attributes.0,
+                    u16::from(codec.attribute_bits()),
+                    "{codec}"
+                );
+                assert_eq!(header.attributes.compression().unwrap(), codec);
+                assert_eq!(header.last_offset_delta, 9, "{codec}");
+                assert_eq!(header.base_timestamp, 1_700_000_000_000, "{codec}");
+                assert_eq!(header.max_timestamp, 1_700_000_000_090, "{codec}");
+                assert_eq!(header.producer_id, -1, "{codec}");
+                assert_eq!(header.producer_epoch, -1, "{codec}");
+                assert_eq!(header.base_sequence, -1, "{codec}");
+                assert_eq!(header.records_count, 10, "{codec}");
+                assert!(bytes[BATCH_HEADER_BYTES..].starts_with(magic), "{codec}");
+                assert!(
+                    bytes.len() < uncompressed_bytes,
+                    "{codec} shrinks repeated values"
+                );
+                let batch = Batch::decode(&bytes, u64::MAX).unwrap();
+                batch.validate_records().unwrap();
+                let records = batch.records().unwrap();
+                assert_eq!(records.len(), 10);
+                assert_eq!(records[9].timestamp_delta, 90);
+                assert_eq!(records[9].headers[0].key, "h");
+            }
+        }
+
+        #[test]
+        fn no_codec_is_the_uncompressed_build_and_an_empty_builder_builds_nothing() {
+            assert_eq!(
+                builder().build_compressed(Compression::None).unwrap(),
+                builder().build()
+            );
+            for (codec, _) in STREAM_MAGIC {
+                assert!(
+                    BatchBuilder::new(0)
+                        .build_compressed(codec)
+                        .unwrap()
+                        .is_none()
+                );
+            }
+        }
+    }
+
     mod round_trip {
         use super::*;
         use crate::format::compression::compress;
@@ -587,6 +707,24 @@ mod tests {
                 });
             }
             builder.build().unwrap()
+        }
+
+        /// The builder `build` builds, before it is built.
+        fn builder(base_offset: i64, records: &[OwnedRecord]) -> BatchBuilder {
+            let mut builder = BatchBuilder::new(base_offset);
+            for (timestamp, key, value, headers) in records {
+                let headers: Vec<(&str, Option<&[u8]>)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect();
+                builder.push(&NewRecord {
+                    timestamp_ms: 1_700_000_000_000 + timestamp,
+                    key: key.as_deref(),
+                    value: value.as_deref(),
+                    headers: &headers,
+                });
+            }
+            builder
         }
 
         /// The same batch with its records section compressed by `codec`, as a Kafka producer
@@ -643,6 +781,22 @@ mod tests {
                 prop_assert_eq!(batch.last_offset(), base_offset + records.len() as i64 - 1);
                 let max_timestamp = records.iter().map(|record| 1_700_000_000_000 + record.0).max().unwrap();
                 prop_assert_eq!(batch.header().max_timestamp, max_timestamp);
+                batch.validate_records().unwrap();
+                assert_records_equal(&batch, &records)?;
+            }
+
+            #[test]
+            fn build_compressed_writes_the_bytes_of_a_hand_assembled_kafka_batch(
+                records in records_strategy(),
+                codec in prop_oneof![Just(Compression::None), Just(Compression::Gzip), Just(Compression::Snappy), Just(Compression::Lz4), Just(Compression::Zstd)],
+            ) {
+                let built = builder(7, &records).build_compressed(codec).unwrap().unwrap();
+                let expected = match codec {
+                    Compression::None => build(7, &records),
+                    codec => compressed(&build(7, &records), codec),
+                };
+                prop_assert_eq!(&built, &expected);
+                let batch = Batch::decode(&built, u64::MAX).unwrap();
                 batch.validate_records().unwrap();
                 assert_records_equal(&batch, &records)?;
             }

@@ -70,6 +70,21 @@ pub struct ProduceArgs {
     /// topic is created; repeatable. An existing topic keeps its own.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub configs: Vec<String>,
+    /// Codec of the batches written (Kafka's `compression.type`: none, gzip, snappy, lz4, zstd)
+    /// [default: the topic's `compression.type`].
+    #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+    pub compression_type: Option<seglog::format::Compression>,
+    /// Send a batch that is not full this many milliseconds after its first line (Kafka's
+    /// `linger.ms`).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(..=i32::MAX as u64))]
+    pub linger_ms: u64,
+    /// Close a partition's batch before it grows past this many bytes (Kafka's `batch.size`).
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(..=i32::MAX as u64))]
+    pub batch_size: u64,
+}
+
+fn parse_compression(name: &str) -> Result<seglog::format::Compression, String> {
+    name.parse().map_err(|error| format!("{error}"))
 }
 
 #[derive(Debug, Args)]

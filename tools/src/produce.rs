@@ -1,35 +1,36 @@
-//! `seglog produce`: appends lines read from stdin as records through the engine and
-//! acknowledges each one with its partition and offset, in input order.
+//! `seglog produce`: appends lines read from stdin as records through the library's producer
+//! (`seglog::producer`) and acknowledges each one with its partition and offset, in input order.
 //!
-//! Streaming: a thread reads stdin line by line; the main thread waits for one line, then takes
-//! every further line already read (without waiting), builds their batches (one per partition,
-//! split at Kafka's default `batch.size` of 16 KiB) and submits each batch as one engine append,
-//! without waiting for the answers. An acknowledgement thread waits for the answers in submission
-//! order and prints each chunk's acknowledgements (in input order) as soon as its appends are
-//! answered, flushing its output. A line typed alone is therefore appended and acknowledged at
-//! once, while a file piped in is appended in batches, many of them in flight together.
+//! Streaming: a thread reads stdin line by line; the main thread sends each line as a record
+//! (`Producer::send`) and queues its future; an acknowledgement thread waits for the futures in
+//! input order, prints each acknowledgement, and flushes its output whenever it has caught up
+//! with the input. The producer batches the records per partition (Kafka's `batch.size`,
+//! default 16 KiB, and `linger.ms`, default 5 ms) and keeps many appends in flight, so a line
+//! typed alone is acknowledged about `linger.ms` later, while a file piped in is appended in full
+//! batches. `--compression-type` compresses each batch (default: the topic's `compression.type`).
 //!
-//! With `--durable` the appends ask for `Durability::Durable`: the engine answers each one only
-//! after an `fdatasync` that covers it, and the appends in flight together share their syncs
-//! (group commit) instead of one flush per record. The appends in flight are bounded
-//! ([`INFLIGHT_APPENDS_MAX`], [`INFLIGHT_BYTES_MAX`]); the main thread waits when the bound is
-//! reached. If an append fails, the records after it may have been written but are never
-//! acknowledged.
+//! Routing: a keyed record goes to Kafka's murmur2 partition; unkeyed lines go round-robin, one
+//! line per partition in turn ([`KeyHashOrRoundRobin`], a custom partitioner), rather than the
+//! producer's built-in sticky choice, so that lines spread evenly whatever the batch sizes.
+//!
+//! With `--durable` the producer's acks are `Durability::Durable`: the engine answers each batch
+//! only after an `fdatasync` that covers it, and the appends in flight together share their
+//! syncs (group commit) instead of one flush per record. Memory is bounded by the producer's
+//! `buffer.memory` ([`BUFFER_MEMORY_BYTES`]) and the queue of unacknowledged futures
+//! ([`ACKS_QUEUED_MAX`]); the main thread waits when either is full. If an append fails, the
+//! records after it may have been written but are never acknowledged.
 
-use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufWriter, Write};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, Pending, TopicMetadata};
-use seglog::error::AppendError;
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::log::AppendInfo;
+use seglog::engine::{Durability, Engine, TopicMetadata};
 use seglog::partitioner::{RoundRobin, partition_for_key};
-use seglog::types::{TimestampMs, TopicName};
+use seglog::producer::{Partitioner, ProducerConfig, ProducerError, ProducerRecord, SendFuture};
+use seglog::types::TopicName;
 use serde::Serialize;
 
 use crate::Outcome;
@@ -37,19 +38,16 @@ use crate::args::{OutputFormat, ProduceArgs};
 use crate::engine_open::{open_engine, with_engine};
 use crate::topic_config::parse_configs;
 
-/// Kafka's default producer `batch.size`: a coalesced batch closes before growing past this.
-const BATCH_TARGET_BYTES: u64 = 16 * 1024;
-/// Lines read from stdin but not yet appended, at most.
+/// Lines read from stdin but not yet sent, at most.
 const LINE_QUEUE_LINES: usize = 4096;
-/// Limits on the lines appended together.
-const CHUNK_MAX_LINES: usize = 1000;
-const CHUNK_MAX_BYTES: usize = 1024 * 1024;
-/// Appends submitted to the engine but not yet acknowledged, at most (below the engine's
-/// per-shard request queue of 4096, so a submission is never refused as `QueueFull`)...
-const INFLIGHT_APPENDS_MAX: usize = 1024;
-/// ...and their bytes, at most (below the engine's default `inflight_bytes_max` of 256 MiB).
-/// A single chunk above either bound is still submitted, alone.
-const INFLIGHT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Records sent but not yet acknowledged, at most (a future each).
+const ACKS_QUEUED_MAX: usize = 64 * 1024;
+/// The producer's `buffer.memory`: bytes of batches open or in flight, at most (below the
+/// engine's default `inflight_bytes_max` of 256 MiB).
+const BUFFER_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+/// Appends in flight at most (below the engine's per-shard request queue of 4096, so an append is
+/// not refused as `QueueFull`; the producer would retry it anyway).
+const APPENDS_INFLIGHT_MAX: usize = 1024;
 
 pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
@@ -57,31 +55,39 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let config = parse_configs(&args.configs)?;
     with_engine(open_engine(&args.dir)?, |engine| {
         let metadata = ensure_topic(engine, &topic, args, config)?;
+        let durability = if args.durable {
+            Durability::Durable
+        } else {
+            Durability::Written
+        };
         let settings = Settings {
             key_separator: args.key_separator.as_deref().map(str::as_bytes),
-            // The engine refuses an append larger than either setting.
-            batch_limit_bytes: BATCH_TARGET_BYTES
-                .min(metadata.config.max_message_bytes)
-                .min(metadata.config.segment_bytes),
-            durability: if args.durable {
-                Durability::Durable
-            } else {
-                Durability::Written
+            producer: ProducerConfig {
+                batch_size_bytes: args.batch_size as usize,
+                linger_ms: args.linger_ms,
+                compression: args.compression_type.unwrap_or(metadata.config.compression),
+                ..producer_config(durability)
             },
             format: args.format,
         };
         let lines = spawn_line_reader()?;
         let mut out = BufWriter::new(io::stdout());
-        produce(
-            engine,
-            &topic,
-            metadata.partition_count,
-            &settings,
-            &lines,
-            &mut out,
-        )
+        produce(engine, &topic, &settings, &lines, &mut out)
     })?;
     Ok(Outcome::Clean)
+}
+
+/// The producer settings every run shares: the bounds above, routing, acks.
+fn producer_config(acks: Durability) -> ProducerConfig {
+    ProducerConfig {
+        buffer_memory_bytes: BUFFER_MEMORY_BYTES,
+        // The acknowledgement thread always frees memory: wait for it as long as it takes.
+        block_ms_max: u64::MAX,
+        appends_inflight_max: APPENDS_INFLIGHT_MAX,
+        acks,
+        partitioner: Some(Arc::new(KeyHashOrRoundRobin::default())),
+        ..ProducerConfig::default()
+    }
 }
 
 /// Returns the topic's metadata, creating the topic (with `--partitions`, default 1, and
@@ -128,55 +134,89 @@ fn ensure_topic(
     })
 }
 
-/// How lines become appends and acknowledgements.
-#[derive(Debug, Clone, Copy)]
+/// How lines become records and acknowledgements.
+#[derive(Debug, Clone)]
 struct Settings<'a> {
     key_separator: Option<&'a [u8]>,
-    batch_limit_bytes: u64,
-    durability: Durability,
+    producer: ProducerConfig,
     format: OutputFormat,
 }
 
-/// Appends every line `lines` delivers until it ends, writing each record's acknowledgement to
+/// Kafka's murmur2 partition for a keyed record; round-robin for the others.
+#[derive(Debug, Default)]
+struct KeyHashOrRoundRobin {
+    round_robin: Mutex<RoundRobin>,
+}
+
+impl Partitioner for KeyHashOrRoundRobin {
+    fn partition(&self, _topic: &TopicName, key: Option<&[u8]>, partition_count: u32) -> u32 {
+        let partition = match key {
+            Some(key) => partition_for_key(key, partition_count),
+            None => self
+                .round_robin
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next_partition(partition_count),
+        };
+        // The producer never asks about a topic without partitions.
+        partition.unwrap_or(0)
+    }
+}
+
+/// Sends every line `lines` delivers until it ends, writing each record's acknowledgement to
 /// `out` in input order; returns the number of records acknowledged.
 fn produce<W: Write + Send>(
     engine: &Engine,
     topic: &TopicName,
-    partition_count: u32,
     settings: &Settings<'_>,
     lines: &Receiver<io::Result<Vec<u8>>>,
     out: &mut W,
 ) -> anyhow::Result<u64> {
-    let window = Window::default();
-    let mut submitter = Submitter {
-        engine,
-        topic,
-        router: Router {
-            partition_count,
-            round_robin: RoundRobin::default(),
-        },
-        settings,
-    };
+    let producer = engine
+        .producer(settings.producer.clone())
+        .context("cannot start the producer")?;
+    let format = settings.format;
     thread::scope(|scope| {
-        let (sender, chunks) = mpsc::channel();
-        let window = &window;
+        let (sender, futures) = mpsc::sync_channel(ACKS_QUEUED_MAX);
         let acknowledger = thread::Builder::new()
             .name("produce-acks".to_owned())
-            .spawn_scoped(scope, move || {
-                let _closer = CloseOnDrop(window);
-                acknowledge(&chunks, window, topic, settings, out)
-            })
+            .spawn_scoped(scope, move || acknowledge(&futures, topic, format, out))
             .context("cannot start the acknowledgement thread")?;
-        let submitted = submitter.submit_all(lines, window, &sender);
+        let sent = send_all(&producer, topic, settings.key_separator, lines, &sender);
         drop(sender);
+        // Sends every batch still open and waits for the answers the acknowledger waits for.
+        let closed = producer.close().context("cannot close the producer");
         let acknowledged = acknowledger
             .join()
             .map_err(|_| anyhow!("the acknowledgement thread panicked"))?;
         // An append error comes first: it is the earliest failure in input order.
         let count = acknowledged?;
-        submitted?;
+        sent?;
+        closed?;
         Ok(count)
     })
+}
+
+/// Sends each line as a record and queues its future for the acknowledgement thread, until the
+/// input ends or the acknowledgement thread stops.
+fn send_all(
+    producer: &seglog::producer::Producer,
+    topic: &TopicName,
+    key_separator: Option<&[u8]>,
+    lines: &Receiver<io::Result<Vec<u8>>>,
+    futures: &SyncSender<SendFuture>,
+) -> anyhow::Result<()> {
+    for line in lines {
+        let line = line.context("cannot read stdin")?;
+        let (key, value) = split_line(&line, key_separator);
+        let future = producer
+            .send(&ProducerRecord::new(topic, key, Some(value)))
+            .with_context(|| format!("cannot send a record to {topic}"))?;
+        if futures.send(future).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// Reads stdin on its own thread, one line (without its `\n` or `\r\n`) per message.
@@ -214,61 +254,6 @@ fn strip_line_end(mut line: Vec<u8>) -> Vec<u8> {
     line
 }
 
-/// Waits for one line, then takes the lines already read, up to the chunk limits. `None` at the
-/// end of the input.
-fn next_chunk(lines: &Receiver<io::Result<Vec<u8>>>) -> anyhow::Result<Option<Vec<Vec<u8>>>> {
-    let Ok(first) = lines.recv() else {
-        return Ok(None);
-    };
-    let first = first.context("cannot read stdin")?;
-    let mut chunk_bytes = first.len();
-    let mut chunk = vec![first];
-    while chunk.len() < CHUNK_MAX_LINES && chunk_bytes < CHUNK_MAX_BYTES {
-        let Ok(line) = lines.try_recv() else { break };
-        let line = line.context("cannot read stdin")?;
-        chunk_bytes += line.len();
-        chunk.push(line);
-    }
-    Ok(Some(chunk))
-}
-
-/// Kafka's partitioner: murmur2 of the key, round-robin for records without one.
-struct Router {
-    partition_count: u32,
-    round_robin: RoundRobin,
-}
-
-impl Router {
-    fn partition_for(&mut self, key: Option<&[u8]>) -> anyhow::Result<u32> {
-        let partition = match key {
-            Some(key) => partition_for_key(key, self.partition_count),
-            None => self.round_robin.next_partition(self.partition_count),
-        };
-        partition.context("the topic has no partitions")
-    }
-}
-
-/// Where a record of a chunk went: its batch, and its index in that batch.
-#[derive(Debug, Clone, Copy)]
-struct Placement {
-    batch: usize,
-    index_in_batch: u64,
-}
-
-/// A batch being filled for one partition.
-struct PendingBatch {
-    partition: u32,
-    builder: BatchBuilder,
-}
-
-/// A chunk whose batches were submitted: the answers to wait for, in submission order, and where
-/// each of the chunk's records went.
-struct SubmittedChunk {
-    appends: Vec<(u32, Pending<AppendInfo, AppendError>)>,
-    placements: Vec<Placement>,
-    bytes: u64,
-}
-
 /// One acknowledgement line.
 #[derive(Debug, Clone, Copy, Serialize)]
 struct Ack {
@@ -276,215 +261,50 @@ struct Ack {
     offset: u64,
 }
 
-/// Bounds the appends submitted but not yet acknowledged: the submitter takes room before it
-/// submits a chunk, the acknowledgement thread gives it back once the chunk is printed.
-#[derive(Debug, Default)]
-struct Window {
-    state: Mutex<WindowState>,
-    released: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct WindowState {
-    appends: usize,
-    bytes: u64,
-    /// The acknowledgement thread stopped: nothing more will be acknowledged.
-    closed: bool,
-}
-
-impl Window {
-    /// Waits until `appends` more appends of `bytes` fit (always, when none is in flight). False
-    /// once the acknowledgement thread stopped.
-    fn acquire(&self, appends: usize, bytes: u64) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if state.closed {
-                return false;
-            }
-            let fits = state.appends == 0
-                || (state.appends + appends <= INFLIGHT_APPENDS_MAX
-                    && state.bytes + bytes <= INFLIGHT_BYTES_MAX);
-            if fits {
-                state.appends += appends;
-                state.bytes += bytes;
-                return true;
-            }
-            state = self
-                .released
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
-    fn release(&self, appends: usize, bytes: u64) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.appends = state.appends.saturating_sub(appends);
-        state.bytes = state.bytes.saturating_sub(bytes);
-        self.released.notify_all();
-    }
-
-    fn close(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closed = true;
-        self.released.notify_all();
-    }
-}
-
-/// Closes the window when the acknowledgement thread ends, however it ends.
-struct CloseOnDrop<'a>(&'a Window);
-
-impl Drop for CloseOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.close();
-    }
-}
-
-/// The main thread's side: turns chunks of lines into batches and submits them.
-struct Submitter<'a> {
-    engine: &'a Engine,
-    topic: &'a TopicName,
-    router: Router,
-    settings: &'a Settings<'a>,
-}
-
-impl Submitter<'_> {
-    /// Submits every chunk until the input ends or the acknowledgement thread stops.
-    fn submit_all(
-        &mut self,
-        lines: &Receiver<io::Result<Vec<u8>>>,
-        window: &Window,
-        chunks: &Sender<SubmittedChunk>,
-    ) -> anyhow::Result<()> {
-        while let Some(chunk) = next_chunk(lines)? {
-            let (batches, placements) = self.build_batches(&chunk)?;
-            let built: Vec<(u32, bytes::Bytes)> = batches
-                .into_iter()
-                .map(|batch| {
-                    let bytes = batch
-                        .builder
-                        .build()
-                        .context("internal error: an empty batch")?;
-                    Ok((batch.partition, bytes))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            let bytes = built.iter().map(|(_, batch)| batch.len() as u64).sum();
-            if !window.acquire(built.len(), bytes) {
-                return Ok(());
-            }
-            // One batch per append keeps every index entry on a batch boundary.
-            let appends = built
-                .into_iter()
-                .map(|(partition, batch)| {
-                    let pending =
-                        self.engine
-                            .append(self.topic, partition, batch, self.settings.durability);
-                    (partition, pending)
-                })
-                .collect();
-            let submitted = SubmittedChunk {
-                appends,
-                placements,
-                bytes,
-            };
-            if chunks.send(submitted).is_err() {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// The chunk's batches, and where each of its lines went, in input order.
-    fn build_batches(
-        &mut self,
-        chunk: &[Vec<u8>],
-    ) -> anyhow::Result<(Vec<PendingBatch>, Vec<Placement>)> {
-        let timestamp_ms = TimestampMs::now().0;
-        let mut batches: Vec<PendingBatch> = Vec::new();
-        let mut filling: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut placements = Vec::with_capacity(chunk.len());
-        for line in chunk {
-            let (key, value) = split_line(line, self.settings.key_separator);
-            let partition = self.router.partition_for(key)?;
-            let record = NewRecord {
-                timestamp_ms,
-                key,
-                value: Some(value),
-                headers: &[],
-            };
-            let batch = self.batch_for(&mut batches, &mut filling, partition, &record);
-            let builder = &mut batches[batch].builder;
-            placements.push(Placement {
-                batch,
-                index_in_batch: u64::try_from(builder.records_count())?,
-            });
-            builder.push(&record);
-        }
-        Ok((batches, placements))
-    }
-
-    /// The batch of `partition` that `record` goes into: the one being filled, unless the record
-    /// would grow it past the batch limit; then a new one.
-    fn batch_for(
-        &self,
-        batches: &mut Vec<PendingBatch>,
-        filling: &mut BTreeMap<u32, usize>,
-        partition: u32,
-        record: &NewRecord<'_>,
-    ) -> usize {
-        if let Some(&index) = filling.get(&partition)
-            && batches[index].builder.size_bytes_with(record) as u64
-                <= self.settings.batch_limit_bytes
-        {
-            return index;
-        }
-        batches.push(PendingBatch {
-            partition,
-            builder: BatchBuilder::new(0),
-        });
-        filling.insert(partition, batches.len() - 1);
-        batches.len() - 1
-    }
-}
-
-/// The acknowledgement thread: waits for each chunk's appends in submission order, then prints
-/// the chunk's acknowledgements in input order and flushes. Returns the records acknowledged.
+/// The acknowledgement thread: waits for each record's future in input order and prints its
+/// acknowledgement, flushing whenever no further future is queued. Returns the records
+/// acknowledged.
 fn acknowledge<W: Write>(
-    chunks: &Receiver<SubmittedChunk>,
-    window: &Window,
+    futures: &Receiver<SendFuture>,
     topic: &TopicName,
-    settings: &Settings<'_>,
+    format: OutputFormat,
     out: &mut W,
 ) -> anyhow::Result<u64> {
     let mut acknowledged = 0u64;
-    for chunk in chunks {
-        let append_count = chunk.appends.len();
-        let mut first_offsets = Vec::with_capacity(append_count);
-        for (partition, pending) in chunk.appends {
-            let info = pending
-                .wait()
-                .with_context(|| format!("cannot append to {topic}-{partition}"))?;
-            if settings.durability == Durability::Durable && !info.durable {
-                bail!(
-                    "internal error: the engine answered a durable append to {topic}-{partition} before syncing it"
-                );
+    loop {
+        let future = match futures.try_recv() {
+            Ok(future) => future,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                out.flush()?;
+                match futures.recv() {
+                    Ok(future) => future,
+                    Err(_) => break,
+                }
             }
-            first_offsets.push((partition, info.first_offset.0));
-        }
-        for placement in &chunk.placements {
-            let (partition, first_offset) = first_offsets[placement.batch];
-            let ack = Ack {
-                partition,
-                offset: first_offset + placement.index_in_batch,
-            };
-            write_ack(out, ack, settings.format)?;
-        }
-        out.flush()?;
-        acknowledged += chunk.placements.len() as u64;
-        window.release(append_count, chunk.bytes);
+        };
+        let partition = future.partition();
+        let metadata = future
+            .wait()
+            .map_err(|error| append_failure(topic, partition, error))?;
+        let ack = Ack {
+            partition: metadata.partition,
+            offset: metadata.offset.0,
+        };
+        write_ack(out, ack, format)?;
+        acknowledged += 1;
     }
+    out.flush()?;
     Ok(acknowledged)
+}
+
+/// `cannot append to <topic>-<partition>: <the engine's reason>`.
+fn append_failure(topic: &TopicName, partition: u32, error: ProducerError) -> anyhow::Error {
+    let context = format!("cannot append to {topic}-{partition}");
+    match error {
+        ProducerError::Append { source, .. } => anyhow::Error::new(source).context(context),
+        other => anyhow::Error::new(other).context(context),
+    }
 }
 
 /// `key<separator>value` when the separator is given and present, else a null key.
@@ -637,20 +457,11 @@ mod engine_tests {
         drop(sender);
         let settings = Settings {
             key_separator: Some(b":"),
-            batch_limit_bytes: BATCH_TARGET_BYTES,
-            durability,
+            producer: producer_config(durability),
             format: OutputFormat::Text,
         };
         let mut out = Vec::new();
-        let acknowledged = produce(
-            &engine,
-            &topic,
-            partition_count,
-            &settings,
-            &lines,
-            &mut out,
-        )
-        .unwrap();
+        let acknowledged = produce(&engine, &topic, &settings, &lines, &mut out).unwrap();
         assert_eq!(acknowledged, record_count as u64);
         let group_syncs = storage.group_syncs.load(Ordering::SeqCst);
         let description = engine.describe_topic("t").unwrap();
@@ -724,5 +535,63 @@ mod engine_tests {
             [(100, 0)],
             "without --durable nothing is synced before close (flush policy: never)"
         );
+    }
+
+    #[test]
+    fn compression_type_writes_every_batch_with_that_codec_and_acknowledges_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::open(dir.path(), config).unwrap();
+        let topic = engine.create_topic("z", 2, LogConfig::default()).unwrap();
+        let (sender, lines) = mpsc::channel();
+        for index in 0..500 {
+            let line = format!("{index}:{}", "compressible ".repeat(10));
+            sender.send(Ok(line.into_bytes())).unwrap();
+        }
+        drop(sender);
+        let settings = Settings {
+            key_separator: Some(b":"),
+            producer: ProducerConfig {
+                compression: seglog::format::Compression::Zstd,
+                ..producer_config(Durability::Written)
+            },
+            format: OutputFormat::Text,
+        };
+        let mut out = Vec::new();
+        assert_eq!(
+            produce(&engine, &topic, &settings, &lines, &mut out).unwrap(),
+            500
+        );
+        let acks: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(acks, expected_acks(500, 2));
+        for partition in 0..2 {
+            let data = engine
+                .fetch(
+                    &topic,
+                    partition,
+                    seglog::types::Offset(0),
+                    seglog::engine::FetchOptions::default(),
+                )
+                .wait()
+                .unwrap();
+            let batches: Vec<_> = seglog::format::batch::BatchIter::new(data.records, u64::MAX)
+                .map(Result::unwrap)
+                .collect();
+            assert!(!batches.is_empty());
+            for batch in batches {
+                let codec = batch.header().attributes.compression().unwrap();
+                assert_eq!(codec, seglog::format::Compression::Zstd);
+                batch.validate_records().unwrap();
+            }
+        }
+        engine.close().unwrap();
     }
 }

@@ -1,0 +1,1097 @@
+//! The producer end to end (issue 6, part 1): records sent through `Engine::producer` land where
+//! Kafka's Java client would put them and read back as sent. Proven by sending through a real
+//! engine on positioned I/O and reading every batch back with `Engine::fetch`:
+//! keyed records go to `murmur2(key) & 0x7fffffff % partitions` (Kafka's own test vectors, and
+//! `partition_for_key` for many keys); keyless records stick to one partition for a whole batch,
+//! then move on, including after `linger.ms` sends the batch; a custom partitioner decides every
+//! record and an out-of-range answer is refused; each send resolves to a (partition, offset) that
+//! holds the same key, value, headers and timestamp, in send order per partition, also with
+//! several threads sharing the producer and with the future awaited on tokio; a lone record is
+//! sent after `linger.ms` without a flush; batches stay within `batch.size` except a lone
+//! oversized record; `buffer.memory` blocks `send` for `max.block.ms`, then fails with
+//! `BufferExhausted`, and frees up when the engine answers; with durable acks a record is
+//! answered only once the partition's durable offset covers it; appends refused because a shard's
+//! queue is full are retried in send order until they get through, and fail with the engine's
+//! refusal after `delivery.timeout.ms`; unknown topics, partitions out of range, records too
+//! large and sends after `close` are typed errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::format::Batch;
+use seglog::io::pio::PositionedIo;
+use seglog::io::{OpenMode, Storage, StorageFile};
+use seglog::partitioner::partition_for_key;
+use seglog::producer::{
+    Partitioner, Producer, ProducerConfig, ProducerError, ProducerRecord, RecordMetadata,
+};
+use seglog::types::{Offset, TimestampMs, TopicName};
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard_count: 2,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+fn open(dir: &Path) -> Engine {
+    Engine::open(dir, engine_config()).unwrap()
+}
+
+/// A producer that answers once written and only sends full batches unless told otherwise.
+fn config() -> ProducerConfig {
+    ProducerConfig {
+        acks: Durability::Written,
+        ..ProducerConfig::default()
+    }
+}
+
+/// A record as read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoredRecord {
+    offset: u64,
+    timestamp: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+/// Every batch of a partition, in offset order, read back through the engine.
+fn read_batches(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<Batch> {
+    let mut batches = Vec::new();
+    let mut offset = Offset(0);
+    loop {
+        let data = engine
+            .fetch(topic, partition, offset, FetchOptions::default())
+            .wait()
+            .unwrap();
+        if data.records.is_empty() {
+            return batches;
+        }
+        let mut position = 0;
+        while position < data.records.len() {
+            let batch = Batch::decode(&data.records.slice(position..), u64::MAX).unwrap();
+            position += batch.size_bytes() as usize;
+            offset = Offset(batch.last_offset() as u64 + 1);
+            batches.push(batch);
+        }
+    }
+}
+
+fn stored_records(batches: &[Batch]) -> Vec<StoredRecord> {
+    let mut stored = Vec::new();
+    for batch in batches {
+        for record in batch.records().unwrap() {
+            stored.push(StoredRecord {
+                offset: batch.base_offset() as u64 + record.offset_delta as u64,
+                timestamp: batch.header().base_timestamp + record.timestamp_delta,
+                key: record.key.map(|key| key.to_vec()),
+                value: record.value.map(|value| value.to_vec()),
+                headers: record
+                    .headers
+                    .into_iter()
+                    .map(|header| (header.key, header.value.map(|value| value.to_vec())))
+                    .collect(),
+            });
+        }
+    }
+    stored
+}
+
+fn read_records(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<StoredRecord> {
+    stored_records(&read_batches(engine, topic, partition))
+}
+
+fn send_value(
+    producer: &Producer,
+    topic: &TopicName,
+    key: Option<&[u8]>,
+    value: &[u8],
+) -> RecordMetadata {
+    producer
+        .send(&ProducerRecord::new(topic, key, Some(value)))
+        .unwrap()
+        .wait()
+        .unwrap()
+}
+
+#[test]
+fn keyed_records_land_on_kafkas_murmur2_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let ten = engine
+        .create_topic("ten", 10, LogConfig::default())
+        .unwrap();
+    let twelve = engine
+        .create_topic("twelve", 12, LogConfig::default())
+        .unwrap();
+    let producer = engine.producer(config()).unwrap();
+
+    // Partition numbers worked out from the `murmur2` vectors of Kafka's UtilsTest (see
+    // `partitioner.rs`): what the Java client picks for these keys.
+    let long_key: &[u8] = b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8";
+    let kafka_cases: [(&TopicName, &[u8], u32); 7] = [
+        (&ten, b"21", 0),
+        (&ten, b"foobar", 6),
+        (&ten, b"a-little-bit-longer-string", 9),
+        (&ten, long_key, 7),
+        (&ten, b"abc", 7),
+        (&twelve, b"a-little-bit-long-string", 8),
+        (&twelve, b"a-little-bit-longer-string", 11),
+    ];
+    let futures: Vec<_> = kafka_cases
+        .iter()
+        .map(|(topic, key, _)| {
+            producer
+                .send(&ProducerRecord::new(topic, Some(key), Some(b"v")))
+                .unwrap()
+        })
+        .collect();
+    for ((topic, key, expected), future) in kafka_cases.iter().zip(futures) {
+        let metadata = future.wait().unwrap();
+        assert_eq!(
+            metadata.partition,
+            *expected,
+            "{topic} {:?}",
+            key.escape_ascii()
+        );
+        let stored = read_records(&engine, topic, metadata.partition);
+        let record = stored
+            .iter()
+            .find(|record| record.offset == metadata.offset.0)
+            .unwrap();
+        assert_eq!(record.key.as_deref(), Some(*key));
+    }
+
+    let keys: Vec<String> = (0..300).map(|index| format!("user-{index}")).collect();
+    let futures: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            producer
+                .send(&ProducerRecord::new(
+                    &twelve,
+                    Some(key.as_bytes()),
+                    Some(b"v"),
+                ))
+                .unwrap()
+        })
+        .collect();
+    producer.flush();
+    for (key, future) in keys.iter().zip(futures) {
+        assert_eq!(
+            future.partition(),
+            partition_for_key(key.as_bytes(), 12).unwrap(),
+            "{key}"
+        );
+        assert_eq!(
+            future.wait().unwrap().partition,
+            partition_for_key(key.as_bytes(), 12).unwrap()
+        );
+    }
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+/// Splits the partitions of consecutive sends into runs of the same partition.
+fn runs(partitions: &[u32]) -> Vec<(u32, usize)> {
+    let mut runs: Vec<(u32, usize)> = Vec::new();
+    for &partition in partitions {
+        match runs.last_mut() {
+            Some((last, length)) if *last == partition => *length += 1,
+            _ => runs.push((partition, 1)),
+        }
+    }
+    runs
+}
+
+#[test]
+fn keyless_records_stick_to_one_partition_for_a_full_batch_then_move_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("sticky", 4, LogConfig::default())
+        .unwrap();
+    // A long linger: only full batches are sent until the flush.
+    let producer = engine
+        .producer(ProducerConfig {
+            batch_size_bytes: 1024,
+            linger_ms: 60_000,
+            ..config()
+        })
+        .unwrap();
+    let value = [7u8; 100];
+    let futures: Vec<_> = (0..95)
+        .map(|_| {
+            producer
+                .send(&ProducerRecord::new(&topic, None, Some(&value)))
+                .unwrap()
+        })
+        .collect();
+    producer.flush();
+    let sent: Vec<RecordMetadata> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
+
+    let partitions: Vec<u32> = sent.iter().map(|metadata| metadata.partition).collect();
+    let runs = runs(&partitions);
+    // A 100-byte value makes a 108-byte record: 8 fit in 1024 bytes with the 61-byte header.
+    let (full_runs, last_run) = runs.split_at(runs.len() - 1);
+    assert!(full_runs.iter().all(|&(_, length)| length == 8), "{runs:?}");
+    assert!(last_run[0].1 <= 8, "{runs:?}");
+    let distinct: std::collections::BTreeSet<u32> = partitions.iter().copied().collect();
+    assert!(distinct.len() >= 2, "keyless records spread: {runs:?}");
+
+    // Each run is exactly one batch on disk, in its partition.
+    let mut batch_sizes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for partition in 0..4 {
+        let batches = read_batches(&engine, &topic, partition);
+        let sizes = batches
+            .iter()
+            .map(|batch| batch.header().records_count as usize)
+            .collect();
+        batch_sizes.insert(partition, sizes);
+    }
+    let mut run_sizes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for &(partition, length) in &runs {
+        run_sizes.entry(partition).or_default().push(length);
+    }
+    batch_sizes.retain(|_, sizes| !sizes.is_empty());
+    assert_eq!(batch_sizes, run_sizes);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn the_sticky_partition_moves_on_once_linger_has_sent_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("lingered", 3, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            linger_ms: 1,
+            ..config()
+        })
+        .unwrap();
+    let partitions: Vec<u32> = (0..12)
+        .map(|_| send_value(&producer, &topic, None, b"alone").partition)
+        .collect();
+    for pair in partitions.windows(2) {
+        assert_ne!(
+            pair[0], pair[1],
+            "each lone batch moves the choice: {partitions:?}"
+        );
+    }
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+/// Sends every record to the last partition, and counts its calls.
+#[derive(Debug, Default)]
+struct LastPartition {
+    calls: AtomicUsize,
+}
+
+impl Partitioner for LastPartition {
+    fn partition(&self, _topic: &TopicName, _key: Option<&[u8]>, partition_count: u32) -> u32 {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        partition_count - 1
+    }
+}
+
+/// Answers a partition that does not exist.
+#[derive(Debug)]
+struct OutOfRange;
+
+impl Partitioner for OutOfRange {
+    fn partition(&self, _topic: &TopicName, _key: Option<&[u8]>, partition_count: u32) -> u32 {
+        partition_count
+    }
+}
+
+#[test]
+fn a_custom_partitioner_decides_every_record_and_an_answer_out_of_range_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("custom", 5, LogConfig::default())
+        .unwrap();
+    let partitioner = Arc::new(LastPartition::default());
+    let producer = engine
+        .producer(ProducerConfig {
+            partitioner: Some(partitioner.clone()),
+            ..config()
+        })
+        .unwrap();
+    let keys: [Option<&[u8]>; 4] = [Some(b"21"), Some(b"foobar"), None, Some(b"")];
+    for key in keys {
+        assert_eq!(send_value(&producer, &topic, key, b"v").partition, 4);
+    }
+    assert_eq!(partitioner.calls.load(Ordering::SeqCst), 4);
+    // An explicit partition bypasses the partitioner.
+    let mut record = ProducerRecord::new(&topic, Some(b"21"), Some(b"v"));
+    record.partition = Some(1);
+    assert_eq!(producer.send(&record).unwrap().wait().unwrap().partition, 1);
+    assert_eq!(partitioner.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(read_records(&engine, &topic, 4).len(), 4);
+    producer.close().unwrap();
+
+    let refused = engine
+        .producer(ProducerConfig {
+            partitioner: Some(Arc::new(OutOfRange)),
+            ..config()
+        })
+        .unwrap();
+    let error = refused
+        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProducerError::PartitionOutOfRange {
+                partition: 5,
+                partition_count: 5,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    refused.close().unwrap();
+    engine.close().unwrap();
+}
+
+/// One record to send, owned.
+#[derive(Debug, Clone)]
+struct Sent {
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: i64,
+}
+
+fn sample(index: usize) -> Sent {
+    let key = match index % 5 {
+        0 => None,
+        _ => Some(format!("key-{}", index % 7).into_bytes()),
+    };
+    let value =
+        (index % 11 != 3).then(|| format!("value-{index}-{}", "x".repeat(index % 50)).into_bytes());
+    let headers = (0..index % 3)
+        .map(|header| {
+            (
+                format!("h{header}"),
+                (header != 1).then(|| vec![header as u8; header + 1]),
+            )
+        })
+        .collect();
+    Sent {
+        key,
+        value,
+        headers,
+        timestamp: 1_700_000_000_000 + (index as i64 * 37) % 1000,
+    }
+}
+
+fn send_sample(
+    producer: &Producer,
+    topic: &TopicName,
+    sent: &Sent,
+) -> seglog::producer::SendFuture {
+    let headers: Vec<(&str, Option<&[u8]>)> = sent
+        .headers
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_deref()))
+        .collect();
+    producer
+        .send(&ProducerRecord {
+            headers: &headers,
+            timestamp: Some(TimestampMs(sent.timestamp)),
+            ..ProducerRecord::new(topic, sent.key.as_deref(), sent.value.as_deref())
+        })
+        .unwrap()
+}
+
+/// Every sent record is at its answered (partition, offset), as sent; per partition, offsets
+/// follow send order.
+fn assert_read_back(engine: &Engine, topic: &TopicName, answers: &[(Sent, RecordMetadata)]) {
+    let mut stored: BTreeMap<(u32, u64), StoredRecord> = BTreeMap::new();
+    for partition in 0..3 {
+        for record in read_records(engine, topic, partition) {
+            stored.insert((partition, record.offset), record);
+        }
+    }
+    assert_eq!(stored.len(), answers.len());
+    let mut last_offsets: BTreeMap<u32, u64> = BTreeMap::new();
+    for (sent, metadata) in answers {
+        let record = &stored[&(metadata.partition, metadata.offset.0)];
+        assert_eq!(record.key, sent.key);
+        assert_eq!(record.value, sent.value);
+        assert_eq!(record.headers, sent.headers);
+        assert_eq!(record.timestamp, sent.timestamp);
+        assert_eq!(metadata.timestamp, TimestampMs(sent.timestamp));
+        if let Some(last) = last_offsets.insert(metadata.partition, metadata.offset.0) {
+            assert!(
+                last < metadata.offset.0,
+                "send order kept in partition {}",
+                metadata.partition
+            );
+        }
+    }
+}
+
+#[test]
+fn sends_resolve_to_offsets_holding_the_same_key_value_headers_and_timestamp_in_send_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("roundtrip", 3, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            batch_size_bytes: 2048,
+            ..config()
+        })
+        .unwrap();
+    let records: Vec<Sent> = (0..1000).map(sample).collect();
+    let futures: Vec<_> = records
+        .iter()
+        .map(|sent| send_sample(&producer, &topic, sent))
+        .collect();
+    let answers: Vec<(Sent, RecordMetadata)> = records
+        .into_iter()
+        .zip(futures)
+        .map(|(sent, future)| (sent, future.wait().unwrap()))
+        .collect();
+    assert_read_back(&engine, &topic, &answers);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn threads_sharing_a_producer_each_keep_their_send_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("shared", 3, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            batch_size_bytes: 1024,
+            ..config()
+        })
+        .unwrap();
+    let answers: Vec<(Sent, RecordMetadata)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|thread| {
+                let (producer, topic) = (&producer, &topic);
+                scope.spawn(move || {
+                    (0..300)
+                        .map(|index| sample(thread * 1000 + index))
+                        .map(|sent| {
+                            let future = send_sample(producer, topic, &sent);
+                            (sent, future)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap())
+            .map(|(sent, future)| (sent, future.wait().unwrap()))
+            .collect()
+    });
+    // Within each thread (each chunk of 300), offsets per partition follow send order.
+    for chunk in answers.chunks(300) {
+        let mut last_offsets: BTreeMap<u32, u64> = BTreeMap::new();
+        for (_, metadata) in chunk {
+            if let Some(last) = last_offsets.insert(metadata.partition, metadata.offset.0) {
+                assert!(last < metadata.offset.0);
+            }
+        }
+    }
+    let mut stored = 0;
+    for partition in 0..3 {
+        stored += read_records(&engine, &topic, partition).len();
+    }
+    assert_eq!(stored, 1200);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_send_future_is_awaited_on_tokio() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("async", 1, LogConfig::default())
+        .unwrap();
+    let producer = engine.producer(ProducerConfig::default()).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let offsets: Vec<u64> = runtime.block_on(async {
+        let mut offsets = Vec::new();
+        for index in 0..5u8 {
+            let future = producer
+                .send(&ProducerRecord::new(&topic, None, Some(&[index])))
+                .unwrap();
+            offsets.push(future.await.unwrap().offset.0);
+        }
+        offsets
+    });
+    assert_eq!(offsets, [0, 1, 2, 3, 4]);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_lone_record_is_sent_after_linger_without_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("linger", 1, LogConfig::default())
+        .unwrap();
+    let linger = Duration::from_millis(100);
+    let producer = engine
+        .producer(ProducerConfig {
+            linger_ms: 100,
+            ..config()
+        })
+        .unwrap();
+    let started = Instant::now();
+    let future = producer
+        .send(&ProducerRecord::new(&topic, None, Some(b"alone")))
+        .unwrap();
+    while !future.is_complete() {
+        assert!(started.elapsed() < Duration::from_secs(30), "never sent");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        started.elapsed() >= linger,
+        "sent before linger.ms: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(future.wait().unwrap().offset, Offset(0));
+    assert_eq!(read_records(&engine, &topic, 0).len(), 1);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("sizes", 1, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            batch_size_bytes: 4096,
+            // Only a full batch (or the flush) sends one: none goes early because it lingered.
+            linger_ms: 60_000,
+            ..config()
+        })
+        .unwrap();
+    let values: Vec<Vec<u8>> = (0..1000)
+        .map(|index| vec![b'v'; 10 + (index * 97) % 590])
+        .collect();
+    let oversized = vec![b'o'; 10_000];
+    let futures: Vec<_> = values
+        .iter()
+        .take(500)
+        .chain([&oversized])
+        .chain(values.iter().skip(500))
+        .map(|value| {
+            producer
+                .send(&ProducerRecord::new(&topic, Some(b"k"), Some(value)))
+                .unwrap()
+        })
+        .collect();
+    producer.flush();
+    let answers: Vec<RecordMetadata> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
+    let oversized_offset = answers[500].offset.0;
+    let batches = read_batches(&engine, &topic, 0);
+    // ~300-byte records on average: about 310 KB in 4 KiB batches.
+    assert!(batches.len() >= 76, "{} batches", batches.len());
+    for batch in &batches {
+        if batch.base_offset() as u64 == oversized_offset {
+            assert_eq!(batch.header().records_count, 1);
+            assert!(batch.size_bytes() > 4096);
+        } else {
+            assert!(batch.size_bytes() <= 4096, "{} bytes", batch.size_bytes());
+            // Closed only when the next record did not fit: never more than the largest
+            // ordinary record short, unless the next record was the oversized one, or none.
+            let next_offset = batch.last_offset() as u64 + 1;
+            if next_offset != oversized_offset && next_offset != 1001 {
+                assert!(
+                    batch.size_bytes() + 620 > 4096,
+                    "{} bytes",
+                    batch.size_bytes()
+                );
+            }
+        }
+    }
+    assert_eq!(stored_records(&batches).len(), 1001);
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+/// Positioned I/O whose group-commit syncs wait while the gate is closed: durable appends stay
+/// unanswered, so the producer's batches keep their `buffer.memory`.
+#[derive(Debug, Default)]
+struct GatedSyncs {
+    closed: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl GatedSyncs {
+    fn set_closed(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+}
+
+impl Storage for GatedSyncs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        PositionedIo.open(path, mode)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        PositionedIo.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        PositionedIo.list_dir(dir)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        PositionedIo.is_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        PositionedIo.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        PositionedIo.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        PositionedIo.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        PositionedIo.remove_dir_all(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        PositionedIo.sync_dir(dir)
+    }
+    fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
+        let mut closed = self.closed.lock().unwrap();
+        while *closed {
+            closed = self.opened.wait(closed).unwrap();
+        }
+        drop(closed);
+        PositionedIo.sync_data_many(files)
+    }
+}
+
+/// An engine whose durable appends stay unanswered until the gate opens, with a one-partition
+/// topic, and a producer with room for four 1 KiB batches, each filled by one 600-byte record.
+fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<GatedSyncs>, TopicName, Producer) {
+    let storage = Arc::new(GatedSyncs::default());
+    let engine = Engine::open_with_storage(dir, engine_config(), storage.clone()).unwrap();
+    let topic = engine
+        .create_topic("bounded", 1, LogConfig::default())
+        .unwrap();
+    storage.set_closed(true);
+    let producer = engine
+        .producer(ProducerConfig {
+            batch_size_bytes: 1024,
+            buffer_memory_bytes: 4096,
+            block_ms_max,
+            linger_ms: 0,
+            acks: Durability::Durable,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    (engine, storage, topic, producer)
+}
+
+const GATED_VALUE: [u8; 600] = [1; 600];
+
+#[test]
+fn a_full_buffer_memory_blocks_send_for_max_block_ms_then_fails_with_buffer_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, storage, topic, producer) = gated(dir.path(), 200);
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            producer
+                .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(producer.buffer_used_bytes(), 4096);
+
+    let started = Instant::now();
+    let error = producer
+        .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
+        .unwrap_err();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            error,
+            ProducerError::BufferExhausted {
+                requested_bytes: 1024,
+                buffer_memory_bytes: 4096,
+                block_ms_max: 200
+            }
+        ),
+        "{error}"
+    );
+    assert!(held.iter().all(|future| !future.is_complete()));
+    assert_eq!(producer.buffer_used_bytes(), 4096);
+
+    // A record that could never fit is refused at once, not after max.block.ms.
+    let huge = vec![0u8; 5000];
+    let error = producer
+        .send(&ProducerRecord::new(&topic, None, Some(&huge)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProducerError::RecordTooLarge {
+                limit_name: "buffer.memory",
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    storage.set_closed(false);
+    let offsets: Vec<u64> = held
+        .into_iter()
+        .map(|f| f.wait().unwrap().offset.0)
+        .collect();
+    assert_eq!(offsets, [0, 1, 2, 3]);
+    producer.close().unwrap();
+    assert_eq!(producer.buffer_used_bytes(), 0);
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, storage, topic, producer) = gated(dir.path(), 60_000);
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            producer
+                .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
+                .unwrap()
+        })
+        .collect();
+    let opener = std::thread::spawn({
+        let storage = storage.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(100));
+            storage.set_closed(false);
+        }
+    });
+    let started = Instant::now();
+    let fifth = producer
+        .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "did not block"
+    );
+    // Memory is given back only after a batch's records are answered.
+    assert!(held.iter().any(seglog::producer::SendFuture::is_complete));
+    assert!(producer.buffer_used_bytes() <= 4096);
+    assert_eq!(fifth.wait().unwrap().offset, Offset(4));
+    opener.join().unwrap();
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn durable_acks_answer_a_record_only_once_its_partition_is_durable_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("durable", 2, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            acks: Durability::Durable,
+            batch_size_bytes: 512,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    let futures: Vec<_> = (0..200)
+        .map(|index| {
+            let key = format!("k{index}");
+            producer
+                .send(&ProducerRecord::new(
+                    &topic,
+                    Some(key.as_bytes()),
+                    Some(b"durable value"),
+                ))
+                .unwrap()
+        })
+        .collect();
+    for future in futures {
+        let metadata = future.wait().unwrap();
+        let description = engine
+            .describe_partition("durable", metadata.partition)
+            .unwrap();
+        assert!(
+            description.durable_offset > metadata.offset,
+            "offset {} answered with durable offset {}",
+            metadata.offset,
+            description.durable_offset
+        );
+    }
+    producer.close().unwrap();
+
+    // Written acks do not wait for a sync: the topic's flush policy never syncs before close.
+    let written = engine.producer(config()).unwrap();
+    let metadata = send_value(&written, &topic, Some(b"k0"), b"written");
+    let description = engine
+        .describe_partition("durable", metadata.partition)
+        .unwrap();
+    assert!(description.durable_offset <= metadata.offset);
+    written.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn unknown_topics_partitions_out_of_range_oversized_records_and_closed_producers_are_typed_errors()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let small = LogConfig {
+        max_message_bytes: 1000,
+        ..LogConfig::default()
+    };
+    let topic = engine.create_topic("small", 2, small).unwrap();
+    let producer = engine.producer(config()).unwrap();
+
+    let missing = TopicName::parse("missing").unwrap();
+    let error = producer
+        .send(&ProducerRecord::new(&missing, None, Some(b"v")))
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProducerError::UnknownTopic { topic } if topic == "missing"),
+        "{error}"
+    );
+
+    let mut record = ProducerRecord::new(&topic, None, Some(b"v"));
+    record.partition = Some(2);
+    let error = producer.send(&record).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProducerError::PartitionOutOfRange {
+                partition: 2,
+                partition_count: 2,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    let large = vec![0u8; 1000];
+    let error = producer
+        .send(&ProducerRecord::new(&topic, None, Some(&large)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProducerError::RecordTooLarge {
+                limit_name: "max.message.bytes",
+                limit_bytes: 1000,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    // The producer's batches respect the topic's max.message.bytes below batch.size.
+    let value = [5u8; 300];
+    let futures: Vec<_> = (0..20)
+        .map(|_| {
+            producer
+                .send(&ProducerRecord::new(&topic, Some(b"same"), Some(&value)))
+                .unwrap()
+        })
+        .collect();
+    producer.close().unwrap();
+    let partition = futures[0].partition();
+    assert!(futures.into_iter().all(|future| future.wait().is_ok()));
+    for batch in read_batches(&engine, &topic, partition) {
+        assert!(batch.size_bytes() <= 1000);
+    }
+
+    let error = producer
+        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
+        .unwrap_err();
+    assert!(matches!(error, ProducerError::Closed), "{error}");
+    let invalid = engine.producer(ProducerConfig {
+        appends_inflight_max: 0,
+        ..ProducerConfig::default()
+    });
+    assert!(matches!(invalid, Err(ProducerError::Config { .. })));
+    engine.close().unwrap();
+}
+
+#[test]
+fn records_sent_when_the_engine_is_closed_fail_with_the_engines_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic("gone", 1, LogConfig::default())
+        .unwrap();
+    let producer = engine
+        .producer(ProducerConfig {
+            linger_ms: 60_000,
+            ..config()
+        })
+        .unwrap();
+    let future = producer
+        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
+        .unwrap();
+    engine.close().unwrap();
+    producer.flush();
+    let error = future.wait().unwrap_err();
+    assert!(
+        matches!(&error, ProducerError::Append { partition: 0, .. }),
+        "{error}"
+    );
+    producer.close().unwrap();
+}
+
+/// An engine with one shard whose request queue holds one request, blocked in a gated sync: a
+/// third append in a row is refused with `QueueFull` before it reaches the shard.
+fn one_slot_queue(dir: &Path) -> (Engine, Arc<GatedSyncs>, TopicName) {
+    let storage = Arc::new(GatedSyncs::default());
+    let config = EngineConfig {
+        shard_count: 1,
+        queue_requests_max: 1,
+        ..engine_config()
+    };
+    let engine = Engine::open_with_storage(dir, config, storage.clone()).unwrap();
+    let topic = engine
+        .create_topic("queue", 1, LogConfig::default())
+        .unwrap();
+    storage.set_closed(true);
+    (engine, storage, topic)
+}
+
+/// One 600-byte record per 1 KiB batch, so each send is its own append.
+fn one_append_per_record(delivery_timeout_ms: u64) -> ProducerConfig {
+    ProducerConfig {
+        batch_size_bytes: 1024,
+        linger_ms: 0,
+        retry_backoff_ms: 5,
+        delivery_timeout_ms,
+        acks: Durability::Durable,
+        ..ProducerConfig::default()
+    }
+}
+
+#[test]
+fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, storage, topic) = one_slot_queue(dir.path());
+    let producer = engine.producer(one_append_per_record(120_000)).unwrap();
+    let futures: Vec<_> = (0..20u8)
+        .map(|index| {
+            let value = [index; 600];
+            producer
+                .send(&ProducerRecord::new(&topic, None, Some(&value)))
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(futures.iter().all(|future| !future.is_complete()));
+    storage.set_closed(false);
+    let offsets: Vec<u64> = futures
+        .into_iter()
+        .map(|f| f.wait().unwrap().offset.0)
+        .collect();
+    assert_eq!(offsets, (0..20).collect::<Vec<u64>>());
+    // Stored in send order: record i holds value byte i.
+    let values: Vec<u8> = read_records(&engine, &topic, 0)
+        .iter()
+        .map(|record| record.value.as_ref().unwrap()[0])
+        .collect();
+    assert_eq!(values, (0..20).collect::<Vec<u8>>());
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
+
+#[test]
+fn appends_still_refused_after_delivery_timeout_fail_with_the_engines_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, storage, topic) = one_slot_queue(dir.path());
+    let producer = engine.producer(one_append_per_record(100)).unwrap();
+    let futures: Vec<_> = (0..10u8)
+        .map(|index| {
+            let value = [index; 600];
+            producer
+                .send(&ProducerRecord::new(&topic, None, Some(&value)))
+                .unwrap()
+        })
+        .collect();
+    // Every batch refused for 100 ms fails; then the shard may take the rest again.
+    let started = Instant::now();
+    while !futures.iter().any(|future| future.is_complete()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no batch timed out"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    storage.set_closed(false);
+    let outcomes: Vec<_> = futures
+        .into_iter()
+        .map(seglog::producer::SendFuture::wait)
+        .collect();
+    let failed: Vec<&ProducerError> = outcomes
+        .iter()
+        .filter_map(|outcome| outcome.as_ref().err())
+        .collect();
+    assert!(!failed.is_empty());
+    for error in &failed {
+        let ProducerError::Append { source, .. } = error else {
+            panic!("{error}");
+        };
+        assert!(
+            matches!(
+                **source,
+                seglog::error::AppendError::Unavailable(
+                    seglog::error::EngineUnavailable::QueueFull { .. }
+                )
+            ),
+            "{source}"
+        );
+    }
+    // What got through is stored densely, in send order among the records that got through.
+    let stored = read_records(&engine, &topic, 0);
+    let succeeded: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|outcome| outcome.as_ref().ok())
+        .map(|m| m.offset.0)
+        .collect();
+    assert_eq!(succeeded, (0..stored.len() as u64).collect::<Vec<u64>>());
+    producer.close().unwrap();
+    engine.close().unwrap();
+}
