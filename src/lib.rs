@@ -13,7 +13,11 @@
 //! - [`segment`]: one `.log` with its indexes; append, locate, read, recover.
 //! - [`log`]: one partition's ordered segments ([`log::PartitionLog`]).
 //! - [`log_dir`]: a data directory of partitions with Kafka's checkpoints ([`log_dir::LogDir`]).
+//! - [`engine`]: the thread-per-core engine: shards on io_uring, group commit, topics.
+//! - [`cleaner`]: retention planning and compaction (offset map, batch cleaning).
 //! - [`partitioner`]: Kafka's murmur2 key partitioner.
+//! - [`producer`]: Kafka's producer: routing, batching, compression, acks.
+//! - [`group`]: consumer groups: assignors, coordinator, consumers, committed offsets.
 //!
 //! ```
 //! use std::sync::Arc;
