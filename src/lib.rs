@@ -7,7 +7,7 @@
 //! The crate is layered; dependencies point down this list and a module never reaches up:
 //!
 //! - [`types`], [`limits`], [`config`], [`error`]: vocabulary.
-//! - [`format`]: bytes <-> values (batches, records, index entries, names, checkpoints). No I/O.
+//! - [`format`](mod@format): bytes <-> values (batches, records, index entries, names, checkpoints). No I/O.
 //! - [`index`]: sparse offset and time indexes over memory-mapped files.
 //! - [`io`]: the seam through which log data is read, written and synced.
 //! - [`segment`]: one `.log` with its indexes; append, locate, read, recover.
