@@ -11,7 +11,7 @@ partitions=4
 
 echo "== building the release binary"
 cargo build --release --quiet -p seglog-tools
-seglog=target/release/seglog
+seglog="${CARGO_TARGET_DIR:-target}/release/seglog"
 
 rm -rf "$data_dir"
 echo "== producing $record_count keyed records into $data_dir ($partitions partitions)"
