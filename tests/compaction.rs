@@ -16,8 +16,9 @@ use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
 use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::Storage;
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::io::{OpenMode, Storage, StorageFile};
 use seglog::log::{LogOpenOptions, PartitionLog};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -140,7 +141,7 @@ proptest! {
     }
 }
 
-/// Positioned I/O that fails the Nth rename or remove (counting from 1) with EIO.
+/// Hooks that fail the Nth rename, remove or directory sync (counting from 1) with EIO.
 #[derive(Debug)]
 struct FailingAt {
     operations: AtomicUsize,
@@ -163,36 +164,12 @@ impl FailingAt {
     }
 }
 
-impl Storage for FailingAt {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        PositionedIo.open(path, mode)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        PositionedIo.list_dir(dir)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        PositionedIo.is_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        PositionedIo.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.step()?;
-        PositionedIo.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.step()?;
-        PositionedIo.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_dir_all(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.step()?;
-        PositionedIo.sync_dir(dir)
+impl StorageHooks for FailingAt {
+    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+        match op {
+            StorageOp::Rename | StorageOp::RemoveFile | StorageOp::SyncDir => self.step(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -216,15 +193,16 @@ fn a_crash_at_any_step_of_the_swap_reopens_to_before_or_after() {
     let mut interrupted = 0;
     for fail_at in 1..200 {
         let dir = tempfile::tempdir().unwrap();
-        let storage = Arc::new(FailingAt {
+        let failing = Arc::new(FailingAt {
             operations: AtomicUsize::new(0),
             fail_at: AtomicUsize::new(usize::MAX),
         });
-        let mut log = open(storage.clone(), dir.path(), false);
+        let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), failing.clone()));
+        let mut log = open(storage, dir.path(), false);
         for (key, value) in &keys_and_values {
             append(&mut log, *key, *value);
         }
-        storage.arm(fail_at);
+        failing.arm(fail_at);
         let mut map = OffsetMap::new(64 * 1024).unwrap();
         let result = log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0));
         drop(log);

@@ -2,7 +2,7 @@
 //! partitions read back byte for byte and in order; group commit syncs many appends with few
 //! `fdatasync`s and never answers a durable append before a sync that covers it; an engine dropped
 //! without `close` reopens with every durable append; topics survive a restart; typed errors for
-//! unknown partitions and a closed engine. Runs on a counting wrapper around positioned I/O.
+//! unknown partitions and a closed engine. Runs on positioned I/O with hooks that count and fail syncs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,93 +17,41 @@ use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Isolation};
 use seglog::error::{AppendError, EngineUnavailable, ReadError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::io::{OpenMode, Storage, StorageFile};
 use seglog::types::{Offset, TimestampMs, TopicName};
 
-/// Positioned I/O that records every `fdatasync` (which file, and how long it was), and fails
+/// Hooks that record every `fdatasync` (which file, and how long it was when synced), and fail
 /// every `fdatasync` with EIO while `fail_syncs` is set.
 #[derive(Debug, Default)]
-struct CountingStorage {
-    syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
-    sync_calls: Arc<AtomicUsize>,
-    fail_syncs: Arc<std::sync::atomic::AtomicBool>,
+struct SyncCounter {
+    syncs: Mutex<Vec<(PathBuf, u64)>>,
+    sync_calls: AtomicUsize,
+    fail_syncs: std::sync::atomic::AtomicBool,
 }
 
-#[derive(Debug)]
-struct CountingFile {
-    path: PathBuf,
-    inner: Box<dyn StorageFile>,
-    syncs: Arc<Mutex<Vec<(PathBuf, u64)>>>,
-    sync_calls: Arc<AtomicUsize>,
-    fail_syncs: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl StorageFile for CountingFile {
-    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, position)
-    }
-    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
-        self.inner.write_all_at(buf, position)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        if self.fail_syncs.load(Ordering::SeqCst) {
+impl StorageHooks for SyncCounter {
+    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+        if op == StorageOp::SyncData && self.fail_syncs.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(5));
         }
-        let length = self.inner.length_bytes()?;
-        self.inner.sync_data()?;
-        self.sync_calls.fetch_add(1, Ordering::SeqCst);
-        self.syncs.lock().unwrap().push((self.path.clone(), length));
         Ok(())
     }
-    fn sync_all(&self) -> io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn length_bytes(&self) -> io::Result<u64> {
-        self.inner.length_bytes()
-    }
-    fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
-        self.inner.set_length_bytes(length_bytes)
-    }
-    fn modified_ms(&self) -> io::Result<i64> {
-        self.inner.modified_ms()
+
+    fn after(&self, op: StorageOp, path: &Path) {
+        if op == StorageOp::SyncData {
+            let length = std::fs::metadata(path).map_or(0, |metadata| metadata.len());
+            self.sync_calls.fetch_add(1, Ordering::SeqCst);
+            self.syncs.lock().unwrap().push((path.to_owned(), length));
+        }
     }
 }
 
-impl Storage for CountingStorage {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(CountingFile {
-            path: path.to_owned(),
-            inner: PositionedIo.open(path, mode)?,
-            syncs: self.syncs.clone(),
-            sync_calls: self.sync_calls.clone(),
-            fail_syncs: self.fail_syncs.clone(),
-        }))
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        PositionedIo.list_dir(dir)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        PositionedIo.is_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        PositionedIo.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        PositionedIo.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_dir_all(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.sync_dir(dir)
-    }
+/// Positioned I/O with a [`SyncCounter`].
+fn counting_storage() -> (Arc<HookedStorage>, Arc<SyncCounter>) {
+    let counter = Arc::new(SyncCounter::default());
+    let storage = HookedStorage::new(Arc::new(PositionedIo), counter.clone());
+    (Arc::new(storage), counter)
 }
 
 fn batch(value: &str) -> Bytes {
@@ -204,9 +152,7 @@ fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
 #[test]
 fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(CountingStorage::default());
-    let syncs = storage.syncs.clone();
-    let sync_calls = storage.sync_calls.clone();
+    let (storage, counter) = counting_storage();
     let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
     let topic = engine
         .create_topic("durable", 2, LogConfig::default())
@@ -218,7 +164,7 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
         .map(|writer| {
             let engine = engine.clone();
             let topic = topic.clone();
-            let syncs = syncs.clone();
+            let counter = counter.clone();
             std::thread::spawn(move || {
                 for sequence in 0..appends_per_writer {
                     let partition = (writer % 2) as u32;
@@ -231,7 +177,7 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
                     // One batch per offset, all the same size: this batch ends here in the file.
                     let end = (info.first_offset.0 + 1) * batch_bytes;
                     let file = format!("durable-{partition}");
-                    let covered = syncs.lock().unwrap().iter().any(|(path, length)| {
+                    let covered = counter.syncs.lock().unwrap().iter().any(|(path, length)| {
                         path.to_string_lossy().contains(&file)
                             && path.extension().is_some_and(|e| e == "log")
                             && *length >= end
@@ -249,7 +195,7 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
         thread.join().unwrap();
     }
     let appends = writers * appends_per_writer;
-    let sync_count = sync_calls.load(Ordering::SeqCst);
+    let sync_count = counter.sync_calls.load(Ordering::SeqCst);
     assert!(
         sync_count < appends,
         "{sync_count} syncs for {appends} durable appends: no group commit"
@@ -445,8 +391,7 @@ fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
 #[test]
 fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(CountingStorage::default());
-    let fail_syncs = storage.fail_syncs.clone();
+    let (storage, counter) = counting_storage();
     let topic = TopicName::parse("fragile").unwrap();
     {
         let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
@@ -459,10 +404,10 @@ fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
                 .wait()
         };
         assert!(durable(0, "before").unwrap().durable);
-        fail_syncs.store(true, Ordering::SeqCst);
+        counter.fail_syncs.store(true, Ordering::SeqCst);
         let failed = durable(0, "lost");
         assert!(matches!(failed, Err(AppendError::Storage(_))), "{failed:?}");
-        fail_syncs.store(false, Ordering::SeqCst);
+        counter.fail_syncs.store(false, Ordering::SeqCst);
         let after = durable(0, "after");
         assert!(
             after.is_err(),

@@ -1,8 +1,8 @@
 //! The engine under overload and faults (issue 3: bad input and faults): a full shard queue and
 //! too many bytes in flight are typed errors, not unbounded memory; a shard whose thread panics
 //! fails its partitions closed with `ShardFailed` while the process and the other shards keep
-//! running; the handle is `Clone + Send + Sync`. The faults come from a storage wrapper whose
-//! `fdatasync` can block on a gate or panic.
+//! running; the handle is `Clone + Send + Sync`. The faults come from storage hooks that make
+//! `fdatasync` block on a gate or panic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,8 +17,8 @@ use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig};
 use seglog::error::{AppendError, EngineUnavailable};
 use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::io::{OpenMode, Storage, StorageFile};
 use seglog::types::TopicName;
 
 const SYNC_NORMAL: u8 = 0;
@@ -67,67 +67,12 @@ impl Faults {
     }
 }
 
-#[derive(Debug)]
-struct FaultyStorage(Arc<Faults>);
-
-#[derive(Debug)]
-struct FaultyFile(Box<dyn StorageFile>, Arc<Faults>);
-
-impl StorageFile for FaultyFile {
-    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        self.0.read_at(buf, position)
-    }
-    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
-        self.0.write_all_at(buf, position)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.1.sync();
-        self.0.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.0.sync_all()
-    }
-    fn length_bytes(&self) -> io::Result<u64> {
-        self.0.length_bytes()
-    }
-    fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
-        self.0.set_length_bytes(length_bytes)
-    }
-    fn modified_ms(&self) -> io::Result<i64> {
-        self.0.modified_ms()
-    }
-}
-
-impl Storage for FaultyStorage {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(FaultyFile(
-            PositionedIo.open(path, mode)?,
-            self.0.clone(),
-        )))
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        PositionedIo.list_dir(dir)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        PositionedIo.is_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        PositionedIo.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        PositionedIo.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_dir_all(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.sync_dir(dir)
+impl StorageHooks for Faults {
+    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+        if op == StorageOp::SyncData {
+            self.sync();
+        }
+        Ok(())
     }
 }
 
@@ -143,7 +88,7 @@ fn batch(value: &str) -> Bytes {
 }
 
 fn open(dir: &Path, faults: &Arc<Faults>, config: EngineConfig) -> (Engine, TopicName) {
-    let storage = Arc::new(FaultyStorage(faults.clone()));
+    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), faults.clone()));
     let engine = Engine::open_with_storage(
         dir,
         EngineConfig {

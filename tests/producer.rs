@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::format::Batch;
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::io::{OpenMode, Storage, StorageFile};
 use seglog::partitioner::partition_for_key;
 use seglog::producer::{
     Partitioner, Producer, ProducerConfig, ProducerError, ProducerRecord, RecordMetadata,
@@ -646,7 +646,7 @@ fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
     engine.close().unwrap();
 }
 
-/// Positioned I/O whose group-commit syncs wait while the gate is closed: durable appends stay
+/// Storage hooks whose group-commit syncs wait while the gate is closed: durable appends stay
 /// unanswered, so the producer's batches keep their `buffer.memory`.
 #[derive(Debug, Default)]
 struct GatedSyncs {
@@ -661,53 +661,28 @@ impl GatedSyncs {
     }
 }
 
-impl Storage for GatedSyncs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        PositionedIo.open(path, mode)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        PositionedIo.list_dir(dir)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        PositionedIo.is_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        PositionedIo.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        PositionedIo.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_dir_all(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.sync_dir(dir)
-    }
-    fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
-        let mut closed = self.closed.lock().unwrap();
-        while *closed {
-            closed = self.opened.wait(closed).unwrap();
+impl StorageHooks for GatedSyncs {
+    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+        if op == StorageOp::SyncGroup {
+            let mut closed = self.closed.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
         }
-        drop(closed);
-        PositionedIo.sync_data_many(files)
+        Ok(())
     }
 }
 
 /// An engine whose durable appends stay unanswered until the gate opens, with a one-partition
 /// topic, and a producer with room for four 1 KiB batches, each filled by one 600-byte record.
 fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<GatedSyncs>, TopicName, Producer) {
-    let storage = Arc::new(GatedSyncs::default());
-    let engine = Engine::open_with_storage(dir, engine_config(), storage.clone()).unwrap();
+    let gate = Arc::new(GatedSyncs::default());
+    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
+    let engine = Engine::open_with_storage(dir, engine_config(), storage).unwrap();
     let topic = engine
         .create_topic("bounded", 1, LogConfig::default())
         .unwrap();
-    storage.set_closed(true);
+    gate.set_closed(true);
     let producer = engine
         .producer(ProducerConfig {
             batch_size_bytes: 1024,
@@ -718,7 +693,7 @@ fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<GatedSyncs>, TopicName, 
             ..ProducerConfig::default()
         })
         .unwrap();
-    (engine, storage, topic, producer)
+    (engine, gate, topic, producer)
 }
 
 const GATED_VALUE: [u8; 600] = [1; 600];
@@ -981,18 +956,19 @@ fn records_sent_when_the_engine_is_closed_fail_with_the_engines_error() {
 /// An engine with one shard whose request queue holds one request, blocked in a gated sync: a
 /// third append in a row is refused with `QueueFull` before it reaches the shard.
 fn one_slot_queue(dir: &Path) -> (Engine, Arc<GatedSyncs>, TopicName) {
-    let storage = Arc::new(GatedSyncs::default());
+    let gate = Arc::new(GatedSyncs::default());
+    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
     let config = EngineConfig {
         shard_count: 1,
         queue_requests_max: 1,
         ..engine_config()
     };
-    let engine = Engine::open_with_storage(dir, config, storage.clone()).unwrap();
+    let engine = Engine::open_with_storage(dir, config, storage).unwrap();
     let topic = engine
         .create_topic("queue", 1, LogConfig::default())
         .unwrap();
-    storage.set_closed(true);
-    (engine, storage, topic)
+    gate.set_closed(true);
+    (engine, gate, topic)
 }
 
 /// One 600-byte record per 1 KiB batch, so each send is its own append.

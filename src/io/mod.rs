@@ -11,6 +11,7 @@
 //! kernel allows it, positioned I/O where it does not, the simulator in tests), and one
 //! dynamic call per system call costs nothing next to the system call itself.
 
+pub mod hooked;
 pub mod pio;
 pub mod uring;
 

@@ -370,52 +370,25 @@ mod engine_tests {
     use std::time::Duration;
 
     use seglog::engine::EngineConfig;
+    use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
     use seglog::io::pio::PositionedIo;
-    use seglog::io::{OpenMode, Storage, StorageFile};
 
     use super::*;
 
-    /// Positioned I/O whose group-commit syncs (`sync_data_many`) are counted and take 2 ms, as on
+    /// Storage hooks under which group-commit syncs (`sync_data_many`) are counted and take 2 ms, as on
     /// a disk, so that appends queue up behind a sync in progress.
     #[derive(Debug, Default)]
     struct SlowSyncs {
         group_syncs: AtomicUsize,
     }
 
-    impl Storage for SlowSyncs {
-        fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-            PositionedIo.open(path, mode)
-        }
-        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-            PositionedIo.create_dir_all(dir)
-        }
-        fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            PositionedIo.list_dir(dir)
-        }
-        fn is_dir(&self, path: &Path) -> bool {
-            PositionedIo.is_dir(path)
-        }
-        fn exists(&self, path: &Path) -> bool {
-            PositionedIo.exists(path)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-            PositionedIo.rename(from, to)
-        }
-        fn remove_file(&self, path: &Path) -> io::Result<()> {
-            PositionedIo.remove_file(path)
-        }
-        fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-            PositionedIo.remove_dir_all(path)
-        }
-        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-            PositionedIo.sync_dir(dir)
-        }
-        fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
-            if !files.is_empty() {
+    impl StorageHooks for SlowSyncs {
+        fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+            if op == StorageOp::SyncGroup {
                 self.group_syncs.fetch_add(1, Ordering::SeqCst);
                 thread::sleep(Duration::from_millis(2));
             }
-            PositionedIo.sync_data_many(files)
+            Ok(())
         }
     }
 
@@ -437,13 +410,14 @@ mod engine_tests {
         durability: Durability,
     ) -> Run {
         let dir = tempfile::tempdir().unwrap();
-        let storage = Arc::new(SlowSyncs::default());
+        let slow = Arc::new(SlowSyncs::default());
+        let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), slow.clone()));
         let config = EngineConfig {
             shard_count: 1,
             pin_shards: false,
             ..EngineConfig::default()
         };
-        let engine = Engine::open_with_storage(dir.path(), config, storage.clone()).unwrap();
+        let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
         let topic = engine
             .create_topic("t", partition_count, LogConfig::default())
             .unwrap();
@@ -463,7 +437,7 @@ mod engine_tests {
         let mut out = Vec::new();
         let acknowledged = produce(&engine, &topic, &settings, &lines, &mut out).unwrap();
         assert_eq!(acknowledged, record_count as u64);
-        let group_syncs = storage.group_syncs.load(Ordering::SeqCst);
+        let group_syncs = slow.group_syncs.load(Ordering::SeqCst);
         let description = engine.describe_topic("t").unwrap();
         let offsets_before_close = description
             .partitions
