@@ -326,3 +326,42 @@ fn the_engine_applies_retention_to_every_partition_on_request() {
     );
     engine.close().unwrap();
 }
+
+#[test]
+fn shards_apply_retention_on_their_own_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine_config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        retention_check_interval_ms: 20,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), engine_config).unwrap();
+    let topic = engine
+        .create_topic("aging", 40, config(&[("retention.ms", "60000")]))
+        .unwrap();
+    for partition in 0..40 {
+        for offset in 0..6 {
+            engine
+                .append(&topic, partition, batch(T0 + offset), Durability::Written)
+                .wait()
+                .unwrap();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let all_expired = || {
+        let description = engine.describe_topic("aging").unwrap();
+        description
+            .partitions
+            .iter()
+            .all(|partition| partition.log_start_offset == Offset(6))
+    };
+    while !all_expired() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        all_expired(),
+        "every partition's records from 2023 were deleted without being asked"
+    );
+    engine.close().unwrap();
+}

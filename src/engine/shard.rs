@@ -38,6 +38,9 @@ use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 /// parked fetches and timers.
 pub(crate) const REQUESTS_PER_TURN_MAX: usize = 4096;
 
+/// Partitions the periodic retention pass visits between two turns.
+const RETENTION_PARTITIONS_PER_TURN: usize = 16;
+
 /// A request to a shard. Every request carries the channel its answer goes back on.
 pub(crate) enum Request {
     Append {
@@ -205,6 +208,8 @@ pub(crate) struct Shard {
     next_retention_check: Instant,
     /// When the next check for logs dirty enough to compact runs.
     next_compaction_check: Instant,
+    /// Partitions the periodic retention pass has still to visit.
+    retention_queue: std::collections::VecDeque<TopicPartition>,
     /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
     file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
 }
@@ -226,6 +231,7 @@ impl Shard {
             flush_deadlines: BTreeMap::new(),
             next_retention_check: Instant::now() + retention_interval,
             next_compaction_check: Instant::now() + cleaner_backoff,
+            retention_queue: std::collections::VecDeque::new(),
             file_deletion_deadlines: BTreeMap::new(),
         }
     }
@@ -263,6 +269,9 @@ impl Shard {
         let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
         let flush_deadline = self.flush_deadlines.values().min().map(at);
         let deletion_deadline = self.file_deletion_deadlines.values().min().map(at);
+        if !self.retention_queue.is_empty() {
+            return Some(Duration::ZERO);
+        }
         let deadline = [
             fetch_deadline,
             flush_deadline,
@@ -663,8 +672,9 @@ impl Shard {
         let touched = due.into_iter().collect();
         self.serve_parked(&touched, false);
         if Instant::now() >= self.next_retention_check {
-            self.run_retention(None);
+            self.queue_periodic_retention();
         }
+        self.run_queued_retention();
         if Instant::now() >= self.next_compaction_check {
             self.next_compaction_check = Instant::now() + self.context.cleaner_backoff;
             self.compact_dirty_logs();
@@ -675,24 +685,42 @@ impl Shard {
     /// Applies retention now to this shard's partitions (of `topic`, or all), opening each in
     /// turn. A failure on one partition is logged and reported, and never stops the others.
     fn run_retention(&mut self, topic: Option<&TopicName>) -> Vec<PartitionRetention> {
-        let interval = Duration::from_millis(self.context.retention_check_interval_ms);
-        self.next_retention_check = Instant::now() + interval;
-        let owned: Vec<TopicPartition> = {
-            let topics = self
-                .context
-                .topics
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            topics
-                .partitions()
-                .filter(|tp| {
-                    (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic)
-                })
-                .collect()
-        };
-        owned
+        self.owned_partitions(topic)
             .into_iter()
             .map(|tp| self.retain_partition(tp))
+            .collect()
+    }
+
+    /// Schedules the periodic retention pass: every owned partition joins a queue that
+    /// `run_queued_retention` works through a few at a time between turns, so a shard with
+    /// thousands of partitions keeps serving requests while the pass runs.
+    fn queue_periodic_retention(&mut self) {
+        let interval = Duration::from_millis(self.context.retention_check_interval_ms);
+        self.next_retention_check = Instant::now() + interval;
+        if self.retention_queue.is_empty() {
+            self.retention_queue = self.owned_partitions(None).into();
+        }
+    }
+
+    fn run_queued_retention(&mut self) {
+        for _ in 0..RETENTION_PARTITIONS_PER_TURN {
+            let Some(tp) = self.retention_queue.pop_front() else {
+                return;
+            };
+            let _ = self.retain_partition(tp);
+        }
+    }
+
+    /// This shard's partitions (of `topic`, or all).
+    fn owned_partitions(&self, topic: Option<&TopicName>) -> Vec<TopicPartition> {
+        let topics = self
+            .context
+            .topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        topics
+            .partitions()
+            .filter(|tp| (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic))
             .collect()
     }
 
@@ -853,23 +881,20 @@ impl Shard {
         topic: Option<&TopicName>,
         dedupe_buffer_bytes: usize,
     ) -> Vec<PartitionCompaction> {
+        let owned = self.owned_partitions(topic);
         let compacted: Vec<TopicPartition> = {
             let topics = self
                 .context
                 .topics
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let is_compacted = |tp: &TopicPartition| {
-                topics
-                    .partition_config(tp)
-                    .is_some_and(|config| config.cleanup_policy != CleanupPolicy::Delete)
-            };
-            topics
-                .partitions()
+            owned
+                .into_iter()
                 .filter(|tp| {
-                    (self.context.owns)(tp) && topic.is_none_or(|topic| &tp.topic == topic)
+                    topics
+                        .partition_config(tp)
+                        .is_some_and(|config| config.cleanup_policy != CleanupPolicy::Delete)
                 })
-                .filter(is_compacted)
                 .collect()
         };
         let mut map = match OffsetMap::new(dedupe_buffer_bytes) {
