@@ -9,7 +9,8 @@
 //!   `kafka-consumer-groups`);
 //! - `clean`: run retention and compaction once, now, and print what they did;
 //! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
-//! - `verify`: check every batch and index entry of a data directory, read-only.
+//! - `verify`: check every batch and index entry of a data directory, read-only;
+//! - `bench`: a load generator against an embedded engine (throughput, latency percentiles).
 //!
 //! `topics`, `produce`, `consume` and `groups` open the data directory through the engine
 //! (`seglog::engine::Engine`), which takes the directory's lock and recovers it if needed; `dump`
@@ -20,6 +21,7 @@
 //! error (reported by clap).
 
 mod args;
+mod bench;
 mod clean;
 mod consume;
 mod dump;
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Clean(args) => clean::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Verify(args) => verify::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
