@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -27,77 +27,16 @@ use seglog::format::compression::compress;
 use seglog::format::{BatchBuilder, Compression, NewRecord};
 use seglog::partitioner::partition_for_key;
 
+mod support;
+
+use support::{
+    assert_success, parse_text_ack, path_arg, run, run_with_stdin, seglog, stderr_text,
+    stdout_lines,
+};
+
 const FIRST_LOG: &str = "00000000000000000000.log";
 const FIRST_INDEX: &str = "00000000000000000000.index";
 const FIRST_TIME_INDEX: &str = "00000000000000000000.timeindex";
-
-fn seglog() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_seglog"))
-}
-
-/// Runs `seglog args...` with `input` on stdin (written from a thread, so a child that answers
-/// while reading never deadlocks against us) and returns what it printed.
-fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = seglog()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = thread::spawn(move || stdin.write_all(&input));
-    let output = child.wait_with_output().unwrap();
-    // A child that exits without reading all of its input (a rejected argument) closes the pipe.
-    if let Err(error) = writer.join().unwrap() {
-        assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
-    }
-    output
-}
-
-fn run(args: &[&str]) -> Output {
-    run_with_stdin(args, b"")
-}
-
-fn stdout_lines(output: &Output) -> Vec<String> {
-    String::from_utf8(output.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn stderr_text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn assert_success(output: &Output) {
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        stderr_text(output)
-    );
-}
-
-fn path_arg(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-/// `partition=P offset=O` -> (P, O).
-fn parse_text_ack(line: &str) -> (u32, u64) {
-    let (partition, offset) = line.split_once(' ').unwrap();
-    (
-        partition
-            .strip_prefix("partition=")
-            .unwrap()
-            .parse()
-            .unwrap(),
-        offset.strip_prefix("offset=").unwrap().parse().unwrap(),
-    )
-}
 
 /// Produces `lines` of `value_bytes`-byte values keyed `k<i>` with 64-byte indexes (8 offset
 /// entries per segment, so segments roll) and returns the data directory.
