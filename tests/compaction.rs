@@ -54,6 +54,12 @@ fn open(storage: Arc<dyn Storage>, dir: &Path, clean: bool) -> PartitionLog {
 
 /// (key, value or tombstone) records, one batch each.
 fn append(log: &mut PartitionLog, key: u8, value: Option<u32>) {
+    log.append(keyed_batch(key, value), TimestampMs(T0))
+        .unwrap();
+}
+
+/// A one-record batch: key `k<key>`, a 55-byte value numbered `value` (or a tombstone).
+fn keyed_batch(key: u8, value: Option<u32>) -> bytes::Bytes {
     let key = [b'k', key];
     let value = value.map(|value| format!("value-{value:08}-{}", "x".repeat(40)));
     let mut builder = BatchBuilder::new(0);
@@ -63,8 +69,7 @@ fn append(log: &mut PartitionLog, key: u8, value: Option<u32>) {
         value: value.as_deref().map(str::as_bytes),
         headers: &[],
     });
-    log.append(builder.build().unwrap(), TimestampMs(T0))
-        .unwrap();
+    builder.build().unwrap()
 }
 
 type Row = (u64, Vec<u8>, Option<Vec<u8>>);
@@ -249,17 +254,9 @@ fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
         .create_topic("plain", 1, LogConfig::default())
         .unwrap();
     for sequence in 0..60u32 {
-        let key = [b'k', (sequence % 4) as u8];
-        let value = format!("value-{sequence:08}-{}", "x".repeat(40));
-        let mut builder = BatchBuilder::new(0);
-        builder.push(&NewRecord {
-            timestamp_ms: T0,
-            key: Some(&key),
-            value: Some(value.as_bytes()),
-            headers: &[],
-        });
+        let batch = keyed_batch((sequence % 4) as u8, Some(sequence));
         engine
-            .append(&topic, 0, builder.build().unwrap(), Durability::Written)
+            .append(&topic, 0, batch, Durability::Written)
             .wait()
             .unwrap();
     }
@@ -336,17 +333,9 @@ fn shards_compact_dirty_logs_on_their_own() {
             .sum::<usize>()
     };
     for sequence in 0..40u32 {
-        let key = [b'k', (sequence % 2) as u8];
-        let value = format!("value-{sequence:08}-{}", "x".repeat(40));
-        let mut builder = BatchBuilder::new(0);
-        builder.push(&NewRecord {
-            timestamp_ms: T0,
-            key: Some(&key),
-            value: Some(value.as_bytes()),
-            headers: &[],
-        });
+        let batch = keyed_batch((sequence % 2) as u8, Some(sequence));
         engine
-            .append(&topic, 0, builder.build().unwrap(), Durability::Written)
+            .append(&topic, 0, batch, Durability::Written)
             .wait()
             .unwrap();
     }
