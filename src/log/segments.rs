@@ -267,9 +267,9 @@ impl SegmentList {
             if !is_sealed || slot.base_offset() != base_offset {
                 continue;
             }
-            let placeholder = SegmentSlot::Released(ReleasedSegment::placeholder(base_offset));
-            if let SegmentSlot::Open(segment) = std::mem::replace(slot, placeholder) {
-                *slot = SegmentSlot::Released(segment.release());
+            if let SegmentSlot::Open(segment) = slot {
+                // Replacing the slot drops the segment, closing its files and maps.
+                *slot = SegmentSlot::Released(segment.released());
             }
         }
     }

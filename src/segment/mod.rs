@@ -535,10 +535,10 @@ impl Segment {
         delete_files(storage, dir, base_offset)
     }
 
-    /// Closes the segment's files and maps, keeping what the log needs to know about it. Only a
-    /// sealed segment is released: its indexes are trimmed and its data synced, so reopening it
-    /// trusts its files.
-    pub fn release(self) -> ReleasedSegment {
+    /// What the log keeps about the segment once its files and maps are closed (by dropping
+    /// it). Only a sealed segment is released: its indexes are trimmed and its data synced, so
+    /// reopening it trusts its files.
+    pub fn released(&self) -> ReleasedSegment {
         let modified_ms = self.modified_ms().ok();
         ReleasedSegment {
             modified_ms,
@@ -570,21 +570,6 @@ pub struct ReleasedSegment {
     pub max_timestamp: Option<TimestampOffset>,
     pub offset_index_entries: usize,
     pub time_index_entries: usize,
-}
-
-impl ReleasedSegment {
-    /// A stand-in while a slot is being swapped; never observed.
-    pub(crate) fn placeholder(base_offset: Offset) -> ReleasedSegment {
-        ReleasedSegment {
-            base_offset,
-            modified_ms: None,
-            next_offset: base_offset,
-            size_bytes: 0,
-            max_timestamp: None,
-            offset_index_entries: 0,
-            time_index_entries: 0,
-        }
-    }
 }
 
 /// The kinds of file a segment has.
