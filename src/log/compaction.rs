@@ -12,16 +12,14 @@
 //!
 //! The active segment is never compacted, so appends go on while sealed segments are cleaned.
 
-use std::path::Path;
-
-use bytes::Bytes;
+use std::path::{Path, PathBuf};
 
 use super::PartitionLog;
 use crate::cleaner::compact::{CleanRules, CompactError, build_offset_map, clean_batch};
 use crate::cleaner::offset_map::OffsetMap;
 use crate::error::StorageError;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
-use crate::io::OpenMode;
+use crate::io::{OpenMode, Storage, StorageFile};
 use crate::segment::Segment;
 use crate::segment::recovery::LoadMode;
 use crate::types::{Offset, TimestampMs};
@@ -142,53 +140,29 @@ impl PartitionLog {
         rules: &CleanRules,
         now: TimestampMs,
     ) -> Result<(u64, u64), StorageError> {
+        let base_offset = self.segments.slots()[index].base_offset();
+        let mut writer = CleanedWriter::create(self.storage.as_ref(), &self.dir, base_offset)?;
         let segment = self.open_segment(index)?;
-        let base_offset = segment.base_offset();
         let before = segment.size_bytes();
-        let mut cleaned = Vec::new();
-        let mut failure = None;
+        let mut compact_failure = None;
+        let mut write_failure = None;
         segment.for_each_batch(|batch| {
             match clean_batch(&batch, map, rules) {
-                Ok(Some(bytes)) => cleaned.push(bytes),
+                Ok(Some(bytes)) => write_failure = writer.push(&bytes).err(),
                 Ok(None) => {}
-                Err(error) => failure = Some(error),
+                Err(error) => compact_failure = Some(error),
             }
-            failure.is_none()
+            compact_failure.is_none() && write_failure.is_none()
         })?;
-        if let Some(error) = failure {
+        if let Some(error) = compact_failure {
             return Err(self.compaction_error(index, error));
         }
-        let after = self.write_cleaned(base_offset, &cleaned)?;
+        if let Some(error) = write_failure {
+            return Err(error);
+        }
+        let after = writer.finish()?;
         self.swap_in(index, base_offset, now)?;
         Ok((before, after))
-    }
-
-    /// Step 1: the cleaned batches into `<base>.log.cleaned`, synced. Returns its size.
-    fn write_cleaned(&self, base_offset: Offset, batches: &[Bytes]) -> Result<u64, StorageError> {
-        let path = segment_file(&self.dir, base_offset, FileState::Cleaned);
-        let file = self
-            .storage
-            .open(&path, OpenMode::CreateOrOpen)
-            .map_err(|source| StorageError::io("create", &path, source))?;
-        let io = |op: &'static str| {
-            let path = path.clone();
-            move |source| StorageError::io(op, path, source)
-        };
-        file.set_length_bytes(0).map_err(io("truncate"))?;
-        let mut position = 0u64;
-        let mut buffer = Vec::with_capacity(CLEANED_WRITE_BYTES);
-        for batch in batches {
-            buffer.extend_from_slice(batch);
-            if buffer.len() >= CLEANED_WRITE_BYTES {
-                file.write_all_at(&buffer, position).map_err(io("write"))?;
-                position += buffer.len() as u64;
-                buffer.clear();
-            }
-        }
-        file.write_all_at(&buffer, position).map_err(io("write"))?;
-        position += buffer.len() as u64;
-        file.sync_data().map_err(io("fdatasync"))?;
-        Ok(position)
     }
 
     /// Steps 2 to 4 of the swap for the sealed segment at `index`. The old segment stays in the
@@ -240,6 +214,62 @@ impl PartitionLog {
             position: 0,
             reason: format!("compaction: {error}"),
         }
+    }
+}
+
+/// Step 1 of the swap: cleaned batches streamed into `<base>.log.cleaned` in writes of
+/// [`CLEANED_WRITE_BYTES`], then synced; memory stays bounded however large the segment.
+struct CleanedWriter {
+    path: PathBuf,
+    file: Box<dyn StorageFile>,
+    position: u64,
+    buffer: Vec<u8>,
+}
+
+impl CleanedWriter {
+    fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: Offset,
+    ) -> Result<Self, StorageError> {
+        let path = segment_file(dir, base_offset, FileState::Cleaned);
+        let file = storage
+            .open(&path, OpenMode::CreateOrOpen)
+            .map_err(|source| StorageError::io("create", &path, source))?;
+        file.set_length_bytes(0)
+            .map_err(|source| StorageError::io("truncate", &path, source))?;
+        Ok(CleanedWriter {
+            path,
+            file,
+            position: 0,
+            buffer: Vec::with_capacity(CLEANED_WRITE_BYTES),
+        })
+    }
+
+    fn push(&mut self, batch: &[u8]) -> Result<(), StorageError> {
+        self.buffer.extend_from_slice(batch);
+        if self.buffer.len() >= CLEANED_WRITE_BYTES {
+            self.write_buffer()?;
+        }
+        Ok(())
+    }
+
+    fn write_buffer(&mut self) -> Result<(), StorageError> {
+        self.file
+            .write_all_at(&self.buffer, self.position)
+            .map_err(|source| StorageError::io("write", &self.path, source))?;
+        self.position += self.buffer.len() as u64;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered and syncs the file. Returns its size.
+    fn finish(mut self) -> Result<u64, StorageError> {
+        self.write_buffer()?;
+        self.file
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync", &self.path, source))?;
+        Ok(self.position)
     }
 }
 
