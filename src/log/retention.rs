@@ -3,6 +3,11 @@
 //! reader can reach them afterwards), their files are renamed `.deleted`, and the files are
 //! unlinked once `file.delete.delay.ms` has passed.
 //!
+//! Segments go oldest first, and a segment whose rename failed is renamed before any later
+//! segment is: the live files on disk are always a suffix of the log, so a reopen after any
+//! failure finds the log before, after, or with only its oldest segments gone — never a gap.
+//! A failed unlink is retried after [`RETRY_AFTER_FAILURE_MS`].
+//!
 //! Reads never hold a segment across a deletion: a read runs to completion on the owning thread
 //! and returns owned bytes, so a segment out of the list has no reader left, and bytes already
 //! returned stay valid after its files are gone.
@@ -24,11 +29,17 @@ pub struct RetentionOutcome {
     pub rolled: bool,
 }
 
-/// Files renamed `.deleted`, waiting for `file.delete.delay.ms`.
+/// After a failed rename or unlink, how long until the next attempt (so that a storage that
+/// keeps failing is not retried in a busy loop).
+const RETRY_AFTER_FAILURE_MS: i64 = 1_000;
+
+/// A segment out of the list whose files wait for `file.delete.delay.ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PendingDeletion {
     base_offset: Offset,
     due: TimestampMs,
+    /// False while its files may still have their live names (a rename failed).
+    renamed: bool,
 }
 
 impl PartitionLog {
@@ -36,6 +47,7 @@ impl PartitionLog {
     /// `retention.bytes` and `retention.ms` when `cleanup.policy` includes `delete`).
     pub fn apply_retention(&mut self, now: TimestampMs) -> Result<RetentionOutcome, StorageError> {
         self.check_not_failed()?;
+        self.finish_failed_renames(now)?;
         let plan = self.plan_retention(now)?;
         let mut outcome = RetentionOutcome {
             log_start_offset: self.log_start_offset,
@@ -79,11 +91,15 @@ impl PartitionLog {
     /// Takes the first `count` segments out of the list (never the active one), moves the log
     /// start offset to the first remaining segment if it was below, and renames their files
     /// `.deleted` for unlinking after `file.delete.delay.ms`. Returns (segments, bytes) deleted.
+    ///
+    /// When a rename fails, that segment and the later ones stay pending with their live names
+    /// (renaming a later one would leave a gap for a reopen) and are renamed first next time.
     pub(super) fn delete_leading_segments(
         &mut self,
         count: usize,
         now: TimestampMs,
     ) -> Result<(usize, u64), StorageError> {
+        self.finish_failed_renames(now)?;
         let removed = self.segments.drain_front(count);
         let first_remaining = self.segments.slots()[0].base_offset();
         self.log_start_offset = self.log_start_offset.max(first_remaining);
@@ -91,38 +107,109 @@ impl PartitionLog {
         let due = TimestampMs(now.0.saturating_add(delay_ms));
         let mut bytes_deleted = 0;
         let segments_deleted = removed.len();
+        let mut failure = None;
         for slot in removed {
             bytes_deleted += slot.size_bytes();
             let base_offset = slot.base_offset();
-            slot.mark_deleted(self.storage.as_ref(), &self.dir)?;
-            self.pending_deletions
-                .push(PendingDeletion { base_offset, due });
+            // After a failure the later segments keep their live names (dropping `slot` closes it).
+            let renamed = failure.is_none()
+                && match slot.mark_deleted(self.storage.as_ref(), &self.dir) {
+                    Ok(()) => true,
+                    Err(error) => {
+                        failure = Some(error);
+                        false
+                    }
+                };
+            let due = if renamed { due } else { retry_at(now).max(due) };
+            self.pending_deletions.push(PendingDeletion {
+                base_offset,
+                due,
+                renamed,
+            });
+        }
+        if let Some(error) = failure {
+            return Err(error);
         }
         self.sync_dir()?;
         Ok((segments_deleted, bytes_deleted))
     }
 
-    /// Unlinks the `.deleted` files whose delay has passed. Returns how many segments' files went.
-    pub fn delete_expired_files(&mut self, now: TimestampMs) -> Result<usize, StorageError> {
-        let (due, waiting): (Vec<PendingDeletion>, Vec<PendingDeletion>) = self
+    /// Renames, oldest first, the files of pending segments whose rename failed earlier; stops at
+    /// the first failure (and retries no sooner than [`RETRY_AFTER_FAILURE_MS`] from `now`).
+    fn finish_failed_renames(&mut self, now: TimestampMs) -> Result<(), StorageError> {
+        if self.pending_deletions.iter().all(|pending| pending.renamed) {
+            return Ok(());
+        }
+        self.pending_deletions
+            .sort_by_key(|pending| pending.base_offset);
+        let mut failure = None;
+        for pending in self
             .pending_deletions
-            .iter()
-            .partition(|pending| pending.due <= now);
-        self.pending_deletions = waiting;
-        for pending in &due {
-            crate::segment::remove_deleted_files(
+            .iter_mut()
+            .filter(|pending| !pending.renamed)
+        {
+            if failure.is_none() {
+                match crate::segment::rename_files_to_deleted(
+                    self.storage.as_ref(),
+                    &self.dir,
+                    pending.base_offset,
+                ) {
+                    Ok(()) => pending.renamed = true,
+                    Err(error) => failure = Some(error),
+                }
+            }
+            if !pending.renamed {
+                pending.due = pending.due.max(retry_at(now));
+            }
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => self.sync_dir(),
+        }
+    }
+
+    /// Unlinks the `.deleted` files whose delay has passed (first renaming any whose rename
+    /// failed earlier). Returns how many segments' files went. A segment whose unlink fails stays
+    /// pending, due again after [`RETRY_AFTER_FAILURE_MS`]; the first error is returned after the
+    /// other due segments were tried.
+    pub fn delete_expired_files(&mut self, now: TimestampMs) -> Result<usize, StorageError> {
+        let mut first_error = self.finish_failed_renames(now).err();
+        let mut removed = 0;
+        let mut index = 0;
+        while let Some(pending) = self.pending_deletions.get_mut(index) {
+            if !pending.renamed || pending.due > now {
+                index += 1;
+                continue;
+            }
+            match crate::segment::remove_deleted_files(
                 self.storage.as_ref(),
                 &self.dir,
                 pending.base_offset,
-            )?;
+            ) {
+                Ok(()) => {
+                    self.pending_deletions.remove(index);
+                    removed += 1;
+                }
+                Err(error) => {
+                    pending.due = retry_at(now);
+                    first_error.get_or_insert(error);
+                    index += 1;
+                }
+            }
         }
-        Ok(due.len())
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(removed),
+        }
     }
 
     /// Unlinks `base_offset`'s `.deleted` files at `due` or later.
     pub(super) fn schedule_file_deletion(&mut self, base_offset: Offset, due: TimestampMs) {
-        self.pending_deletions
-            .push(PendingDeletion { base_offset, due });
+        self.pending_deletions.push(PendingDeletion {
+            base_offset,
+            due,
+            renamed: true,
+        });
     }
 
     /// When the next `.deleted` files may be unlinked, if any wait.
@@ -132,4 +219,8 @@ impl PartitionLog {
             .map(|pending| pending.due)
             .min()
     }
+}
+
+fn retry_at(now: TimestampMs) -> TimestampMs {
+    TimestampMs(now.0.saturating_add(RETRY_AFTER_FAILURE_MS))
 }

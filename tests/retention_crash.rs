@@ -1,0 +1,781 @@
+//! Retention's deletion steps interrupted (issue 5, crash tests): for time, size and
+//! log-start-offset retention (and a pass that rolls the active segment first), every storage
+//! operation of a successful pass — `apply_retention`, then `delete_expired_files` once
+//! `file.delete.delay.ms` has passed — is failed with EIO in turn, and separately the process is
+//! killed (`abort`) just before it. Reopening the directory on plain storage must give the log
+//! before the pass or the log after it: every batch CRC-valid, offsets dense, nothing lost from the
+//! retained range, nothing duplicated. Segments go one at a time, oldest first, so an interrupted
+//! pass that deletes several segments may also leave the log with only its oldest ones gone: the
+//! before-log with a whole-segment prefix removed (a retention regression, never a gap).
+//!
+//! Also: a failed rename is finished before any later segment goes (else a reopen finds a gap), a
+//! failed unlink is retried, and an engine whose retention rename fails keeps serving the
+//! partition and reports the error.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::error::{ReadError, StorageError};
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::io::{Storage, storage_from_env};
+use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+
+const T0: i64 = 1_700_000_000_000;
+const HOUR: i64 = 3_600_000;
+const DELAY_MS: i64 = 60_000;
+/// Names the scenario, step and directory of a child process that is to abort (see
+/// `child_process_aborting_at_one_step`).
+const CHILD_ENV: &str = "SEGLOG_RETENTION_CRASH_CHILD";
+const CHILD_TEST: &str = "child_process_aborting_at_one_step";
+
+/// One retention pass over a freshly built log.
+#[derive(Debug, Clone, Copy)]
+enum Scenario {
+    /// `retention.hours=10` at T0 + 25 h over 20 hourly batches: segments 0, 4 and 8 go.
+    Time,
+    /// `retention.bytes` = 9 batches over 20 batches: segments 0 and 4 go.
+    Size,
+    /// Opened with a log-start-offset checkpoint of 9: segments 0 and 4 lie below it and go.
+    LogStart,
+    /// `retention.ms=1000` long after 10 batches: the active segment is rolled, then 0, 4, 8 go.
+    RollFirst,
+}
+
+const SCENARIOS: [Scenario; 4] = [
+    Scenario::Time,
+    Scenario::Size,
+    Scenario::LogStart,
+    Scenario::RollFirst,
+];
+
+impl Scenario {
+    fn parse(name: &str) -> Scenario {
+        *SCENARIOS
+            .iter()
+            .find(|scenario| format!("{scenario:?}") == name)
+            .expect("a scenario name")
+    }
+
+    fn config(self) -> LogConfig {
+        let size_limit = (9 * batch(0).len()).to_string();
+        let setting = match self {
+            Scenario::Time => Some(("retention.hours", "10")),
+            Scenario::Size => Some(("retention.bytes", size_limit.as_str())),
+            Scenario::LogStart => None,
+            Scenario::RollFirst => Some(("retention.ms", "1000")),
+        };
+        config(setting)
+    }
+
+    fn batch_count(self) -> i64 {
+        match self {
+            Scenario::RollFirst => 10,
+            _ => 20,
+        }
+    }
+
+    fn log_start_checkpoint(self) -> Option<Offset> {
+        match self {
+            Scenario::LogStart => Some(Offset(9)),
+            _ => None,
+        }
+    }
+
+    fn now(self) -> TimestampMs {
+        match self {
+            Scenario::RollFirst => TimestampMs(T0 + 100 * HOUR),
+            _ => TimestampMs(T0 + 25 * HOUR),
+        }
+    }
+
+    /// Builds the log in `dir` on `storage` (hooks not yet armed).
+    /// (The log start checkpoint is given to the reopen after the appends: an empty log opened
+    /// with it would start there.)
+    fn build(self, storage: Arc<dyn Storage>, dir: &Path) -> PartitionLog {
+        let mut log = open(storage.clone(), dir, self.config(), None);
+        for offset in 0..self.batch_count() {
+            let at = T0 + offset * HOUR;
+            log.append(batch(offset), TimestampMs(at)).unwrap();
+        }
+        if self.log_start_checkpoint().is_none() {
+            return log;
+        }
+        drop(log);
+        open(storage, dir, self.config(), self.log_start_checkpoint())
+    }
+
+    /// The pass: retention now, then the unlinking of `.deleted` files once their delay passed.
+    fn run_pass(self, log: &mut PartitionLog) -> Result<(), StorageError> {
+        log.apply_retention(self.now())?;
+        log.delete_expired_files(TimestampMs(self.now().0 + DELAY_MS))?;
+        Ok(())
+    }
+
+    /// The pass again after a failure, as the engine's next retention turn would run it: every
+    /// pending deletion is then driven to its end.
+    fn retry_pass(self, log: &mut PartitionLog) -> Result<(), StorageError> {
+        log.apply_retention(self.now())?;
+        while let Some(due) = log.next_file_deletion() {
+            log.delete_expired_files(due)?;
+        }
+        Ok(())
+    }
+
+    fn reopen(self, dir: &Path) -> PartitionLog {
+        open(
+            storage_from_env(),
+            dir,
+            self.config(),
+            self.log_start_checkpoint(),
+        )
+    }
+}
+
+fn config(setting: Option<(&str, &str)>) -> LogConfig {
+    let mut config = LogConfig {
+        segment_bytes: 1100,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    };
+    config
+        .set("file.delete.delay.ms", &DELAY_MS.to_string())
+        .unwrap();
+    if let Some((key, value)) = setting {
+        config.set(key, value).unwrap();
+    }
+    config
+}
+
+/// Opened as after a crash: unclean, nothing known durable, so every batch is re-validated.
+fn open(
+    storage: Arc<dyn Storage>,
+    dir: &Path,
+    config: LogConfig,
+    log_start_offset: Option<Offset>,
+) -> PartitionLog {
+    let topic_partition = TopicPartition {
+        topic: TopicName::parse("events").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset,
+        now: TimestampMs(T0),
+    };
+    PartitionLog::open(storage, dir, topic_partition, config, options)
+        .unwrap()
+        .0
+}
+
+/// One batch of one 200-byte record whose value names `offset`, stamped `T0 + offset hours`:
+/// four batches (of 275 bytes) fill a 1100-byte segment.
+fn batch(offset: i64) -> Bytes {
+    let mut value = format!("record-{offset:06}-").into_bytes();
+    value.resize(200, b'x');
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: T0 + offset * HOUR,
+        key: Some(b"k"),
+        value: Some(&value),
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+/// What a reader can see of a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LogState {
+    log_start_offset: u64,
+    log_end_offset: u64,
+    /// (base offset, record value) of every batch from the log start on.
+    batches: Vec<(i64, Bytes)>,
+}
+
+impl LogState {
+    /// Reads every batch from the log start to the log end, checking each CRC (by decoding) and
+    /// that offsets are dense: no gap, no duplicate.
+    fn read(log: &mut PartitionLog) -> LogState {
+        let log_start_offset = log.log_start_offset().0;
+        let log_end_offset = log.log_end_offset().0;
+        let mut batches = Vec::new();
+        let mut next = log_start_offset;
+        while next < log_end_offset {
+            let records = log.read(Offset(next), 1 << 20).unwrap().records;
+            assert!(
+                !records.is_empty(),
+                "offset {next} below the log end reads nothing"
+            );
+            for batch in BatchIter::new(records, u64::MAX) {
+                let batch = batch.expect("every batch decodes with a valid CRC");
+                let base = batch.base_offset();
+                assert!(
+                    base as u64 <= next && next <= batch.last_offset() as u64,
+                    "offsets are dense: expected {next}, found a batch at {base}"
+                );
+                let value = batch.records().unwrap()[0].value.clone().unwrap();
+                batches.push((base, value));
+                next = batch.last_offset() as u64 + 1;
+            }
+        }
+        LogState {
+            log_start_offset,
+            log_end_offset,
+            batches,
+        }
+    }
+
+    /// This log with every batch below `start` gone and its log start moved there.
+    fn starting_at(&self, start: u64) -> LogState {
+        LogState {
+            log_start_offset: start,
+            log_end_offset: self.log_end_offset,
+            batches: self
+                .batches
+                .iter()
+                .filter(|(base, _)| *base as u64 >= start)
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// Which of the allowed states a reopened log is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    Before,
+    /// Only the oldest of the segments the pass deletes are gone.
+    OldestSegmentsGone,
+    After,
+}
+
+/// The log before and after a successful pass (both as a reopen sees them), and the base
+/// offsets of the segments the pass deletes.
+#[derive(Debug)]
+struct Expected {
+    before: LogState,
+    after: LogState,
+    deleted_bases: Vec<u64>,
+}
+
+impl Expected {
+    fn of(scenario: Scenario) -> Expected {
+        let dir = tempfile::tempdir().unwrap();
+        let log = scenario.build(storage_from_env(), dir.path());
+        let bases_before: Vec<u64> = log.segments().map(|info| info.base_offset.0).collect();
+        drop(log);
+        let mut log = scenario.reopen(dir.path());
+        let before = LogState::read(&mut log);
+        scenario.run_pass(&mut log).unwrap();
+        let after_in_memory = LogState::read(&mut log);
+        let bases_after: Vec<u64> = log.segments().map(|info| info.base_offset.0).collect();
+        drop(log);
+        let after = LogState::read(&mut scenario.reopen(dir.path()));
+        assert_eq!(
+            after, after_in_memory,
+            "{scenario:?}: a reopen sees the pass"
+        );
+        assert_eq!(
+            deleted_file_count(dir.path()),
+            0,
+            "{scenario:?}: nothing left after the delay"
+        );
+        let deleted_bases = bases_before
+            .into_iter()
+            .filter(|base| !bases_after.contains(base))
+            .collect::<Vec<_>>();
+        assert!(
+            deleted_bases.len() >= 2,
+            "{scenario:?} deletes several segments: {deleted_bases:?}"
+        );
+        Expected {
+            before,
+            after,
+            deleted_bases,
+        }
+    }
+
+    /// Panics unless `reopened` is the before-log, the after-log, or the before-log with only
+    /// its oldest deleted segments gone.
+    fn judge(&self, reopened: &LogState, context: &str) -> Judged {
+        if *reopened == self.before {
+            return Judged::Before;
+        }
+        if *reopened == self.after {
+            return Judged::After;
+        }
+        let start = reopened.log_start_offset;
+        let between = self.before.log_start_offset < start && start < self.after.log_start_offset;
+        assert!(
+            between && self.deleted_bases.contains(&start),
+            "{context}: log start {start} is neither before ({}) nor after ({}) nor a deleted \
+             segment's base {:?}",
+            self.before.log_start_offset,
+            self.after.log_start_offset,
+            self.deleted_bases
+        );
+        assert_eq!(
+            *reopened,
+            self.before.starting_at(start),
+            "{context}: every batch from {start} on, as before"
+        );
+        Judged::OldestSegmentsGone
+    }
+}
+
+fn deleted_file_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".deleted")
+        })
+        .count()
+}
+
+/// What the hooks do at the chosen step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtStep {
+    FailWithEio,
+    Abort,
+}
+
+/// Hooks that count every storage operation once armed and, at the `step`th (from 1), fail it
+/// or abort the process before it happens.
+#[derive(Debug)]
+struct StepHooks {
+    armed: AtomicBool,
+    operations: AtomicUsize,
+    step: usize,
+    at_step: AtStep,
+}
+
+impl StepHooks {
+    fn new(step: usize, at_step: AtStep) -> Arc<StepHooks> {
+        Arc::new(StepHooks {
+            armed: AtomicBool::new(false),
+            operations: AtomicUsize::new(0),
+            step,
+            at_step,
+        })
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn operations(&self) -> usize {
+        self.operations.load(Ordering::SeqCst)
+    }
+}
+
+impl StorageHooks for StepHooks {
+    fn before(&self, _op: StorageOp, _path: &Path) -> io::Result<()> {
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.operations.fetch_add(1, Ordering::SeqCst) + 1 == self.step {
+            match self.at_step {
+                AtStep::FailWithEio => return Err(io::Error::from_raw_os_error(5)),
+                AtStep::Abort => std::process::abort(),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn hooked(hooks: Arc<StepHooks>) -> Arc<dyn Storage> {
+    Arc::new(HookedStorage::new(storage_from_env(), hooks))
+}
+
+/// Runs `check` for every scenario, each on its own thread (most of the time goes to fsync).
+fn for_each_scenario(check: impl Fn(Scenario) + Sync) {
+    std::thread::scope(|scope| {
+        for scenario in SCENARIOS {
+            let check = &check;
+            scope.spawn(move || check(scenario));
+        }
+    });
+}
+
+/// How many storage operations a successful pass of `scenario` performs.
+fn operations_in_pass(scenario: Scenario) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = StepHooks::new(usize::MAX, AtStep::FailWithEio);
+    let mut log = scenario.build(hooked(hooks.clone()), dir.path());
+    hooks.arm();
+    scenario.run_pass(&mut log).unwrap();
+    let count = hooks.operations();
+    assert!(
+        count >= 13,
+        "{scenario:?}: two or more segments' three renames and three unlinks, and a directory \
+         sync: {count}"
+    );
+    count
+}
+
+#[test]
+fn an_io_failure_at_any_step_of_a_retention_pass_reopens_to_before_or_after() {
+    for_each_scenario(|scenario| {
+        let expected = Expected::of(scenario);
+        let steps = operations_in_pass(scenario);
+        let mut judged = Vec::new();
+        for step in 1..=steps {
+            let dir = tempfile::tempdir().unwrap();
+            let hooks = StepHooks::new(step, AtStep::FailWithEio);
+            let mut log = scenario.build(hooked(hooks.clone()), dir.path());
+            hooks.arm();
+            let result = scenario.run_pass(&mut log);
+            assert!(
+                result.is_err(),
+                "{scenario:?}: the failed operation {step} of {steps} is reported"
+            );
+            drop(log);
+            let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+            let context = format!("{scenario:?}, EIO at operation {step} of {steps}");
+            judged.push(expected.judge(&reopened, &context));
+        }
+        // (Log-start retention removes only records already below the log start: its before
+        // and after look the same to a reader.)
+        let after_seen = judged.contains(&Judged::After) || expected.before == expected.after;
+        assert!(
+            judged.contains(&Judged::Before) && after_seen,
+            "{scenario:?}: the steps span the pass: {judged:?}"
+        );
+    });
+}
+
+#[test]
+fn after_an_io_failure_at_any_step_the_next_pass_completes_the_deletion() {
+    for_each_scenario(|scenario| {
+        let expected = Expected::of(scenario);
+        let steps = operations_in_pass(scenario);
+        let mut fail_stopped = Vec::new();
+        for step in 1..=steps {
+            let dir = tempfile::tempdir().unwrap();
+            let hooks = StepHooks::new(step, AtStep::FailWithEio);
+            let mut log = scenario.build(hooked(hooks.clone()), dir.path());
+            hooks.arm();
+            let result = scenario.run_pass(&mut log);
+            assert!(result.is_err(), "{scenario:?}: operation {step} failed");
+            let context = format!("{scenario:?}, EIO at operation {step} of {steps}, then again");
+            match scenario.retry_pass(&mut log) {
+                Ok(()) => {
+                    assert_eq!(LogState::read(&mut log), expected.after, "{context}");
+                    drop(log);
+                    assert_eq!(deleted_file_count(dir.path()), 0, "{context}: no .deleted");
+                    let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+                    assert_eq!(reopened, expected.after, "{context}: a reopen sees it");
+                }
+                // A failed sync (sealing the rolled segment) stops the log until it is reopened
+                // (RELIABILITY F8); the reopened log then finishes the pass.
+                Err(StorageError::PreviousIo { .. }) => {
+                    fail_stopped.push(step);
+                    drop(log);
+                    let mut reopened = scenario.reopen(dir.path());
+                    expected.judge(&LogState::read(&mut reopened), &context);
+                    scenario.retry_pass(&mut reopened).unwrap();
+                    assert_eq!(LogState::read(&mut reopened), expected.after, "{context}");
+                }
+                Err(error) => panic!("{context}: {error}"),
+            }
+        }
+        assert!(
+            fail_stopped.is_empty() || matches!(scenario, Scenario::RollFirst),
+            "{scenario:?}: a failed rename, unlink or directory sync never stops the log: \
+             {fail_stopped:?}"
+        );
+    });
+}
+
+#[test]
+fn a_kill_at_any_step_of_a_retention_pass_reopens_to_before_or_after() {
+    for_each_scenario(|scenario| {
+        let expected = Expected::of(scenario);
+        let steps: Vec<usize> = (1..=operations_in_pass(scenario)).collect();
+        let mut judged = Vec::new();
+        // A few children at a time: each spends most of its life waiting for fsync.
+        for chunk in steps.chunks(CHILDREN_AT_ONCE) {
+            let children: Vec<_> = chunk
+                .iter()
+                .map(|step| (*step, spawn_child(scenario, *step)))
+                .collect();
+            for (step, (dir, mut child)) in children {
+                let status = child.wait().unwrap();
+                assert_eq!(
+                    status.signal(),
+                    Some(6),
+                    "{scenario:?}: the child aborts before operation {step}: {status}"
+                );
+                let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+                let context = format!("{scenario:?}, killed before operation {step}");
+                judged.push(expected.judge(&reopened, &context));
+            }
+        }
+        let after_seen = judged.contains(&Judged::After) || expected.before == expected.after;
+        assert!(
+            judged.contains(&Judged::Before) && after_seen,
+            "{scenario:?}: the steps span the pass: {judged:?}"
+        );
+    });
+}
+
+const CHILDREN_AT_ONCE: usize = 4;
+
+/// Starts this test binary as a child that runs `scenario` in a new directory and aborts before
+/// operation `step` of its pass.
+fn spawn_child(scenario: Scenario, step: usize) -> (tempfile::TempDir, std::process::Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([CHILD_TEST, "--exact", "--ignored", "--test-threads=1"])
+        .env(
+            CHILD_ENV,
+            format!("{scenario:?}:{step}:{}", dir.path().display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (dir, child)
+}
+
+/// The child side of `a_kill_at_any_step_of_a_retention_pass_reopens_to_before_or_after`: builds
+/// the scenario's log in the directory it is given and aborts before the given operation of the
+/// pass (`scenario:step:dir` in `SEGLOG_RETENTION_CRASH_CHILD`).
+#[test]
+#[ignore = "run only as a child process by a_kill_at_any_step_of_a_retention_pass_reopens_to_before_or_after"]
+fn child_process_aborting_at_one_step() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        // Run by `cargo test -- --ignored` rather than by the parent: nothing to do.
+        return;
+    };
+    let mut parts = spec.splitn(3, ':');
+    let scenario = Scenario::parse(parts.next().unwrap());
+    let step: usize = parts.next().unwrap().parse().unwrap();
+    let dir = Path::new(parts.next().unwrap());
+    let hooks = StepHooks::new(step, AtStep::Abort);
+    let mut log = scenario.build(hooked(hooks.clone()), dir);
+    hooks.arm();
+    let _ = scenario.run_pass(&mut log);
+    panic!("{scenario:?}: the pass ended before operation {step}");
+}
+
+/// Hooks that fail, once, the first operation `op` on a path ending with `suffix`.
+#[derive(Debug)]
+struct FailOnce {
+    op: StorageOp,
+    suffix: &'static str,
+    fired: AtomicBool,
+}
+
+impl FailOnce {
+    fn new(op: StorageOp, suffix: &'static str) -> Arc<FailOnce> {
+        Arc::new(FailOnce {
+            op,
+            suffix,
+            fired: AtomicBool::new(false),
+        })
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl StorageHooks for FailOnce {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
+        if op == self.op
+            && path.to_string_lossy().ends_with(self.suffix)
+            && !self.fired.swap(true, Ordering::SeqCst)
+        {
+            return Err(io::Error::from_raw_os_error(5));
+        }
+        Ok(())
+    }
+}
+
+fn live_log_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".log"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_failed_rename_is_finished_before_later_segments_go_so_a_reopen_finds_no_gap() {
+    let scenario = Scenario::Time;
+    let expected = Expected::of(scenario);
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = FailOnce::new(StorageOp::Rename, "00000000000000000004.log");
+    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let mut log = scenario.build(storage, dir.path());
+    assert!(
+        log.apply_retention(scenario.now()).is_err(),
+        "the failed rename is reported"
+    );
+    assert!(hooks.fired());
+    assert_eq!(
+        LogState::read(&mut log),
+        expected.after,
+        "the running log serves the retained records"
+    );
+    // Two hours later segment [12, 16) expires too; segments 4 and 8 must go before it does.
+    let later = TimestampMs(scenario.now().0 + 2 * HOUR);
+    log.apply_retention(later).unwrap();
+    assert_eq!(log.log_start_offset(), Offset(16));
+    assert_eq!(
+        live_log_files(dir.path()),
+        [format!("{:020}.log", 16)],
+        "no segment below the log start keeps its live name"
+    );
+    drop(log);
+    let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+    assert_eq!(reopened, expected.before.starting_at(16));
+}
+
+#[test]
+fn a_failed_unlink_of_deleted_files_is_retried_by_the_next_call() {
+    let scenario = Scenario::Time;
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = FailOnce::new(StorageOp::RemoveFile, "00000000000000000004.log.deleted");
+    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let mut log = scenario.build(storage, dir.path());
+    let outcome = log.apply_retention(scenario.now()).unwrap();
+    assert_eq!(outcome.segments_deleted, 3);
+    assert_eq!(deleted_file_count(dir.path()), 9);
+    let due = TimestampMs(scenario.now().0 + DELAY_MS);
+    assert!(
+        log.delete_expired_files(due).is_err(),
+        "the failed unlink is reported"
+    );
+    assert!(hooks.fired());
+    assert!(
+        log.next_file_deletion().is_some(),
+        "the files that stayed are still scheduled"
+    );
+    let retry_at = log.next_file_deletion().unwrap();
+    log.delete_expired_files(retry_at).unwrap();
+    assert_eq!(
+        deleted_file_count(dir.path()),
+        0,
+        "every .deleted file is gone without a reopen"
+    );
+    assert_eq!(log.next_file_deletion(), None);
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+/// Eight batches from 2023 (two segments), then eight stamped now (two segments).
+fn fill_engine_partition(engine: &Engine, topic: &TopicName) {
+    for offset in 0..16 {
+        let mut record = batch(offset);
+        if offset >= 8 {
+            let mut value = format!("record-{offset:06}-").into_bytes();
+            value.resize(200, b'x');
+            let mut builder = BatchBuilder::new(0);
+            builder.push(&NewRecord {
+                timestamp_ms: TimestampMs::now().0,
+                key: Some(b"k"),
+                value: Some(&value),
+                headers: &[],
+            });
+            record = builder.build().unwrap();
+        }
+        engine
+            .append(topic, 0, record, Durability::Written)
+            .wait()
+            .unwrap();
+    }
+}
+
+/// The base offsets of every batch from `from` to the log end, fetched a segment at a time.
+fn fetch_offsets(engine: &Engine, topic: &TopicName, from: u64) -> Result<Vec<i64>, ReadError> {
+    let mut offsets = Vec::new();
+    let mut next = from;
+    loop {
+        let options = FetchOptions {
+            max_bytes: 1 << 20,
+            ..FetchOptions::default()
+        };
+        let data = engine.fetch(topic, 0, Offset(next), options).wait()?;
+        if data.records.is_empty() {
+            return Ok(offsets);
+        }
+        for batch in BatchIter::new(data.records, u64::MAX) {
+            let batch = batch.unwrap();
+            offsets.push(batch.base_offset());
+            next = batch.last_offset() as u64 + 1;
+        }
+    }
+}
+
+#[test]
+fn an_engine_whose_retention_rename_fails_reports_it_and_keeps_serving_the_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = FailOnce::new(StorageOp::Rename, "00000000000000000004.log");
+    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    let topic = engine
+        .create_topic("aging", 1, config(Some(("retention.hours", "24"))))
+        .unwrap();
+    fill_engine_partition(&engine, &topic);
+    let reports = engine.apply_retention(Some("aging")).unwrap();
+    assert!(hooks.fired());
+    assert!(
+        matches!(reports[0].outcome, Err(StorageError::Io { .. })),
+        "the failure is reported: {:?}",
+        reports[0].outcome
+    );
+    assert_eq!(
+        fetch_offsets(&engine, &topic, 8).unwrap(),
+        (8..16).collect::<Vec<_>>(),
+        "the retained records are served"
+    );
+    assert!(matches!(
+        fetch_offsets(&engine, &topic, 0),
+        Err(ReadError::OffsetOutOfRange {
+            log_start_offset: Offset(8),
+            ..
+        })
+    ));
+    let appended = engine
+        .append(&topic, 0, batch(16), Durability::Written)
+        .wait()
+        .unwrap();
+    assert_eq!(appended.first_offset, Offset(16), "appends go on");
+    let again = engine.apply_retention(Some("aging")).unwrap();
+    assert!(again[0].outcome.is_ok(), "{:?}", again[0].outcome);
+    engine.close().unwrap();
+    assert_eq!(
+        live_log_files(&dir.path().join("aging-0")),
+        [8, 12, 16].map(|base| format!("{base:020}.log")),
+        "the segment whose rename failed went on the next pass"
+    );
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    assert_eq!(
+        fetch_offsets(&engine, &topic, 8).unwrap(),
+        (8..17).collect::<Vec<_>>()
+    );
+    engine.close().unwrap();
+}
