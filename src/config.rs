@@ -75,6 +75,9 @@ pub struct LogConfig {
     pub delete_retention_ms: u64,
     /// `min.cleanable.dirty.ratio`: the dirty share of a log above which the cleaner compacts it.
     pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long after it was
+    /// appended (the cleaner leaves segments holding newer records alone).
+    pub min_compaction_lag_ms: u64,
     /// Which of `retention.ms` / `.minutes` / `.hours` set `retention_ms` (Kafka's precedence:
     /// milliseconds over minutes over hours), so that a less precise one set later does not win.
     pub retention_precedence: RetentionPrecedence,
@@ -99,6 +102,7 @@ impl PartialEq for LogConfig {
             && left.file_delete_delay_ms == right.file_delete_delay_ms
             && left.delete_retention_ms == right.delete_retention_ms
             && left.min_cleanable_dirty_ratio == right.min_cleanable_dirty_ratio
+            && left.min_compaction_lag_ms == right.min_compaction_lag_ms
     }
 }
 
@@ -129,6 +133,7 @@ impl Default for LogConfig {
             file_delete_delay_ms: 60_000,
             delete_retention_ms: 24 * 60 * 60 * 1000,
             min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
             retention_precedence: RetentionPrecedence::Default,
         }
     }
@@ -197,6 +202,7 @@ impl LogConfig {
             }
             "file.delete.delay.ms" => self.file_delete_delay_ms = number()?,
             "delete.retention.ms" => self.delete_retention_ms = number()?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = number()?,
             "min.cleanable.dirty.ratio" => {
                 self.min_cleanable_dirty_ratio = value
                     .parse::<f64>()
@@ -264,6 +270,15 @@ impl LogConfig {
             (
                 "file.delete.delay.ms",
                 self.file_delete_delay_ms.to_string(),
+            ),
+            ("delete.retention.ms", self.delete_retention_ms.to_string()),
+            (
+                "min.cleanable.dirty.ratio",
+                self.min_cleanable_dirty_ratio.to_string(),
+            ),
+            (
+                "min.compaction.lag.ms",
+                self.min_compaction_lag_ms.to_string(),
             ),
         ];
         match self.flush_policy {
@@ -375,6 +390,9 @@ mod tests {
         config.set("flush.ms", "250").unwrap();
         config.set("cleanup.policy", "compact").unwrap();
         config.set("retention.bytes", "1000000").unwrap();
+        config.set("delete.retention.ms", "5000").unwrap();
+        config.set("min.cleanable.dirty.ratio", "0.25").unwrap();
+        config.set("min.compaction.lag.ms", "60000").unwrap();
         let mut rebuilt = LogConfig::default();
         for (key, value) in config.to_pairs() {
             rebuilt.set(key, &value).unwrap();

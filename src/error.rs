@@ -100,6 +100,11 @@ pub enum OpenError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot start the cleaner thread: {source}")]
+    CleanerThread {
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Appending batches to a partition log.

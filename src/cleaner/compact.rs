@@ -164,13 +164,15 @@ pub struct CleanRules {
 }
 
 /// One log's sizes, for [`choose_log`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CleaningCandidate<Id> {
     pub id: Id,
     /// Bytes below the first dirty offset (already cleaned).
     pub clean_bytes: u64,
     /// Bytes from the first dirty offset to the first uncleanable one.
     pub dirty_bytes: u64,
+    /// The log's `min.cleanable.dirty.ratio`.
+    pub min_cleanable_ratio: f64,
 }
 
 /// Pass one: puts the offset of every keyed record of `batches` inside `range` into `map`.
@@ -300,17 +302,14 @@ pub fn cleanable_ratio(clean_bytes: u64, dirty_bytes: u64) -> f64 {
     dirty_bytes as f64 / total_bytes
 }
 
-/// The log to clean next: the candidate with the highest [`cleanable_ratio`] at or above
-/// `min_cleanable_ratio` (`min.cleanable.dirty.ratio`), the first one on a tie. A log with no
-/// dirty bytes is never chosen, so a ratio of 0 does not make the cleaner rewrite clean logs.
-pub fn choose_log<Id: Copy>(
-    candidates: &[CleaningCandidate<Id>],
-    min_cleanable_ratio: f64,
-) -> Option<Id> {
+/// The log to clean next: the candidate with the highest [`cleanable_ratio`] at or above its own
+/// `min.cleanable.dirty.ratio`, the first one on a tie. A log with no dirty bytes is never
+/// chosen, so a ratio of 0 does not make the cleaner rewrite clean logs.
+pub fn choose_log<Id: Copy>(candidates: &[CleaningCandidate<Id>]) -> Option<Id> {
     let mut chosen: Option<(Id, f64)> = None;
     for candidate in candidates {
         let ratio = cleanable_ratio(candidate.clean_bytes, candidate.dirty_bytes);
-        let eligible = candidate.dirty_bytes > 0 && ratio >= min_cleanable_ratio;
+        let eligible = candidate.dirty_bytes > 0 && ratio >= candidate.min_cleanable_ratio;
         if eligible && chosen.is_none_or(|(_, best)| ratio > best) {
             chosen = Some((candidate.id, ratio));
         }
@@ -1066,36 +1065,50 @@ mod tests {
 
     #[test]
     fn choose_log_takes_the_dirtiest_at_or_above_the_minimum() {
-        let candidate = |id, clean_bytes, dirty_bytes| CleaningCandidate {
-            id,
-            clean_bytes,
-            dirty_bytes,
+        let logs = |min_cleanable_ratio| {
+            let candidate = |id, clean_bytes, dirty_bytes| CleaningCandidate {
+                id,
+                clean_bytes,
+                dirty_bytes,
+                min_cleanable_ratio,
+            };
+            [
+                candidate("low", 90, 10),
+                candidate("half", 50, 50),
+                candidate("high", 20, 80),
+                candidate("also-high", 40, 160),
+                candidate("clean", 0, 0),
+            ]
         };
-        let logs = [
-            candidate("low", 90, 10),
-            candidate("half", 50, 50),
-            candidate("high", 20, 80),
-            candidate("also-high", 40, 160),
-            candidate("clean", 0, 0),
-        ];
+        let (strict, any) = (logs(0.5), logs(0.0));
         assert_eq!(
-            choose_log(&logs, 0.5),
+            choose_log(&strict),
             Some("high"),
             "the first of equal ratios"
         );
         assert_eq!(
-            choose_log(&logs[..2], 0.5),
+            choose_log(&strict[..2]),
             Some("half"),
             "at the minimum counts"
         );
-        assert_eq!(choose_log(&logs[..1], 0.5), None);
+        assert_eq!(choose_log(&strict[..1]), None);
+        assert_eq!(choose_log(&any[4..]), None, "nothing dirty, nothing to do");
+        assert_eq!(choose_log(&any[..1]), Some("low"));
+        assert_eq!(choose_log::<&str>(&[]), None);
+        let lenient_low = CleaningCandidate {
+            id: "lenient-low",
+            ..any[0]
+        };
         assert_eq!(
-            choose_log(&logs[4..], 0.0),
-            None,
-            "nothing dirty, nothing to do"
+            choose_log(&[strict[2], lenient_low]),
+            Some("high"),
+            "the dirtiest eligible log wins"
         );
-        assert_eq!(choose_log(&logs[..1], 0.0), Some("low"));
-        assert_eq!(choose_log::<&str>(&[], 0.5), None);
+        assert_eq!(
+            choose_log(&[strict[0], lenient_low]),
+            Some("lenient-low"),
+            "each log is held to its own minimum"
+        );
     }
 
     #[test]

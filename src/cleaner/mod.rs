@@ -1,7 +1,11 @@
-//! The cleaner: retention (deleting old segments by time, size and log start offset) and, later,
-//! compaction. Planning is pure ([`retention::plan_retention`]); the owning shard applies a plan
-//! to its log, so partition state keeps a single writer.
+//! The cleaner: retention (deleting old segments by time, size and log start offset) and log
+//! compaction. Retention planning is pure ([`retention::plan_retention`]) and applied by the
+//! owning shard; compaction's reading and writing ([`log_cleaner`]) runs on the engine's cleaner
+//! thread, and only the swap of each cleaned group runs on the owning shard, so partition state
+//! keeps a single writer.
 
 pub mod compact;
+pub mod log_cleaner;
 pub mod offset_map;
 pub mod retention;
+pub mod throttle;

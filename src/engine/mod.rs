@@ -11,6 +11,7 @@
 //! shards, and the same partition lands on the same shard at every open with the same shard
 //! count. Nothing on disk depends on the placement, so changing the shard count is safe.
 
+mod cleaner;
 mod pending;
 mod shard;
 mod topics;
@@ -44,6 +45,8 @@ use crate::log_dir::{
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
+use cleaner::{CleanerHandle, CleanerSettings, ShardLink};
+pub use cleaner::{CleanerPriority, CleanerStats, UncleanablePartition};
 pub use pending::Pending;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
@@ -76,9 +79,16 @@ pub struct EngineConfig {
     /// `log.cleaner.dedupe.buffer.size`: memory for one compaction's key map (each entry takes
     /// 24 bytes; a full map means another round).
     pub cleaner_dedupe_buffer_bytes: usize,
-    /// `log.cleaner.backoff.ms`: how often each shard compacts its open compacted logs whose
-    /// dirty share reached `min.cleanable.dirty.ratio` (default 15 s).
+    /// `log.cleaner.backoff.ms`: how often the cleaner thread looks for open compacted logs
+    /// whose dirty share reached `min.cleanable.dirty.ratio` (default 15 s); also the first
+    /// retry delay after a failed cleaning (doubling with each failure in a row).
     pub cleaner_backoff_ms: u64,
+    /// `log.cleaner.io.max.bytes.per.second`: the cleaner's read and write rate limit (default:
+    /// none, as Kafka's).
+    pub cleaner_io_max_bytes_per_second: f64,
+    /// The core the cleaner thread is pinned to (default: the last core; `None`: not pinned).
+    /// It runs at `SCHED_IDLE`, so it takes only time the shards leave idle on that core.
+    pub cleaner_core: Option<usize>,
 }
 
 /// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
@@ -122,6 +132,9 @@ impl Default for EngineConfig {
             retention_check_interval_ms: 300_000,
             cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
             cleaner_backoff_ms: 15_000,
+            cleaner_io_max_bytes_per_second: f64::MAX,
+            cleaner_core: core_affinity::get_core_ids()
+                .and_then(|cores| cores.len().checked_sub(1)),
         }
     }
 }
@@ -225,6 +238,7 @@ struct Inner {
     closed: AtomicBool,
     /// The data directory's lock, released at `close` (or when the last handle drops).
     lock: Mutex<Option<File>>,
+    cleaner: CleanerHandle,
 }
 
 /// The checkpoint files' contents, including partitions not opened since the engine opened.
@@ -232,7 +246,6 @@ struct Inner {
 struct Checkpoints {
     recovery_points: BTreeMap<TopicPartition, Offset>,
     log_start_offsets: BTreeMap<TopicPartition, Offset>,
-    cleaner_offsets: BTreeMap<TopicPartition, Offset>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -281,11 +294,9 @@ impl Engine {
                 storage.as_ref(),
                 &root.join(LOG_START_OFFSET_CHECKPOINT),
             )?,
-            cleaner_offsets: read_checkpoint(
-                storage.as_ref(),
-                &root.join(CLEANER_OFFSET_CHECKPOINT),
-            )?,
         };
+        let first_dirty_offsets =
+            read_checkpoint(storage.as_ref(), &root.join(CLEANER_OFFSET_CHECKPOINT))?;
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
         let inflight_bytes = Arc::new(AtomicU64::new(0));
@@ -300,15 +311,13 @@ impl Engine {
                 had_clean_shutdown,
                 recovery_points: checkpoints.recovery_points.clone(),
                 log_start_offsets: checkpoints.log_start_offsets.clone(),
-                cleaner_offsets: checkpoints.cleaner_offsets.clone(),
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
-                cleaner_backoff: std::time::Duration::from_millis(config.cleaner_backoff_ms),
-                cleaner_dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }
+        let cleaner = spawn_cleaner(&config, storage.clone(), &shards, first_dirty_offsets)?;
         Ok(Engine {
             inner: Arc::new(Inner {
                 root,
@@ -320,6 +329,7 @@ impl Engine {
                 config,
                 closed: AtomicBool::new(false),
                 lock: Mutex::new(Some(lock)),
+                cleaner,
             }),
         })
     }
@@ -772,7 +782,12 @@ impl Engine {
         for tp in &tps {
             admin.recovery_points.remove(tp);
             admin.log_start_offsets.remove(tp);
-            admin.cleaner_offsets.remove(tp);
+            self.inner
+                .cleaner
+                .first_dirty_offsets
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(tp);
             self.remove_partition_dir(tp)?;
         }
         sync_dir(self.inner.storage.as_ref(), &self.inner.root)?;
@@ -865,6 +880,7 @@ impl Engine {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.inner.cleaner.stop();
         let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| self.close_shard(shard))
@@ -926,31 +942,24 @@ impl Engine {
     }
 
     /// Compacts every partition of the compacted topics (of `topic`, if given) now, on the
-    /// shards that own them, and records each one's progress in `cleaner-offset-checkpoint`.
-    /// Blocks.
+    /// cleaner thread (the owning shards swap the cleaned segments in), and records each one's
+    /// progress in `cleaner-offset-checkpoint`. Blocks.
     pub fn compact(&self, topic: Option<&str>) -> Result<Vec<PartitionCompaction>, TopicError> {
         let topic = topic.map(TopicName::parse).transpose()?;
         self.check_open()?;
-        let dedupe_buffer_bytes = self.inner.config.cleaner_dedupe_buffer_bytes;
-        let pendings: Vec<Pending<Vec<PartitionCompaction>, FlushError>> =
-            (0..self.inner.shards.len())
-                .map(|shard| {
-                    let topic = topic.clone();
-                    let request = |reply| Request::Compact {
-                        topic,
-                        dedupe_buffer_bytes,
-                        reply,
-                    };
-                    self.send_to(shard, request).into_pending()
-                })
-                .collect();
-        let mut reports = Vec::new();
-        for pending in pendings {
-            reports.extend(pending.wait().map_err(flush_into_topic_error)?);
-        }
+        let receiver = self.inner.cleaner.compact(topic)?;
+        let mut reports = futures_executor::block_on(receiver)
+            .map_err(|_| TopicError::from(EngineUnavailable::Closed))?
+            .map_err(flush_into_topic_error)?;
         reports.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
         self.checkpoint().map_err(flush_into_topic_error)?;
         Ok(reports)
+    }
+
+    /// What the cleaner thread has done since the engine opened, and the partitions it could not
+    /// clean (each with its last error and the time to its next attempt).
+    pub fn cleaner_stats(&self) -> CleanerStats {
+        self.inner.cleaner.stats()
     }
 
     fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, FlushError> {
@@ -986,11 +995,18 @@ impl Engine {
             LOG_START_OFFSET_CHECKPOINT,
             &checkpoints.log_start_offsets,
         )?;
+        let first_dirty_offsets = self
+            .inner
+            .cleaner
+            .first_dirty_offsets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         write_checkpoint(
             storage,
             root,
             CLEANER_OFFSET_CHECKPOINT,
-            &checkpoints.cleaner_offsets,
+            &first_dirty_offsets,
         )
     }
 }
@@ -999,6 +1015,8 @@ impl Drop for Inner {
     /// Dropping the last handle without `close` stops the shards without a clean shutdown: the
     /// next open recovers, and keeps every durable append.
     fn drop(&mut self) {
+        // The cleaner holds senders to the shards: it stops first.
+        self.cleaner.stop();
         for shard in &mut self.shards {
             shard.sender.take();
         }
@@ -1028,11 +1046,6 @@ fn flush_into_topic_error(error: FlushError) -> TopicError {
 
 fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionCheckpoint>) {
     for partition in partitions {
-        if let Some(cleaner_offset) = partition.cleaner_offset {
-            checkpoints
-                .cleaner_offsets
-                .insert(partition.tp.clone(), cleaner_offset);
-        }
         checkpoints
             .recovery_points
             .insert(partition.tp.clone(), partition.recovery_point);
@@ -1109,4 +1122,34 @@ fn spawn_shard(
         exit_drain,
         thread: Mutex::new(Some(thread)),
     })
+}
+
+/// Starts the cleaner thread, pinned to `cleaner_core`, reaching every shard.
+fn spawn_cleaner(
+    config: &EngineConfig,
+    storage: Arc<dyn Storage>,
+    shards: &[ShardHandle],
+    first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
+) -> Result<CleanerHandle, OpenError> {
+    let links = shards
+        .iter()
+        .filter_map(|handle| {
+            Some(ShardLink {
+                sender: handle.sender.clone()?,
+                stopped: handle.stopped.clone(),
+                exit_drain: handle.exit_drain.clone(),
+            })
+        })
+        .collect();
+    let core = config.cleaner_core.and_then(|index| {
+        core_affinity::get_core_ids().and_then(|cores| cores.get(index).copied())
+    });
+    let settings = CleanerSettings {
+        backoff: std::time::Duration::from_millis(config.cleaner_backoff_ms),
+        dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
+        io_max_bytes_per_second: config.cleaner_io_max_bytes_per_second,
+        core,
+    };
+    CleanerHandle::spawn(settings, storage, links, first_dirty_offsets)
+        .map_err(|source| OpenError::CleanerThread { source })
 }

@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::pending::Reply;
 use super::topics::TopicRegistry;
 use super::{FetchOptions, Isolation, PartitionDescription};
-use crate::cleaner::offset_map::OffsetMap;
+use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
 use crate::config::CleanupPolicy;
 use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
@@ -84,14 +84,34 @@ pub(crate) enum Request {
         topic: Option<TopicName>,
         reply: Reply<Vec<PartitionRetention>, FlushError>,
     },
-    Compact {
-        topic: Option<TopicName>,
-        dedupe_buffer_bytes: usize,
-        reply: Reply<Vec<PartitionCompaction>, FlushError>,
+    /// The cleaner asks for logs to clean: their sealed segments' facts.
+    CleanableLogs {
+        selection: CleanableSelection,
+        reply: Reply<Vec<CleanableEntry>, FlushError>,
+    },
+    /// The cleaner hands over a cleaned group for the owner to swap in.
+    SwapCleaned {
+        tp: TopicPartition,
+        group: CleanedGroup,
+        reply: Reply<SwapOutcome, StorageError>,
     },
     Close {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
+}
+
+/// One log the cleaner may clean, or why it could not be opened.
+pub(crate) type CleanableEntry = (TopicPartition, Result<CleanableLog, StorageError>);
+
+/// Which compacted logs the cleaner asks a shard for.
+#[derive(Debug, Clone)]
+pub(crate) enum CleanableSelection {
+    /// The open ones (the periodic search for dirty logs opens nothing).
+    Open,
+    /// Every owned one (of `topic`, or all), opening those not open.
+    Owned { topic: Option<TopicName> },
+    /// This one, if open.
+    One(TopicPartition),
 }
 
 /// A partition's offsets for the log directory's checkpoint files.
@@ -103,8 +123,6 @@ pub(crate) struct PartitionCheckpoint {
     pub log_end_offset: Offset,
     /// The active segment's `.log`: the only file that can hold unsynced appends.
     pub active_log_path: PathBuf,
-    /// The cleaner's first dirty offset, for a partition the cleaner has compacted.
-    pub cleaner_offset: Option<Offset>,
 }
 
 impl PartitionCheckpoint {
@@ -115,7 +133,6 @@ impl PartitionCheckpoint {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             active_log_path: log.active_log_path().to_owned(),
-            cleaner_offset: None,
         }
     }
 }
@@ -147,18 +164,12 @@ pub(crate) struct ShardContext {
     pub had_clean_shutdown: bool,
     pub recovery_points: BTreeMap<TopicPartition, Offset>,
     pub log_start_offsets: BTreeMap<TopicPartition, Offset>,
-    /// From `cleaner-offset-checkpoint`: each compacted partition's first dirty offset.
-    pub cleaner_offsets: BTreeMap<TopicPartition, Offset>,
     /// Which shard owns a partition (the engine's placement), to find this shard's partitions.
     pub owns: Box<dyn Fn(&TopicPartition) -> bool + Send>,
     /// Bound on this shard's open partitions; the least recently used is closed beyond it.
     pub open_partitions_max: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
-    /// `log.cleaner.backoff.ms`: how often the shard looks for logs dirty enough to compact.
-    pub cleaner_backoff: Duration,
-    /// `log.cleaner.dedupe.buffer.size`.
-    pub cleaner_dedupe_buffer_bytes: usize,
 }
 
 struct PendingAppend {
@@ -206,8 +217,6 @@ pub(crate) struct Shard {
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
     /// When the next periodic retention pass runs.
     next_retention_check: Instant,
-    /// When the next check for logs dirty enough to compact runs.
-    next_compaction_check: Instant,
     /// Partitions the periodic retention pass has still to visit.
     retention_queue: std::collections::VecDeque<TopicPartition>,
     /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
@@ -217,7 +226,6 @@ pub(crate) struct Shard {
 impl Shard {
     pub(crate) fn new(id: usize, context: ShardContext, receiver: Receiver<Request>) -> Shard {
         let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
-        let cleaner_backoff = context.cleaner_backoff;
         Shard {
             id,
             context,
@@ -230,7 +238,6 @@ impl Shard {
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
             next_retention_check: Instant::now() + retention_interval,
-            next_compaction_check: Instant::now() + cleaner_backoff,
             retention_queue: std::collections::VecDeque::new(),
             file_deletion_deadlines: BTreeMap::new(),
         }
@@ -277,7 +284,6 @@ impl Shard {
             flush_deadline,
             deletion_deadline,
             Some(self.next_retention_check),
-            Some(self.next_compaction_check),
         ]
         .into_iter()
         .flatten()
@@ -356,12 +362,11 @@ impl Shard {
             Request::Retention { topic, reply } => {
                 let _ = reply.send(Ok(self.run_retention(topic.as_ref())));
             }
-            Request::Compact {
-                topic,
-                dedupe_buffer_bytes,
-                reply,
-            } => {
-                let _ = reply.send(Ok(self.run_compaction(topic.as_ref(), dedupe_buffer_bytes)));
+            Request::CleanableLogs { selection, reply } => {
+                let _ = reply.send(Ok(self.cleanable_logs(selection)));
+            }
+            Request::SwapCleaned { tp, group, reply } => {
+                let _ = reply.send(self.swap_cleaned(&tp, &group));
             }
             Request::Close { reply } => {
                 let _ = reply.send(self.close().map_err(FlushError::from));
@@ -675,10 +680,6 @@ impl Shard {
             self.queue_periodic_retention();
         }
         self.run_queued_retention();
-        if Instant::now() >= self.next_compaction_check {
-            self.next_compaction_check = Instant::now() + self.context.cleaner_backoff;
-            self.compact_dirty_logs();
-        }
         self.delete_expired_files(now);
     }
 
@@ -864,31 +865,28 @@ impl Shard {
             .iter()
             .map(|(tp, log)| PartitionCheckpoint::of(tp, log));
         let all = open.chain(self.evicted.values().cloned());
-        all.map(|checkpoint| self.with_cleaner_offset(checkpoint))
-            .collect()
+        all.collect()
     }
 
-    fn with_cleaner_offset(&self, mut checkpoint: PartitionCheckpoint) -> PartitionCheckpoint {
-        checkpoint.cleaner_offset = self.context.cleaner_offsets.get(&checkpoint.tp).copied();
-        checkpoint
-    }
-
-    /// Compacts this shard's partitions of compacted topics (of `topic`, or all) now, from each
-    /// one's first dirty offset, in as many rounds as the dedupe buffer needs. A failure on one
-    /// partition is logged and reported and never stops the others.
-    fn run_compaction(
-        &mut self,
-        topic: Option<&TopicName>,
-        dedupe_buffer_bytes: usize,
-    ) -> Vec<PartitionCompaction> {
-        let owned = self.owned_partitions(topic);
+    /// The compacted logs of `selection`, as the cleaner sees them.
+    fn cleanable_logs(&mut self, selection: CleanableSelection) -> Vec<CleanableEntry> {
+        let candidates: Vec<TopicPartition> = match &selection {
+            CleanableSelection::Open => self.partitions.keys().cloned().collect(),
+            CleanableSelection::Owned { topic } => self.owned_partitions(topic.as_ref()),
+            CleanableSelection::One(tp) => self
+                .partitions
+                .get(tp)
+                .map(|_| tp.clone())
+                .into_iter()
+                .collect(),
+        };
         let compacted: Vec<TopicPartition> = {
             let topics = self
                 .context
                 .topics
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            owned
+            candidates
                 .into_iter()
                 .filter(|tp| {
                     topics
@@ -897,81 +895,40 @@ impl Shard {
                 })
                 .collect()
         };
-        let mut map = match OffsetMap::new(dedupe_buffer_bytes) {
-            Ok(map) => map,
-            Err(error) => {
-                log::error!(
-                    "shard {}: cannot allocate the dedupe buffer: {error}",
-                    self.id
-                );
-                return Vec::new();
-            }
-        };
-        compacted
-            .into_iter()
-            .map(|tp| self.compact_partition(tp, &mut map))
-            .collect()
+        let mut logs = Vec::with_capacity(compacted.len());
+        for tp in compacted {
+            let log = match self.partition(&tp) {
+                Ok(log) if log.is_failed() => continue,
+                Ok(log) => Ok(log.cleanable_log()),
+                Err(LookupError::Unknown) => continue,
+                Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
+            };
+            logs.push((tp, log));
+        }
+        logs
     }
 
-    /// Compacts the compacted logs whose dirty share reached `min.cleanable.dirty.ratio`.
-    fn compact_dirty_logs(&mut self) {
-        let dirty: Vec<TopicPartition> = self
-            .partitions
-            .iter()
-            .filter(|(tp, log)| {
-                let config = log.config();
-                let first_dirty = self
-                    .context
-                    .cleaner_offsets
-                    .get(tp)
-                    .copied()
-                    .unwrap_or_default();
-                let (clean, dirty) = log.cleanable_bytes(first_dirty);
-                config.cleanup_policy != CleanupPolicy::Delete
-                    && dirty > 0
-                    && dirty as f64 / (clean + dirty) as f64 >= config.min_cleanable_dirty_ratio
-            })
-            .map(|(tp, _)| tp.clone())
-            .collect();
-        if dirty.is_empty() {
-            return;
-        }
-        let Ok(mut map) = OffsetMap::new(self.context.cleaner_dedupe_buffer_bytes) else {
-            return;
-        };
-        for tp in dirty {
-            let _ = self.compact_partition(tp, &mut map);
-        }
-    }
-
-    fn compact_partition(
+    /// Swaps a cleaned group into its log, if the log is open and still holds the group's
+    /// segments unchanged; a log closed since answers `Stale` (it is not reopened for this).
+    fn swap_cleaned(
         &mut self,
-        tp: TopicPartition,
-        map: &mut OffsetMap,
-    ) -> PartitionCompaction {
-        let first_dirty = self
-            .context
-            .cleaner_offsets
-            .get(&tp)
-            .copied()
-            .unwrap_or_default();
-        let outcome = match self.partition(&tp) {
-            Ok(log) => compact_in_rounds(log, map, first_dirty),
-            Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
-            Err(LookupError::Unknown) => Ok(CompactionOutcome::default()),
+        tp: &TopicPartition,
+        group: &CleanedGroup,
+    ) -> Result<SwapOutcome, StorageError> {
+        let Some(log) = self.partitions.get_mut(tp) else {
+            return Ok(SwapOutcome::Stale);
         };
-        match &outcome {
-            Ok(done) => {
-                self.context
-                    .cleaner_offsets
-                    .insert(tp.clone(), done.first_dirty_offset);
-            }
-            Err(error) => log::error!("shard {}: compaction of {tp} failed: {error}", self.id),
+        let outcome = log.swap_in_cleaned(group, TimestampMs::now());
+        if let Some(due) = log.next_file_deletion() {
+            self.file_deletion_deadlines.insert(tp.clone(), due);
         }
-        PartitionCompaction {
-            topic_partition: tp,
-            outcome,
+        if let Err(error) = &outcome {
+            log::error!(
+                "shard {}: swapping a cleaned segment into {tp} failed: {error}",
+                self.id
+            );
         }
+        outcome
     }
 
     /// Closes every partition cleanly. After an unclean shutdown, partitions not opened since are
@@ -983,14 +940,10 @@ impl Shard {
             self.recover_unopened()?;
         }
         self.sync_evicted()?;
-        let evicted: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
-        let mut checkpoints: Vec<PartitionCheckpoint> = evicted
-            .into_iter()
-            .map(|checkpoint| self.with_cleaner_offset(checkpoint))
-            .collect();
+        let mut checkpoints: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
         let partitions = std::mem::take(&mut self.partitions);
         for (tp, log) in partitions {
-            let mut checkpoint = self.with_cleaner_offset(PartitionCheckpoint::of(&tp, &log));
+            let mut checkpoint = PartitionCheckpoint::of(&tp, &log);
             log.close()?;
             checkpoint.recovery_point = checkpoint.log_end_offset;
             checkpoints.push(checkpoint);
@@ -1051,37 +1004,6 @@ impl Shard {
             }
         }
         Ok(())
-    }
-}
-
-/// Compacts `log` from `first_dirty`, round after round while the dedupe buffer fills, and sums
-/// what the rounds did.
-fn compact_in_rounds(
-    log: &mut PartitionLog,
-    map: &mut OffsetMap,
-    first_dirty: Offset,
-) -> Result<CompactionOutcome, StorageError> {
-    let delete_retention_ms = i64::try_from(log.config().delete_retention_ms).unwrap_or(i64::MAX);
-    let mut total = CompactionOutcome {
-        first_dirty_offset: first_dirty,
-        ..CompactionOutcome::default()
-    };
-    loop {
-        let round = log.compact(
-            map,
-            total.first_dirty_offset,
-            delete_retention_ms,
-            TimestampMs::now(),
-        )?;
-        let progressed = round.first_dirty_offset > total.first_dirty_offset;
-        total.segments_cleaned += round.segments_cleaned;
-        total.bytes_before += round.bytes_before;
-        total.bytes_after += round.bytes_after;
-        total.first_dirty_offset = round.first_dirty_offset;
-        total.map_full = round.map_full;
-        if !round.map_full || !progressed {
-            return Ok(total);
-        }
     }
 }
 

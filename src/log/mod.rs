@@ -27,8 +27,8 @@ use segments::{SegmentList, SegmentSlot};
 use crate::types::{Offset, TimestampMs, TopicPartition};
 pub use segments::SEALED_OPEN_MAX;
 
+pub use crate::cleaner::log_cleaner::CompactionOutcome;
 pub use append::{AppendInfo, ValidatedBatches};
-pub use compaction::CompactionOutcome;
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 
@@ -86,6 +86,8 @@ pub struct PartitionLog {
     failed: bool,
     /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
     pending_deletions: Vec<retention::PendingDeletion>,
+    /// This opening of the log, unique in the process (see `CleanableLog::log_instance`).
+    instance: u64,
 }
 
 impl PartitionLog {

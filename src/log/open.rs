@@ -107,6 +107,7 @@ impl PartitionLog {
             first_unflushed_at: None,
             failed: false,
             pending_deletions: Vec::new(),
+            instance: next_log_instance(),
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
@@ -406,4 +407,10 @@ fn remove(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
     storage
         .remove_file(path)
         .map_err(|source| StorageError::io("remove", path, source))
+}
+
+/// A number no other opening of a log in this process has had.
+fn next_log_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

@@ -189,16 +189,21 @@ impl SegmentList {
         }
     }
 
-    /// Puts `segment` in place of the sealed segment at `index` (a compacted copy of it).
-    pub(crate) fn replace_sealed(&mut self, index: usize, segment: Segment) -> SegmentSlot {
-        assert!(
-            index + 1 < self.slots.len(),
-            "only a sealed segment is replaced"
-        );
+    /// Takes `count` sealed segments out of the list from `index` (a cleaned group's originals).
+    pub(crate) fn remove_sealed(&mut self, index: usize, count: usize) -> Vec<SegmentSlot> {
+        let sealed_count = self.slots.len().saturating_sub(1);
+        let end = (index + count).min(sealed_count);
+        let removed: Vec<SegmentSlot> = self.slots.drain(index.min(end)..end).collect();
+        self.forget(&removed);
+        removed
+    }
+
+    /// Puts a sealed `segment` at `index` (a cleaned group's replacement).
+    pub(crate) fn insert_sealed(&mut self, index: usize, segment: Segment) {
         let base_offset = segment.base_offset();
-        let replaced = std::mem::replace(&mut self.slots[index], SegmentSlot::Open(segment));
+        let index = index.min(self.slots.len().saturating_sub(1));
+        self.slots.insert(index, SegmentSlot::Open(segment));
         self.touch_sealed(base_offset);
-        replaced
     }
 
     /// Appends a new active segment; the previous active one is sealed now and joins the bound.

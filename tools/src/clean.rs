@@ -39,11 +39,15 @@ fn clean(engine: &Engine, topic: Option<&str>) -> anyhow::Result<Outcome> {
     for report in engine.compact(topic).context("compaction failed")? {
         match report.outcome {
             Ok(done) => println!(
-                "compaction {}: cleaned {} segments, {} bytes before, {} after, first dirty offset {}",
+                "compaction {}: cleaned {} segments into {}, {} bytes before, {} after, \
+                 {} of {} records kept, first dirty offset {}",
                 report.topic_partition,
                 done.segments_cleaned,
+                done.segments_written,
                 done.bytes_before,
                 done.bytes_after,
+                done.records_kept,
+                done.records_before,
                 done.first_dirty_offset,
             ),
             Err(error) => {

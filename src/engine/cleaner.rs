@@ -1,0 +1,572 @@
+//! The cleaner thread: compaction off the shards' cores and below their priority.
+//!
+//! One thread per engine, named `seglog-cleaner`, scheduled `SCHED_IDLE` (nice 19 where the
+//! policy cannot be set), pinned to a configurable core, with its own io_uring (rings are per
+//! thread) and an I/O rate limit (`log.cleaner.io.max.bytes.per.second`). Every
+//! `log.cleaner.backoff.ms` it asks the shards for their open compacted logs' sealed segments
+//! ([`Request::CleanableLogs`]), picks the dirtiest log at or above its
+//! `min.cleanable.dirty.ratio`, and cleans it: it reads the sealed segments and writes the
+//! `.cleaned` files itself, and sends each cleaned group to the owning shard, which performs the
+//! swap ([`Request::SwapCleaned`]) — the only step that changes the log, so partitions keep a
+//! single writer. `Engine::compact` runs on the same thread, for every compacted partition.
+//!
+//! A failure on one partition is logged, counted ([`CleanerStats`]) and retried after a backoff
+//! that doubles with each failure; the other partitions are cleaned meanwhile. Progress (each
+//! log's first dirty offset) is kept in a map the engine writes to `cleaner-offset-checkpoint`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use futures_channel::oneshot;
+
+use super::pending::Reply;
+use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};
+use crate::cleaner::compact::{CleaningCandidate, choose_log, cleanable_ratio};
+use crate::cleaner::log_cleaner::{CleanableLog, CompactionOutcome, LogCleaner, SwapOutcome};
+use crate::cleaner::offset_map::OffsetMap;
+use crate::cleaner::throttle::Throttle;
+use crate::error::{EngineUnavailable, FlushError, StorageError};
+use crate::io::Storage;
+use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
+
+/// The longest wait before a failed partition is tried again.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(600);
+/// How long the cleaner waits before trying a full shard queue again.
+const FULL_QUEUE_PAUSE: Duration = Duration::from_millis(1);
+
+/// The cleaner's settings (from `EngineConfig`).
+#[derive(Debug, Clone)]
+pub(crate) struct CleanerSettings {
+    /// `log.cleaner.backoff.ms`.
+    pub backoff: Duration,
+    /// `log.cleaner.dedupe.buffer.size`.
+    pub dedupe_buffer_bytes: usize,
+    /// `log.cleaner.io.max.bytes.per.second`.
+    pub io_max_bytes_per_second: f64,
+    /// The core the thread is pinned to, if any.
+    pub core: Option<core_affinity::CoreId>,
+}
+
+/// What the cleaner has done since the engine opened, and which partitions it cannot clean.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CleanerStats {
+    /// Logs cleaned (rounds that completed).
+    pub logs_cleaned: u64,
+    pub segments_cleaned: u64,
+    /// Bytes of the segments rewritten, and of what replaced them.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Records in the segments rewritten, and how many were kept.
+    pub records_before: u64,
+    pub records_kept: u64,
+    /// Cleanings that failed, over all partitions.
+    pub failures: u64,
+    /// Partitions whose last cleaning failed: Kafka's "uncleanable partitions".
+    pub uncleanable: Vec<UncleanablePartition>,
+    /// Whether the thread runs at the idle scheduling class (else at nice 19, else normal).
+    pub priority: CleanerPriority,
+    /// The thread's kernel id (its directory under `/proc/self/task`), once it started.
+    pub thread_id: Option<u32>,
+}
+
+/// A partition whose last cleaning failed, and when it is tried again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UncleanablePartition {
+    pub topic_partition: TopicPartition,
+    /// Failures in a row.
+    pub failures: u32,
+    pub last_error: String,
+    /// Time until the next attempt when the stats were taken.
+    pub retry_in: Duration,
+}
+
+/// The scheduling the cleaner thread obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanerPriority {
+    /// Not started yet.
+    #[default]
+    Unknown,
+    /// `SCHED_IDLE`.
+    Idle,
+    /// `SCHED_OTHER` at nice 19.
+    Nice19,
+    /// Neither could be set: normal priority.
+    Normal,
+}
+
+/// A request to the cleaner.
+pub(crate) enum CleanerRequest {
+    /// Compact every partition of the compacted topics (of `topic`, or all) now.
+    Compact {
+        topic: Option<TopicName>,
+        reply: Reply<Vec<PartitionCompaction>, FlushError>,
+    },
+}
+
+/// A shard as the cleaner reaches it.
+#[derive(Clone)]
+pub(crate) struct ShardLink {
+    pub sender: Sender<Request>,
+    pub stopped: Arc<AtomicBool>,
+    pub exit_drain: Receiver<Request>,
+}
+
+/// The engine's handle on the cleaner thread.
+pub(crate) struct CleanerHandle {
+    sender: Mutex<Option<Sender<CleanerRequest>>>,
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    pub stats: Arc<Mutex<CleanerStats>>,
+    /// Each compacted partition's first dirty offset, for `cleaner-offset-checkpoint`.
+    pub first_dirty_offsets: Arc<Mutex<BTreeMap<TopicPartition, Offset>>>,
+}
+
+impl CleanerHandle {
+    /// Starts the cleaner thread.
+    pub(crate) fn spawn(
+        settings: CleanerSettings,
+        storage: Arc<dyn Storage>,
+        shards: Vec<ShardLink>,
+        first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
+    ) -> std::io::Result<CleanerHandle> {
+        let (sender, requests) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(CleanerStats::default()));
+        let first_dirty_offsets = Arc::new(Mutex::new(first_dirty_offsets));
+        let cleaner = Cleaner {
+            settings,
+            storage,
+            shards,
+            requests,
+            stop: stop.clone(),
+            stats: stats.clone(),
+            first_dirty_offsets: first_dirty_offsets.clone(),
+            retries: BTreeMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("seglog-cleaner".to_owned())
+            .spawn(move || cleaner.run())?;
+        Ok(CleanerHandle {
+            sender: Mutex::new(Some(sender)),
+            stop,
+            thread: Mutex::new(Some(thread)),
+            stats,
+            first_dirty_offsets,
+        })
+    }
+
+    /// Sends `Compact` and returns where its answer arrives, or `Closed` if the cleaner stopped.
+    pub(crate) fn compact(
+        &self,
+        topic: Option<TopicName>,
+    ) -> Result<oneshot::Receiver<Result<Vec<PartitionCompaction>, FlushError>>, EngineUnavailable>
+    {
+        let (reply, receiver) = oneshot::channel();
+        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let sender = sender.as_ref().ok_or(EngineUnavailable::Closed)?;
+        sender
+            .send(CleanerRequest::Compact { topic, reply })
+            .map_err(|_| EngineUnavailable::Closed)?;
+        Ok(receiver)
+    }
+
+    /// Stops the thread (a cleaning under way stops at its next group) and waits for it.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+
+    /// The stats, with each uncleanable partition's time to its retry.
+    pub(crate) fn stats(&self) -> CleanerStats {
+        self.stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// A partition whose cleaning failed: when it may be tried again.
+struct Retry {
+    failures: u32,
+    at: Instant,
+    last_error: String,
+}
+
+struct Cleaner {
+    settings: CleanerSettings,
+    storage: Arc<dyn Storage>,
+    shards: Vec<ShardLink>,
+    requests: Receiver<CleanerRequest>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<CleanerStats>>,
+    first_dirty_offsets: Arc<Mutex<BTreeMap<TopicPartition, Offset>>>,
+    retries: BTreeMap<TopicPartition, Retry>,
+}
+
+/// Why the cleaner could not get an answer from a shard.
+#[derive(Debug)]
+enum CallError {
+    ShardFailed(usize),
+    Stopping,
+}
+
+impl Cleaner {
+    fn run(mut self) {
+        let priority = lower_priority();
+        if let Some(core) = self.settings.core {
+            core_affinity::set_for_current(core);
+        }
+        let thread_id = current_thread_id();
+        self.update_stats(|stats| {
+            stats.priority = priority;
+            stats.thread_id = thread_id;
+        });
+        let mut next_check = Instant::now() + self.settings.backoff;
+        while !self.stopping() {
+            let wait = next_check.saturating_duration_since(Instant::now());
+            match self.requests.recv_timeout(wait) {
+                Ok(CleanerRequest::Compact { topic, reply }) => {
+                    let _ = reply.send(self.compact_all(topic));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.clean_dirty_logs();
+                    next_check = Instant::now() + self.settings.backoff;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Cleans, dirtiest first, each open compacted log whose dirty share reached its
+    /// `min.cleanable.dirty.ratio`, skipping partitions waiting out a failure's backoff.
+    fn clean_dirty_logs(&mut self) {
+        let Ok(logs) = self.cleanable_logs(CleanableSelection::Open) else {
+            return;
+        };
+        let now = TimestampMs::now();
+        let mut candidates: Vec<(TopicPartition, CleanableLog, f64)> = logs
+            .into_iter()
+            .filter_map(|(tp, log)| log.ok().map(|log| (tp, log)))
+            .filter(|(tp, _)| self.may_retry(tp))
+            .filter_map(|(tp, log)| {
+                let first_dirty = self.first_dirty_offset(&tp);
+                let (clean_bytes, dirty_bytes) = log.cleanable_bytes(first_dirty, now);
+                let candidate = CleaningCandidate {
+                    id: (),
+                    clean_bytes,
+                    dirty_bytes,
+                    min_cleanable_ratio: log.config.min_cleanable_dirty_ratio,
+                };
+                choose_log(&[candidate])?;
+                Some((tp, log, cleanable_ratio(clean_bytes, dirty_bytes)))
+            })
+            .collect();
+        candidates.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let Some(mut map) = self.new_map() else {
+            return;
+        };
+        for (tp, log, _) in candidates {
+            if self.stopping() {
+                return;
+            }
+            let _ = self.clean_log(&tp, log, &mut map);
+        }
+    }
+
+    /// Compacts every compacted partition (of `topic`, or all), opening those not open.
+    fn compact_all(
+        &mut self,
+        topic: Option<TopicName>,
+    ) -> Result<Vec<PartitionCompaction>, FlushError> {
+        let logs = self
+            .cleanable_logs(CleanableSelection::Owned { topic })
+            .map_err(|error| match error {
+                CallError::ShardFailed(shard) => EngineUnavailable::ShardFailed { shard },
+                CallError::Stopping => EngineUnavailable::Closed,
+            })?;
+        let Some(mut map) = self.new_map() else {
+            return Err(FlushError::Unavailable(EngineUnavailable::Closed));
+        };
+        let mut reports = Vec::with_capacity(logs.len());
+        for (tp, log) in logs {
+            let outcome = match log {
+                Ok(log) => self.clean_log(&tp, log, &mut map),
+                Err(error) => Err(error),
+            };
+            reports.push(PartitionCompaction {
+                topic_partition: tp,
+                outcome,
+            });
+        }
+        Ok(reports)
+    }
+
+    fn new_map(&self) -> Option<OffsetMap> {
+        match OffsetMap::new(self.settings.dedupe_buffer_bytes) {
+            Ok(map) => Some(map),
+            Err(error) => {
+                log::error!("cleaner: cannot allocate the dedupe buffer: {error}");
+                None
+            }
+        }
+    }
+
+    /// Cleans one log in rounds (each with the log's fresh segments) while the map fills, records
+    /// its progress, and notes a failure for the retry backoff.
+    fn clean_log(
+        &mut self,
+        tp: &TopicPartition,
+        log: CleanableLog,
+        map: &mut OffsetMap,
+    ) -> Result<CompactionOutcome, StorageError> {
+        let first_dirty = self.first_dirty_offset(tp);
+        let result = self.clean_in_rounds(tp, log, map, first_dirty);
+        match &result {
+            Ok(outcome) => {
+                self.retries.remove(tp);
+                if !outcome.stale {
+                    self.first_dirty_offsets
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(tp.clone(), outcome.first_dirty_offset);
+                }
+                self.update_stats(|stats| {
+                    stats.logs_cleaned += u64::from(!outcome.stale);
+                    stats.segments_cleaned += outcome.segments_cleaned as u64;
+                    stats.bytes_before += outcome.bytes_before;
+                    stats.bytes_after += outcome.bytes_after;
+                    stats.records_before += outcome.records_before;
+                    stats.records_kept += outcome.records_kept;
+                });
+            }
+            Err(error) => self.note_failure(tp, error),
+        }
+        self.publish_retries();
+        result
+    }
+
+    fn clean_in_rounds(
+        &mut self,
+        tp: &TopicPartition,
+        mut log: CleanableLog,
+        map: &mut OffsetMap,
+        first_dirty: Offset,
+    ) -> Result<CompactionOutcome, StorageError> {
+        let mut total = CompactionOutcome {
+            first_dirty_offset: first_dirty,
+            ..CompactionOutcome::default()
+        };
+        let mut throttle = Throttle::new(self.settings.io_max_bytes_per_second, Instant::now());
+        loop {
+            let round = self.clean_round(tp, &log, map, &mut throttle, total.first_dirty_offset)?;
+            let progressed = round.first_dirty_offset > total.first_dirty_offset;
+            total.segments_cleaned += round.segments_cleaned;
+            total.segments_written += round.segments_written;
+            total.bytes_before += round.bytes_before;
+            total.bytes_after += round.bytes_after;
+            total.records_before += round.records_before;
+            total.records_kept += round.records_kept;
+            total.map_full = round.map_full;
+            total.stale = round.stale;
+            if round.stale || !round.map_full || !progressed {
+                if !round.stale {
+                    total.first_dirty_offset = round.first_dirty_offset;
+                }
+                return Ok(total);
+            }
+            total.first_dirty_offset = round.first_dirty_offset;
+            match self.cleanable_logs(CleanableSelection::One(tp.clone())) {
+                Ok(mut logs) => match logs.pop() {
+                    Some((_, fresh)) => log = fresh?,
+                    None => return Ok(total),
+                },
+                Err(_) => return Ok(total),
+            }
+        }
+    }
+
+    fn clean_round(
+        &mut self,
+        tp: &TopicPartition,
+        log: &CleanableLog,
+        map: &mut OffsetMap,
+        throttle: &mut Throttle,
+        first_dirty: Offset,
+    ) -> Result<CompactionOutcome, StorageError> {
+        let storage = self.storage.clone();
+        let mut count_bytes = |bytes| throttle.throttle(bytes);
+        let mut cleaner = LogCleaner {
+            storage: storage.as_ref(),
+            map,
+            throttle: &mut count_bytes,
+        };
+        cleaner.clean(log, first_dirty, TimestampMs::now(), |group| {
+            if self.stopping() {
+                return Ok(SwapOutcome::Stale);
+            }
+            let group = group.clone();
+            let tp = tp.clone();
+            let request = |reply| Request::SwapCleaned { tp, group, reply };
+            match self.call(shard_of(&self.shards, log), request) {
+                Ok(result) => result,
+                Err(_) => Ok(SwapOutcome::Stale),
+            }
+        })
+    }
+
+    /// Every shard's logs for `selection`.
+    fn cleanable_logs(
+        &self,
+        selection: CleanableSelection,
+    ) -> Result<Vec<CleanableEntry>, CallError> {
+        let mut logs = Vec::new();
+        for shard in 0..self.shards.len() {
+            let selection = selection.clone();
+            let request = |reply| Request::CleanableLogs { selection, reply };
+            match self.call(shard, request)? {
+                Ok(found) => logs.extend(found),
+                Err(_) => return Err(CallError::ShardFailed(shard)),
+            }
+        }
+        Ok(logs)
+    }
+
+    /// Sends a request to `shard` and waits for its answer, retrying while its queue is full.
+    fn call<T, E>(
+        &self,
+        shard: usize,
+        request: impl FnOnce(Reply<T, E>) -> Request,
+    ) -> Result<Result<T, E>, CallError> {
+        let link = self
+            .shards
+            .get(shard)
+            .ok_or(CallError::ShardFailed(shard))?;
+        let (reply, receiver) = oneshot::channel();
+        let mut request = request(reply);
+        loop {
+            if link.stopped.load(Ordering::Acquire) {
+                return Err(CallError::ShardFailed(shard));
+            }
+            match link.sender.try_send(request) {
+                Ok(()) => break,
+                Err(TrySendError::Full(returned)) => {
+                    if self.stopping() {
+                        return Err(CallError::Stopping);
+                    }
+                    request = returned;
+                    std::thread::sleep(FULL_QUEUE_PAUSE);
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(CallError::ShardFailed(shard)),
+            }
+        }
+        // A shard that stopped meanwhile never reads the request: drop it, cancelling the reply.
+        if link.stopped.load(Ordering::Acquire) {
+            link.exit_drain.try_iter().for_each(drop);
+        }
+        futures_executor::block_on(receiver).map_err(|_| CallError::ShardFailed(shard))
+    }
+
+    fn first_dirty_offset(&self, tp: &TopicPartition) -> Offset {
+        self.first_dirty_offsets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tp)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn may_retry(&self, tp: &TopicPartition) -> bool {
+        self.retries
+            .get(tp)
+            .is_none_or(|retry| Instant::now() >= retry.at)
+    }
+
+    fn note_failure(&mut self, tp: &TopicPartition, error: &StorageError) {
+        log::error!("cleaner: compaction of {tp} failed: {error}");
+        let failures = self.retries.get(tp).map_or(1, |retry| retry.failures + 1);
+        let backoff = self
+            .settings
+            .backoff
+            .saturating_mul(1 << failures.saturating_sub(1).min(16))
+            .min(RETRY_BACKOFF_MAX);
+        self.retries.insert(
+            tp.clone(),
+            Retry {
+                failures,
+                at: Instant::now() + backoff,
+                last_error: error.to_string(),
+            },
+        );
+        self.update_stats(|stats| stats.failures += 1);
+    }
+
+    fn publish_retries(&self) {
+        let now = Instant::now();
+        let uncleanable = self
+            .retries
+            .iter()
+            .map(|(tp, retry)| UncleanablePartition {
+                topic_partition: tp.clone(),
+                failures: retry.failures,
+                last_error: retry.last_error.clone(),
+                retry_in: retry.at.saturating_duration_since(now),
+            })
+            .collect();
+        self.update_stats(|stats| stats.uncleanable = uncleanable);
+    }
+
+    fn update_stats(&self, update: impl FnOnce(&mut CleanerStats)) {
+        update(&mut self.stats.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+/// The shard that owns the log (the engine's placement, by the log's topic and partition).
+fn shard_of(shards: &[ShardLink], log: &CleanableLog) -> usize {
+    super::shard_for(&log.topic_partition, shards.len())
+}
+
+/// Puts the calling thread in the idle scheduling class, else at nice 19.
+fn lower_priority() -> CleanerPriority {
+    use thread_priority::ThreadPriority;
+    use thread_priority::unix::{
+        NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
+        thread_native_id,
+    };
+    let thread = thread_native_id();
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if set_thread_priority_and_policy(thread, ThreadPriority::Min, idle).is_ok() {
+        return CleanerPriority::Idle;
+    }
+    // For the normal policy the minimum priority is nice 19.
+    let other = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other);
+    if set_thread_priority_and_policy(thread, ThreadPriority::Min, other).is_ok() {
+        return CleanerPriority::Nice19;
+    }
+    log::warn!("cleaner: could not lower its priority; it runs at normal priority");
+    CleanerPriority::Normal
+}
+
+/// The calling thread's kernel id, from `/proc/thread-self` (`<pid>/task/<tid>`).
+fn current_thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}

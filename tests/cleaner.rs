@@ -1,0 +1,458 @@
+//! The cleaner thread (issue 5, isolation): compaction reads and writes on its own low-priority,
+//! pinned thread while the owning shard only swaps; dirty logs are cleaned in the background; a
+//! failing partition is reported and retried without stopping the others; `min.compaction.lag.ms`
+//! keeps recent segments dirty; small cleaned segments are grouped into one; a group whose
+//! segments changed under the cleaner is refused and changes nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use seglog::cleaner::log_cleaner::{CleanedGroup, SwapOutcome};
+use seglog::config::LogConfig;
+use seglog::engine::{CleanerPriority, Durability, Engine, EngineConfig, FetchOptions};
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::io::{Storage, storage_from_env};
+use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+
+fn compacted_config() -> LogConfig {
+    let mut config = LogConfig {
+        segment_bytes: 1024,
+        segment_index_bytes: 4096,
+        index_interval_bytes: 128,
+        ..LogConfig::default()
+    };
+    config.set("cleanup.policy", "compact").unwrap();
+    config
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard_count: 2,
+        pin_shards: false,
+        cleaner_core: None,
+        ..EngineConfig::default()
+    }
+}
+
+/// A one-record batch: key `k<key>`, a 60-byte value numbered `value`, stamped `timestamp_ms`.
+fn keyed_batch(key: u32, value: u32, timestamp_ms: i64) -> bytes::Bytes {
+    let key = format!("k{key}");
+    let value = format!("value-{value:08}-{}", "x".repeat(46));
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms,
+        key: Some(key.as_bytes()),
+        value: Some(value.as_bytes()),
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+fn append_rounds(engine: &Engine, topic: &TopicName, partition: u32, keys: u32, rounds: u32) {
+    let now = TimestampMs::now().0;
+    for round in 0..rounds {
+        for key in 0..keys {
+            let batch = keyed_batch(key, round * keys + key, now);
+            engine
+                .append(topic, partition, batch, Durability::Written)
+                .wait()
+                .unwrap();
+        }
+    }
+}
+
+/// Every record of the partition as (offset, key, value).
+fn read_all(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, String, String)> {
+    let mut rows = Vec::new();
+    let mut offset = Offset(0);
+    loop {
+        let options = FetchOptions {
+            max_bytes: 1 << 20,
+            ..FetchOptions::default()
+        };
+        let data = engine
+            .fetch(topic, partition, offset, options)
+            .wait()
+            .unwrap();
+        if data.records.is_empty() {
+            return rows;
+        }
+        for batch in BatchIter::new(data.records, u64::MAX) {
+            let batch = batch.unwrap();
+            for record in batch.records().unwrap() {
+                let record_offset = batch.base_offset() as u64 + record.offset_delta as u64;
+                if record_offset >= offset.0 {
+                    rows.push((
+                        record_offset,
+                        String::from_utf8(record.key.unwrap().to_vec()).unwrap(),
+                        String::from_utf8(record.value.unwrap().to_vec()).unwrap(),
+                    ));
+                }
+            }
+            offset = Offset(batch.last_offset() as u64 + 1);
+        }
+    }
+}
+
+/// The latest value of every key, from the rows.
+fn latest(rows: &[(u64, String, String)]) -> BTreeMap<String, String> {
+    rows.iter()
+        .map(|(_, key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+fn log_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".log")
+        })
+        .count()
+}
+
+/// Records, for each storage operation, the thread that performed it.
+#[derive(Debug, Default)]
+struct ThreadLog {
+    seen: Mutex<Vec<(StorageOp, PathBuf, String)>>,
+}
+
+impl StorageHooks for ThreadLog {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((op, path.to_owned(), thread));
+        Ok(())
+    }
+}
+
+impl ThreadLog {
+    fn threads_of(&self, wanted: impl Fn(StorageOp, &str) -> bool) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(op, path, _)| wanted(*op, &path.to_string_lossy()))
+            .map(|(_, _, thread)| thread.clone())
+            .collect()
+    }
+}
+
+#[test]
+fn the_cleaner_thread_reads_and_writes_and_the_owning_shard_only_swaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Arc::new(ThreadLog::default());
+    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    let topic = engine
+        .create_topic("latest", 2, compacted_config())
+        .unwrap();
+    append_rounds(&engine, &topic, 0, 5, 20);
+    append_rounds(&engine, &topic, 1, 5, 20);
+    let before = read_all(&engine, &topic, 0);
+    hooks.seen.lock().unwrap().clear();
+
+    let reports = engine.compact(None).unwrap();
+    assert_eq!(reports.len(), 2);
+    for report in &reports {
+        assert!(report.outcome.as_ref().unwrap().segments_cleaned > 0);
+    }
+    let cleaned_writes = hooks.threads_of(|op, path| {
+        matches!(op, StorageOp::Write | StorageOp::SyncData) && path.ends_with(".log.cleaned")
+    });
+    assert!(!cleaned_writes.is_empty());
+    assert!(
+        cleaned_writes
+            .iter()
+            .all(|thread| thread == "seglog-cleaner"),
+        "{cleaned_writes:?}"
+    );
+    let segment_reads =
+        hooks.threads_of(|op, path| op == StorageOp::Read && path.ends_with(".log"));
+    assert!(
+        segment_reads
+            .iter()
+            .any(|thread| thread == "seglog-cleaner")
+    );
+    let swaps = hooks.threads_of(|op, path| op == StorageOp::Rename && path.contains(".log"));
+    assert!(!swaps.is_empty());
+    assert!(
+        swaps
+            .iter()
+            .all(|thread| thread.starts_with("seglog-shard-")),
+        "{swaps:?}"
+    );
+    assert_eq!(latest(&read_all(&engine, &topic, 0)), latest(&before));
+    engine.close().unwrap();
+}
+
+#[test]
+fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cleaner_core: Some(0),
+        ..engine_config()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    // The thread sets its own scheduling as it starts; wait for it to report.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine.cleaner_stats().priority == CleanerPriority::Unknown && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = engine.cleaner_stats();
+    let priority = stats.priority;
+    let tid = stats.thread_id.expect("the cleaner reports its thread id");
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+    assert_eq!(comm.trim(), "seglog-cleaner");
+    let sched = std::fs::read_to_string(format!("/proc/self/task/{tid}/sched")).unwrap();
+    let policy = sched
+        .lines()
+        .find(|line| line.starts_with("policy"))
+        .and_then(|line| line.split(':').nth(1))
+        .map(|value| value.trim().to_owned())
+        .unwrap();
+    match priority {
+        CleanerPriority::Idle => assert_eq!(policy, "5", "SCHED_IDLE"),
+        CleanerPriority::Nice19 => {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            let after_name = stat.rsplit(')').next().unwrap();
+            let nice: i32 = after_name
+                .split_whitespace()
+                .nth(16)
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(nice, 19);
+        }
+        other => panic!("the cleaner could not lower its priority: {other:?}"),
+    }
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    let allowed = status
+        .lines()
+        .find(|line| line.starts_with("Cpus_allowed_list"))
+        .unwrap();
+    assert_eq!(allowed.split(':').nth(1).unwrap().trim(), "0", "{allowed}");
+    engine.close().unwrap();
+}
+
+#[test]
+fn dirty_logs_are_cleaned_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cleaner_backoff_ms: 20,
+        ..engine_config()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    let topic = engine
+        .create_topic("background", 1, compacted_config())
+        .unwrap();
+    append_rounds(&engine, &topic, 0, 4, 30);
+    let before = read_all(&engine, &topic, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine.cleaner_stats().segments_cleaned == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = engine.cleaner_stats();
+    assert!(
+        stats.logs_cleaned > 0 && stats.segments_cleaned > 0,
+        "{stats:?}"
+    );
+    assert!(stats.bytes_after < stats.bytes_before, "{stats:?}");
+    assert!(stats.records_kept < stats.records_before, "{stats:?}");
+    let after = read_all(&engine, &topic, 0);
+    assert!(
+        after.len() < 4 * 30,
+        "duplicates are gone: {} records",
+        after.len()
+    );
+    assert_eq!(latest(&after), latest(&before));
+    assert!(after.windows(2).all(|pair| pair[0].0 < pair[1].0));
+    engine.close().unwrap();
+}
+
+/// Fails the creation of `.cleaned` files under a directory while armed.
+#[derive(Debug, Default)]
+struct FailCleanedIn {
+    armed: AtomicBool,
+    dir_suffix: String,
+}
+
+impl StorageHooks for FailCleanedIn {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
+        let path = path.to_string_lossy();
+        let in_dir = path.contains(&format!("{}/", self.dir_suffix));
+        if self.armed.load(Ordering::SeqCst)
+            && op == StorageOp::Open
+            && in_dir
+            && path.ends_with(".log.cleaned")
+        {
+            return Err(io::Error::other("injected: cannot create the cleaned file"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_partition_is_reported_and_retried_while_the_others_are_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Arc::new(FailCleanedIn {
+        armed: AtomicBool::new(true),
+        dir_suffix: "flaky-0".to_owned(),
+    });
+    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    let topic = engine.create_topic("flaky", 2, compacted_config()).unwrap();
+    append_rounds(&engine, &topic, 0, 4, 20);
+    append_rounds(&engine, &topic, 1, 4, 20);
+
+    let reports = engine.compact(None).unwrap();
+    assert!(reports[0].outcome.is_err(), "{reports:?}");
+    assert!(reports[1].outcome.as_ref().unwrap().segments_cleaned > 0);
+    let stats = engine.cleaner_stats();
+    assert_eq!(stats.failures, 1);
+    assert_eq!(stats.uncleanable.len(), 1);
+    let uncleanable = &stats.uncleanable[0];
+    assert_eq!(uncleanable.topic_partition.partition, 0);
+    assert_eq!(uncleanable.failures, 1);
+    assert!(
+        uncleanable.last_error.contains("injected"),
+        "{uncleanable:?}"
+    );
+    assert!(uncleanable.retry_in > Duration::ZERO);
+    assert!(
+        read_all(&engine, &topic, 0).len() == 80,
+        "the failed partition is untouched and still readable"
+    );
+
+    hooks.armed.store(false, Ordering::SeqCst);
+    let retried = engine.compact(Some("flaky")).unwrap();
+    assert!(retried[0].outcome.as_ref().unwrap().segments_cleaned > 0);
+    assert!(engine.cleaner_stats().uncleanable.is_empty());
+    engine.close().unwrap();
+}
+
+#[test]
+fn min_compaction_lag_keeps_segments_with_recent_records_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let mut config = compacted_config();
+    config.set("min.compaction.lag.ms", "3600000").unwrap();
+    let topic = engine.create_topic("lagged", 1, config).unwrap();
+    let two_hours_ago = TimestampMs::now().0 - 2 * 3_600_000;
+    for sequence in 0..60u32 {
+        let batch = keyed_batch(sequence % 4, sequence, two_hours_ago);
+        engine
+            .append(&topic, 0, batch, Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let old_records = read_all(&engine, &topic, 0).len() as u64;
+    append_rounds(&engine, &topic, 0, 4, 15);
+
+    let reports = engine.compact(None).unwrap();
+    let outcome = reports[0].outcome.as_ref().unwrap();
+    assert!(outcome.segments_cleaned > 0, "old segments are cleaned");
+    assert!(
+        outcome.first_dirty_offset.0 <= old_records,
+        "the cleaner stops before the recent records: {outcome:?}"
+    );
+    let rows = read_all(&engine, &topic, 0);
+    let recent: Vec<_> = rows.iter().filter(|row| row.0 >= old_records).collect();
+    assert_eq!(recent.len(), 60, "every recent record stays");
+    engine.close().unwrap();
+}
+
+#[test]
+fn small_cleaned_segments_are_grouped_into_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = engine
+        .create_topic("grouped", 1, compacted_config())
+        .unwrap();
+    append_rounds(&engine, &topic, 0, 2, 40);
+    engine.compact(None).unwrap();
+    let partition_dir = dir.path().join("grouped-0");
+    let after_first = log_files(&partition_dir);
+    append_rounds(&engine, &topic, 0, 2, 40);
+    let before_second = log_files(&partition_dir);
+    let reports = engine.compact(None).unwrap();
+    let outcome = reports[0].outcome.as_ref().unwrap();
+    assert!(
+        outcome.segments_written < outcome.segments_cleaned,
+        "several cleaned segments became one: {outcome:?}"
+    );
+    let after_second = log_files(&partition_dir);
+    assert!(
+        after_second < before_second && after_second <= after_first + 1,
+        "{after_first} -> {before_second} -> {after_second}"
+    );
+    let rows = read_all(&engine, &topic, 0);
+    assert_eq!(latest(&rows).len(), 2);
+    assert!(rows.windows(2).all(|pair| pair[0].0 < pair[1].0));
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = TopicPartition {
+        topic: TopicName::parse("stale").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: true,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: TimestampMs(0),
+    };
+    let storage = storage_from_env();
+    let mut log = PartitionLog::open(storage, dir.path(), tp, compacted_config(), options)
+        .unwrap()
+        .0;
+    let now = TimestampMs::now();
+    for sequence in 0..60u32 {
+        log.append(keyed_batch(sequence % 3, sequence, now.0), now)
+            .unwrap();
+    }
+    let snapshot = log.cleanable_log();
+    assert!(snapshot.sealed.len() >= 3);
+    let group = CleanedGroup {
+        log_instance: snapshot.log_instance,
+        replaced: snapshot.sealed[..2].to_vec(),
+        bytes_after: 0,
+        records_before: 0,
+        records_kept: 0,
+    };
+    // Retention takes the first segment away before the swap arrives.
+    log.delete_records(snapshot.sealed[1].base_offset).unwrap();
+    log.apply_retention(now).unwrap();
+    let segments_before = log.segment_count();
+    assert_eq!(
+        log.swap_in_cleaned(&group, now).unwrap(),
+        SwapOutcome::Stale
+    );
+    assert_eq!(log.segment_count(), segments_before);
+    assert!(!log.is_failed());
+
+    let other_instance = CleanedGroup {
+        log_instance: snapshot.log_instance + 1_000_000,
+        replaced: log.cleanable_log().sealed[..1].to_vec(),
+        bytes_after: 0,
+        records_before: 0,
+        records_kept: 0,
+    };
+    assert_eq!(
+        log.swap_in_cleaned(&other_instance, now).unwrap(),
+        SwapOutcome::Stale,
+        "a group cleaned from another opening of the log is refused"
+    );
+}
