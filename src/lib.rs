@@ -46,6 +46,7 @@ pub mod cleaner;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod group;
 pub mod index;

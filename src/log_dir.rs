@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::config::LogConfig;
 use crate::error::{OpenError, PartitionError, StorageError};
+use crate::failpoint::failpoint;
 use crate::format::checkpoint;
 use crate::format::file_name::{
     CHECKPOINT_TMP_SUFFIX, CLEAN_SHUTDOWN_MARKER, LOCK_FILE, LOG_START_OFFSET_CHECKPOINT,
@@ -317,9 +318,11 @@ pub(crate) fn write_checkpoint(
         &tmp,
         checkpoint::encode_offsets(offsets).as_bytes(),
     )?;
+    failpoint!("checkpoint.after_tmp_write");
     storage
         .rename(&tmp, &path)
         .map_err(|source| StorageError::io("rename", &tmp, source))?;
+    failpoint!("checkpoint.after_rename");
     sync_dir(storage, root)
 }
 

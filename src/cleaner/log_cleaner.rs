@@ -19,6 +19,7 @@ use crate::cleaner::compact::{CleanRules, CompactError, build_offset_map, clean_
 use crate::cleaner::offset_map::OffsetMap;
 use crate::config::LogConfig;
 use crate::error::StorageError;
+use crate::failpoint::failpoint;
 use crate::format::BatchHeader;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::io::{OpenMode, Storage, StorageFile};
@@ -279,6 +280,7 @@ impl LogCleaner<'_> {
             (self.throttle)(written);
         }
         let bytes_after = writer.finish()?;
+        failpoint!("compaction.after_cleaned_written");
         Ok(Some(CleanedGroup {
             log_instance: log.log_instance,
             replaced: group.to_vec(),

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use super::PartitionLog;
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
+use crate::failpoint::failpoint;
 use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
 use crate::segment::{AppendedBatch, IncomingAppend, Segment};
 use crate::types::{Offset, TimestampMs};
@@ -196,6 +197,7 @@ impl PartitionLog {
         let Some(first_batch_timestamp) = pending.first_batch_timestamp else {
             return Ok(());
         };
+        failpoint!("append.before_write");
         let interval = self.config.index_interval_bytes;
         let result = self.active_mut().append(
             &pending.bytes,
@@ -207,7 +209,9 @@ impl PartitionLog {
             self.failed = true;
         }
         *pending = PendingWrite::default();
-        result
+        result?;
+        failpoint!("append.after_write");
+        Ok(())
     }
 
     /// Seals the active segment and starts a new, empty one at the log end offset. The old
@@ -222,6 +226,7 @@ impl PartitionLog {
             self.failed = true;
             return Err(error);
         }
+        failpoint!("roll.after_seal");
         self.recovery_point = self.recovery_point.max(new_base_offset);
         let segment = Segment::create(
             self.storage.as_ref(),
@@ -231,6 +236,7 @@ impl PartitionLog {
             now,
         )?;
         self.segments.push_active(segment);
+        failpoint!("roll.after_create");
         self.sync_dir()
     }
 }

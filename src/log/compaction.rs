@@ -20,6 +20,7 @@ use crate::cleaner::log_cleaner::{
 };
 use crate::cleaner::offset_map::OffsetMap;
 use crate::error::StorageError;
+use crate::failpoint::failpoint;
 use crate::format::file_name::FileState;
 use crate::segment::Segment;
 use crate::segment::recovery::LoadMode;
@@ -124,13 +125,18 @@ impl PartitionLog {
         let swap = segment_file(&self.dir, base_offset, FileState::Swap);
         let live = segment_file(&self.dir, base_offset, FileState::Live);
         self.rename(&cleaned, &swap)?;
+        failpoint!("compaction.after_swap_rename");
         self.sync_dir()?;
+        failpoint!("compaction.after_swap_dir_sync");
         let replaced = self.segments.remove_sealed(index, group.replaced.len());
         for slot in replaced {
             slot.mark_deleted(self.storage.as_ref(), &self.dir)?;
         }
+        failpoint!("compaction.after_deleted_renames");
         self.rename(&swap, &live)?;
+        failpoint!("compaction.after_live_rename");
         self.sync_dir()?;
+        failpoint!("compaction.after_live_dir_sync");
         let mut loaded = Segment::load(
             self.storage.as_ref(),
             &self.dir,

@@ -19,6 +19,7 @@ use bytes::Bytes;
 
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{DeleteRecordsError, ReadError, StorageError};
+use crate::failpoint::failpoint;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;
@@ -270,8 +271,11 @@ impl PartitionLog {
     pub fn flush(&mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
         let log_end_offset = self.log_end_offset();
+        failpoint!("flush.before_sync");
         let result = self.active().flush_log();
-        self.mark_flushed(log_end_offset, result)
+        self.mark_flushed(log_end_offset, result)?;
+        failpoint!("flush.after_sync");
+        Ok(())
     }
 
     /// Path of the active segment's `.log`, for error context.

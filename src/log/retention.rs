@@ -16,6 +16,7 @@ use super::PartitionLog;
 use crate::cleaner::retention::{RetentionConfig, RetentionPlan, plan_retention};
 use crate::config::CleanupPolicy;
 use crate::error::StorageError;
+use crate::failpoint::failpoint;
 use crate::types::{Offset, TimestampMs};
 
 /// What one retention pass did.
@@ -112,8 +113,12 @@ impl PartitionLog {
             bytes_deleted += slot.size_bytes();
             let base_offset = slot.base_offset();
             // After a failure the later segments keep their live names (dropping `slot` closes it).
+            let rename = || {
+                failpoint!("retention.before_rename");
+                slot.mark_deleted(self.storage.as_ref(), &self.dir)
+            };
             let renamed = failure.is_none()
-                && match slot.mark_deleted(self.storage.as_ref(), &self.dir) {
+                && match rename() {
                     Ok(()) => true,
                     Err(error) => {
                         failure = Some(error);
@@ -130,6 +135,7 @@ impl PartitionLog {
         if let Some(error) = failure {
             return Err(error);
         }
+        failpoint!("retention.before_dir_sync");
         self.sync_dir()?;
         Ok((segments_deleted, bytes_deleted))
     }
@@ -181,11 +187,15 @@ impl PartitionLog {
                 index += 1;
                 continue;
             }
-            match crate::segment::remove_deleted_files(
-                self.storage.as_ref(),
-                &self.dir,
-                pending.base_offset,
-            ) {
+            let unlink = || {
+                failpoint!("retention.before_unlink");
+                crate::segment::remove_deleted_files(
+                    self.storage.as_ref(),
+                    &self.dir,
+                    pending.base_offset,
+                )
+            };
+            match unlink() {
                 Ok(()) => {
                     self.pending_deletions.remove(index);
                     removed += 1;
