@@ -673,3 +673,43 @@ fn a_compacted_topic_rejects_records_without_a_key() {
         "keyed records are accepted"
     );
 }
+
+/// R24: a segment file that is a symlink is never followed — opening the partition fails with an
+/// I/O error naming it, and the file the link points at is neither read into the log nor changed.
+#[test]
+fn a_symlinked_segment_is_refused_and_its_target_left_untouched() {
+    let dir = scratch();
+    let partition_dir = dir.path().join("bad-0");
+    {
+        let mut log = open_log(dir.path(), config());
+        log.append(valid_batch(3, 10), now()).unwrap();
+        log.flush().unwrap();
+    }
+    let outside = dir.path().join("precious.txt");
+    fs::write(&outside, b"not a segment; must survive").unwrap();
+    let segment = partition_dir.join("00000000000000000000.log");
+    fs::remove_file(&segment).unwrap();
+    std::os::unix::fs::symlink(&outside, &segment).unwrap();
+
+    let tp = TopicPartition {
+        topic: TopicName::parse("bad").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    let opened = PartitionLog::open(storage_from_env(), &partition_dir, tp, config(), options);
+    let error = opened.expect_err("a symlinked segment must not open");
+    assert!(
+        format!("{error}").contains("00000000000000000000.log"),
+        "the error names the file: {error}"
+    );
+    assert_eq!(
+        fs::read(&outside).unwrap(),
+        b"not a segment; must survive",
+        "the link's target is untouched"
+    );
+}

@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::{MmapMut, MmapOptions};
@@ -29,6 +30,7 @@ impl MappedIndexFile {
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|source| StorageError::io("open index", path, source))?;
         let mut index_file = MappedIndexFile {

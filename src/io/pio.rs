@@ -5,7 +5,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
@@ -60,7 +60,12 @@ impl PositionedIo {
     /// Opens a file for reading and writing with `mode`.
     pub(crate) fn open_file(path: &Path, mode: OpenMode) -> io::Result<File> {
         let mut options = OpenOptions::new();
-        options.read(true).write(true);
+        // A symlink in a log directory is never followed: a segment, index or checkpoint that is a
+        // link could point the engine's writes and truncations at any file (ELOOP instead).
+        options
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW);
         match mode {
             OpenMode::Existing => {}
             OpenMode::CreateNew => {
