@@ -2,7 +2,8 @@
 //! pinned thread while the owning shard only swaps; dirty logs are cleaned in the background; a
 //! failing partition is reported and retried without stopping the others; `min.compaction.lag.ms`
 //! keeps recent segments dirty; small cleaned segments are grouped into one; a group whose
-//! segments changed under the cleaner is refused and changes nothing.
+//! segments changed under the cleaner is refused and changes nothing; the scrubber on the same
+//! thread reports a bad CRC and a broken offset sequence without changing anything.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -455,4 +456,103 @@ fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
         SwapOutcome::Stale,
         "a group cleaned from another opening of the log is refused"
     );
+}
+
+/// Appends `count` one-record batches to a `delete`-policy topic with 1 KiB segments.
+fn plain_topic_with_segments(engine: &Engine, name: &str, count: u32) -> TopicName {
+    let config = LogConfig {
+        segment_bytes: 1024,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    };
+    let topic = engine.create_topic(name, 1, config).unwrap();
+    let now = TimestampMs::now().0;
+    for sequence in 0..count {
+        engine
+            .append(
+                &topic,
+                0,
+                keyed_batch(sequence, sequence, now),
+                Durability::Written,
+            )
+            .wait()
+            .unwrap();
+    }
+    topic
+}
+
+#[test]
+fn the_scrubber_reports_a_bad_crc_and_a_broken_offset_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = plain_topic_with_segments(&engine, "scrubbed", 40);
+    let clean = engine.scrub(None).unwrap();
+    assert_eq!(clean.len(), 1);
+    assert!(clean[0].1.segments_scrubbed >= 3, "{clean:?}");
+    assert!(clean[0].1.corrupt.is_empty(), "{clean:?}");
+
+    let partition_dir = dir.path().join("scrubbed-0");
+    let mut sealed: Vec<PathBuf> = std::fs::read_dir(&partition_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    sealed.sort();
+    // A flipped bit in the last byte of the first segment's first batch (a record byte: the CRC
+    // fails), and the second segment's first batch moved to offset 0 (the base offset is not
+    // covered by the CRC: continuity catches it).
+    let mut first = std::fs::read(&sealed[0]).unwrap();
+    let first_batch_end = 12 + u32::from_be_bytes(first[8..12].try_into().unwrap()) as usize;
+    first[first_batch_end - 1] ^= 0x01;
+    std::fs::write(&sealed[0], &first).unwrap();
+    let mut second = std::fs::read(&sealed[1]).unwrap();
+    second[..8].copy_from_slice(&0i64.to_be_bytes());
+    std::fs::write(&sealed[1], &second).unwrap();
+
+    let found = engine.scrub(Some("scrubbed")).unwrap();
+    let corrupt = &found[0].1.corrupt;
+    assert_eq!(corrupt.len(), 2, "{corrupt:?}");
+    assert_eq!(corrupt[0].base_offset, Offset(0));
+    assert!(corrupt[1].reason.contains("continuity"), "{corrupt:?}");
+    assert_eq!(
+        std::fs::read(&sealed[0]).unwrap(),
+        first,
+        "nothing repaired or truncated"
+    );
+    assert_eq!(std::fs::read(&sealed[1]).unwrap(), second);
+    let stats = engine.cleaner_stats();
+    assert_eq!(stats.scrub.corrupt.len(), 2, "{stats:?}");
+    assert!(stats.scrub.passes >= 2);
+    let options = FetchOptions {
+        max_bytes: 1 << 20,
+        ..FetchOptions::default()
+    };
+    let tail = engine.fetch(&topic, 0, Offset(39), options).wait().unwrap();
+    assert!(
+        !tail.records.is_empty(),
+        "the sound segments are still served"
+    );
+    engine.close().unwrap();
+}
+
+#[test]
+fn the_scrubber_runs_on_its_own_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        scrub_interval_ms: 20,
+        ..engine_config()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    plain_topic_with_segments(&engine, "scheduled", 40);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine.cleaner_stats().scrub.segments_scrubbed == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = engine.cleaner_stats();
+    assert!(
+        stats.scrub.passes > 0 && stats.scrub.segments_scrubbed > 0,
+        "{stats:?}"
+    );
+    assert!(stats.scrub.corrupt.is_empty());
+    engine.close().unwrap();
 }

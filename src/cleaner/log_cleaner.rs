@@ -356,7 +356,7 @@ fn group_length(segments: &[SealedSegment], config: &LogConfig) -> usize {
 }
 
 /// Why reading a segment stopped.
-enum CleanError {
+pub(crate) enum CleanError {
     Compact(CompactError),
     Storage(StorageError),
 }
@@ -368,7 +368,7 @@ impl From<CompactError> for CleanError {
 }
 
 /// One sealed segment's `.log`, opened by the cleaner on its own.
-struct SegmentReader {
+pub(crate) struct SegmentReader {
     path: PathBuf,
     file: Box<dyn StorageFile>,
     size_bytes: u64,
@@ -376,7 +376,7 @@ struct SegmentReader {
 
 impl SegmentReader {
     /// `None` if the segment's file is gone (retention deleted it since the snapshot).
-    fn open(
+    pub(crate) fn open(
         storage: &dyn Storage,
         dir: &Path,
         segment: &SealedSegment,
@@ -395,7 +395,7 @@ impl SegmentReader {
 
     /// Calls `visit` with each batch (CRC checked) up to the snapshot's size, until it returns
     /// false; each batch's bytes count against the throttle.
-    fn for_each_batch(
+    pub(crate) fn for_each_batch(
         &self,
         throttle: &mut dyn FnMut(u64),
         mut visit: impl FnMut(&crate::format::Batch) -> Result<bool, CleanError>,

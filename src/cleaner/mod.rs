@@ -8,4 +8,5 @@ pub mod compact;
 pub mod log_cleaner;
 pub mod offset_map;
 pub mod retention;
+pub mod scrub;
 pub mod throttle;

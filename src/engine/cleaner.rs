@@ -10,6 +10,10 @@
 //! swap ([`Request::SwapCleaned`]) — the only step that changes the log, so partitions keep a
 //! single writer. `Engine::compact` runs on the same thread, for every compacted partition.
 //!
+//! The same thread runs the scrubber (`cleaner::scrub`) every `scrub_interval_ms` over the open
+//! logs' sealed segments, and on request (`Engine::scrub`): CRCs and offset continuity checked,
+//! corruption reported in [`CleanerStats::scrub`] and the log, nothing changed.
+//!
 //! A failure on one partition is logged, counted ([`CleanerStats`]) and retried after a backoff
 //! that doubles with each failure; the other partitions are cleaned meanwhile. Progress (each
 //! log's first dirty offset) is kept in a map the engine writes to `cleaner-offset-checkpoint`.
@@ -28,6 +32,7 @@ use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Requ
 use crate::cleaner::compact::{CleaningCandidate, choose_log, cleanable_ratio};
 use crate::cleaner::log_cleaner::{CleanableLog, CompactionOutcome, LogCleaner, SwapOutcome};
 use crate::cleaner::offset_map::OffsetMap;
+use crate::cleaner::scrub::{CorruptSegment, ScrubOutcome, scrub_log};
 use crate::cleaner::throttle::Throttle;
 use crate::error::{EngineUnavailable, FlushError, StorageError};
 use crate::io::Storage;
@@ -47,6 +52,8 @@ pub(crate) struct CleanerSettings {
     pub dedupe_buffer_bytes: usize,
     /// `log.cleaner.io.max.bytes.per.second`.
     pub io_max_bytes_per_second: f64,
+    /// How often the scrubber re-checks every open log's sealed segments (`None`: never).
+    pub scrub_interval: Option<Duration>,
     /// The core the thread is pinned to, if any.
     pub core: Option<core_affinity::CoreId>,
 }
@@ -71,6 +78,19 @@ pub struct CleanerStats {
     pub priority: CleanerPriority,
     /// The thread's kernel id (its directory under `/proc/self/task`), once it started.
     pub thread_id: Option<u32>,
+    /// What the scrubber has checked and found.
+    pub scrub: ScrubStats,
+}
+
+/// The scrubber's totals since the engine opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubStats {
+    /// Passes over every open log.
+    pub passes: u64,
+    pub segments_scrubbed: u64,
+    pub bytes_scrubbed: u64,
+    /// Corrupt segments found, each once (the latest finding).
+    pub corrupt: Vec<(TopicPartition, CorruptSegment)>,
 }
 
 /// A partition whose last cleaning failed, and when it is tried again.
@@ -104,6 +124,11 @@ pub(crate) enum CleanerRequest {
     Compact {
         topic: Option<TopicName>,
         reply: Reply<Vec<PartitionCompaction>, FlushError>,
+    },
+    /// Scrub every partition (of `topic`, or all) now.
+    Scrub {
+        topic: Option<TopicName>,
+        reply: Reply<Vec<(TopicPartition, ScrubOutcome)>, FlushError>,
     },
 }
 
@@ -159,19 +184,20 @@ impl CleanerHandle {
         })
     }
 
-    /// Sends `Compact` and returns where its answer arrives, or `Closed` if the cleaner stopped.
-    pub(crate) fn compact(
+    /// Sends a request and waits for its answer (`Closed` if the cleaner stopped).
+    pub(crate) fn call<T>(
         &self,
-        topic: Option<TopicName>,
-    ) -> Result<oneshot::Receiver<Result<Vec<PartitionCompaction>, FlushError>>, EngineUnavailable>
-    {
+        request: impl FnOnce(Reply<T, FlushError>) -> CleanerRequest,
+    ) -> Result<T, FlushError> {
         let (reply, receiver) = oneshot::channel();
-        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
-        let sender = sender.as_ref().ok_or(EngineUnavailable::Closed)?;
-        sender
-            .send(CleanerRequest::Compact { topic, reply })
-            .map_err(|_| EngineUnavailable::Closed)?;
-        Ok(receiver)
+        {
+            let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+            let sender = sender.as_ref().ok_or(EngineUnavailable::Closed)?;
+            sender
+                .send(request(reply))
+                .map_err(|_| EngineUnavailable::Closed)?;
+        }
+        futures_executor::block_on(receiver).map_err(|_| EngineUnavailable::Closed)?
     }
 
     /// Stops the thread (a cleaning under way stops at its next group) and waits for it.
@@ -237,19 +263,76 @@ impl Cleaner {
             stats.thread_id = thread_id;
         });
         let mut next_check = Instant::now() + self.settings.backoff;
+        let mut next_scrub = self
+            .settings
+            .scrub_interval
+            .map(|every| Instant::now() + every);
         while !self.stopping() {
-            let wait = next_check.saturating_duration_since(Instant::now());
-            match self.requests.recv_timeout(wait) {
+            let due = next_scrub.map_or(next_check, |scrub| scrub.min(next_check));
+            match self
+                .requests
+                .recv_timeout(due.saturating_duration_since(Instant::now()))
+            {
                 Ok(CleanerRequest::Compact { topic, reply }) => {
                     let _ = reply.send(self.compact_all(topic));
                 }
+                Ok(CleanerRequest::Scrub { topic, reply }) => {
+                    let _ = reply.send(self.scrub(CleanableSelection::Owned { topic }));
+                }
                 Err(RecvTimeoutError::Timeout) => {
-                    self.clean_dirty_logs();
-                    next_check = Instant::now() + self.settings.backoff;
+                    if Instant::now() >= next_check {
+                        self.clean_dirty_logs();
+                        next_check = Instant::now() + self.settings.backoff;
+                    }
+                    if let (Some(due), Some(every)) = (next_scrub, self.settings.scrub_interval)
+                        && Instant::now() >= due
+                    {
+                        let _ = self.scrub(CleanableSelection::Open);
+                        next_scrub = Some(Instant::now() + every);
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
+    }
+
+    /// Scrubs the logs of `selection` (every cleanup policy), recording what it found.
+    fn scrub(
+        &mut self,
+        selection: CleanableSelection,
+    ) -> Result<Vec<(TopicPartition, ScrubOutcome)>, FlushError> {
+        let logs = self.logs(selection, false).map_err(call_error)?;
+        let storage = self.storage.clone();
+        let mut throttle = Throttle::new(self.settings.io_max_bytes_per_second, Instant::now());
+        let mut count_bytes = |bytes| throttle.throttle(bytes);
+        let mut outcomes = Vec::with_capacity(logs.len());
+        for (tp, log) in logs {
+            if self.stopping() {
+                break;
+            }
+            let Ok(log) = log else {
+                continue;
+            };
+            let outcome = scrub_log(storage.as_ref(), &log, &mut count_bytes);
+            for corrupt in &outcome.corrupt {
+                log::error!("scrubber: {tp}: {}", corrupt.reason);
+            }
+            outcomes.push((tp, outcome));
+        }
+        self.update_stats(|stats| {
+            stats.scrub.passes += 1;
+            for (tp, outcome) in &outcomes {
+                stats.scrub.segments_scrubbed += outcome.segments_scrubbed;
+                stats.scrub.bytes_scrubbed += outcome.bytes_scrubbed;
+                for corrupt in &outcome.corrupt {
+                    stats.scrub.corrupt.retain(|(seen_tp, seen)| {
+                        seen_tp != tp || seen.base_offset != corrupt.base_offset
+                    });
+                    stats.scrub.corrupt.push((tp.clone(), corrupt.clone()));
+                }
+            }
+        });
+        Ok(outcomes)
     }
 
     fn stopping(&self) -> bool {
@@ -299,10 +382,7 @@ impl Cleaner {
     ) -> Result<Vec<PartitionCompaction>, FlushError> {
         let logs = self
             .cleanable_logs(CleanableSelection::Owned { topic })
-            .map_err(|error| match error {
-                CallError::ShardFailed(shard) => EngineUnavailable::ShardFailed { shard },
-                CallError::Stopping => EngineUnavailable::Closed,
-            })?;
+            .map_err(call_error)?;
         let Some(mut map) = self.new_map() else {
             return Err(FlushError::Unavailable(EngineUnavailable::Closed));
         };
@@ -433,15 +513,28 @@ impl Cleaner {
         })
     }
 
-    /// Every shard's logs for `selection`.
+    /// Every shard's compacted logs for `selection`.
     fn cleanable_logs(
         &self,
         selection: CleanableSelection,
     ) -> Result<Vec<CleanableEntry>, CallError> {
+        self.logs(selection, true)
+    }
+
+    /// Every shard's logs for `selection` (only the compacted ones if `compacted_only`).
+    fn logs(
+        &self,
+        selection: CleanableSelection,
+        compacted_only: bool,
+    ) -> Result<Vec<CleanableEntry>, CallError> {
         let mut logs = Vec::new();
         for shard in 0..self.shards.len() {
             let selection = selection.clone();
-            let request = |reply| Request::CleanableLogs { selection, reply };
+            let request = |reply| Request::CleanableLogs {
+                selection,
+                compacted_only,
+                reply,
+            };
             match self.call(shard, request)? {
                 Ok(found) => logs.extend(found),
                 Err(_) => return Err(CallError::ShardFailed(shard)),
@@ -536,6 +629,13 @@ impl Cleaner {
 
     fn update_stats(&self, update: impl FnOnce(&mut CleanerStats)) {
         update(&mut self.stats.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+fn call_error(error: CallError) -> FlushError {
+    match error {
+        CallError::ShardFailed(shard) => EngineUnavailable::ShardFailed { shard }.into(),
+        CallError::Stopping => EngineUnavailable::Closed.into(),
     }
 }
 

@@ -45,8 +45,9 @@ use crate::log_dir::{
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
-use cleaner::{CleanerHandle, CleanerSettings, ShardLink};
-pub use cleaner::{CleanerPriority, CleanerStats, UncleanablePartition};
+use crate::cleaner::scrub::ScrubOutcome;
+use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
+pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 pub use pending::Pending;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
@@ -86,6 +87,9 @@ pub struct EngineConfig {
     /// `log.cleaner.io.max.bytes.per.second`: the cleaner's read and write rate limit (default:
     /// none, as Kafka's).
     pub cleaner_io_max_bytes_per_second: f64,
+    /// How often the scrubber re-reads every open partition's sealed segments on the cleaner
+    /// thread, checking CRCs and offset continuity (default 24 h; 0: never).
+    pub scrub_interval_ms: u64,
     /// The core the cleaner thread is pinned to (default: the last core; `None`: not pinned).
     /// It runs at `SCHED_IDLE`, so it takes only time the shards leave idle on that core.
     pub cleaner_core: Option<usize>,
@@ -133,6 +137,7 @@ impl Default for EngineConfig {
             cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
             cleaner_backoff_ms: 15_000,
             cleaner_io_max_bytes_per_second: f64::MAX,
+            scrub_interval_ms: 24 * 60 * 60 * 1000,
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
         }
@@ -947,12 +952,31 @@ impl Engine {
     pub fn compact(&self, topic: Option<&str>) -> Result<Vec<PartitionCompaction>, TopicError> {
         let topic = topic.map(TopicName::parse).transpose()?;
         self.check_open()?;
-        let receiver = self.inner.cleaner.compact(topic)?;
-        let mut reports = futures_executor::block_on(receiver)
-            .map_err(|_| TopicError::from(EngineUnavailable::Closed))?
+        let mut reports = self
+            .inner
+            .cleaner
+            .call(|reply| CleanerRequest::Compact { topic, reply })
             .map_err(flush_into_topic_error)?;
         reports.sort_by(|a, b| a.topic_partition.cmp(&b.topic_partition));
         self.checkpoint().map_err(flush_into_topic_error)?;
+        Ok(reports)
+    }
+
+    /// Scrubs every partition (of `topic`, if given) now, on the cleaner thread: re-reads each
+    /// sealed segment and checks every batch's CRC and the offsets' continuity, reporting what
+    /// it found (and adding it to [`Engine::cleaner_stats`]). Changes nothing. Blocks.
+    pub fn scrub(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<Vec<(TopicPartition, ScrubOutcome)>, TopicError> {
+        let topic = topic.map(TopicName::parse).transpose()?;
+        self.check_open()?;
+        let mut reports = self
+            .inner
+            .cleaner
+            .call(|reply| CleanerRequest::Scrub { topic, reply })
+            .map_err(flush_into_topic_error)?;
+        reports.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(reports)
     }
 
@@ -1148,6 +1172,8 @@ fn spawn_cleaner(
         backoff: std::time::Duration::from_millis(config.cleaner_backoff_ms),
         dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
         io_max_bytes_per_second: config.cleaner_io_max_bytes_per_second,
+        scrub_interval: (config.scrub_interval_ms > 0)
+            .then(|| std::time::Duration::from_millis(config.scrub_interval_ms)),
         core,
     };
     CleanerHandle::spawn(settings, storage, links, first_dirty_offsets)

@@ -87,6 +87,8 @@ pub(crate) enum Request {
     /// The cleaner asks for logs to clean: their sealed segments' facts.
     CleanableLogs {
         selection: CleanableSelection,
+        /// Only logs whose `cleanup.policy` compacts (else every log: the scrubber's case).
+        compacted_only: bool,
         reply: Reply<Vec<CleanableEntry>, FlushError>,
     },
     /// The cleaner hands over a cleaned group for the owner to swap in.
@@ -362,8 +364,12 @@ impl Shard {
             Request::Retention { topic, reply } => {
                 let _ = reply.send(Ok(self.run_retention(topic.as_ref())));
             }
-            Request::CleanableLogs { selection, reply } => {
-                let _ = reply.send(Ok(self.cleanable_logs(selection)));
+            Request::CleanableLogs {
+                selection,
+                compacted_only,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.cleanable_logs(selection, compacted_only)));
             }
             Request::SwapCleaned { tp, group, reply } => {
                 let _ = reply.send(self.swap_cleaned(&tp, &group));
@@ -869,7 +875,11 @@ impl Shard {
     }
 
     /// The compacted logs of `selection`, as the cleaner sees them.
-    fn cleanable_logs(&mut self, selection: CleanableSelection) -> Vec<CleanableEntry> {
+    fn cleanable_logs(
+        &mut self,
+        selection: CleanableSelection,
+        compacted_only: bool,
+    ) -> Vec<CleanableEntry> {
         let candidates: Vec<TopicPartition> = match &selection {
             CleanableSelection::Open => self.partitions.keys().cloned().collect(),
             CleanableSelection::Owned { topic } => self.owned_partitions(topic.as_ref()),
@@ -889,9 +899,9 @@ impl Shard {
             candidates
                 .into_iter()
                 .filter(|tp| {
-                    topics
-                        .partition_config(tp)
-                        .is_some_and(|config| config.cleanup_policy != CleanupPolicy::Delete)
+                    topics.partition_config(tp).is_some_and(|config| {
+                        !compacted_only || config.cleanup_policy != CleanupPolicy::Delete
+                    })
                 })
                 .collect()
         };
