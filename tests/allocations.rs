@@ -1,0 +1,193 @@
+//! No allocation per record on the append and fetch paths (issue 4, target 6): a counting global
+//! allocator measures the allocations of appending and fetching batches of 10 and of 1,000
+//! records; the counts must not grow with the number of records.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use seglog::config::LogConfig;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::storage_from_env;
+use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting has no effect on
+// the memory handed out.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout, as GlobalAlloc requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout (forwarded above).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System.alloc` with `layout`; forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Tests share the counter: one measures at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn allocations_during(run: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    run();
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+fn batch(records: usize) -> bytes::Bytes {
+    let value = vec![b'v'; 100];
+    let mut builder = BatchBuilder::new(0);
+    for index in 0..records {
+        let key = index.to_be_bytes();
+        builder.push(&NewRecord {
+            timestamp_ms: 1_700_000_000_000,
+            key: Some(&key),
+            value: Some(&value),
+            headers: &[],
+        });
+    }
+    builder.build().unwrap()
+}
+
+fn open_log(dir: &std::path::Path) -> PartitionLog {
+    let tp = TopicPartition {
+        topic: TopicName::parse("alloc").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: true,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: TimestampMs(1_700_000_000_000),
+    };
+    let config = LogConfig {
+        segment_index_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    PartitionLog::open(storage_from_env(), dir, tp, config, options)
+        .unwrap()
+        .0
+}
+
+#[test]
+fn appending_allocates_per_batch_not_per_record() {
+    let _serial = SERIAL.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path());
+    let now = TimestampMs(1_700_000_000_000);
+    let (small, large) = (batch(10), batch(1_000));
+    // Warm up: first appends create buffers that are reused.
+    for _ in 0..3 {
+        log.append(small.clone(), now).unwrap();
+        log.append(large.clone(), now).unwrap();
+    }
+    let for_small = allocations_during(|| {
+        log.append(small.clone(), now).unwrap();
+    });
+    let for_large = allocations_during(|| {
+        log.append(large.clone(), now).unwrap();
+    });
+    println!("allocations per append: 10 records {for_small}, 1000 records {for_large}");
+    assert!(
+        for_large <= for_small + 2,
+        "appending 1000 records allocated {for_large} times, 10 records {for_small}"
+    );
+}
+
+#[test]
+fn fetching_allocates_per_fetch_not_per_record() {
+    let _serial = SERIAL.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path());
+    let now = TimestampMs(1_700_000_000_000);
+    log.append(batch(10), now).unwrap();
+    log.append(batch(1_000), now).unwrap();
+    for _ in 0..3 {
+        log.read(Offset(0), 1 << 20).unwrap();
+    }
+    let for_small = allocations_during(|| {
+        let data = log.read(Offset(0), 1_500).unwrap();
+        assert!(!data.records.is_empty());
+    });
+    let for_large = allocations_during(|| {
+        let data = log.read(Offset(0), 1 << 20).unwrap();
+        assert!(data.records.len() > 100_000);
+    });
+    println!("allocations per fetch: 10 records {for_small}, 1010 records {for_large}");
+    assert!(
+        for_large <= for_small + 2,
+        "fetching 1010 records allocated {for_large} times, 10 records {for_small}"
+    );
+}
+
+#[test]
+fn the_engine_appends_and_fetches_without_allocating_per_record() {
+    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    let _serial = SERIAL.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        cleaner_core: None,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    let topic = engine
+        .create_topic("alloc", 1, LogConfig::default())
+        .unwrap();
+    let (small, large) = (batch(10), batch(1_000));
+    let append = |batch: &bytes::Bytes| {
+        engine
+            .append(&topic, 0, batch.clone(), Durability::Written)
+            .wait()
+            .unwrap();
+    };
+    let fetch = |max_bytes| {
+        let options = FetchOptions {
+            max_bytes,
+            ..FetchOptions::default()
+        };
+        engine.fetch(&topic, 0, Offset(0), options).wait().unwrap();
+    };
+    for _ in 0..3 {
+        append(&small);
+        append(&large);
+        fetch(1 << 20);
+    }
+    let append_small = allocations_during(|| append(&small));
+    let append_large = allocations_during(|| append(&large));
+    let fetch_small = allocations_during(|| fetch(1_500));
+    let fetch_large = allocations_during(|| fetch(1 << 20));
+    println!(
+        "engine allocations: append 10 records {append_small}, 1000 records {append_large}; \
+         fetch 10 records {fetch_small}, ~4000 records {fetch_large}"
+    );
+    assert!(
+        append_large <= append_small + 4,
+        "{append_small} vs {append_large}"
+    );
+    assert!(
+        fetch_large <= fetch_small + 4,
+        "{fetch_small} vs {fetch_large}"
+    );
+    engine.close().unwrap();
+}
