@@ -13,6 +13,7 @@
 
 pub mod hooked;
 pub mod pio;
+pub mod sim;
 pub mod uring;
 
 use std::fmt::Debug;
