@@ -652,8 +652,6 @@ fn failed_writes_and_fsyncs_are_never_acknowledged_and_lose_nothing_acknowledged
 }
 
 #[test]
-#[ignore = "bug: a failed directory fsync (roll, retention) does not fail the partition; later \
-            flushes acknowledge records in a segment whose name may not be durable"]
 fn failed_directory_fsyncs_fail_the_partition_and_lose_nothing_acknowledged() {
     run_many(4_000..4_040, 40, Regime::Delete, Faults::DirSyncErrors);
 }
@@ -700,8 +698,6 @@ fn values(log: &mut PartitionLog) -> Result<Vec<u8>, String> {
 /// R04 under a failed directory fsync: the roll created the new segment but could not make its
 /// name durable. Either no later flush succeeds, or what it acknowledged survives a power cut.
 #[test]
-#[ignore = "bug: PartitionLog::roll leaves the log writable after its directory fsync failed; \
-            records acknowledged in the new segment vanish with its unsynced directory entry"]
 fn a_failed_directory_fsync_in_a_roll_never_loses_acknowledged_records() {
     let (dir, sim, mut log_dir) = fresh(1);
     let log = log_dir.partition(&topic(), 0).unwrap();

@@ -234,7 +234,8 @@ impl PartitionLog {
             new_base_offset,
             &self.config,
             now,
-        )?;
+        )
+        .inspect_err(|_| self.failed = true)?;
         self.segments.push_active(segment);
         failpoint!("roll.after_create");
         self.sync_dir()

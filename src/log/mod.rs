@@ -365,10 +365,18 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn sync_dir(&self) -> Result<(), StorageError> {
-        self.storage
+    /// Makes the directory's entries durable. A failure fails the log until it is reopened, as
+    /// a failed file sync does: which entries reached the device is unknown (fsyncgate applies to
+    /// directories too), so nothing that depends on them may be acknowledged.
+    fn sync_dir(&mut self) -> Result<(), StorageError> {
+        let result = self
+            .storage
             .sync_dir(&self.dir)
-            .map_err(|source| StorageError::io("fsync directory", &self.dir, source))
+            .map_err(|source| StorageError::io("fsync directory", &self.dir, source));
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
     }
 }
 
