@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::bench::args::BenchArgs;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "seglog",
@@ -279,106 +281,4 @@ pub struct TopicDeleteArgs {
     /// Topic to delete.
     #[arg(long)]
     pub topic: String,
-}
-
-/// What `bench` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Workload {
-    /// Producers append batches as fast as they can, several appends in flight each.
-    Append,
-    /// Every append durable (fdatasync shared between producers), one in flight per producer.
-    GroupCommit,
-    /// Append a data set, then fetch it back from the page cache.
-    FetchHot,
-    /// Producers and consumers together: end-to-end latency.
-    Tail,
-}
-
-impl Workload {
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Append => "append",
-            Workload::GroupCommit => "group-commit",
-            Workload::FetchHot => "fetch-hot",
-            Workload::Tail => "tail",
-        }
-    }
-}
-
-/// When `bench` appends are synced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FlushMode {
-    /// Appends are acknowledged once written (the topic's flush policy syncs later).
-    None,
-    /// Every append is acknowledged once synced.
-    Batch,
-}
-
-/// The engine's I/O backend for `bench`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BenchBackend {
-    /// io_uring (an error if this process cannot create a ring).
-    Uring,
-    /// Positioned I/O: pread/pwrite/fdatasync.
-    Pio,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// What to run.
-    #[arg(long, value_enum, default_value_t = Workload::Append)]
-    pub workload: Workload,
-    /// Producer threads [default: 16 for group-commit, 2 otherwise].
-    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
-    pub producers: Option<usize>,
-    /// Consumer threads (fetch-hot, tail).
-    #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
-    pub consumers: usize,
-    /// Partitions of the benchmark topic.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub partitions: u32,
-    /// Bytes of each record's value (at least 8: tail stamps a clock in the first 8).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=16 * 1024 * 1024))]
-    pub record_size: u64,
-    /// Bytes of each appended batch, at most (at least one record).
-    #[arg(long, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(128..=64 * 1024 * 1024))]
-    pub batch_bytes: u64,
-    /// `batch`: every append is acknowledged only once synced (group-commit always is).
-    #[arg(long, value_enum, default_value_t = FlushMode::None)]
-    pub flush: FlushMode,
-    /// Run for this many seconds [default: 3].
-    #[arg(long, value_name = "SECS", conflicts_with = "records", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
-    /// Append this many records (at least; whole batches) instead of running for a duration.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub records: Option<u64>,
-    /// Engine shards [default: one per core].
-    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
-    pub shards: Option<usize>,
-    /// I/O backend [default: SEGLOG_IO_BACKEND, else io_uring where available].
-    #[arg(long, value_enum)]
-    pub backend: Option<BenchBackend>,
-    /// Data directory [default: a fresh temporary directory, removed afterwards].
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Also write every figure, the configuration and the machine as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Also measure the disk's own sequential write and read rates with the same block size, and
-    /// print the engine's MB/s as a fraction of them.
-    #[arg(long)]
-    pub vs_disk: bool,
-}
-
-fn parse_seconds(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|error| format!("{text:?} is not a number of seconds: {error}"))?;
-    if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
-        Ok(seconds)
-    } else {
-        Err(format!(
-            "{text:?}: the duration must be above 0 and at most 86400 seconds"
-        ))
-    }
 }

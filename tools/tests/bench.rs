@@ -1,5 +1,6 @@
 //! `seglog bench`: each workload runs briefly, writes the documented JSON keys with positive,
-//! ordered figures, `--vs-disk` adds the disk's own rates, and bad arguments are usage errors.
+//! ordered figures and the record counts asked for; `--vs-disk` adds the disk's own rates;
+//! `--histogram` and `--plot` write files that parse; bad arguments are usage errors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -88,6 +89,18 @@ fn append_by_record_count_with_vs_disk_reports_disk_rates() {
         "{report:#}"
     );
     assert_eq!(report["config"]["records"], 2000);
+    let disk = &report["disk"];
+    assert!(["built-in", "fio"].contains(&disk["tool"].as_str().unwrap()));
+    assert_eq!(disk["block_bytes"], 8192);
+    assert_eq!(disk["sync_each"], false);
+    assert_eq!(disk["queue_depth"], 2);
+    let buffered = number(&report, &["disk", "write_buffered_mb_per_s"]);
+    assert!(buffered > 0.0, "{report:#}");
+    assert!(number(&report, &["disk", "write_mb_per_s"]) >= buffered);
+    let read_buffered = number(&report, &["disk", "read_buffered_mb_per_s"]);
+    assert!(number(&report, &["disk", "read_mb_per_s"]) >= read_buffered);
+    assert!(number(&report, &["disk", "random_read_iops"]) > 0.0);
+    assert!(number(&report, &["append", "vs_disk"]) > 0.0, "{report:#}");
 }
 
 #[test]
@@ -181,4 +194,321 @@ fn an_explicit_dir_is_used_and_kept() {
     let output = run(&["bench", "--records", "100", "--dir", path_arg(&data)]);
     assert_success(&output);
     assert!(data.join("seglog-bench-0").is_dir());
+}
+
+/// Runs `seglog bench --dir DIR args...` (DIR fresh, kept) and returns the JSON and the
+/// directory.
+fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {
+    let temporary = tempfile::tempdir().unwrap();
+    let data = temporary.path().join("data");
+    let json = temporary.path().join("bench.json");
+    let mut all = vec!["bench", "--json", path_arg(&json), "--dir", path_arg(&data)];
+    all.extend_from_slice(args);
+    let output = run(&all);
+    assert_success(&output);
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (report, temporary)
+}
+
+#[test]
+fn fetch_cold_drops_the_page_cache_and_reads_every_record_once() {
+    let report = bench_json(&[
+        "--workload",
+        "fetch-cold",
+        "--records",
+        "3000",
+        "--record-size",
+        "200",
+        "--batch-bytes",
+        "4096",
+    ]);
+    assert_throughput(&report, "fetch");
+    assert_latency(&report, "fetch");
+    assert_eq!(report["fetch"]["records"], report["append"]["records"]);
+    assert!(number(&report, &["append", "records"]) >= 3000.0);
+    let method = report["fetch"]["cache_drop"].as_str().unwrap();
+    assert!(["drop_caches", "fadvise"].contains(&method), "{report:#}");
+    assert!(number(&report, &["fetch", "fetches_per_s"]) > 0.0);
+}
+
+#[test]
+fn random_fetch_fetches_as_many_single_records_as_asked() {
+    let report = bench_json(&[
+        "--workload",
+        "random-fetch",
+        "--records",
+        "400",
+        "--consumers",
+        "4",
+        "--record-size",
+        "100",
+    ]);
+    // One record per batch by default: every append and every fetch is one record.
+    assert_eq!(report["config"]["batch_bytes"], 164);
+    assert_eq!(report["append"]["records"], 400);
+    assert_eq!(report["fetch"]["records"], 400);
+    assert_eq!(number(&report, &["fetch", "latency_us", "count"]), 400.0);
+    assert_latency(&report, "fetch");
+    assert!(number(&report, &["fetch", "fetches_per_s"]) > 0.0);
+    assert!(report["fetch"]["cache_drop"].is_string(), "{report:#}");
+}
+
+#[test]
+fn many_partitions_spreads_appends_over_every_partition() {
+    // 500 partitions: the preset's 10,000 take minutes to create in a debug build.
+    let (report, temporary) = bench_json_in_dir(&[
+        "--workload",
+        "many-partitions",
+        "--partitions",
+        "500",
+        "--records",
+        "1000",
+        "--record-size",
+        "100",
+        "--batch-bytes",
+        "164",
+    ]);
+    assert_eq!(report["config"]["workload"], "many-partitions");
+    assert_eq!(report["config"]["partitions"], 500);
+    assert_eq!(report["append"]["records"], 1000);
+    assert_latency(&report, "append");
+    assert!(number(&report, &["machine", "open_partitions_max"]) >= 16.0);
+    // Two producers, one record per batch, round-robin: every partition got records.
+    let data = temporary.path().join("data");
+    for partition in [0, 249, 499] {
+        let dir = data.join(format!("seglog-bench-{partition}"));
+        let log = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|path| path.extension().is_some_and(|extension| extension == "log"))
+            .unwrap();
+        assert!(
+            std::fs::metadata(log).unwrap().len() > 0,
+            "{}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn compaction_reports_append_latency_without_and_with_compaction_running() {
+    let report = bench_json(&[
+        "--workload",
+        "compaction",
+        "--records",
+        "6000",
+        "--partitions",
+        "1",
+        "--record-size",
+        "1000",
+        "--key-space",
+        "50",
+    ]);
+    assert_eq!(report["config"]["key_space"], 50);
+    assert_latency(&report, "append");
+    assert_latency(&report, "append_during_compaction");
+    assert!(number(&report, &["append", "records"]) >= 3000.0);
+    assert!(number(&report, &["append_during_compaction", "records"]) >= 3000.0);
+    // The first half sealed segments of 1 MiB; the compactions of the second half cleaned them.
+    assert!(
+        number(&report, &["compaction", "runs"]) >= 1.0,
+        "{report:#}"
+    );
+    assert!(
+        number(&report, &["compaction", "segments_cleaned"]) >= 1.0,
+        "{report:#}"
+    );
+    let before = number(&report, &["compaction", "bytes_before"]);
+    let after = number(&report, &["compaction", "bytes_after"]);
+    assert!(before > 0.0 && after < before, "{report:#}");
+    assert!(number(&report, &["compaction", "mb_per_s"]) > 0.0);
+}
+
+#[test]
+fn linger_sends_records_through_the_producer_with_keys_and_compression() {
+    let report = bench_json(&[
+        "--linger-ms",
+        "1",
+        "--key-space",
+        "100",
+        "--compression",
+        "lz4",
+        "--records",
+        "2000",
+        "--record-size",
+        "100",
+        "--batch-bytes",
+        "8192",
+    ]);
+    // Records go one at a time: exactly as many as asked, one latency each.
+    assert_eq!(report["append"]["records"], 2000);
+    assert_eq!(number(&report, &["append", "latency_us", "count"]), 2000.0);
+    assert_latency(&report, "append");
+    assert_eq!(report["config"]["linger_ms"], 1);
+    assert_eq!(report["config"]["compression"], "lz4");
+}
+
+#[test]
+fn every_codec_writes_batches_that_verify() {
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        let (report, temporary) = bench_json_in_dir(&[
+            "--compression",
+            codec,
+            "--records",
+            "500",
+            "--record-size",
+            "100",
+            "--batch-bytes",
+            "4096",
+        ]);
+        assert_eq!(report["config"]["compression"], codec);
+        assert_throughput(&report, "append");
+        let data = temporary.path().join("data");
+        assert_success(&run(&["verify", "--dir", path_arg(&data)]));
+    }
+}
+
+#[test]
+fn key_space_keys_are_drawn_from_that_many_keys() {
+    let (_, temporary) = bench_json_in_dir(&[
+        "--key-space",
+        "3",
+        "--records",
+        "300",
+        "--record-size",
+        "16",
+        "--partitions",
+        "1",
+    ]);
+    let data = temporary.path().join("data");
+    let output = run(&[
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "seglog-bench",
+        "--partition",
+        "0",
+        "--from-beginning",
+        "--format",
+        "json",
+    ]);
+    assert_success(&output);
+    let lines = support::stdout_lines(&output);
+    assert!(lines.len() >= 300);
+    let keys: std::collections::BTreeSet<String> = lines
+        .iter()
+        .map(|line| {
+            let record: Value = serde_json::from_str(line).unwrap();
+            record["key"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let expected: std::collections::BTreeSet<String> =
+        ["key-0", "key-1", "key-2"].map(String::from).into();
+    assert_eq!(keys, expected);
+}
+
+#[test]
+fn histogram_file_is_a_percentile_distribution_of_every_append() {
+    let temporary = tempfile::tempdir().unwrap();
+    let histogram = temporary.path().join("append.hgrm");
+    let report = bench_json(&[
+        "--records",
+        "3000",
+        "--record-size",
+        "100",
+        "--batch-bytes",
+        "1024",
+        "--histogram",
+        path_arg(&histogram),
+    ]);
+    let text = std::fs::read_to_string(&histogram).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]
+    );
+    assert_eq!(lines.next(), Some(""));
+    let rows: Vec<Vec<f64>> = lines
+        .clone()
+        .take_while(|line| !line.starts_with('#'))
+        .map(|line| {
+            line.split_whitespace()
+                .map(|field| field.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(rows.len() > 5, "{text}");
+    for pair in rows.windows(2) {
+        assert!(
+            pair[0][0] <= pair[1][0] && pair[0][1] <= pair[1][1],
+            "{text}"
+        );
+    }
+    let last = rows.last().unwrap();
+    assert_eq!(last.len(), 3, "{text}");
+    assert_eq!(last[1], 1.0);
+    let count = number(&report, &["append", "latency_us", "count"]);
+    assert_eq!(last[2], count);
+    assert_eq!(last[0], number(&report, &["append", "latency_us", "max"]));
+    let footer: Vec<&str> = lines.filter(|line| line.starts_with("#[")).collect();
+    assert_eq!(footer.len(), 3, "{text}");
+    assert!(footer[1].starts_with("#[Max"), "{text}");
+}
+
+#[test]
+fn plot_is_a_well_formed_svg_with_a_line_per_phase() {
+    let temporary = tempfile::tempdir().unwrap();
+    let plot = temporary.path().join("latency.svg");
+    bench_json(&[
+        "--workload",
+        "fetch-hot",
+        "--records",
+        "1000",
+        "--record-size",
+        "100",
+        "--plot",
+        path_arg(&plot),
+    ]);
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<?xml"), "{svg}");
+    assert!(svg.contains("<svg"), "{svg}");
+    assert_well_formed(&svg);
+    assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+}
+
+/// Every element opened is closed in order (a small check of XML well-formedness: tags only).
+fn assert_well_formed(xml: &str) {
+    let mut open: Vec<&str> = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        let end = start + rest[start..].find('>').expect("an unclosed tag");
+        let tag = &rest[start + 1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') || tag.ends_with('/') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(open.pop(), Some(name), "mismatched </{name}>");
+        } else {
+            open.push(tag.split_whitespace().next().unwrap());
+        }
+    }
+    assert!(open.is_empty(), "unclosed elements: {open:?}");
+    assert!(!rest.contains('>'), "text after the root element");
+}
+
+#[test]
+fn new_options_refuse_bad_values() {
+    for args in [
+        &["bench", "--compression", "brotli"][..],
+        &["bench", "--key-space", "0"][..],
+        &["bench", "--linger-ms", "soon"][..],
+        &["bench", "--workload", "fetch-lukewarm"][..],
+    ] {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(!output.stderr.is_empty(), "{args:?}");
+    }
 }

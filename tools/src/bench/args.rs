@@ -1,0 +1,158 @@
+//! `seglog bench`'s arguments (clap derive).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+use seglog::format::compression::Compression;
+
+/// What `bench` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// Producers append batches as fast as they can, several appends in flight each.
+    Append,
+    /// Every append durable (fdatasync shared between producers), one in flight per producer.
+    GroupCommit,
+    /// Append a data set, then fetch it back from the page cache.
+    FetchHot,
+    /// Append a data set, drop it from the page cache, then fetch it back once from the disk.
+    FetchCold,
+    /// Append a data set, drop it from the page cache, then fetch single records at random
+    /// offsets, one fetch in flight per consumer (consumers = queue depth).
+    RandomFetch,
+    /// Producers and consumers together: end-to-end latency.
+    Tail,
+    /// Appends spread over 10,000 partitions (unless --partitions).
+    ManyPartitions,
+    /// A compacted topic with small segments: append latency without, then with, compactions
+    /// running in a loop on another thread.
+    Compaction,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Append => "append",
+            Workload::GroupCommit => "group-commit",
+            Workload::FetchHot => "fetch-hot",
+            Workload::FetchCold => "fetch-cold",
+            Workload::RandomFetch => "random-fetch",
+            Workload::Tail => "tail",
+            Workload::ManyPartitions => "many-partitions",
+            Workload::Compaction => "compaction",
+        }
+    }
+}
+
+/// When `bench` appends are synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FlushMode {
+    /// Appends are acknowledged once written (the topic's flush policy syncs later).
+    None,
+    /// Every append is acknowledged once synced.
+    Batch,
+}
+
+impl FlushMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushMode::None => "none",
+            FlushMode::Batch => "batch",
+        }
+    }
+}
+
+/// The engine's I/O backend for `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// io_uring (an error if this process cannot create a ring).
+    Uring,
+    /// Positioned I/O: pread/pwrite/fdatasync.
+    Pio,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to run.
+    #[arg(long, value_enum, default_value_t = Workload::Append)]
+    pub workload: Workload,
+    /// Producer threads [default: 16 for group-commit, 2 otherwise].
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub producers: Option<usize>,
+    /// Consumer threads (fetch-hot, fetch-cold, random-fetch: the queue depth, tail).
+    #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub consumers: usize,
+    /// Partitions of the benchmark topic [default: 10000 for many-partitions, 4 otherwise].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub partitions: Option<u32>,
+    /// Bytes of each record's value (at least 8: tail stamps a clock in the first 8).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=16 * 1024 * 1024))]
+    pub record_size: u64,
+    /// Bytes of each appended batch, at most (at least one record) [default: one record for
+    /// random-fetch, 65536 otherwise].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(128..=64 * 1024 * 1024))]
+    pub batch_bytes: Option<u64>,
+    /// Send records one at a time through seglog's Producer (batch.size = --batch-bytes) with
+    /// this linger.ms, instead of appending whole prebuilt batches; latency is then per record.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub linger_ms: Option<u64>,
+    /// Keyed records, keys uniform over this many distinct keys [default: 1000 for compaction,
+    /// unkeyed otherwise].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub key_space: Option<u64>,
+    /// Codec of every appended batch: none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none", value_parser = parse_compression)]
+    pub compression: Compression,
+    /// `batch`: every append is acknowledged only once synced (group-commit always is).
+    #[arg(long, value_enum, default_value_t = FlushMode::None)]
+    pub flush: FlushMode,
+    /// Run for this many seconds [default: 3].
+    #[arg(long, value_name = "SECS", conflicts_with = "records", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// Append this many records (at least; whole batches) instead of running for a duration.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: Option<u64>,
+    /// Engine shards [default: one per core].
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub shards: Option<usize>,
+    /// I/O backend [default: SEGLOG_IO_BACKEND, else io_uring where available].
+    #[arg(long, value_enum)]
+    pub backend: Option<BenchBackend>,
+    /// Data directory [default: a fresh temporary directory, removed afterwards].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also write every figure, the configuration and the machine as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write the full append-latency histogram (microseconds) in HdrHistogram's
+    /// percentile-distribution text format to this file.
+    #[arg(long, value_name = "FILE")]
+    pub histogram: Option<PathBuf>,
+    /// Also draw every phase's latency by percentile as an SVG plot in this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// First measure the disk's own limits (sequential buffered and O_DIRECT writes of the batch
+    /// size with the same sync policy, sequential reads, 4 KiB random reads at the consumers'
+    /// queue depth; with fio when installed) in a separate directory, and print the engine's
+    /// figures as a ratio of them.
+    #[arg(long)]
+    pub vs_disk: bool,
+}
+
+fn parse_compression(text: &str) -> Result<Compression, String> {
+    Compression::from_str(text)
+        .map_err(|_| format!("{text:?}: the codec must be one of none, gzip, snappy, lz4, zstd"))
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|error| format!("{text:?} is not a number of seconds: {error}"))?;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
+        Ok(seconds)
+    } else {
+        Err(format!(
+            "{text:?}: the duration must be above 0 and at most 86400 seconds"
+        ))
+    }
+}

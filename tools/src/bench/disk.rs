@@ -1,0 +1,251 @@
+//! `--vs-disk`: the disk's own limits for the run's pattern, measured before the engine runs, in
+//! a scratch directory of its own next to the data directory (same file system), with no engine
+//! logic: sequential writes of the batch size, buffered and `O_DIRECT` (rounded up to 4 KiB),
+//! each followed by `fdatasync` when appends are durable (else one at the end); sequential 1 MiB
+//! reads of those files from the disk (the buffered file dropped from the page cache first);
+//! 4 KiB random reads by `queue depth` threads. `fio` does the same when it is installed.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+
+use super::cache::advise_dont_need;
+use super::fio;
+use super::progress::{MB, micros, new_histogram};
+
+/// How long each write and random-read measurement runs.
+const PHASE_TIME: Duration = Duration::from_secs(1);
+/// A scratch file cannot grow past this.
+const FILE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// Block size of the sequential reads.
+const READ_BLOCK_BYTES: usize = 1024 * 1024;
+/// Block size and alignment of the random reads and of `O_DIRECT` buffers.
+pub const PAGE_BYTES: usize = 4096;
+
+/// The pattern to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct DiskPattern {
+    pub block_bytes: usize,
+    pub sync_each: bool,
+    pub queue_depth: usize,
+}
+
+/// What `--vs-disk` measured.
+#[derive(Debug)]
+pub struct DiskFigures {
+    /// `built-in` or `fio`.
+    pub tool: &'static str,
+    pub pattern: DiskPattern,
+    pub write_buffered_mb_per_s: f64,
+    /// `None` where `O_DIRECT` is refused (tmpfs); [`DiskFigures::notes`] says why.
+    pub write_direct_mb_per_s: Option<f64>,
+    /// Per block: `pwrite` (and `fdatasync` when `sync_each`), buffered; built-in only.
+    pub write_latency: Option<Histogram<u64>>,
+    pub read_buffered_mb_per_s: f64,
+    pub read_direct_mb_per_s: Option<f64>,
+    pub random_read_iops: f64,
+    /// Whether the random reads bypassed the page cache (`O_DIRECT`).
+    pub random_read_direct: bool,
+    pub notes: Vec<String>,
+}
+
+impl DiskFigures {
+    /// The best sequential write rate, buffered or `O_DIRECT`.
+    pub fn write_mb_per_s(&self) -> f64 {
+        self.write_buffered_mb_per_s
+            .max(self.write_direct_mb_per_s.unwrap_or(0.0))
+    }
+
+    /// The best sequential read rate from the disk.
+    pub fn read_mb_per_s(&self) -> f64 {
+        self.read_buffered_mb_per_s
+            .max(self.read_direct_mb_per_s.unwrap_or(0.0))
+    }
+}
+
+/// Measures in a fresh scratch directory under `parent`, removed afterwards.
+pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
+    let scratch = tempfile::Builder::new()
+        .prefix("seglog-bench-disk-")
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot create a scratch directory in {}", parent.display()))?;
+    let mut notes = Vec::new();
+    if fio::installed() {
+        match fio::measure(scratch.path(), pattern) {
+            Ok(figures) => return Ok(figures),
+            Err(error) => notes.push(format!("fio failed ({error:#}); built-in loop used")),
+        }
+    }
+    let mut figures = measure_built_in(scratch.path(), pattern)?;
+    figures.notes.splice(0..0, notes);
+    Ok(figures)
+}
+
+fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
+    let mut notes = Vec::new();
+    let buffered_path = dir.join("buffered.tmp");
+    let buffered = write_sequential(
+        &buffered_path,
+        pattern.block_bytes,
+        pattern.sync_each,
+        false,
+    )?;
+    let direct_path = dir.join("direct.tmp");
+    let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+    let direct = match write_sequential(&direct_path, direct_block, pattern.sync_each, true) {
+        Ok(direct) => Some(direct),
+        Err(error) => {
+            notes.push(format!("O_DIRECT refused here: {error:#}"));
+            None
+        }
+    };
+    advise_dont_need(&buffered_path)?;
+    let read_buffered_mb_per_s = read_sequential(&buffered_path, false)?;
+    let read_direct_mb_per_s = match direct {
+        Some(_) => Some(read_sequential(&direct_path, true)?),
+        None => None,
+    };
+    let (random_path, random_direct) = match direct {
+        Some(_) => (&direct_path, true),
+        None => {
+            advise_dont_need(&buffered_path)?;
+            notes.push("random reads buffered: they warm the page cache as they go".into());
+            (&buffered_path, false)
+        }
+    };
+    let random_read_iops = read_random(random_path, random_direct, pattern.queue_depth)?;
+    Ok(DiskFigures {
+        tool: "built-in",
+        pattern,
+        write_buffered_mb_per_s: buffered.mb_per_s,
+        write_direct_mb_per_s: direct.as_ref().map(|direct| direct.mb_per_s),
+        write_latency: Some(buffered.latency),
+        read_buffered_mb_per_s,
+        read_direct_mb_per_s,
+        random_read_iops,
+        random_read_direct: random_direct,
+        notes,
+    })
+}
+
+/// A zeroed buffer of `length` bytes starting at a 4 KiB boundary, cut out of `storage` (which
+/// is over-allocated by a page so that the aligned slice always fits).
+fn aligned(storage: &mut Vec<u8>, length: usize) -> &mut [u8] {
+    storage.clear();
+    storage.resize(length + PAGE_BYTES, 0);
+    let start = storage.as_ptr().align_offset(PAGE_BYTES).min(PAGE_BYTES);
+    &mut storage[start..start + length]
+}
+
+fn open(path: &Path, write: bool, direct: bool) -> anyhow::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    if write {
+        options.write(true).create(true).truncate(true);
+    }
+    if direct {
+        options.custom_flags(libc::O_DIRECT);
+    }
+    options
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
+}
+
+struct WriteFigures {
+    mb_per_s: f64,
+    latency: Histogram<u64>,
+}
+
+/// `pwrite`s of `block_bytes` at increasing offsets for [`PHASE_TIME`], each followed by
+/// `fdatasync` when `sync_each`, else one `fdatasync` at the end (timed too).
+fn write_sequential(
+    path: &Path,
+    block_bytes: usize,
+    sync_each: bool,
+    direct: bool,
+) -> anyhow::Result<WriteFigures> {
+    let file = open(path, true, direct)?;
+    let mut storage = Vec::new();
+    let block = aligned(&mut storage, block_bytes);
+    block.fill(b'd');
+    let mut latency = new_histogram()?;
+    let started = Instant::now();
+    let mut written = 0u64;
+    while started.elapsed() < PHASE_TIME && written < FILE_MAX_BYTES {
+        let sent = Instant::now();
+        file.write_all_at(block, written)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        if sync_each {
+            file.sync_data()?;
+        }
+        latency.saturating_record(micros(sent.elapsed()));
+        written += block_bytes as u64;
+    }
+    if !sync_each {
+        file.sync_data()?;
+    }
+    Ok(WriteFigures {
+        mb_per_s: written as f64 / MB / started.elapsed().as_secs_f64().max(1e-9),
+        latency,
+    })
+}
+
+/// 1 MiB `pread`s from the start to the end of the file.
+fn read_sequential(path: &Path, direct: bool) -> anyhow::Result<f64> {
+    let file = open(path, false, direct)?;
+    let mut storage = Vec::new();
+    let buffer = aligned(&mut storage, READ_BLOCK_BYTES);
+    let started = Instant::now();
+    let mut position = 0u64;
+    loop {
+        let read = file
+            .read_at(buffer, position)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if read == 0 {
+            break;
+        }
+        position += read as u64;
+    }
+    Ok(position as f64 / MB / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// 4 KiB `pread`s at uniformly random 4 KiB-aligned offsets by `queue_depth` threads for
+/// [`PHASE_TIME`]; returns reads per second.
+fn read_random(path: &Path, direct: bool, queue_depth: usize) -> anyhow::Result<f64> {
+    let length = std::fs::metadata(path)?.len();
+    let blocks = (length / PAGE_BYTES as u64).max(1);
+    let started = Instant::now();
+    let reads = thread::scope(|scope| {
+        let handles: Vec<_> = (0..queue_depth)
+            .map(|thread| {
+                scope.spawn(move || -> anyhow::Result<u64> {
+                    let file = open(path, false, direct)?;
+                    let mut storage = Vec::new();
+                    let buffer = aligned(&mut storage, PAGE_BYTES);
+                    let mut rng = fastrand::Rng::with_seed(thread as u64 + 1);
+                    let mut reads = 0;
+                    while started.elapsed() < PHASE_TIME {
+                        let offset = rng.u64(..blocks) * PAGE_BYTES as u64;
+                        file.read_at(buffer, offset)?;
+                        reads += 1;
+                    }
+                    Ok(reads)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
+            })
+            .sum::<anyhow::Result<u64>>()
+    })?;
+    Ok(reads as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}

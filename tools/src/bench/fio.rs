@@ -1,0 +1,116 @@
+//! `--vs-disk` through `fio` (`--output-format=json`) when it is installed: the same four
+//! measurements as the built-in loop, each a `fio` job of about a second.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::disk::{DiskFigures, DiskPattern, PAGE_BYTES};
+use super::progress::MB;
+
+/// Bytes each write job may write, at most.
+const FILE_MAX: &str = "1g";
+
+pub fn installed() -> bool {
+    Command::new("fio")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
+    let buffered = dir.join("buffered.tmp");
+    let direct = dir.join("direct.tmp");
+    let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+    let sync = if pattern.sync_each {
+        "--fdatasync=1"
+    } else {
+        "--end_fsync=1"
+    };
+    let write = |path: &Path, block: usize, direct: bool| {
+        run(
+            path,
+            &[
+                "--rw=write",
+                &format!("--bs={block}"),
+                &format!("--size={FILE_MAX}"),
+                "--runtime=1",
+                &format!("--direct={}", u8::from(direct)),
+                sync,
+            ],
+        )
+    };
+    let buffered_write = write(&buffered, pattern.block_bytes, false)?;
+    let direct_write = write(&direct, direct_block, true)?;
+    let read = |path: &Path, direct: bool| -> anyhow::Result<Value> {
+        let size = std::fs::metadata(path)?.len();
+        run(
+            path,
+            &[
+                "--rw=read",
+                "--bs=1m",
+                &format!("--size={size}"),
+                &format!("--direct={}", u8::from(direct)),
+                "--invalidate=1",
+            ],
+        )
+    };
+    let buffered_read = read(&buffered, false)?;
+    let direct_read = read(&direct, true)?;
+    let size = std::fs::metadata(&direct)?.len();
+    let random = run(
+        &direct,
+        &[
+            "--rw=randread",
+            "--bs=4k",
+            &format!("--size={size}"),
+            "--direct=1",
+            &format!("--numjobs={}", pattern.queue_depth),
+            "--group_reporting",
+            "--runtime=1",
+            "--time_based",
+        ],
+    )?;
+    Ok(DiskFigures {
+        tool: "fio",
+        pattern,
+        write_buffered_mb_per_s: number(&buffered_write, "write", "bw_bytes")? / MB,
+        write_direct_mb_per_s: Some(number(&direct_write, "write", "bw_bytes")? / MB),
+        write_latency: None,
+        read_buffered_mb_per_s: number(&buffered_read, "read", "bw_bytes")? / MB,
+        read_direct_mb_per_s: Some(number(&direct_read, "read", "bw_bytes")? / MB),
+        random_read_iops: number(&random, "read", "iops")?,
+        random_read_direct: true,
+        notes: Vec::new(),
+    })
+}
+
+/// Runs one `fio` job on `path` with `options` (psync engine) and returns its JSON report.
+fn run(path: &Path, options: &[&str]) -> anyhow::Result<Value> {
+    let output = Command::new("fio")
+        .arg("--name=seglog-bench")
+        .arg(format!("--filename={}", path.display()))
+        .arg("--ioengine=psync")
+        .arg("--output-format=json")
+        .args(options)
+        .output()
+        .context("cannot run fio")?;
+    if !output.status.success() {
+        bail!(
+            "fio {options:?}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")
+}
+
+/// `jobs[0].<direction>.<field>` of a fio JSON report.
+fn number(report: &Value, direction: &str, field: &str) -> anyhow::Result<f64> {
+    report["jobs"][0][direction][field]
+        .as_f64()
+        .with_context(|| format!("fio's JSON has no jobs[0].{direction}.{field}"))
+}

@@ -1,0 +1,221 @@
+//! `seglog bench`: a load generator that runs producers and consumers as threads against an
+//! embedded engine and reports throughput and latency percentiles.
+//!
+//! Workloads (`--workload`):
+//! - `append`: producers append prebuilt batches as fast as they can (`Durability::Written`, or
+//!   `Durable` with `--flush batch`), several appends in flight each;
+//! - `group-commit`: 16 producers by default, every append `Durable`, one in flight each, so the
+//!   engine's group commit shares each `fdatasync` between them;
+//! - `fetch-hot`: producers append a data set first (`--records`, or for 30% of `--duration`),
+//!   then consumers fetch it back, from the page cache, for the rest of the run (with
+//!   `--records`, each consumer reads its partitions once);
+//! - `fetch-cold`: the same data set, synced and dropped from the page cache ([`cache`]), then
+//!   read back once;
+//! - `random-fetch`: a data set of one-record batches (unless `--batch-bytes`), dropped from the
+//!   page cache, then single records fetched at random offsets by `--consumers` threads;
+//! - `tail`: producers and consumers together, end-to-end latency ([`tail`]);
+//! - `many-partitions`: `append` over 10,000 partitions (the engine bounds its open files);
+//! - `compaction`: appends without, then with, compactions running ([`compaction`]).
+//!
+//! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
+//! `--json`, `--histogram` and `--plot` write files. A progress bar with live throughput goes to
+//! stderr when it is a terminal.
+
+pub mod args;
+mod batches;
+mod cache;
+mod compaction;
+mod disk;
+mod distribution;
+mod fetch;
+mod fio;
+mod plot;
+mod produce;
+mod progress;
+mod report;
+mod settings;
+mod tail;
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use seglog::config::LogConfig;
+use seglog::engine::{Engine, EngineConfig};
+
+use crate::Outcome;
+use args::{BenchArgs, Workload};
+use cache::{CacheDrop, drop_page_cache};
+use compaction::CompactionFigures;
+use disk::{DiskFigures, DiskPattern};
+use fetch::AtEnd;
+use progress::Phase;
+use report::Report;
+use settings::Settings;
+
+/// The topic every run writes.
+const TOPIC: &str = "seglog-bench";
+/// `segment.index.bytes` of the `many-partitions` and `compaction` topics. The engine zero-fills
+/// each new segment's `.index` and `.timeindex` through their maps, so the default 10 MiB each
+/// would write (and keep on the disk) 20 MiB per partition: 200 GB for 10,000 partitions.
+pub const SMALL_SEGMENT_INDEX_BYTES: u64 = 64 * 1024;
+/// Share of the run that workloads reading a data set spend appending it.
+const DATA_SET_SHARE: f64 = 0.3;
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
+    let settings = Settings::from_args(args)?;
+    // The temporary directory lives until the end of the run and is removed when dropped.
+    let (dir, _temporary) = match &args.dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temporary = tempfile::Builder::new()
+                .prefix("seglog-bench-")
+                .tempdir()
+                .context("cannot create a temporary data directory")?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
+    };
+    fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let disk = if args.vs_disk {
+        Some(measure_disk(&dir, &settings)?)
+    } else {
+        None
+    };
+    let config = EngineConfig {
+        pin_shards: false,
+        backend: settings.backend,
+        shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
+        ..EngineConfig::default()
+    };
+    let open_partitions_max = config.open_partitions_max;
+    let engine = Engine::open(&dir, config)
+        .with_context(|| format!("cannot open data directory {}", dir.display()))?;
+    let outcome = run_workload(&engine, &settings, &dir);
+    let closed = engine.close().context("cannot close the data directory");
+    let outcome = outcome?;
+    closed?;
+    let report = Report {
+        settings: &settings,
+        phases: outcome.phases,
+        disk,
+        compaction: outcome.compaction,
+        cache_drop: outcome.cache_drop,
+        dir: &dir,
+        open_partitions_max,
+    };
+    write_outputs(args, &report)?;
+    Ok(Outcome::Clean)
+}
+
+/// The disk's limits, in a scratch directory beside the data directory (same file system).
+fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> {
+    let parent = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let pattern = DiskPattern {
+        block_bytes: settings.batch_bytes,
+        sync_each: settings.durable_appends(),
+        queue_depth: settings.consumers,
+    };
+    disk::measure(&parent, pattern)
+}
+
+fn write_outputs(args: &BenchArgs, report: &Report<'_>) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    report.print_table(&mut out)?;
+    out.flush()?;
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.to_json())?;
+        fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.histogram {
+        let phase = report
+            .append_phase()
+            .context("--histogram: this workload has no append phase")?;
+        let file =
+            fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut writer = BufWriter::new(file);
+        distribution::write_distribution(&phase.latency, &mut writer)
+            .and_then(|()| writer.flush())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "seglog bench --workload {}: latency by percentile",
+            report.settings.workload.name()
+        );
+        fs::write(path, plot::svg(&title, &report.phases))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// What a workload measured.
+#[derive(Default)]
+struct WorkloadOutcome {
+    phases: Vec<Phase>,
+    compaction: Option<CompactionFigures>,
+    cache_drop: Option<CacheDrop>,
+}
+
+fn run_workload(
+    engine: &Engine,
+    settings: &Settings,
+    dir: &Path,
+) -> anyhow::Result<WorkloadOutcome> {
+    let topic_config = match settings.workload {
+        Workload::Compaction => compaction::topic_config(),
+        Workload::ManyPartitions => LogConfig {
+            segment_index_bytes: SMALL_SEGMENT_INDEX_BYTES,
+            ..LogConfig::default()
+        },
+        _ => LogConfig::default(),
+    };
+    let topic = engine
+        .create_topic(TOPIC, settings.partitions, topic_config)
+        .with_context(|| format!("cannot create topic {TOPIC} (use a fresh --dir)"))?;
+    let append =
+        |limit| produce::append_phase(engine, &topic, settings, limit, settings.ack_name());
+    let (data_set_limit, read_limit) = match settings.limit {
+        progress::Limit::Records(_) => (settings.limit, settings.limit),
+        progress::Limit::Time(_) => (
+            settings.limit.share(DATA_SET_SHARE),
+            settings.limit.share(1.0 - DATA_SET_SHARE),
+        ),
+    };
+    let mut outcome = WorkloadOutcome::default();
+    match settings.workload {
+        Workload::Append | Workload::GroupCommit | Workload::ManyPartitions => {
+            outcome.phases = vec![append(settings.limit)?];
+        }
+        Workload::FetchHot => {
+            let written = append(data_set_limit)?;
+            let read =
+                fetch::sequential_phase(engine, &topic, settings, read_limit, AtEnd::StartOver)?;
+            outcome.phases = vec![written, read];
+        }
+        Workload::FetchCold => {
+            let written = append(data_set_limit)?;
+            outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
+            let read = fetch::sequential_phase(engine, &topic, settings, read_limit, AtEnd::Stop)?;
+            outcome.phases = vec![written, read];
+        }
+        Workload::RandomFetch => {
+            let written = append(data_set_limit)?;
+            let ranges = fetch::partition_ranges(engine, &topic, settings)?;
+            outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
+            let read = fetch::random_phase(engine, &topic, settings, &ranges, read_limit)?;
+            outcome.phases = vec![written, read];
+        }
+        Workload::Tail => outcome.phases = tail::tail_phases(engine, &topic, settings)?,
+        Workload::Compaction => {
+            let (phases, figures) = compaction::compaction_phases(engine, &topic, settings)?;
+            outcome.phases = phases;
+            outcome.compaction = Some(figures);
+        }
+    }
+    Ok(outcome)
+}

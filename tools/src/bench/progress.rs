@@ -1,0 +1,210 @@
+//! What every phase shares: its stop condition, the counters its threads bump, the progress bar
+//! that reads them, and how per-thread figures merge into one phase.
+
+use std::io::{self, IsTerminal};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::anyhow;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+pub const MB: f64 = 1_000_000.0;
+
+/// When a phase stops.
+#[derive(Debug, Clone, Copy)]
+pub enum Limit {
+    Time(Duration),
+    Records(u64),
+}
+
+impl Limit {
+    /// `share` of this limit (at least one record).
+    pub fn share(self, share: f64) -> Limit {
+        match self {
+            Limit::Time(duration) => Limit::Time(duration.mul_f64(share)),
+            Limit::Records(records) => Limit::Records(((records as f64 * share) as u64).max(1)),
+        }
+    }
+
+    pub fn expired(self, started: Instant) -> bool {
+        matches!(self, Limit::Time(duration) if started.elapsed() >= duration)
+    }
+}
+
+/// What one phase measured.
+#[derive(Debug)]
+pub struct Phase {
+    /// `append`, `durable`, `fetch`, `end_to_end`, `append_during_compaction`, ...
+    pub name: &'static str,
+    /// Records, bytes and seconds, for phases with a throughput.
+    pub throughput: Option<(u64, u64, f64)>,
+    /// One value per operation (append, record sent, fetch, record consumed), in microseconds.
+    pub latency: Histogram<u64>,
+}
+
+impl Phase {
+    pub fn records(&self) -> Option<u64> {
+        self.throughput.map(|(records, _, _)| records)
+    }
+
+    pub fn records_per_s(&self) -> Option<f64> {
+        self.throughput
+            .map(|(records, _, seconds)| records as f64 / seconds.max(1e-9))
+    }
+
+    pub fn mb_per_s(&self) -> Option<f64> {
+        self.throughput
+            .map(|(_, bytes, seconds)| bytes as f64 / MB / seconds.max(1e-9))
+    }
+
+    /// Operations (the latency samples) per second.
+    pub fn operations_per_s(&self) -> Option<f64> {
+        self.throughput
+            .map(|(_, _, seconds)| self.latency.len() as f64 / seconds.max(1e-9))
+    }
+
+    /// Whether this phase acknowledges appends (its MB/s compares with the disk's writes).
+    pub fn is_append(&self) -> bool {
+        self.name.starts_with("append") || self.name.starts_with("durable")
+    }
+}
+
+/// Counters the workers bump and the progress bar reads.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Records appended (acknowledged).
+    pub appended: AtomicU64,
+    /// Records (or fetches) claimed by workers: a `--records` run stops claiming at the limit.
+    pub claimed: AtomicU64,
+    /// Records fetched.
+    pub fetched: AtomicU64,
+    pub producers_done: AtomicBool,
+}
+
+impl Shared {
+    /// Whether a worker may go on with `records` more; claims them if so.
+    pub fn claim(&self, limit: Limit, started: Instant, records: u64) -> bool {
+        match limit {
+            Limit::Time(duration) => started.elapsed() < duration,
+            Limit::Records(total) => self.claimed.fetch_add(records, Ordering::AcqRel) < total,
+        }
+    }
+}
+
+/// What one producer or consumer thread measured.
+#[derive(Debug)]
+pub struct WorkerStats {
+    pub records: u64,
+    pub bytes: u64,
+    pub latency: Histogram<u64>,
+}
+
+impl WorkerStats {
+    pub fn new() -> anyhow::Result<WorkerStats> {
+        Ok(WorkerStats {
+            records: 0,
+            bytes: 0,
+            latency: new_histogram()?,
+        })
+    }
+}
+
+pub fn new_histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).map_err(|error| anyhow!("histogram: {error}"))
+}
+
+pub fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+pub fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+pub fn progress_bar(limit: Limit, what: &str) -> ProgressBar {
+    let (length, unit) = match limit {
+        Limit::Time(duration) => (
+            u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            "ms",
+        ),
+        Limit::Records(records) => (records, "records"),
+    };
+    let bar = ProgressBar::new(length.max(1));
+    if !io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let template = format!("{what:>8} [{{bar:40}}] {{pos}}/{{len}} {unit} {{msg}}");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Waits for `handles`, updating `bar` every 100 ms from `count` (records so far).
+pub fn watch<T>(
+    handles: Vec<thread::ScopedJoinHandle<'_, anyhow::Result<T>>>,
+    bar: &ProgressBar,
+    limit: Limit,
+    started: Instant,
+    count: impl Fn() -> u64,
+) -> anyhow::Result<Vec<T>> {
+    while !handles.iter().all(|handle| handle.is_finished()) {
+        thread::sleep(Duration::from_millis(100));
+        let records = count();
+        let elapsed = started.elapsed();
+        bar.set_position(match limit {
+            Limit::Time(_) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            Limit::Records(_) => records,
+        });
+        bar.set_message(format!(
+            "{:.0} records/s",
+            records as f64 / elapsed.as_secs_f64().max(1e-9)
+        ));
+    }
+    bar.finish_and_clear();
+    join_all(handles)
+}
+
+pub fn join_all<T>(
+    handles: Vec<thread::ScopedJoinHandle<'_, anyhow::Result<T>>>,
+) -> anyhow::Result<Vec<T>> {
+    handles
+        .into_iter()
+        .map(|handle| {
+            handle
+                .join()
+                .map_err(|_| anyhow!("a benchmark thread panicked"))?
+        })
+        .collect()
+}
+
+pub fn merge(
+    name: &'static str,
+    stats: &[WorkerStats],
+    seconds: Option<f64>,
+) -> anyhow::Result<Phase> {
+    let mut latency = new_histogram()?;
+    let mut records = 0;
+    let mut bytes = 0;
+    for worker in stats {
+        latency
+            .add(&worker.latency)
+            .map_err(|error| anyhow!("histogram: {error:?}"))?;
+        records += worker.records;
+        bytes += worker.bytes;
+    }
+    Ok(Phase {
+        name,
+        throughput: seconds.map(|seconds| (records, bytes, seconds)),
+        latency,
+    })
+}

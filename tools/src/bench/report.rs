@@ -1,0 +1,352 @@
+//! The end of a run: the table on stdout and the JSON document (`--json`), whose keys
+//! BENCHMARKS.md documents.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::thread;
+
+use serde_json::{Map, Value, json};
+
+use super::args::Workload;
+use super::cache::CacheDrop;
+use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
+use super::disk::DiskFigures;
+use super::progress::{Limit, Phase};
+use super::settings::Settings;
+
+/// Percentiles the table prints, with their JSON names.
+const PERCENTILES: [(&str, &str, f64); 5] = [
+    ("p50", "p50", 50.0),
+    ("p90", "p90", 90.0),
+    ("p99", "p99", 99.0),
+    ("p99.9", "p999", 99.9),
+    ("p99.99", "p9999", 99.99),
+];
+
+pub struct Report<'a> {
+    pub settings: &'a Settings,
+    pub phases: Vec<Phase>,
+    pub disk: Option<DiskFigures>,
+    pub compaction: Option<CompactionFigures>,
+    pub cache_drop: Option<CacheDrop>,
+    pub dir: &'a Path,
+    /// The engine's bound on open partitions (from `RLIMIT_NOFILE`).
+    pub open_partitions_max: usize,
+}
+
+/// An engine figure beside the disk's for the same pattern.
+struct Versus {
+    engine: f64,
+    disk: f64,
+    unit: &'static str,
+}
+
+impl Versus {
+    fn ratio(&self) -> f64 {
+        self.engine / self.disk.max(1e-9)
+    }
+}
+
+impl Report<'_> {
+    /// The phase whose latencies `--histogram` writes: the foreground appends (during
+    /// compaction for `compaction`).
+    pub fn append_phase(&self) -> Option<&Phase> {
+        self.phases.iter().rev().find(|phase| phase.is_append())
+    }
+
+    fn versus_disk(&self, phase: &Phase) -> Option<Versus> {
+        let disk = self.disk.as_ref()?;
+        let (engine, disk, unit) = if phase.is_append() {
+            (phase.mb_per_s()?, disk.write_mb_per_s(), "MB/s")
+        } else if phase.name != "fetch" {
+            return None;
+        } else if self.settings.workload == Workload::RandomFetch {
+            (phase.operations_per_s()?, disk.random_read_iops, "reads/s")
+        } else {
+            (phase.mb_per_s()?, disk.read_mb_per_s(), "MB/s")
+        };
+        Some(Versus { engine, disk, unit })
+    }
+
+    pub fn print_table(&self, out: &mut impl Write) -> io::Result<()> {
+        let settings = self.settings;
+        writeln!(
+            out,
+            "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
+             linger_ms={} key_space={} compression={} backend={}",
+            settings.workload.name(),
+            settings.producers,
+            settings.consumers,
+            settings.partitions,
+            settings.record_size,
+            settings.batch_bytes,
+            settings
+                .linger_ms
+                .map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
+            settings
+                .key_space
+                .map_or_else(|| "-".to_owned(), |keys| keys.to_string()),
+            settings.compression,
+            settings.backend_name,
+        )?;
+        write!(
+            out,
+            "{:<26} {:>10} {:>12} {:>10}",
+            "phase", "records", "records/s", "MB/s"
+        )?;
+        for (label, _, _) in PERCENTILES {
+            write!(out, " {label:>9}")?;
+        }
+        writeln!(out, " {:>9}  (latency us)", "max")?;
+        for phase in &self.phases {
+            self.print_phase(out, phase)?;
+        }
+        if let Some(cache_drop) = self.cache_drop {
+            writeln!(
+                out,
+                "page cache dropped before fetching: {}",
+                cache_drop.name()
+            )?;
+        }
+        if let Some(compaction) = &self.compaction {
+            writeln!(
+                out,
+                "compaction: {} runs, {} segments cleaned, {:.1} MB -> {:.1} MB, {:.1} MB/s cleaned (bytes before)",
+                compaction.runs,
+                compaction.segments_cleaned,
+                compaction.bytes_before as f64 / 1e6,
+                compaction.bytes_after as f64 / 1e6,
+                compaction.mb_per_s()
+            )?;
+        }
+        self.print_disk(out)
+    }
+
+    fn print_phase(&self, out: &mut impl Write, phase: &Phase) -> io::Result<()> {
+        let shown = |value: Option<f64>, decimals: usize| {
+            value.map_or_else(|| "-".to_owned(), |value| format!("{value:.decimals$}"))
+        };
+        let records = phase.records().map_or_else(
+            || phase.latency.len().to_string(),
+            |records| records.to_string(),
+        );
+        write!(
+            out,
+            "{:<26} {records:>10} {:>12} {:>10}",
+            phase.name,
+            shown(phase.records_per_s(), 0),
+            shown(phase.mb_per_s(), 1)
+        )?;
+        for (_, _, quantile) in PERCENTILES {
+            write!(out, " {:>9}", phase.latency.value_at_percentile(quantile))?;
+        }
+        writeln!(out, " {:>9}", phase.latency.max())
+    }
+
+    fn print_disk(&self, out: &mut impl Write) -> io::Result<()> {
+        let Some(disk) = &self.disk else {
+            return Ok(());
+        };
+        let optional = |value: Option<f64>| {
+            value.map_or_else(|| "n/a".to_owned(), |value| format!("{value:.1}"))
+        };
+        writeln!(
+            out,
+            "disk ({}, measured before the engine, {} B blocks, {}): write {:.1} MB/s buffered, {} MB/s O_DIRECT; \
+             read {:.1} MB/s buffered, {} MB/s O_DIRECT; {:.0} random 4 KiB reads/s at queue depth {}",
+            disk.tool,
+            disk.pattern.block_bytes,
+            if disk.pattern.sync_each {
+                "fdatasync each"
+            } else {
+                "fdatasync at the end"
+            },
+            disk.write_buffered_mb_per_s,
+            optional(disk.write_direct_mb_per_s),
+            disk.read_buffered_mb_per_s,
+            optional(disk.read_direct_mb_per_s),
+            disk.random_read_iops,
+            disk.pattern.queue_depth,
+        )?;
+        for note in &disk.notes {
+            writeln!(out, "disk: {note}")?;
+        }
+        for phase in &self.phases {
+            if let Some(versus) = self.versus_disk(phase) {
+                writeln!(
+                    out,
+                    "{}: {:.1} {unit} = {:.2} x the disk's best {:.1} {unit}",
+                    phase.name,
+                    versus.engine,
+                    versus.ratio(),
+                    versus.disk,
+                    unit = versus.unit,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut root = Map::new();
+        root.insert("config".into(), self.config_json());
+        root.insert("machine".into(), self.machine_json());
+        for phase in &self.phases {
+            if phase.name == "durable"
+                && let (Some(records), Some(mb)) = (phase.records_per_s(), phase.mb_per_s())
+            {
+                // Durable appends are appends too: their throughput is also `append`'s.
+                root.insert(
+                    "append".into(),
+                    json!({"records_per_s": records, "mb_per_s": mb}),
+                );
+            }
+            root.insert(phase.name.into(), self.phase_json(phase));
+        }
+        if let Some(compaction) = &self.compaction {
+            root.insert(
+                "compaction".into(),
+                json!({
+                    "runs": compaction.runs,
+                    "segments_cleaned": compaction.segments_cleaned,
+                    "bytes_before": compaction.bytes_before,
+                    "bytes_after": compaction.bytes_after,
+                    "seconds": compaction.seconds,
+                    "mb_per_s": compaction.mb_per_s(),
+                    "segment_bytes": COMPACTION_SEGMENT_BYTES,
+                }),
+            );
+        }
+        if let Some(disk) = &self.disk {
+            root.insert("disk".into(), disk_json(disk));
+        }
+        Value::Object(root)
+    }
+
+    fn config_json(&self) -> Value {
+        let settings = self.settings;
+        let (duration_s, records) = match settings.limit {
+            Limit::Time(duration) => (Some(duration.as_secs_f64()), None),
+            Limit::Records(records) => (None, Some(records)),
+        };
+        json!({
+            "workload": settings.workload.name(),
+            "producers": settings.producers,
+            "consumers": settings.consumers,
+            "partitions": settings.partitions,
+            "record_size": settings.record_size,
+            "batch_bytes": settings.batch_bytes,
+            "linger_ms": settings.linger_ms,
+            "key_space": settings.key_space,
+            "compression": settings.compression.name(),
+            "flush": settings.flush.name(),
+            "duration_s": duration_s,
+            "records": records,
+            "shards": settings.shards,
+            "backend": settings.backend_name,
+        })
+    }
+
+    fn machine_json(&self) -> Value {
+        let mut machine = Map::new();
+        if let Ok(cores) = thread::available_parallelism() {
+            machine.insert("cores".into(), json!(cores.get()));
+        }
+        if let Ok(kernel) = fs::read_to_string("/proc/sys/kernel/osrelease") {
+            machine.insert("kernel".into(), json!(kernel.trim()));
+        }
+        machine.insert("backend".into(), json!(self.settings.backend_name));
+        if let Some(fs_type) = file_system_type(self.dir) {
+            machine.insert("fs_type".into(), json!(fs_type));
+        }
+        if let Some(soft) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
+            machine.insert("open_files_limit".into(), json!(soft));
+        }
+        machine.insert(
+            "open_partitions_max".into(),
+            json!(self.open_partitions_max),
+        );
+        Value::Object(machine)
+    }
+
+    fn phase_json(&self, phase: &Phase) -> Value {
+        let mut object = Map::new();
+        if let (Some(records), Some(per_s), Some(mb)) =
+            (phase.records(), phase.records_per_s(), phase.mb_per_s())
+        {
+            object.insert("records".into(), json!(records));
+            object.insert("records_per_s".into(), json!(per_s));
+            object.insert("mb_per_s".into(), json!(mb));
+        }
+        if phase.name == "fetch" {
+            object.insert("fetches_per_s".into(), json!(phase.operations_per_s()));
+            if let Some(cache_drop) = self.cache_drop {
+                object.insert("cache_drop".into(), json!(cache_drop.name()));
+            }
+        }
+        let mut latency = Map::new();
+        for (_, key, quantile) in PERCENTILES {
+            latency.insert(
+                key.into(),
+                json!(phase.latency.value_at_percentile(quantile)),
+            );
+        }
+        latency.insert("max".into(), json!(phase.latency.max()));
+        latency.insert("count".into(), json!(phase.latency.len()));
+        object.insert("latency_us".into(), Value::Object(latency));
+        if let Some(versus) = self.versus_disk(phase) {
+            object.insert("vs_disk".into(), json!(versus.ratio()));
+        }
+        Value::Object(object)
+    }
+}
+
+fn disk_json(disk: &DiskFigures) -> Value {
+    let mut object = json!({
+        "tool": disk.tool,
+        "block_bytes": disk.pattern.block_bytes,
+        "sync_each": disk.pattern.sync_each,
+        "queue_depth": disk.pattern.queue_depth,
+        "write_mb_per_s": disk.write_mb_per_s(),
+        "write_buffered_mb_per_s": disk.write_buffered_mb_per_s,
+        "write_direct_mb_per_s": disk.write_direct_mb_per_s,
+        "read_mb_per_s": disk.read_mb_per_s(),
+        "read_buffered_mb_per_s": disk.read_buffered_mb_per_s,
+        "read_direct_mb_per_s": disk.read_direct_mb_per_s,
+        "random_read_iops": disk.random_read_iops,
+        "random_read_direct": disk.random_read_direct,
+        "notes": disk.notes,
+    });
+    if let (Some(latency), Value::Object(map)) = (&disk.write_latency, &mut object) {
+        map.insert(
+            "write_latency_us".into(),
+            json!({
+                "p50": latency.value_at_percentile(50.0),
+                "p99": latency.value_at_percentile(99.0),
+                "p999": latency.value_at_percentile(99.9),
+                "max": latency.max(),
+            }),
+        );
+    }
+    object
+}
+
+/// The file system type of the mount that holds `dir` (longest mount point prefix in
+/// `/proc/mounts`), if it can be told.
+fn file_system_type(dir: &Path) -> Option<String> {
+    let dir: PathBuf = fs::canonicalize(dir).ok()?;
+    let mounts = fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let _device = fields.next()?;
+            let mount_point = fields.next()?;
+            let fs_type = fields.next()?;
+            dir.starts_with(mount_point)
+                .then(|| (mount_point.len(), fs_type.to_owned()))
+        })
+        .max_by_key(|(length, _)| *length)
+        .map(|(_, fs_type)| fs_type)
+}
