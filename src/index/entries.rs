@@ -53,16 +53,17 @@ pub struct IndexFile<E: IndexEntry> {
 }
 
 impl<E: IndexEntry> IndexFile<E> {
-    /// Creates a new, empty index preallocated to `max_bytes` (rounded down to whole entries).
+    /// Creates a new, empty index of `max_bytes` (rounded down to whole entries). A leftover
+    /// file at `path` is cut to nothing first, then extended: the length reads as zeros without
+    /// writing a page (a sparse file), so a roll costs no index I/O.
     pub fn create(path: &Path, max_bytes: u64) -> Result<IndexFile<E>, StorageError> {
-        let file = MappedIndexFile::open(path, Some(round_down::<E>(max_bytes)))?;
-        let mut index = IndexFile {
+        let mut file = MappedIndexFile::open(path, Some(0))?;
+        file.resize(round_down::<E>(max_bytes))?;
+        Ok(IndexFile {
             file,
             entry_count: 0,
             entry: PhantomData,
-        };
-        index.bytes_mut_all().fill(0);
-        Ok(index)
+        })
     }
 
     /// Opens an existing, trimmed index: every whole entry in the file counts. A length that is
