@@ -73,6 +73,10 @@ impl HookedFile {
 }
 
 impl StorageFile for HookedFile {
+    fn drop_cache(&self) -> io::Result<()> {
+        self.inner.drop_cache()
+    }
+
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
         self.before(StorageOp::Read)?;
         self.inner.read_at(buf, position)

@@ -106,6 +106,19 @@ pub trait StorageFile: Debug + Send + Sync {
     fn as_file(&self) -> Option<&std::fs::File> {
         None
     }
+
+    /// Drops the file's clean cached pages (`posix_fadvise(POSIX_FADV_DONTNEED)`), so that the
+    /// next reads come from the device. Recovery calls it before scanning a segment: after a
+    /// failed `fsync` the kernel may keep pages that never reached the device, marked clean, and
+    /// recovery must not take them as durable (RELIABILITY.md, R10). Dirty pages stay (they are
+    /// written back, not dropped).
+    fn drop_cache(&self) -> io::Result<()> {
+        match self.as_file() {
+            Some(file) => rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)
+                .map_err(io::Error::from),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Calls `read_once(buf, position)` until `buf` is full or a read returns 0 (end of file),

@@ -905,6 +905,23 @@ impl SimFile {
 }
 
 impl StorageFile for SimFile {
+    /// What `posix_fadvise(DONTNEED)` exposes: the device's bytes with the still-dirty writes on
+    /// top. Writes a failed sync dropped (fsyncgate) disappear from reads here, as they do on a
+    /// real kernel once their clean-marked pages are evicted.
+    fn drop_cache(&self) -> io::Result<()> {
+        let state = self.lock()?;
+        let Some(model) = state.files.get(&self.id).filter(|model| model.tracked) else {
+            return Ok(());
+        };
+        let mut image = model.durable.clone();
+        for op in &model.volatile {
+            apply(&mut image, op);
+        }
+        self.file.set_len(0)?;
+        std::os::unix::fs::FileExt::write_all_at(&self.file, &image, 0)?;
+        self.file.set_len(image.len() as u64)
+    }
+
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
         let mut state = self.lock()?;
         state.stats.reads += 1;

@@ -19,7 +19,7 @@ use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::io::Storage;
 use crate::segment::Segment;
-use crate::segment::recovery::{LoadMode, SegmentRecovery};
+use crate::segment::recovery::{InvalidTail, LoadMode, SegmentRecovery};
 use crate::segment::scan::{LogScanner, ScanStep};
 use crate::types::{Offset, TimestampMs, TopicPartition};
 
@@ -166,8 +166,11 @@ fn seal_recovered(segments: &mut [Segment]) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Loads every segment in order, recovering those an unclean shutdown may have torn. Stops (and
-/// deletes the rest) after a segment that had to be truncated.
+/// Loads every segment in order, recovering those an unclean shutdown may have torn. Only the
+/// tail may be cut: a segment followed by segments holding data was synced when it rolled, so
+/// invalid bytes in it fail the open (`StorageError::Corrupt`) instead of truncating
+/// acknowledged data. After a truncated segment (only empty segments follow it), the rest are
+/// deleted.
 fn load_segments(
     storage: &dyn Storage,
     dir: &Path,
@@ -187,7 +190,21 @@ fn load_segments(
         } else {
             LoadMode::Trusted
         };
-        let loaded = Segment::load(storage, dir, *base_offset, config, mode, options.now)?;
+        let later = &base_offsets[segment_index + 1..];
+        let invalid_tail = if later_segments_hold_data(storage, dir, later)? {
+            InvalidTail::Refuse
+        } else {
+            InvalidTail::TruncateFrom(options.recovery_point)
+        };
+        let loaded = Segment::load_with(
+            storage,
+            dir,
+            *base_offset,
+            config,
+            mode,
+            invalid_tail,
+            options.now,
+        )?;
         let truncated = loaded
             .recovery
             .as_ref()
@@ -216,6 +233,25 @@ fn load_segments(
         }
     }
     Ok(segments)
+}
+
+/// Whether any of the segments at `base_offsets` has a non-empty `.log`.
+fn later_segments_hold_data(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offsets: &[Offset],
+) -> Result<bool, StorageError> {
+    for base_offset in base_offsets {
+        let path = SegmentFileName::live(*base_offset, SegmentFileKind::Log).path_in(dir);
+        let length = storage
+            .open(&path, crate::io::OpenMode::Existing)
+            .and_then(|file| file.length_bytes())
+            .map_err(|source| StorageError::io("stat", &path, source))?;
+        if length > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &SegmentRecovery) {

@@ -39,6 +39,21 @@ pub enum LoadMode {
     Recover,
 }
 
+/// What recovery may do with invalid bytes in a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidTail {
+    /// Cut them off: the segment is the log's tail, where a crash can tear an unacknowledged
+    /// write.
+    Truncate,
+    /// Cut them off if they start at or above this offset (the recovery point: below it every
+    /// byte was synced, so invalid bytes there are damage); refuse otherwise.
+    TruncateFrom(Offset),
+    /// Refuse with `StorageError::Corrupt`, changing nothing: later segments hold data, so this
+    /// segment was synced when it rolled and invalid bytes in it are damage to acknowledged
+    /// data, not a torn write.
+    Refuse,
+}
+
 /// The result of loading one segment.
 #[derive(Debug)]
 pub struct LoadedSegment {
@@ -48,13 +63,35 @@ pub struct LoadedSegment {
 }
 
 impl Segment {
-    /// Opens the segment at `base_offset` in `dir`.
+    /// Opens the segment at `base_offset` in `dir`, truncating invalid bytes at its end.
     pub fn load(
         storage: &dyn Storage,
         dir: &Path,
         base_offset: Offset,
         config: &LogConfig,
         mode: LoadMode,
+        now: TimestampMs,
+    ) -> Result<LoadedSegment, StorageError> {
+        Segment::load_with(
+            storage,
+            dir,
+            base_offset,
+            config,
+            mode,
+            InvalidTail::Truncate,
+            now,
+        )
+    }
+
+    /// Opens the segment at `base_offset` in `dir`; `invalid_tail` says whether recovery may
+    /// truncate.
+    pub fn load_with(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: Offset,
+        config: &LogConfig,
+        mode: LoadMode,
+        invalid_tail: InvalidTail,
         now: TimestampMs,
     ) -> Result<LoadedSegment, StorageError> {
         let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
@@ -87,7 +124,7 @@ impl Segment {
             created_ms: now,
         };
         if needs_recovery {
-            let recovery = segment.recover(config)?;
+            let recovery = segment.recover(config, invalid_tail)?;
             return Ok(LoadedSegment {
                 segment,
                 recovery: Some(recovery),
@@ -100,7 +137,7 @@ impl Segment {
             }),
             // The indexes looked right but the data after the last entry does not: recover.
             Err(_) => {
-                let recovery = segment.recover(config)?;
+                let recovery = segment.recover(config, invalid_tail)?;
                 Ok(LoadedSegment {
                     segment,
                     recovery: Some(recovery),
@@ -179,7 +216,18 @@ impl Segment {
 
     /// Re-validates every batch, rebuilds both indexes and truncates the `.log` after the last
     /// valid batch.
-    pub fn recover(&mut self, config: &LogConfig) -> Result<SegmentRecovery, StorageError> {
+    pub fn recover(
+        &mut self,
+        config: &LogConfig,
+        invalid_tail: InvalidTail,
+    ) -> Result<SegmentRecovery, StorageError> {
+        // Read what the device holds, not pages a failed fsync left behind in the page cache.
+        if let Err(error) = self.log.drop_cache() {
+            log::warn!(
+                "{}: cannot drop cached pages before recovery ({error}); reading through the cache",
+                self.log_path.display()
+            );
+        }
         self.offset_index.reset();
         self.time_index.reset();
         self.offset_index
@@ -243,6 +291,28 @@ impl Segment {
             valid_bytes = position + header.size_bytes();
         }
         let bytes_truncated = self.size_bytes - valid_bytes;
+        let refused = match invalid_tail {
+            InvalidTail::Truncate => None,
+            InvalidTail::Refuse => Some("later segments hold data".to_owned()),
+            InvalidTail::TruncateFrom(durable) if self.next_offset < durable => Some(format!(
+                "they start at offset {}, below the recovery point {durable}",
+                self.next_offset
+            )),
+            InvalidTail::TruncateFrom(_) => None,
+        };
+        if bytes_truncated > 0
+            && let Some(why) = refused
+        {
+            let (position, reason) = truncated_at.unwrap_or((valid_bytes, "invalid bytes".into()));
+            return Err(StorageError::Corrupt {
+                file: self.log_path.clone(),
+                position,
+                reason: format!(
+                    "{reason}; {why}, so this is damage to synced data, not a torn write: the \
+                     partition is not opened rather than truncated"
+                ),
+            });
+        }
         if bytes_truncated > 0 {
             self.log
                 .set_length_bytes(valid_bytes)
