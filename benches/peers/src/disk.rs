@@ -1,0 +1,136 @@
+//! The disk's own limits in the same run, with no engine logic: sequential buffered 1 MiB
+//! `pwrite`s (until the last returns, and with a final `fdatasync`), cold sequential 1 MiB
+//! `pread`s, and the per-batch sync floor (one batch's bytes appended, then `fdatasync`).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::workload::{BATCH_RECORDS, PeerResult, Rng, context, drop_page_cache};
+
+const BLOCK_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskLimits {
+    pub bytes: u64,
+    /// Buffered 1 MiB `pwrite`s of `bytes`, timed until the last returns (no sync).
+    pub write_mb_per_s: f64,
+    /// The same, timed through a final `fdatasync`.
+    pub write_fdatasync_mb_per_s: f64,
+    /// 1 MiB `pread`s of the file after dropping the page cache (None: not permitted).
+    pub read_cold_mb_per_s: Option<f64>,
+    /// Per record size: records/s when each batch of 100 records' bytes is appended with one
+    /// `pwrite` and followed by `fdatasync` (the floor of the sync cells).
+    pub sync_floor: Vec<SyncFloor>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncFloor {
+    pub record_bytes: usize,
+    pub batches: u64,
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+    pub fdatasync_p50_us: u64,
+    pub fdatasync_p999_us: u64,
+}
+
+fn block() -> Vec<u8> {
+    let mut rng = Rng::new(0xd15c);
+    let mut data = vec![0u8; BLOCK_BYTES];
+    for chunk in data.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes()[..chunk.len()]);
+    }
+    data
+}
+
+fn create(path: &Path) -> PeerResult<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(context("creating the disk-limit file"))
+}
+
+/// Measures the limits in `dir` (a scratch file, removed after).
+pub fn measure(
+    dir: &Path,
+    bytes: u64,
+    record_sizes: &[usize],
+    sync_batches: u64,
+) -> PeerResult<DiskLimits> {
+    let path = dir.join("disk-limit.bin");
+    let data = block();
+    let blocks = (bytes / BLOCK_BYTES as u64).max(1);
+    let file = create(&path)?;
+    let started = Instant::now();
+    for index in 0..blocks {
+        file.write_all_at(&data, index * BLOCK_BYTES as u64)
+            .map_err(context("pwrite"))?;
+    }
+    let written_s = started.elapsed().as_secs_f64();
+    file.sync_data().map_err(context("fdatasync"))?;
+    let synced_s = started.elapsed().as_secs_f64();
+    let total = blocks * BLOCK_BYTES as u64;
+    let read_cold_mb_per_s = read_cold(&file, blocks)?;
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    let sync_floor = record_sizes
+        .iter()
+        .map(|record_bytes| sync_floor(dir, *record_bytes, sync_batches))
+        .collect::<PeerResult<_>>()?;
+    Ok(DiskLimits {
+        bytes: total,
+        write_mb_per_s: total as f64 / written_s / 1e6,
+        write_fdatasync_mb_per_s: total as f64 / synced_s / 1e6,
+        read_cold_mb_per_s,
+        sync_floor,
+    })
+}
+
+fn read_cold(file: &File, blocks: u64) -> PeerResult<Option<f64>> {
+    if drop_page_cache().is_err() {
+        return Ok(None);
+    }
+    let mut buffer = vec![0u8; BLOCK_BYTES];
+    let started = Instant::now();
+    for index in 0..blocks {
+        file.read_exact_at(&mut buffer, index * BLOCK_BYTES as u64)
+            .map_err(context("pread"))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Some((blocks * BLOCK_BYTES as u64) as f64 / seconds / 1e6))
+}
+
+fn sync_floor(dir: &Path, record_bytes: usize, batches: u64) -> PeerResult<SyncFloor> {
+    let path = dir.join("disk-sync-floor.bin");
+    let file = create(&path)?;
+    let batch_bytes = record_bytes * BATCH_RECORDS;
+    let data = block();
+    let payload = &data[..batch_bytes.min(BLOCK_BYTES)];
+    let mut sync_us = Vec::with_capacity(batches as usize);
+    let started = Instant::now();
+    for index in 0..batches {
+        file.write_all_at(payload, index * payload.len() as u64)
+            .map_err(context("pwrite"))?;
+        let sync_started = Instant::now();
+        file.sync_data().map_err(context("fdatasync"))?;
+        sync_us.push(sync_started.elapsed().as_micros() as u64);
+    }
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    let latency = crate::workload::LatencyUs::of(sync_us);
+    Ok(SyncFloor {
+        record_bytes,
+        batches,
+        records_per_s: (batches * BATCH_RECORDS as u64) as f64 / seconds,
+        mb_per_s: (batches * payload.len() as u64) as f64 / seconds / 1e6,
+        fdatasync_p50_us: latency.p50,
+        fdatasync_p999_us: latency.p999,
+    })
+}

@@ -1,0 +1,279 @@
+//! seglog through its public engine API: one topic with one partition on one shard; appends of
+//! prebuilt RecordBatch v2 batches of 100 records (`Durability::Written` without sync,
+//! `Durability::Durable` with); reads through `Engine::fetch` and `Batch::records`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::format::batch::BatchIter;
+use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::types::{Offset, TopicName};
+
+use super::LogStore;
+use crate::workload::{BATCH_RECORDS, Payloads, PeerError, PeerResult, ScanTotals, context};
+
+const TOPIC: &str = "peers";
+const TIMESTAMP_MS: i64 = 1_700_000_000_000;
+/// A scan's fetch size: Kafka's `max.partition.fetch.bytes` default.
+const SCAN_FETCH_BYTES: u64 = 1024 * 1024;
+
+pub struct SeglogLog {
+    dir: PathBuf,
+    engine: Engine,
+    topic: TopicName,
+    /// Appends a single writer keeps in flight without sync (with sync it waits for each).
+    in_flight_max: usize,
+    /// Producer threads appending to the one partition (group commit when > 1).
+    producers: usize,
+    /// Prebuilt batches, built once per record size (key: record bytes).
+    batches: Option<(usize, Vec<Bytes>)>,
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+impl SeglogLog {
+    pub fn open(dir: &Path, in_flight_max: usize, producers: usize) -> PeerResult<SeglogLog> {
+        let dir = dir.join("seglog");
+        let engine = Engine::open(&dir, engine_config()).map_err(context("Engine::open"))?;
+        let topic = engine
+            .create_topic(TOPIC, 1, LogConfig::default())
+            .map_err(context("create_topic"))?;
+        Ok(SeglogLog {
+            dir,
+            engine,
+            topic,
+            in_flight_max: in_flight_max.max(1),
+            producers: producers.max(1),
+            batches: None,
+        })
+    }
+
+    /// The prebuilt batch holding offsets `first_offset..first_offset + 100` (base offset 0: the
+    /// engine stamps it).
+    fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
+        if self.batches.as_ref().map(|(bytes, _)| *bytes) != Some(payloads.record_bytes) {
+            self.batches = Some((payloads.record_bytes, build_batches(payloads)?));
+        }
+        let batches = self.batches.as_ref().map(|(_, batches)| batches);
+        let batches = batches.ok_or_else(|| PeerError("no batches".to_owned()))?;
+        let index = (first_offset / BATCH_RECORDS as u64) % batches.len() as u64;
+        Ok(batches[index as usize].clone())
+    }
+
+    fn append_pipelined(&mut self, payloads: &Payloads, sync: bool) -> PeerResult<Vec<u64>> {
+        let durability = if sync {
+            Durability::Durable
+        } else {
+            Durability::Written
+        };
+        let window = if sync { 1 } else { self.in_flight_max };
+        let mut latencies_us = Vec::with_capacity(payloads.batch_count() as usize);
+        let mut in_flight = VecDeque::with_capacity(window);
+        for batch_index in 0..payloads.batch_count() {
+            if in_flight.len() == window {
+                wait_one(&mut in_flight, &mut latencies_us)?;
+            }
+            let first_offset = batch_index * BATCH_RECORDS as u64;
+            let batch = self.batch(payloads, first_offset)?;
+            let pending = self.engine.append(&self.topic, 0, batch, durability);
+            in_flight.push_back((Instant::now(), first_offset, pending));
+        }
+        while !in_flight.is_empty() {
+            wait_one(&mut in_flight, &mut latencies_us)?;
+        }
+        Ok(latencies_us)
+    }
+
+    /// `producers` threads share the partition; each appends one batch at a time.
+    fn append_producers(&mut self, payloads: &Payloads, sync: bool) -> PeerResult<Vec<u64>> {
+        let durability = if sync {
+            Durability::Durable
+        } else {
+            Durability::Written
+        };
+        let distinct = payloads.distinct_batches();
+        let batches: Vec<Bytes> = (0..distinct)
+            .map(|index| self.batch(payloads, index * BATCH_RECORDS as u64))
+            .collect::<PeerResult<_>>()?;
+        let next_batch = AtomicU64::new(0);
+        let total = payloads.batch_count();
+        let results: Vec<PeerResult<Vec<u64>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..self.producers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut latencies_us = Vec::new();
+                        loop {
+                            let index = next_batch.fetch_add(1, Ordering::Relaxed);
+                            if index >= total {
+                                return Ok(latencies_us);
+                            }
+                            let batch = batches[(index % distinct) as usize].clone();
+                            let started = Instant::now();
+                            self.engine
+                                .append(&self.topic, 0, batch, durability)
+                                .wait()
+                                .map_err(context("append"))?;
+                            latencies_us.push(started.elapsed().as_micros() as u64);
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| Err(PeerError("producer panicked".to_owned())))
+                })
+                .collect()
+        });
+        let mut latencies_us = Vec::with_capacity(total as usize);
+        for result in results {
+            latencies_us.extend(result?);
+        }
+        Ok(latencies_us)
+    }
+
+    fn fetch(&self, offset: u64, max_bytes: u64) -> PeerResult<Bytes> {
+        let options = FetchOptions {
+            max_bytes,
+            ..FetchOptions::default()
+        };
+        let data = self
+            .engine
+            .fetch(&self.topic, 0, Offset(offset), options)
+            .wait()
+            .map_err(context("fetch"))?;
+        Ok(data.records)
+    }
+}
+
+type InFlight = VecDeque<(
+    Instant,
+    u64,
+    seglog::engine::Pending<seglog::log::AppendInfo, seglog::error::AppendError>,
+)>;
+
+fn wait_one(in_flight: &mut InFlight, latencies_us: &mut Vec<u64>) -> PeerResult<()> {
+    let Some((started, first_offset, pending)) = in_flight.pop_front() else {
+        return Ok(());
+    };
+    let info = pending.wait().map_err(context("append"))?;
+    latencies_us.push(started.elapsed().as_micros() as u64);
+    if info.first_offset.0 != first_offset {
+        return Err(PeerError(format!(
+            "append answered first offset {}, expected {first_offset}",
+            info.first_offset.0
+        )));
+    }
+    Ok(())
+}
+
+fn build_batches(payloads: &Payloads) -> PeerResult<Vec<Bytes>> {
+    (0..payloads.distinct_batches())
+        .map(|index| {
+            let capacity = BATCH_RECORDS * (payloads.record_bytes + 32) + 128;
+            let mut builder = BatchBuilder::with_capacity(0, capacity);
+            for delta in 0..BATCH_RECORDS as u64 {
+                builder.push(&NewRecord {
+                    timestamp_ms: TIMESTAMP_MS,
+                    key: None,
+                    value: Some(payloads.record(index * BATCH_RECORDS as u64 + delta)),
+                    headers: &[],
+                });
+            }
+            builder
+                .build()
+                .ok_or_else(|| PeerError("BatchBuilder::build gave no batch".to_owned()))
+        })
+        .collect()
+}
+
+impl LogStore for SeglogLog {
+    fn append_batch(
+        &mut self,
+        payloads: &Payloads,
+        first_offset: u64,
+        sync: bool,
+    ) -> PeerResult<()> {
+        let durability = if sync {
+            Durability::Durable
+        } else {
+            Durability::Written
+        };
+        let batch = self.batch(payloads, first_offset)?;
+        self.engine
+            .append(&self.topic, 0, batch, durability)
+            .wait()
+            .map_err(context("append"))?;
+        Ok(())
+    }
+
+    fn append_all(&mut self, payloads: &Payloads, sync: bool) -> PeerResult<Vec<u64>> {
+        if self.producers > 1 {
+            self.append_producers(payloads, sync)
+        } else {
+            self.append_pipelined(payloads, sync)
+        }
+    }
+
+    fn scan(&mut self, payloads: &Payloads) -> PeerResult<ScanTotals> {
+        let mut totals = ScanTotals::default();
+        let mut offset = 0u64;
+        while offset < payloads.record_count {
+            let records = self.fetch(offset, SCAN_FETCH_BYTES)?;
+            if records.is_empty() {
+                break;
+            }
+            for batch in BatchIter::new(records, u64::MAX) {
+                let batch = batch.map_err(context("decoding a fetched batch"))?;
+                for record in batch.records().map_err(context("decoding records"))? {
+                    totals.add(record.value.as_ref().map_or(0, Bytes::len));
+                }
+                offset = batch.last_offset() as u64 + 1;
+            }
+        }
+        Ok(totals)
+    }
+
+    fn lookup(&mut self, payloads: &Payloads, offset: u64) -> PeerResult<()> {
+        // max_bytes 1: the one whole batch holding `offset`.
+        let records = self.fetch(offset, 1)?;
+        let batch = Batch::decode(&records, u64::MAX).map_err(context("decoding the batch"))?;
+        let index = offset
+            .checked_sub(batch.base_offset() as u64)
+            .ok_or_else(|| PeerError(format!("fetch of {offset} began after it")))?;
+        let records = batch.records().map_err(context("decoding records"))?;
+        let record = records
+            .get(index as usize)
+            .ok_or_else(|| PeerError(format!("record {offset} not in its batch")))?;
+        payloads.check(offset, record.value.as_deref().unwrap_or_default())
+    }
+
+    fn reopen(&mut self) -> PeerResult<()> {
+        self.engine.close().map_err(context("Engine::close"))?;
+        self.engine = Engine::open(&self.dir, engine_config()).map_err(context("Engine::open"))?;
+        Ok(())
+    }
+
+    fn measures_reads(&self) -> bool {
+        self.producers == 1
+    }
+}
+
+impl Drop for SeglogLog {
+    fn drop(&mut self) {
+        let _ = self.engine.close();
+    }
+}

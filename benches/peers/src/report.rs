@@ -1,0 +1,309 @@
+//! The run's figures: per engine and cell, the disk's limits, and the machine; as Markdown tables
+//! (stdout) and JSON (`--json`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::disk::DiskLimits;
+use crate::workload::{Cell, LatencyUs, Payloads, Rate, file_system_of};
+
+/// The peers seglog is compared with (seglog's own rows excluded).
+const PEERS: [&str; 4] = ["rocksdb", "fjall", "raft-engine", "naive-bufwriter"];
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub date_utc: String,
+    pub command: String,
+    pub cores: usize,
+    pub kernel: String,
+    pub file_system: String,
+    pub drop_caches: String,
+    pub volume_bytes: u64,
+    pub batch_records: usize,
+    pub disk: Option<DiskLimits>,
+    pub results: Vec<CellResult>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CellResult {
+    pub engine: String,
+    pub cell: String,
+    pub record_bytes: usize,
+    pub sync_per_batch: bool,
+    pub records: u64,
+    pub append: Option<Rate>,
+    pub append_latency_us: Option<LatencyUs>,
+    /// Bytes allocated on disk (after reopen and `sync`) per payload byte.
+    pub disk_bytes_per_payload_byte: Option<f64>,
+    pub hot_scan: Option<Rate>,
+    pub hot_lookups: Option<Rate>,
+    pub cold_scan: Option<Rate>,
+    pub cold_lookups: Option<Rate>,
+    pub error: Option<String>,
+}
+
+impl CellResult {
+    pub fn new(engine: &str, cell: Cell, payloads: &Payloads) -> CellResult {
+        CellResult {
+            engine: engine.to_owned(),
+            cell: cell.name(),
+            record_bytes: cell.record_bytes,
+            sync_per_batch: cell.sync,
+            records: payloads.record_count,
+            append: None,
+            append_latency_us: None,
+            disk_bytes_per_payload_byte: None,
+            hot_scan: None,
+            hot_lookups: None,
+            cold_scan: None,
+            cold_lookups: None,
+            error: None,
+        }
+    }
+
+    /// A progress line for stderr.
+    pub fn one_line(&self) -> String {
+        let mut line = format!(
+            "append {} rec/s {} MB/s; hot scan {} MB/s; hot lookups {}/s; cold scan {} MB/s; cold lookups {}/s",
+            records(self.append.map(|r| r.records_per_s)),
+            mb(self.append.map(|r| r.mb_per_s)),
+            mb(self.hot_scan.map(|r| r.mb_per_s)),
+            records(self.hot_lookups.map(|r| r.records_per_s)),
+            mb(self.cold_scan.map(|r| r.mb_per_s)),
+            records(self.cold_lookups.map(|r| r.records_per_s)),
+        );
+        if let Some(error) = &self.error {
+            let _ = write!(line, "; error: {error}");
+        }
+        line
+    }
+}
+
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+fn date_utc() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .map_or_else(|| "unknown".to_owned(), |date| date.trim().to_owned())
+}
+
+fn records(value: Option<f64>) -> String {
+    let Some(value) = value else {
+        return "–".to_owned();
+    };
+    let digits = format!("{:.0}", value);
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+fn mb(value: Option<f64>) -> String {
+    match value {
+        None => "–".to_owned(),
+        Some(value) if value >= 100.0 => format!("{value:.0}"),
+        Some(value) => format!("{value:.1}"),
+    }
+}
+
+impl Report {
+    pub fn new(dir: &Path, volume_bytes: u64) -> Report {
+        Report {
+            date_utc: date_utc(),
+            command: command_line(),
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map_or_else(|_| "unknown".to_owned(), |k| k.trim().to_owned()),
+            file_system: file_system_of(dir),
+            drop_caches: String::new(),
+            volume_bytes,
+            batch_records: crate::workload::BATCH_RECORDS,
+            disk: None,
+            results: Vec::new(),
+        }
+    }
+
+    /// The engine's append figure as a share of the disk's: MB/s over buffered `pwrite` MB/s
+    /// without sync, records/s over the `pwrite`+`fdatasync` floor with sync.
+    fn disk_ratio(&self, result: &CellResult) -> Option<f64> {
+        let disk = self.disk.as_ref()?;
+        let append = result.append?;
+        if result.sync_per_batch {
+            let floor = disk
+                .sync_floor
+                .iter()
+                .find(|floor| floor.record_bytes == result.record_bytes)?;
+            Some(append.records_per_s / floor.records_per_s)
+        } else {
+            Some(append.mb_per_s / disk.write_mb_per_s)
+        }
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Run {}: `{}` — {} cores, Linux {}, scratch on {}; {} MB of payload per engine and cell, \
+             batches of {} records, one writer (seglog-gc16: 16 producers); page-cache drop: {}.\n",
+            self.date_utc,
+            self.command,
+            self.cores,
+            self.kernel,
+            self.file_system,
+            self.volume_bytes / 1_000_000,
+            self.batch_records,
+            self.drop_caches
+        );
+        self.write_disk(&mut out);
+        self.write_table(&mut out);
+        self.write_versus(&mut out);
+        out
+    }
+
+    fn write_disk(&self, out: &mut String) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let _ = write!(
+            out,
+            "Disk, same run: buffered 1 MiB `pwrite` {} MB/s ({} MB/s with a final `fdatasync`), \
+             cold 1 MiB `pread` {} MB/s",
+            mb(Some(disk.write_mb_per_s)),
+            mb(Some(disk.write_fdatasync_mb_per_s)),
+            mb(disk.read_cold_mb_per_s),
+        );
+        for floor in &disk.sync_floor {
+            let _ = write!(
+                out,
+                "; sync floor ({} B records, one `pwrite` of a 100-record batch + `fdatasync`) {} rec/s \
+                 (fdatasync p50 {} µs, p99.9 {} µs)",
+                floor.record_bytes,
+                records(Some(floor.records_per_s)),
+                floor.fdatasync_p50_us,
+                floor.fdatasync_p999_us
+            );
+        }
+        let _ = writeln!(out, ".\n");
+    }
+
+    fn write_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "| engine | cell | appends/s | append MB/s | × disk | batch latency p50 / p99 / p99.9 / max µs \
+             | disk B per payload B | hot scan MB/s | cold scan MB/s | hot lookups/s | cold lookups/s |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for result in &self.results {
+            let latency = result.append_latency_us.map_or_else(
+                || "–".to_owned(),
+                |l| format!("{} / {} / {} / {}", l.p50, l.p99, l.p999, l.max),
+            );
+            let appends = match &result.error {
+                Some(error) if result.append.is_none() => format!("error: {error}"),
+                _ => records(result.append.map(|r| r.records_per_s)),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                result.engine,
+                result.cell,
+                appends,
+                mb(result.append.map(|r| r.mb_per_s)),
+                self.disk_ratio(result)
+                    .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}")),
+                latency,
+                result
+                    .disk_bytes_per_payload_byte
+                    .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}")),
+                mb(result.hot_scan.map(|r| r.mb_per_s)),
+                mb(result.cold_scan.map(|r| r.mb_per_s)),
+                records(result.hot_lookups.map(|r| r.records_per_s)),
+                records(result.cold_lookups.map(|r| r.records_per_s)),
+            );
+        }
+        for result in self
+            .results
+            .iter()
+            .filter(|r| r.error.is_some() && r.append.is_some())
+        {
+            let _ = writeln!(
+                out,
+                "\n{} {}: error after the append phase: {}",
+                result.engine,
+                result.cell,
+                result.error.as_deref().unwrap_or_default()
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    /// seglog's figure over the best peer's, per cell and measure.
+    fn write_versus(&self, out: &mut String) {
+        type Measure = fn(&CellResult) -> Option<f64>;
+        let measures: [(&str, Measure); 5] = [
+            ("appends/s", |r| r.append.map(|a| a.records_per_s)),
+            ("hot scan MB/s", |r| r.hot_scan.map(|a| a.mb_per_s)),
+            ("cold scan MB/s", |r| r.cold_scan.map(|a| a.mb_per_s)),
+            ("hot lookups/s", |r| r.hot_lookups.map(|a| a.records_per_s)),
+            ("cold lookups/s", |r| {
+                r.cold_lookups.map(|a| a.records_per_s)
+            }),
+        ];
+        let _ = writeln!(
+            out,
+            "| cell | measure | seglog | best peer | seglog ÷ best peer |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        let mut cells: Vec<&str> = self.results.iter().map(|r| r.cell.as_str()).collect();
+        cells.dedup();
+        for cell in cells {
+            let in_cell = |engine: &str| {
+                self.results
+                    .iter()
+                    .find(|r| r.cell == cell && r.engine == engine)
+            };
+            for (label, measure) in measures {
+                let best = PEERS
+                    .iter()
+                    .filter_map(|peer| Some((*peer, measure(in_cell(peer)?)?)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                for engine in ["seglog", "seglog-gc16"] {
+                    let Some(value) = in_cell(engine).and_then(measure) else {
+                        continue;
+                    };
+                    let (best_text, ratio) = match best {
+                        Some((peer, best)) => (
+                            format!("{} ({peer})", number(label, best)),
+                            format!("{:.2}", value / best),
+                        ),
+                        None => ("–".to_owned(), "–".to_owned()),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "| {cell} | {label} | {} ({engine}) | {best_text} | {ratio} |",
+                        number(label, value)
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn number(label: &str, value: f64) -> String {
+    if label.contains("MB/s") {
+        mb(Some(value))
+    } else {
+        records(Some(value))
+    }
+}
