@@ -334,6 +334,10 @@ mod snappy {
     /// snappy-java's default block size: each chunk holds at most this much uncompressed data.
     pub(super) const BLOCK_SIZE: usize = 32 * 1024;
 
+    /// No raw Snappy block decompresses to more than this many times its size: the densest
+    /// element, a 3-byte copy with a 2-byte offset, writes at most 64 bytes.
+    const BLOCK_EXPANSION_MAX: usize = 22;
+
     const CODEC: Compression = Compression::Snappy;
 
     fn corrupt(kind: io::ErrorKind, msg: &'static str) -> DecompressError {
@@ -376,6 +380,13 @@ mod snappy {
         let len = snap::raw::decompress_len(block).map_err(raw_error)?;
         if len > limit.saturating_sub(out.len()) {
             return Err(DecompressError::TooLarge { limit_bytes: limit });
+        }
+        if len > block.len().saturating_mul(BLOCK_EXPANSION_MAX) {
+            // Refused before reserving: a 3-byte block must not make us zero megabytes.
+            return Err(corrupt(
+                io::ErrorKind::InvalidData,
+                "snappy block declares more bytes than it can hold",
+            ));
         }
         let start = out.len();
         let needed = start + len; // <= limit, checked above

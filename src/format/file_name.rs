@@ -127,13 +127,24 @@ pub fn partition_dir_name(topic_partition: &TopicPartition) -> String {
     topic_partition.to_string()
 }
 
+/// The largest partition id: Kafka's partition ids are non-negative `int32`s.
+const PARTITION_ID_MAX: PartitionId = i32::MAX as PartitionId;
+
 /// Parses a partition directory name; the topic is everything before the last `-`.
+/// Only the name [`partition_dir_name`] writes is accepted: no leading zeros (`t-01` would
+/// alias `t-1`), and a partition that fits Kafka's `int32` partition id.
 pub fn parse_partition_dir_name(name: &str) -> Option<TopicPartition> {
     let (topic, partition) = name.rsplit_once('-')?;
     if partition.is_empty() || !partition.bytes().all(|byte| byte.is_ascii_digit()) {
         return None;
     }
+    if partition.len() > 1 && partition.starts_with('0') {
+        return None;
+    }
     let partition: PartitionId = partition.parse().ok()?;
+    if partition > PARTITION_ID_MAX {
+        return None;
+    }
     let topic = TopicName::parse(topic).ok()?;
     Some(TopicPartition { topic, partition })
 }

@@ -73,6 +73,13 @@ pub fn decode(bytes: &[u8]) -> Result<BTreeMap<TopicName, TopicEntry>, TopicRegi
             .ok_or_else(|| error(line_number, "partition count is not a number"))?;
         let settings = words
             .map(|word| {
+                // `encode` cannot write these back: a line ending would eat a trailing `\r`.
+                if word.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(error(
+                        line_number,
+                        "setting holds whitespace or a control character",
+                    ));
+                }
                 word.split_once('=')
                     .map(|(key, value)| (key.to_owned(), value.to_owned()))
                     .ok_or_else(|| error(line_number, "setting is not key=value"))

@@ -174,7 +174,8 @@ impl Segment {
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { item, .. } => {
-                    self.next_offset = Offset((item.last_offset() + 1).max(0) as u64);
+                    self.next_offset =
+                        Offset(u64::try_from(item.last_offset()).map_or(0, |last| last + 1));
                     observe_timestamp(
                         &mut self.max_timestamp_so_far,
                         TimestampMs(item.max_timestamp),
@@ -339,7 +340,17 @@ fn check_offsets(
     base_offset: Offset,
     next_offset: Offset,
 ) -> Result<(), String> {
-    if header.base_offset < next_offset.0 as i64 {
+    if header
+        .base_offset
+        .checked_add(i64::from(header.last_offset_delta))
+        .is_none()
+    {
+        return Err(format!(
+            "batch offsets overflow: base offset {} + last offset delta {}",
+            header.base_offset, header.last_offset_delta
+        ));
+    }
+    if u64::try_from(header.base_offset).map_or(true, |base| base < next_offset.0) {
         return Err(format!(
             "batch base offset {} is below the expected next offset {next_offset}",
             header.base_offset
