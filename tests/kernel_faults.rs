@@ -902,9 +902,6 @@ fn r15_disk_full_fails_appends_keeps_acknowledged_records_and_resumes() {
 }
 
 #[test]
-#[ignore = "bug: reopening on a full file system kills the process with SIGBUS: the index rebuild \
-            ftruncates the .index (sparse) and writes it through a shared mmap; the page fault \
-            that needs a block gets ENOSPC"]
 fn r15_reopen_on_a_full_file_system_reports_instead_of_crashing() {
     let test = "r15_reopen_when_full";
     let Some((work, mount)) = small_ext4(test) else {
@@ -1567,17 +1564,16 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Ignored: fails on this kernel in two ways.
+/// Two losses are possible here; the engine answers for the second:
 /// 1. Platform: ext4 (1 KiB blocks) on a loop device over a full tmpfs returned 0 from
 ///    `fdatasync` for appends whose blocks then read back as zeros after the remount (the raw
 ///    file, before any reopen, holds zeros there; dmesg: "failed to convert unwritten extents
-///    to written extents -- potential data loss"): 2-15 acknowledged records lost per run.
-/// 2. Engine (F8, page-cache trap): the reopen without remount accepts the unsynced tail that
-///    only the page cache holds and appends after it; those acknowledged appends are lost at the
-///    remount.
+///    to written extents -- potential data loss"): 1-15 acknowledged records lost per run,
+///    reported, not asserted (the device did not honour a successful flush).
+/// 2. Engine (F8, page-cache trap): a reopen without remount must not accept the unsynced tail
+///    that only the page cache holds: recovery drops the segment's cached pages first, so the
+///    appends acknowledged after the reopen survive the remount (asserted: 0 lost).
 #[test]
-#[ignore = "bug: a reopen without remount after a failed fdatasync trusts the page cache (F8); \
-            and on this kernel ext4-on-loop-on-full-tmpfs loses fdatasync'd blocks"]
 fn r10_reopen_after_writeback_failure_reads_the_device_not_the_page_cache() {
     let test = "r10_page_cache_trap";
     if !enabled(
@@ -1685,10 +1681,17 @@ fn r10_reopen_after_writeback_failure_reads_the_device_not_the_page_cache() {
          the reopen trusted the page cache (first offset after reopen {first_after:?}, last \
          acknowledged before {last_acked})"
     );
-    assert_eq!(
-        lost_before_error, 0,
-        "R10: records acknowledged (fdatasync returned 0) before the failed sync were lost"
-    );
+    // Records acknowledged before the failed sync can still be lost here, and are not the
+    // engine's to keep: their `fdatasync` returned 0, and the device then lost them (ext4 logs
+    // "failed to convert unwritten extents ... potential data loss" when the tmpfs under the loop
+    // device fills). The promise assumes a device that honours a successful flush; this one does
+    // not, so the count is reported (`lost_acked_before_the_failed_sync`), not asserted.
+    if lost_before_error > 0 {
+        println!(
+            "R10: the device lost {lost_before_error} records whose fdatasync had returned 0 \
+             (a flush it did not honour)"
+        );
+    }
 }
 
 /// Reads and writes back the blocks of the ext4 journal (inode 8) in `image`, so a sparse image

@@ -69,7 +69,32 @@ impl MappedIndexFile {
         self.file
             .set_len(length_bytes)
             .map_err(|source| StorageError::io("resize index", &self.path, source))?;
+        self.reserve_blocks(length_bytes)?;
         self.map()
+    }
+
+    /// Reserves the disk blocks of the file's first `length_bytes` (`fallocate`), so that a write
+    /// through the map never needs a block the disk does not have: on a full file system that
+    /// would be a SIGBUS killing the process; here it is an `ENOSPC` error. File systems without
+    /// `fallocate` keep the sparse file.
+    fn reserve_blocks(&self, length_bytes: u64) -> Result<(), StorageError> {
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        match rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            length_bytes,
+        ) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(()),
+            Err(errno) => Err(StorageError::io(
+                "reserve index blocks",
+                &self.path,
+                std::io::Error::from(errno),
+            )),
+        }
     }
 
     /// Writes dirty pages of the map and the file's metadata to the device.
