@@ -171,9 +171,9 @@ impl BatchHeader {
         LOG_OVERHEAD_BYTES as u64 + self.batch_length.max(0) as u64
     }
 
-    /// Writes the header into the first 61 bytes of `out`.
-    fn write(&self, out: &mut [u8]) {
-        let mut cursor = &mut out[..BATCH_HEADER_BYTES];
+    /// Writes the header into `out`.
+    fn write(&self, out: &mut [u8; BATCH_HEADER_BYTES]) {
+        let mut cursor = out.as_mut_slice();
         cursor.put_i64(self.base_offset);
         cursor.put_i32(self.batch_length);
         cursor.put_i32(self.partition_leader_epoch);
@@ -218,7 +218,7 @@ impl Batch {
         }
         let bytes = buffer.slice(..size_bytes as usize);
         let header = BatchHeader::parse(&bytes)?;
-        let computed = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+        let computed = crc32c::crc32c(crc_covered(&bytes)?);
         if computed != header.crc {
             return Err(DecodeError::CrcMismatch {
                 stored: header.crc,
@@ -325,16 +325,37 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) -> bool {
 /// as Kafka's leader does for topics with `message.timestamp.type=LogAppendTime`.
 /// Returns false (and changes nothing) if `batch` is shorter than a batch header.
 pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> bool {
-    if batch.len() < BATCH_HEADER_BYTES {
+    let Some(header) = batch.first_chunk_mut::<BATCH_HEADER_BYTES>() else {
         return false;
-    }
-    let attributes = u16::from_be_bytes([batch[field::ATTRIBUTES], batch[field::ATTRIBUTES + 1]]);
+    };
+    let attributes = u16::from_be_bytes([header[field::ATTRIBUTES], header[field::ATTRIBUTES + 1]]);
     let attributes = BatchAttributes(attributes).with_log_append_time();
-    batch[field::ATTRIBUTES..field::ATTRIBUTES + 2].copy_from_slice(&attributes.0.to_be_bytes());
-    batch[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
-    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    header[field::ATTRIBUTES..field::ATTRIBUTES + 2].copy_from_slice(&attributes.0.to_be_bytes());
+    header[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    write_crc(batch);
     true
+}
+
+/// The bytes a batch's CRC-32C covers: from the attributes field to the end.
+fn crc_covered(batch: &[u8]) -> Result<&[u8], DecodeError> {
+    batch
+        .get(field::ATTRIBUTES..)
+        .ok_or(DecodeError::Truncated {
+            at: 0,
+            needed: field::ATTRIBUTES,
+            available: batch.len(),
+        })
+}
+
+/// Stores the CRC-32C of bytes 21 to the end at bytes 17 to 20. Leaves a slice too short to hold
+/// the CRC field unchanged (callers only pass whole batches).
+fn write_crc(batch: &mut [u8]) {
+    let Some((before_attributes, covered)) = batch.split_first_chunk_mut::<{ field::ATTRIBUTES }>()
+    else {
+        return;
+    };
+    let crc = crc32c::crc32c(covered);
+    before_attributes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Builds an uncompressed RecordBatch v2 exactly as Kafka's `MemoryRecordsBuilder` does for a
@@ -416,7 +437,9 @@ impl BatchBuilder {
         if self.records_count == 0 {
             return Ok(None);
         }
-        let compressed = compression::compress(codec, &self.buffer[BATCH_HEADER_BYTES..])?;
+        // `new` reserves the header, so the records section is never cut short here.
+        let records = self.buffer.get(BATCH_HEADER_BYTES..).unwrap_or_default();
+        let compressed = compression::compress(codec, records)?;
         let size_bytes = BATCH_HEADER_BYTES + compressed.len();
         let mut batch = Vec::with_capacity(size_bytes);
         batch.resize(BATCH_HEADER_BYTES, 0);
@@ -449,9 +472,10 @@ impl BatchBuilder {
 /// Writes `header` into the first 61 bytes of `batch`, then the CRC-32C of bytes 21 to the end.
 fn write_header_and_crc(header: &BatchHeader, batch: &mut [u8]) {
     debug_assert_eq!(header.size_bytes(), batch.len() as u64);
-    header.write(batch);
-    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES..]);
-    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    if let Some(header_bytes) = batch.first_chunk_mut::<BATCH_HEADER_BYTES>() {
+        header.write(header_bytes);
+    }
+    write_crc(batch);
 }
 
 /// Iterates the batches of a buffer holding whole batches back to back (a fetch result or a
@@ -508,6 +532,11 @@ pub fn has_prefix(bytes: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        reason = "test code: an index out of range fails the test"
+    )]
+
     use super::*;
 
     fn sample_batch(base_offset: i64, count: usize) -> Bytes {

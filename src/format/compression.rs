@@ -302,7 +302,9 @@ fn read_capped<R: Read>(
             out.reserve_exact(new_len - filled);
             out.resize(new_len, 0);
         }
-        match reader.read(&mut out[filled..]) {
+        // `filled` never passes `out.len()`, and the room after it is never empty here.
+        let room = out.get_mut(filled..).unwrap_or_default();
+        match reader.read(room) {
             Ok(0) => break,
             // A well-behaved reader never reports more than it was given room for;
             // `min` keeps us in bounds even if one does.
@@ -349,8 +351,8 @@ mod snappy {
     }
 
     fn read_i32(bytes: &[u8], at: usize) -> Option<i32> {
-        let word = bytes.get(at..at.checked_add(4)?)?;
-        Some(i32::from_be_bytes([word[0], word[1], word[2], word[3]]))
+        let word = bytes.get(at..)?.first_chunk::<4>()?;
+        Some(i32::from_be_bytes(*word))
     }
 
     /// Checks a 16-byte stream header starting at `at` (the magic is already known to match).
@@ -397,7 +399,7 @@ mod snappy {
         }
         out.resize(needed, 0);
         let written = decoder
-            .decompress(block, &mut out[start..])
+            .decompress(block, out.get_mut(start..).unwrap_or_default())
             .map_err(raw_error)?;
         if written != len {
             return Err(corrupt(
@@ -424,7 +426,10 @@ mod snappy {
         let mut pos = HEADER_LEN;
         while pos < input.len() {
             // A second stream header here means two streams were concatenated.
-            if input[pos..].starts_with(&MAGIC) {
+            if input
+                .get(pos..)
+                .is_some_and(|rest| rest.starts_with(&MAGIC))
+            {
                 check_header(input, pos)?;
                 pos += HEADER_LEN;
                 continue;
@@ -464,7 +469,10 @@ mod snappy {
             let n = encoder.compress(chunk, &mut scratch)?;
             let len = i32::try_from(n).map_err(io::Error::other)?;
             out.extend_from_slice(&len.to_be_bytes());
-            out.extend_from_slice(&scratch[..n]);
+            let compressed = scratch
+                .get(..n)
+                .ok_or_else(|| io::Error::other("snappy reported more bytes than it wrote"))?;
+            out.extend_from_slice(compressed);
         }
         Ok(out)
     }
@@ -492,11 +500,11 @@ mod lz4 {
     }
 
     fn u32_at(input: &[u8], at: usize) -> io::Result<u32> {
-        let word = at
-            .checked_add(4)
-            .and_then(|end| input.get(at..end))
+        let word = input
+            .get(at..)
+            .and_then(<[u8]>::first_chunk::<4>)
             .ok_or_else(truncated)?;
-        Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+        Ok(u32::from_le_bytes(*word))
     }
 
     fn skip(input: &[u8], pos: usize, n: usize) -> io::Result<usize> {
@@ -555,6 +563,11 @@ mod lz4 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        reason = "test code: an index out of range fails the test"
+    )]
+
     use super::*;
     use std::error::Error as _;
 

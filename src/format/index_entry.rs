@@ -22,10 +22,12 @@ impl OffsetIndexEntry {
     /// Decodes entry `entry_index` of `entries`; `None` past the end.
     pub fn decode_at(entries: &[u8], entry_index: usize) -> Option<OffsetIndexEntry> {
         let start = entry_index.checked_mul(OFFSET_INDEX_ENTRY_BYTES)?;
-        let bytes = entries.get(start..start + OFFSET_INDEX_ENTRY_BYTES)?;
+        let entry = entries.get(start..)?;
+        let (relative_offset, rest) = entry.split_first_chunk::<4>()?;
+        let position = rest.first_chunk::<4>()?;
         Some(OffsetIndexEntry {
-            relative_offset: u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
-            position: u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+            relative_offset: u32::from_be_bytes(*relative_offset),
+            position: u32::from_be_bytes(*position),
         })
     }
 }
@@ -49,12 +51,12 @@ impl TimeIndexEntry {
     /// Decodes entry `entry_index` of `entries`; `None` past the end.
     pub fn decode_at(entries: &[u8], entry_index: usize) -> Option<TimeIndexEntry> {
         let start = entry_index.checked_mul(TIME_INDEX_ENTRY_BYTES)?;
-        let bytes = entries.get(start..start + TIME_INDEX_ENTRY_BYTES)?;
-        let mut timestamp = [0u8; 8];
-        timestamp.copy_from_slice(&bytes[..8]);
+        let entry = entries.get(start..)?;
+        let (timestamp_ms, rest) = entry.split_first_chunk::<8>()?;
+        let relative_offset = rest.first_chunk::<4>()?;
         Some(TimeIndexEntry {
-            timestamp_ms: i64::from_be_bytes(timestamp),
-            relative_offset: u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+            timestamp_ms: i64::from_be_bytes(*timestamp_ms),
+            relative_offset: u32::from_be_bytes(*relative_offset),
         })
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! `docs/FORMAT.md` is the source of truth for every byte; each file points at its section.
 
+#![deny(clippy::indexing_slicing)]
+
 pub mod batch;
 pub mod checkpoint;
 pub mod compression;
@@ -87,26 +89,28 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn remaining(&self) -> usize {
-        self.bytes.len() - self.position
+        self.rest().len()
     }
 
     pub(crate) fn take(&mut self, count: usize) -> Result<&'a [u8], DecodeError> {
-        if count > self.remaining() {
-            return Err(DecodeError::Truncated {
-                at: self.position,
-                needed: count,
-                available: self.remaining(),
-            });
-        }
-        let taken = &self.bytes[self.position..self.position + count];
+        let taken = self.rest().get(..count).ok_or(DecodeError::Truncated {
+            at: self.position,
+            needed: count,
+            available: self.remaining(),
+        })?;
         self.position += count;
         Ok(taken)
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let mut array = [0u8; N];
-        array.copy_from_slice(self.take(N)?);
+        let array = array_at(self.bytes, self.position)?;
+        self.position += N;
         Ok(array)
+    }
+
+    /// The bytes not read yet (`position` never passes the end, so this is never cut short).
+    fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.position..).unwrap_or_default()
     }
 
     pub(crate) fn i8(&mut self) -> Result<i8, DecodeError> {
@@ -126,16 +130,29 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn varint(&mut self) -> Result<i32, DecodeError> {
         let at = self.position;
-        let (value, length) = varint::decode_varint(&self.bytes[self.position..])
-            .ok_or(DecodeError::Varint { at })?;
+        let (value, length) =
+            varint::decode_varint(self.rest()).ok_or(DecodeError::Varint { at })?;
         self.position += length;
         Ok(value)
     }
     pub(crate) fn varlong(&mut self) -> Result<i64, DecodeError> {
         let at = self.position;
-        let (value, length) = varint::decode_varlong(&self.bytes[self.position..])
-            .ok_or(DecodeError::Varint { at })?;
+        let (value, length) =
+            varint::decode_varlong(self.rest()).ok_or(DecodeError::Varint { at })?;
         self.position += length;
         Ok(value)
     }
+}
+
+/// The `N` bytes of `bytes` starting at byte `at`, or `Truncated` if they run past its end.
+pub(crate) fn array_at<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N], DecodeError> {
+    bytes
+        .get(at..)
+        .and_then(<[u8]>::first_chunk::<N>)
+        .copied()
+        .ok_or(DecodeError::Truncated {
+            at,
+            needed: N,
+            available: bytes.len().saturating_sub(at),
+        })
 }

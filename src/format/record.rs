@@ -193,6 +193,11 @@ fn nullable_size(bytes: Option<&[u8]>) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        reason = "test code: an index out of range fails the test"
+    )]
+
     use super::*;
 
     #[test]

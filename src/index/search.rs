@@ -4,6 +4,8 @@
 //! searched first: fetches mostly read near the tail, and those pages stay in the page cache, so a
 //! lookup there never touches a cold page of a large index.
 
+#![deny(clippy::indexing_slicing)]
+
 /// Bytes at the end of an index that stay warm in the page cache (Kafka's `warmEntries`).
 pub const WARM_SECTION_BYTES: usize = 8192;
 
@@ -64,6 +66,11 @@ pub fn least_at_least(
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        reason = "test code: an index out of range fails the test"
+    )]
+
     use super::*;
     use proptest::prelude::*;
 

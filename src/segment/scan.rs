@@ -5,12 +5,15 @@
 //! one read per window, not one per batch. Every length comes from the file and is checked against
 //! the file's end before it is used.
 
+#![deny(clippy::indexing_slicing)]
+
 use std::path::Path;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::error::StorageError;
-use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
+use crate::format::batch::field;
+use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError, array_at};
 use crate::io::StorageFile;
 use crate::limits::{BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES, LOG_OVERHEAD_BYTES};
 
@@ -123,8 +126,10 @@ impl<'a> LogScanner<'a> {
             Err(DecodeError::UnsupportedMagic { magic }) => {
                 // A legacy message is only reported as such when it fits the file; otherwise the
                 // bytes are a torn tail like any other.
-                let length = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-                let size_bytes = LOG_OVERHEAD_BYTES as u64 + length.max(0) as u64;
+                let size_bytes = match legacy_message_size(&bytes) {
+                    Ok(size_bytes) => size_bytes,
+                    Err(error) => return Ok(Err(error)),
+                };
                 if position + size_bytes > self.end {
                     return Ok(Err(truncated_error(size_bytes, self.end - position)));
                 }
@@ -154,8 +159,10 @@ impl<'a> LogScanner<'a> {
         let Some(message) = self.bytes_at(position, size_bytes as usize)? else {
             return Ok(Err(truncated_error(size_bytes, self.end - position)));
         };
-        let stored = u32::from_be_bytes([message[12], message[13], message[14], message[15]]);
-        let computed = crc32fast::hash(&message[16..]);
+        let (stored, computed) = match legacy_crcs(&message) {
+            Ok(crcs) => crcs,
+            Err(error) => return Ok(Err(error)),
+        };
         if stored != computed {
             return Ok(Err(DecodeError::CrcMismatch { stored, computed }));
         }
@@ -191,6 +198,27 @@ impl<'a> LogScanner<'a> {
         self.window_start = position;
         Ok(())
     }
+}
+
+/// Byte of a legacy (magic 0 or 1) message where its CRC-32 is stored.
+const LEGACY_CRC_AT: usize = 12;
+/// Byte of a legacy message where its magic is, the first byte its CRC-32 covers.
+const LEGACY_MAGIC_AT: usize = 16;
+
+/// Size of a legacy message from its prefix: the log overhead plus its length field.
+fn legacy_message_size(prefix: &[u8]) -> Result<u64, DecodeError> {
+    let length = i32::from_be_bytes(array_at(prefix, field::BATCH_LENGTH)?);
+    Ok(LOG_OVERHEAD_BYTES as u64 + length.max(0) as u64)
+}
+
+/// The CRC-32 a legacy message stores and the one computed over its bytes from the magic on.
+fn legacy_crcs(message: &[u8]) -> Result<(u32, u32), DecodeError> {
+    let truncated = || truncated_error(LEGACY_MAGIC_AT as u64, message.len() as u64);
+    let (before_magic, covered) = message
+        .split_first_chunk::<LEGACY_MAGIC_AT>()
+        .ok_or_else(truncated)?;
+    let stored = u32::from_be_bytes(array_at(before_magic, LEGACY_CRC_AT)?);
+    Ok((stored, crc32fast::hash(covered)))
 }
 
 fn truncated_error(needed: u64, available: u64) -> DecodeError {
