@@ -55,6 +55,11 @@ fn now() -> TimestampMs {
 }
 
 fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
+    try_open_log(dir, config).unwrap()
+}
+
+/// Opens the partition `bad-0` under `dir` after an unclean shutdown (recovering from offset 0).
+fn try_open_log(dir: &Path, config: LogConfig) -> Result<PartitionLog, seglog::error::OpenError> {
     let tp = TopicPartition {
         topic: TopicName::parse("bad").unwrap(),
         partition: 0,
@@ -66,8 +71,7 @@ fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
         now: now(),
     };
     PartitionLog::open(storage_from_env(), &dir.join("bad-0"), tp, config, options)
-        .unwrap()
-        .0
+        .map(|(log, _)| log)
 }
 
 /// A records section of `count` records with the given offset deltas.
@@ -691,17 +695,7 @@ fn a_symlinked_segment_is_refused_and_its_target_left_untouched() {
     fs::remove_file(&segment).unwrap();
     std::os::unix::fs::symlink(&outside, &segment).unwrap();
 
-    let tp = TopicPartition {
-        topic: TopicName::parse("bad").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
-    let opened = PartitionLog::open(storage_from_env(), &partition_dir, tp, config(), options);
+    let opened = try_open_log(dir.path(), config());
     let error = opened.expect_err("a symlinked segment must not open");
     assert!(
         format!("{error}").contains("00000000000000000000.log"),
