@@ -173,6 +173,8 @@ fn bad_arguments_are_usage_errors() {
         &["bench", "--duration", "1", "--records", "10"][..],
         &["bench", "--partitions", "0"][..],
         &["bench", "--flush", "sometimes"][..],
+        &["bench", "--flush", "interval:0"][..],
+        &["bench", "--flush", "interval:soon"][..],
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
@@ -194,6 +196,15 @@ fn an_explicit_dir_is_used_and_kept() {
     let output = run(&["bench", "--records", "100", "--dir", path_arg(&data)]);
     assert_success(&output);
     assert!(data.join("seglog-bench-0").is_dir());
+}
+
+#[test]
+fn flush_interval_sets_the_topics_flush_ms() {
+    let (report, temporary) = bench_json_in_dir(&["--records", "2000", "--flush", "interval:50"]);
+    assert_eq!(report["config"]["flush"], "interval:50", "{report:#}");
+    assert_throughput(&report, "append");
+    let registry = std::fs::read_to_string(temporary.path().join("data/seglog-topics")).unwrap();
+    assert!(registry.contains("flush.ms=50"), "{registry}");
 }
 
 /// Runs `seglog bench --dir DIR args...` (DIR fresh, kept) and returns the JSON and the

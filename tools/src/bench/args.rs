@@ -45,20 +45,38 @@ impl Workload {
 }
 
 /// When `bench` appends are synced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
     /// Appends are acknowledged once written (the topic's flush policy syncs later).
     None,
     /// Every append is acknowledged once synced.
     Batch,
+    /// Appends are acknowledged once written; the topic syncs every this many milliseconds
+    /// (`flush.ms`).
+    IntervalMs(u64),
 }
 
 impl FlushMode {
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            FlushMode::None => "none",
-            FlushMode::Batch => "batch",
+            FlushMode::None => "none".to_owned(),
+            FlushMode::Batch => "batch".to_owned(),
+            FlushMode::IntervalMs(ms) => format!("interval:{ms}"),
         }
+    }
+}
+
+/// `none`, `batch` or `interval:MS`.
+fn parse_flush(value: &str) -> Result<FlushMode, String> {
+    match value {
+        "none" => Ok(FlushMode::None),
+        "batch" => Ok(FlushMode::Batch),
+        _ => value
+            .strip_prefix("interval:")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .map(FlushMode::IntervalMs)
+            .ok_or_else(|| format!("expected none, batch or interval:MS (MS > 0), got {value:?}")),
     }
 }
 
@@ -103,8 +121,10 @@ pub struct BenchArgs {
     /// Codec of every appended batch: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none", value_parser = parse_compression)]
     pub compression: Compression,
-    /// `batch`: every append is acknowledged only once synced (group-commit always is).
-    #[arg(long, value_enum, default_value_t = FlushMode::None)]
+    /// `none`: appends are acknowledged once written; `batch`: every append is acknowledged only
+    /// once synced (group-commit always is); `interval:MS`: acknowledged once written, the topic
+    /// syncs every MS milliseconds (`flush.ms`).
+    #[arg(long, value_name = "none|batch|interval:MS", default_value = "none", value_parser = parse_flush)]
     pub flush: FlushMode,
     /// Run for this many seconds [default: 3].
     #[arg(long, value_name = "SECS", conflicts_with = "records", value_parser = parse_seconds)]

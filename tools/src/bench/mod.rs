@@ -45,7 +45,7 @@ use seglog::config::LogConfig;
 use seglog::engine::{Engine, EngineConfig};
 
 use crate::Outcome;
-use args::{BenchArgs, Workload};
+use args::{BenchArgs, FlushMode, Workload};
 use cache::{CacheDrop, drop_page_cache};
 use compaction::CompactionFigures;
 use disk::{DiskFigures, DiskPattern};
@@ -173,6 +173,13 @@ fn run_workload(
             ..LogConfig::default()
         },
         _ => LogConfig::default(),
+    };
+    let topic_config = match settings.flush {
+        FlushMode::IntervalMs(ms) => LogConfig {
+            flush_policy: seglog::config::FlushPolicy::IntervalMs(ms),
+            ..topic_config
+        },
+        FlushMode::None | FlushMode::Batch => topic_config,
     };
     let topic = engine
         .create_topic(TOPIC, settings.partitions, topic_config)
