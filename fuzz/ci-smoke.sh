@@ -12,7 +12,7 @@ set -euo pipefail
 
 seconds="${1:-${FUZZ_SECONDS:-20}}"
 fuzz_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-targets=(batch_decode decompress recovery_scan index_load checkpoint_parse file_name_parse)
+targets=(batch_decode decompress recovery_scan index_load checkpoint_parse file_name_parse sim_ops)
 
 if ! command -v cargo >/dev/null 2>&1 || ! cargo +nightly --version >/dev/null 2>&1; then
     echo "fuzz smoke: skipped: 'cargo +nightly' is not available (rustup toolchain install nightly)"

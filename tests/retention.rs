@@ -365,3 +365,49 @@ fn shards_apply_retention_on_their_own_schedule() {
     );
     engine.close().unwrap();
 }
+
+/// Fails every file sync once armed.
+#[derive(Debug, Default)]
+struct FailSyncs(std::sync::atomic::AtomicBool);
+
+impl seglog::io::hooked::StorageHooks for FailSyncs {
+    fn before(&self, op: seglog::io::hooked::StorageOp, _path: &Path) -> std::io::Result<()> {
+        let armed = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        if armed && op == seglog::io::hooked::StorageOp::SyncData {
+            return Err(std::io::Error::other("injected fdatasync failure"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn delete_records_on_a_failed_log_changes_nothing_until_it_is_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = std::sync::Arc::new(FailSyncs::default());
+    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
+        storage_from_env(),
+        hooks.clone(),
+    ));
+    let mut log_dir = LogDir::open(dir.path(), storage, config(&[])).unwrap();
+    let topic = TopicName::parse("events").unwrap();
+    log_dir.create_topic(&topic, 1).unwrap();
+    let log = log(&mut log_dir);
+    for offset in 0..12 {
+        log.append(batch(T0 + offset * HOUR), TimestampMs(T0))
+            .unwrap();
+    }
+    let segments = log.segment_count();
+    hooks.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        log.flush().is_err(),
+        "the injected sync failure is reported"
+    );
+    assert!(log.is_failed());
+    assert!(
+        log.delete_records(Offset(8)).is_err(),
+        "a failed log refuses to delete records"
+    );
+    assert_eq!(log.log_start_offset(), Offset(0));
+    assert_eq!(log.segment_count(), segments);
+    assert_eq!(deleted_files(dir.path()), 0, "no file was renamed");
+}

@@ -215,6 +215,7 @@ impl PartitionLog {
     /// Moves the log start offset to `offset` (Kafka's DeleteRecords) and deletes the sealed
     /// segments that hold only offsets below it. Returns the new log start offset.
     pub fn delete_records(&mut self, offset: Offset) -> Result<Offset, DeleteRecordsError> {
+        self.check_not_failed()?;
         let log_end_offset = self.log_end_offset();
         if offset > log_end_offset {
             return Err(DeleteRecordsError::OffsetOutOfRange {

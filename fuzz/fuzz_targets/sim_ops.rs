@@ -1,0 +1,714 @@
+//! Operation sequences on the simulated disk (`seglog::io::sim::SimStorage`): one partition of a
+//! `LogDir` in a temporary directory (on tmpfs when `/dev/shm` exists) with small segments, driven
+//! through appends, flushes, rolls, DeleteRecords, retention, compaction, checkpoints, clean
+//! restarts, fetches, power cuts, process deaths and injected I/O faults, against an
+//! acknowledgement log kept outside the disk.
+//!
+//! Input: bytes 0-7 = the simulator's seed, byte 8 = `cleanup.policy` (delete, compact,
+//! compact+delete), then up to 64 operations, each a tag byte (modulo 16) and its arguments:
+//! append (key 0-7, value size 0-80, records 1-3), flush, roll, DeleteRecords (a point between
+//! the log start and end), retention, compaction, checkpoint, close and reopen, fetch (offset,
+//! max bytes), power cut (`crash()` then reopen), `die_after(n)`, and a fault (read, write or
+//! sync error, ENOSPC, short write, directory sync error) on the nth operation of its kind. After
+//! the last operation the disk loses power once more. A misdirected write is not injected: it may
+//! destroy acknowledged data, and the promise for it is weaker (see `tests/sim_crash.rs`).
+//!
+//! A record is acknowledged when a flush (or a clean close) that followed its append succeeded.
+//! Invariants: no panic; the directory and the partition reopen after a power cut; after every
+//! reopen, every acknowledged record is read back with its offset, key and value, unless it is
+//! below the highest log start offset seen (retention, DeleteRecords) or a compaction ran and a
+//! later record with its key is present; every record served anywhere is the one written at its
+//! offset; every served batch passes its CRC-32C; offsets strictly increase (densely from the log
+//! start without compaction); after a failed write or fsync of the partition no flush succeeds
+//! until a reopen; after a power cut the log takes an append at its end and makes it durable.
+#![no_main]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use seglog::cleaner::offset_map::OffsetMap;
+use seglog::config::LogConfig;
+use seglog::error::PartitionError;
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::sim::{Fault, SimStorage};
+use seglog::log::PartitionLog;
+use seglog::log_dir::LogDir;
+use seglog::types::{Offset, TimestampMs, TopicName};
+
+const MAX_OPERATIONS: usize = 64;
+const KEYS: u8 = 8;
+const MAX_VALUE_BYTES: u8 = 80;
+const T0: i64 = 1_700_000_000_000;
+const TOPIC: &str = "sim";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    Delete,
+    Compact,
+    CompactDelete,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    Append {
+        key: u8,
+        value_bytes: u8,
+        records: u8,
+    },
+    Flush,
+    Roll,
+    DeleteRecords {
+        point: u16,
+    },
+    ApplyRetention,
+    Compact,
+    Checkpoint,
+    Reopen,
+    Fetch {
+        point: u16,
+        max_bytes: u16,
+    },
+    Crash,
+    DieAfter {
+        mutations: u8,
+    },
+    Inject {
+        fault: Fault,
+        nth: u8,
+    },
+}
+
+#[derive(Debug)]
+struct Input {
+    seed: u64,
+    policy: Policy,
+    operations: Vec<Operation>,
+}
+
+const FAULTS: [Fault; 6] = [
+    Fault::ReadError,
+    Fault::WriteError,
+    Fault::NoSpace,
+    Fault::ShortWrite,
+    Fault::SyncError,
+    Fault::DirSyncError,
+];
+
+impl<'a> Arbitrary<'a> for Input {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Input> {
+        let seed = u64::from_le_bytes(<[u8; 8]>::arbitrary(u)?);
+        let policy = match u8::arbitrary(u)? % 3 {
+            0 => Policy::Delete,
+            1 => Policy::Compact,
+            _ => Policy::CompactDelete,
+        };
+        let mut operations = Vec::new();
+        while operations.len() < MAX_OPERATIONS && !u.is_empty() {
+            operations.push(operation(u)?);
+        }
+        Ok(Input {
+            seed,
+            policy,
+            operations,
+        })
+    }
+}
+
+fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
+    Ok(match u8::arbitrary(u)? % 16 {
+        0..=3 => Operation::Append {
+            key: u8::arbitrary(u)? % KEYS,
+            value_bytes: u8::arbitrary(u)? % (MAX_VALUE_BYTES + 1),
+            records: u8::arbitrary(u)? % 3 + 1,
+        },
+        4 | 5 => Operation::Flush,
+        6 => Operation::Roll,
+        7 => Operation::DeleteRecords {
+            point: u16::arbitrary(u)?,
+        },
+        8 => Operation::ApplyRetention,
+        9 => Operation::Compact,
+        10 => Operation::Checkpoint,
+        11 => Operation::Reopen,
+        12 => Operation::Fetch {
+            point: u16::arbitrary(u)?,
+            max_bytes: u16::arbitrary(u)?,
+        },
+        13 => Operation::Crash,
+        14 => Operation::DieAfter {
+            mutations: u8::arbitrary(u)? % 48,
+        },
+        _ => Operation::Inject {
+            fault: FAULTS[usize::from(u8::arbitrary(u)?) % FAULTS.len()],
+            nth: u8::arbitrary(u)? % 16 + 1,
+        },
+    })
+}
+
+fn config(policy: Policy) -> LogConfig {
+    let mut config = LogConfig {
+        segment_bytes: 700,
+        segment_index_bytes: 96,
+        index_interval_bytes: 64,
+        retention_ms: -1,
+        retention_bytes: 2_000,
+        file_delete_delay_ms: 0,
+        ..LogConfig::default()
+    };
+    let policy = match policy {
+        Policy::Delete => "delete",
+        Policy::Compact => "compact",
+        Policy::CompactDelete => "compact,delete",
+    };
+    if let Err(error) = config.set("cleanup.policy", policy) {
+        panic!("cleanup.policy={policy}: {error}");
+    }
+    config
+}
+
+/// One directory per process, emptied before each input.
+fn work_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let shm = Path::new("/dev/shm");
+        let made = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        };
+        made.unwrap_or_else(|error| panic!("temporary directory: {error}"))
+    })
+    .path()
+}
+
+fn empty(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.unwrap_or_else(|error| panic!("remove {path:?}: {error}"));
+    }
+}
+
+fn topic() -> TopicName {
+    TopicName::parse(TOPIC).unwrap_or_else(|error| panic!("topic name: {error}"))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// The acknowledgement log and what was written, kept outside the simulated disk.
+#[derive(Debug, Default)]
+struct Model {
+    /// The record each append (successful or not) put at each offset.
+    written: BTreeMap<u64, Rec>,
+    /// Every offset below this is acknowledged durable.
+    acked_end: u64,
+    /// The highest log start offset the log reported: records below may be gone.
+    log_start_floor: u64,
+}
+
+struct Run {
+    sim: SimStorage,
+    root: PathBuf,
+    policy: Policy,
+    log_dir: Option<LogDir>,
+    model: Model,
+    map: OffsetMap,
+    now: i64,
+    appended: u64,
+    /// A compaction ran (maybe part-way): superseded keys may be gone, offsets may have gaps.
+    compacted: bool,
+    /// A write or fsync of the partition failed since the last reopen: no flush may succeed.
+    partition_failed: bool,
+    /// `SIM_OPS_TRACE` is set: the operations, the checks and the simulator's trace go to stderr
+    /// (for replaying a finding: `cargo fuzz run sim_ops <input>`).
+    trace: bool,
+}
+
+fn trace_requested() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("SIM_OPS_TRACE").is_some())
+}
+
+fuzz_target!(|input: Input| {
+    let root = work_dir().to_owned();
+    empty(&root);
+    let mut run = Run::start(root, &input);
+    for operation in &input.operations {
+        run.note(&format!("{operation:?}"));
+        run.apply(*operation);
+        if run.sim.is_dead() || run.log_dir.is_none() {
+            run.crash_and_check("the process died");
+        }
+    }
+    run.crash_and_check("the final power cut");
+});
+
+impl Run {
+    fn start(root: PathBuf, input: &Input) -> Run {
+        let sim = SimStorage::new(&root, input.seed)
+            .unwrap_or_else(|error| panic!("simulated disk: {error}"));
+        let map = OffsetMap::new(64 * 1024).unwrap_or_else(|error| panic!("offset map: {error}"));
+        let mut run = Run {
+            sim,
+            root,
+            policy: input.policy,
+            log_dir: None,
+            model: Model::default(),
+            map,
+            now: T0,
+            appended: 0,
+            compacted: false,
+            partition_failed: false,
+            trace: trace_requested(),
+        };
+        run.sim.set_trace(run.trace);
+        run.note(&format!("seed {} {:?}", input.seed, input.policy));
+        let mut log_dir = run
+            .open()
+            .unwrap_or_else(|error| panic!("a fresh directory does not open: {error}"));
+        if let Err(error) = log_dir.create_topic(&topic(), 1) {
+            panic!("create topic on a fresh directory: {error}");
+        }
+        run.log_dir = Some(log_dir);
+        run
+    }
+
+    fn open(&self) -> Result<LogDir, String> {
+        LogDir::open(&self.root, Arc::new(self.sim.clone()), config(self.policy))
+            .map_err(|error| error.to_string())
+    }
+
+    fn note(&self, what: &str) {
+        if self.trace {
+            eprintln!("sim_ops: {what}");
+        }
+    }
+
+    fn tick(&mut self) -> TimestampMs {
+        self.now += 1;
+        TimestampMs(self.now)
+    }
+
+    fn apply(&mut self, operation: Operation) {
+        match operation {
+            Operation::Checkpoint => {
+                if let Some(log_dir) = self.log_dir.as_mut() {
+                    let _ = log_dir.checkpoint();
+                }
+            }
+            Operation::Reopen => self.reopen(),
+            Operation::Crash => self.crash_and_check("a power cut"),
+            Operation::DieAfter { mutations } => self.sim.die_after(u64::from(mutations)),
+            Operation::Inject { fault, nth } => self.sim.schedule(fault, u64::from(nth)),
+            _ => self.on_partition(operation),
+        }
+    }
+
+    /// An operation on the partition; marks the partition failed when it failed because a write
+    /// or fsync of the partition failed.
+    fn on_partition(&mut self, operation: Operation) {
+        let Some(mut log_dir) = self.log_dir.take() else {
+            return;
+        };
+        let log = match log_dir.partition(&topic(), 0) {
+            Ok(log) => log,
+            // A fault or the process's death while opening it: the next power cut recovers.
+            Err(_) => return,
+        };
+        let faults_before = self.sim.faults_fired().len();
+        let outcome = self.step(log, operation);
+        let fired = self.sim.faults_fired().split_off(faults_before);
+        if outcome.is_err()
+            && fired
+                .iter()
+                .any(|(fault, path)| fails_partition(*fault, path))
+        {
+            self.partition_failed = true;
+        }
+        self.model.log_start_floor = self.model.log_start_floor.max(log.log_start_offset().0);
+        self.log_dir = Some(log_dir);
+    }
+
+    fn step(&mut self, log: &mut PartitionLog, operation: Operation) -> Result<(), ()> {
+        let now = self.tick();
+        match operation {
+            Operation::Append {
+                key,
+                value_bytes,
+                records,
+            } => self.append(log, key, value_bytes, records, now),
+            Operation::Flush => {
+                let through = log.log_end_offset().0;
+                let result = log.flush();
+                if result.is_ok() {
+                    assert!(
+                        !self.partition_failed,
+                        "a flush succeeded after a failed write or fsync of the partition"
+                    );
+                    self.model.acked_end = self.model.acked_end.max(through);
+                }
+                result.map_err(drop)
+            }
+            Operation::Roll => log.roll(now).map_err(drop),
+            Operation::DeleteRecords { point } => {
+                let target = between(log.log_start_offset().0, log.log_end_offset().0, point);
+                log.delete_records(Offset(target)).map(drop).map_err(drop)
+            }
+            Operation::ApplyRetention => log.apply_retention(now).map(drop).map_err(drop),
+            Operation::Compact => {
+                self.compacted = true;
+                log.compact(&mut self.map, Offset(0), i64::MAX, now)
+                    .map(drop)
+                    .map_err(drop)
+            }
+            Operation::Fetch { point, max_bytes } => {
+                let from = between(log.log_start_offset().0, log.log_end_offset().0, point);
+                if let Ok(data) = log.read(Offset(from), u64::from(max_bytes)) {
+                    let served = check_batches(&data.records, !self.compacted)
+                        .unwrap_or_else(|error| panic!("fetch at {from}: {error}"));
+                    for (offset, record) in served.iter().filter(|(offset, _)| *offset >= from) {
+                        self.check_served(*offset, record);
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn append(
+        &mut self,
+        log: &mut PartitionLog,
+        key: u8,
+        value_bytes: u8,
+        records: u8,
+        now: TimestampMs,
+    ) -> Result<(), ()> {
+        let mut builder = BatchBuilder::new(0);
+        let mut written = Vec::new();
+        for _ in 0..records {
+            self.appended += 1;
+            let key = format!("key-{key}").into_bytes();
+            let stamp = self.appended.to_be_bytes();
+            let value: Vec<u8> = (0..usize::from(value_bytes))
+                .map(|i| stamp[i % stamp.len()].wrapping_add((i / stamp.len()) as u8))
+                .collect();
+            builder.push(&NewRecord {
+                timestamp_ms: now.0,
+                key: Some(&key),
+                value: Some(&value),
+                headers: &[],
+            });
+            written.push(Rec { key, value });
+        }
+        let Some(batch) = builder.build() else {
+            panic!("a batch of {records} records built empty");
+        };
+        if !log.is_failed() {
+            // Whatever lands is at these offsets, even if the append fails part-way.
+            let first = log.log_end_offset().0;
+            for (index, record) in written.into_iter().enumerate() {
+                self.model.written.insert(first + index as u64, record);
+            }
+        }
+        log.append(batch, now).map(drop).map_err(drop)
+    }
+
+    /// A clean close and a reopen on the same "kernel" (no power cut); a failure on the way is
+    /// followed by a power cut.
+    fn reopen(&mut self) {
+        let Some(mut log_dir) = self.log_dir.take() else {
+            return;
+        };
+        let end = log_dir
+            .partition(&topic(), 0)
+            .map(|log| log.log_end_offset().0);
+        if log_dir.close().is_ok()
+            && let Ok(end) = end
+        {
+            assert!(
+                !self.partition_failed,
+                "a clean close succeeded after a failed write or fsync of the partition"
+            );
+            self.model.acked_end = self.model.acked_end.max(end);
+        }
+        if self.sim.is_dead() {
+            return;
+        }
+        let Ok(mut log_dir) = self.open() else {
+            return;
+        };
+        self.partition_failed = false;
+        let faults_before = self.sim.faults_fired().len();
+        let checked = match log_dir.partition(&topic(), 0) {
+            Ok(log) => self.check_log(log, false),
+            Err(error) => Err(format!("the partition does not reopen: {error}")),
+        };
+        if let Err(error) = checked {
+            // Pending faults and the process's death still apply after a restart.
+            let faulted = self.sim.faults_fired().len() > faults_before || self.sim.is_dead();
+            assert!(faulted, "after a clean restart: {error}");
+            return;
+        }
+        self.log_dir = Some(log_dir);
+    }
+
+    /// A power cut, a reopen, the checks, and an append that must succeed.
+    fn crash_and_check(&mut self, why: &str) {
+        drop(self.log_dir.take());
+        if let Err(error) = self.sim.crash() {
+            panic!("simulated power cut: {error}");
+        }
+        self.partition_failed = false;
+        let mut log_dir = self
+            .open()
+            .unwrap_or_else(|error| panic!("after {why}: the directory does not reopen: {error}"));
+        let log = match log_dir.partition(&topic(), 0) {
+            Ok(log) => log,
+            Err(PartitionError::UnknownPartition { .. }) if self.model.acked_end == 0 => {
+                // The topic's creation was never made durable: nothing was acknowledged.
+                self.model = Model::default();
+                if let Err(error) = log_dir.create_topic(&topic(), 1) {
+                    panic!("after {why}: create the topic again: {error}");
+                }
+                self.log_dir = Some(log_dir);
+                return;
+            }
+            Err(error) => panic!("after {why}: the partition does not reopen: {error}"),
+        };
+        if let Err(error) = self.check_log(log, true) {
+            panic!("after {why}: {error}");
+        }
+        self.append_after_reopen(log, why);
+        self.log_dir = Some(log_dir);
+    }
+
+    /// Reads the whole log and checks it against the model; forgets what was written past the log
+    /// end. After a power cut (`after_crash`), what survived is the new durable state (the disk
+    /// holds nothing else, and recovery synced its repairs).
+    fn check_log(&mut self, log: &mut PartitionLog, after_crash: bool) -> Result<(), String> {
+        let served = read_all(log, !self.compacted)?;
+        let (log_start, log_end) = (log.log_start_offset().0, log.log_end_offset().0);
+        for (offset, record) in &served {
+            self.check_served(*offset, record);
+        }
+        self.check_acked(&served, log_start, log_end)?;
+        self.note(&format!(
+            "checked: log {log_start}..{log_end}, {} records served, acknowledged below {}, \
+             log start floor {}",
+            served.len(),
+            self.model.acked_end,
+            self.model.log_start_floor
+        ));
+        self.model.written.split_off(&log_end);
+        if after_crash {
+            self.model.acked_end = log_end;
+        }
+        self.model.log_start_floor = self.model.log_start_floor.min(log_end);
+        Ok(())
+    }
+
+    fn check_served(&self, offset: u64, record: &Rec) {
+        assert!(
+            self.model.written.get(&offset) == Some(record),
+            "offset {offset} serves a record never written there: {record:?}"
+        );
+    }
+
+    fn check_acked(&self, served: &[(u64, Rec)], start: u64, end: u64) -> Result<(), String> {
+        let acked_end = self.model.acked_end;
+        if end < acked_end {
+            return Err(format!(
+                "log end {end} is below the acknowledged end {acked_end}"
+            ));
+        }
+        let served: BTreeMap<u64, &Rec> = served.iter().map(|(o, r)| (*o, r)).collect();
+        let floor = self.model.log_start_floor.min(acked_end);
+        for (offset, record) in self.model.written.range(floor..acked_end) {
+            if served.contains_key(offset) {
+                continue;
+            }
+            let superseded = self.compacted
+                && served
+                    .range(offset + 1..)
+                    .any(|(_, later)| later.key == record.key);
+            if !superseded {
+                return Err(format!(
+                    "acknowledged offset {offset} is lost (log {start}..{end}, acknowledged below \
+                     {acked_end}, log start floor {floor})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The reopened log takes an append at its log end and makes it durable.
+    fn append_after_reopen(&mut self, log: &mut PartitionLog, why: &str) {
+        let end = log.log_end_offset();
+        let now = self.tick();
+        if self.append(log, 0, 8, 1, now).is_err() {
+            panic!("after {why}: the reopened log refuses an append at {end}");
+        }
+        if let Err(error) = log.flush() {
+            panic!("after {why}: the reopened log does not flush: {error}");
+        }
+        let data = log
+            .read(end, 1 << 16)
+            .unwrap_or_else(|error| panic!("after {why}: read the new append at {end}: {error}"));
+        let served = check_batches(&data.records, !self.compacted)
+            .unwrap_or_else(|error| panic!("after {why}: the new append: {error}"));
+        let first = served.iter().find(|(offset, _)| *offset >= end.0);
+        assert_eq!(
+            first.map(|(offset, _)| *offset),
+            Some(end.0),
+            "after {why}: the append is not at the old log end"
+        );
+        self.model.acked_end = log.log_end_offset().0;
+    }
+}
+
+/// `low + point` folded into `low..=high`.
+fn between(low: u64, high: u64, point: u16) -> u64 {
+    low + u64::from(point) % (high.saturating_sub(low) + 1)
+}
+
+/// Whether `fault` on `path` must fail the partition: a failed write or fsync of a segment file,
+/// or a failed fsync of the partition's directory.
+fn fails_partition(fault: Fault, path: &Path) -> bool {
+    let segment_file = path.extension().is_some_and(|extension| extension == "log");
+    let write_or_sync = !matches!(fault, Fault::ReadError | Fault::MisdirectedWrite);
+    let partition_dir = path
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with(TOPIC));
+    (segment_file && write_or_sync) || (partition_dir && fault == Fault::DirSyncError)
+}
+
+/// Every record of the log, read batch by batch from the log start.
+fn read_all(log: &mut PartitionLog, dense: bool) -> Result<Vec<(u64, Rec)>, String> {
+    let mut served: Vec<(u64, Rec)> = Vec::new();
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    while offset < end {
+        let data = log
+            .read(offset, 1024)
+            .map_err(|error| format!("read at {offset}: {error}"))?;
+        if data.records.is_empty() {
+            if dense {
+                return Err(format!(
+                    "nothing served at {offset} below the log end {end}"
+                ));
+            }
+            // Compaction removed every record from `offset` to the end (the read moves on to later
+            // segments until one holds a batch at or past `offset`).
+            break;
+        }
+        let batch_records = check_batches(&data.records, dense)?;
+        let Some(last) = batch_last_offset(&data.records) else {
+            return Err(format!("no batch served at {offset}"));
+        };
+        if last < offset.0 {
+            return Err(format!(
+                "a read at {offset} served batches ending at {last}"
+            ));
+        }
+        for (record_offset, record) in batch_records {
+            if record_offset < offset.0 {
+                continue;
+            }
+            if let Some((previous, _)) = served.last()
+                && (record_offset <= *previous || (dense && record_offset != previous + 1))
+            {
+                return Err(format!(
+                    "offset {record_offset} served after offset {previous}"
+                ));
+            }
+            served.push((record_offset, record));
+        }
+        offset = Offset(last + 1);
+    }
+    if let (true, Some((first, _))) = (dense, served.first())
+        && *first != log.log_start_offset().0
+    {
+        return Err(format!(
+            "the first record served is {first}, not the log start {}",
+            log.log_start_offset()
+        ));
+    }
+    Ok(served)
+}
+
+fn batch_last_offset(records: &Bytes) -> Option<u64> {
+    BatchIter::new(records.clone(), u64::MAX)
+        .filter_map(Result::ok)
+        .map(|batch| batch.last_offset() as u64)
+        .last()
+}
+
+/// Checks served bytes: whole batches, each passing its CRC-32C, offsets strictly increasing
+/// (dense when `dense`). Returns the records with their offsets.
+fn check_batches(records: &Bytes, dense: bool) -> Result<Vec<(u64, Rec)>, String> {
+    let mut served = Vec::new();
+    let mut previous_last: Option<i64> = None;
+    let mut position = 0usize;
+    for batch in BatchIter::new(records.clone(), u64::MAX) {
+        let batch = batch.map_err(|error| format!("a served batch does not decode: {error}"))?;
+        let size = batch.size_bytes() as usize;
+        let bytes = records
+            .get(position..position + size)
+            .ok_or("a batch is longer than what was served")?;
+        position += size;
+        let stored_crc = u32::from_be_bytes([bytes[17], bytes[18], bytes[19], bytes[20]]);
+        if crc32c::crc32c(&bytes[21..]) != stored_crc {
+            return Err(format!(
+                "batch at {} served with a bad CRC",
+                batch.base_offset()
+            ));
+        }
+        if let Some(previous) = previous_last
+            && (batch.base_offset() <= previous || (dense && batch.base_offset() != previous + 1))
+        {
+            return Err(format!(
+                "batch at {} follows a batch ending at {previous}",
+                batch.base_offset()
+            ));
+        }
+        previous_last = Some(batch.last_offset());
+        let mut previous_record: Option<u64> = None;
+        for record in batch.records().map_err(|error| error.to_string())? {
+            let offset = (batch.base_offset() + i64::from(record.offset_delta)) as u64;
+            if previous_record.is_some_and(|previous| offset <= previous)
+                || offset > batch.last_offset() as u64
+            {
+                return Err(format!("record offset {offset} out of order in its batch"));
+            }
+            previous_record = Some(offset);
+            served.push((
+                offset,
+                Rec {
+                    key: record.key.map(|key| key.to_vec()).unwrap_or_default(),
+                    value: record.value.map(|value| value.to_vec()).unwrap_or_default(),
+                },
+            ));
+        }
+    }
+    if position != records.len() {
+        return Err(format!(
+            "{} bytes served past the last whole batch",
+            records.len() - position
+        ));
+    }
+    Ok(served)
+}
