@@ -100,6 +100,7 @@ fn append_by_record_count_with_vs_disk_reports_disk_rates() {
     let read_buffered = number(&report, &["disk", "read_buffered_mb_per_s"]);
     assert!(number(&report, &["disk", "read_mb_per_s"]) >= read_buffered);
     assert!(number(&report, &["disk", "random_read_iops"]) > 0.0);
+    assert!(number(&report, &["disk", "memcpy_mb_per_s"]) > 0.0);
     assert!(number(&report, &["append", "vs_disk"]) > 0.0, "{report:#}");
 }
 
@@ -127,6 +128,33 @@ fn fetch_hot_reports_append_and_fetch() {
     assert_throughput(&report, "append");
     assert_throughput(&report, "fetch");
     assert_latency(&report, "fetch");
+}
+
+#[test]
+fn fetch_hot_with_vs_disk_is_compared_with_memcpy() {
+    let temporary = tempfile::tempdir().unwrap();
+    let json = temporary.path().join("bench.json");
+    let output = run(&[
+        "bench",
+        "--workload",
+        "fetch-hot",
+        "--duration",
+        "1",
+        "--vs-disk",
+        "--json",
+        path_arg(&json),
+    ]);
+    assert_success(&output);
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.contains("x single-core memcpy"), "{table}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let memcpy = number(&report, &["disk", "memcpy_mb_per_s"]);
+    let fetch = number(&report, &["fetch", "mb_per_s"]);
+    let ratio = number(&report, &["fetch", "vs_disk"]);
+    assert!(
+        (ratio - fetch / memcpy).abs() < 1e-6 * ratio.max(1.0),
+        "{report:#}"
+    );
 }
 
 #[test]

@@ -51,6 +51,8 @@ pub struct DiskFigures {
     pub random_read_iops: f64,
     /// Whether the random reads bypassed the page cache (`O_DIRECT`).
     pub random_read_direct: bool,
+    /// One core copying memory in 1 MiB chunks (the ceiling `fetch-hot` is compared with).
+    pub memcpy_mb_per_s: f64,
     pub notes: Vec<String>,
 }
 
@@ -84,6 +86,30 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
     let mut figures = measure_built_in(scratch.path(), pattern)?;
     figures.notes.splice(0..0, notes);
     Ok(figures)
+}
+
+/// Bytes the memcpy baseline copies between, and the chunk it copies at a time.
+const MEMCPY_BUFFER_BYTES: usize = 64 * 1024 * 1024;
+const MEMCPY_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// One core's memory copy rate: 1 MiB chunks from one 64 MiB buffer into another (larger than
+/// the caches, as fetched data is), for [`PHASE_TIME`].
+pub fn measure_memcpy() -> f64 {
+    let source = vec![0x5au8; MEMCPY_BUFFER_BYTES];
+    let mut destination = vec![0u8; MEMCPY_BUFFER_BYTES];
+    let start = Instant::now();
+    let mut copied = 0usize;
+    while start.elapsed() < PHASE_TIME {
+        for (to, from) in destination
+            .chunks_mut(MEMCPY_CHUNK_BYTES)
+            .zip(source.chunks(MEMCPY_CHUNK_BYTES))
+        {
+            to.copy_from_slice(from);
+        }
+        std::hint::black_box(&destination);
+        copied += MEMCPY_BUFFER_BYTES;
+    }
+    copied as f64 / start.elapsed().as_secs_f64() / 1e6
 }
 
 fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
@@ -129,6 +155,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         read_direct_mb_per_s,
         random_read_iops,
         random_read_direct: random_direct,
+        memcpy_mb_per_s: measure_memcpy(),
         notes,
     })
 }

@@ -85,6 +85,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         read_direct_mb_per_s: Some(number(&direct_read, "read", "bw_bytes")? / MB),
         random_read_iops: number(&random, "read", "iops")?,
         random_read_direct: true,
+        memcpy_mb_per_s: super::disk::measure_memcpy(),
         notes: Vec::new(),
     })
 }

@@ -40,6 +40,8 @@ struct Versus {
     engine: f64,
     disk: f64,
     unit: &'static str,
+    /// What `disk` is: the disk's best figure, or memory's (`fetch-hot`).
+    against: &'static str,
 }
 
 impl Versus {
@@ -57,16 +59,30 @@ impl Report<'_> {
 
     fn versus_disk(&self, phase: &Phase) -> Option<Versus> {
         let disk = self.disk.as_ref()?;
-        let (engine, disk, unit) = if phase.is_append() {
-            (phase.mb_per_s()?, disk.write_mb_per_s(), "MB/s")
+        let best = "the disk's best";
+        let (engine, disk, unit, against) = if phase.is_append() {
+            (phase.mb_per_s()?, disk.write_mb_per_s(), "MB/s", best)
         } else if phase.name != "fetch" {
             return None;
         } else if self.settings.workload == Workload::RandomFetch {
-            (phase.operations_per_s()?, disk.random_read_iops, "reads/s")
+            (
+                phase.operations_per_s()?,
+                disk.random_read_iops,
+                "reads/s",
+                best,
+            )
+        } else if self.settings.workload == Workload::FetchHot {
+            let memcpy = "single-core memcpy";
+            (phase.mb_per_s()?, disk.memcpy_mb_per_s, "MB/s", memcpy)
         } else {
-            (phase.mb_per_s()?, disk.read_mb_per_s(), "MB/s")
+            (phase.mb_per_s()?, disk.read_mb_per_s(), "MB/s", best)
         };
-        Some(Versus { engine, disk, unit })
+        Some(Versus {
+            engine,
+            disk,
+            unit,
+            against,
+        })
     }
 
     pub fn print_table(&self, out: &mut impl Write) -> io::Result<()> {
@@ -154,7 +170,8 @@ impl Report<'_> {
         writeln!(
             out,
             "disk ({}, measured before the engine, {} B blocks, {}): write {:.1} MB/s buffered, {} MB/s O_DIRECT; \
-             read {:.1} MB/s buffered, {} MB/s O_DIRECT; {:.0} random 4 KiB reads/s at queue depth {}",
+             read {:.1} MB/s buffered, {} MB/s O_DIRECT; {:.0} random 4 KiB reads/s at queue depth {}; \
+             memcpy {:.1} MB/s on one core",
             disk.tool,
             disk.pattern.block_bytes,
             if disk.pattern.sync_each {
@@ -168,6 +185,7 @@ impl Report<'_> {
             optional(disk.read_direct_mb_per_s),
             disk.random_read_iops,
             disk.pattern.queue_depth,
+            disk.memcpy_mb_per_s,
         )?;
         for note in &disk.notes {
             writeln!(out, "disk: {note}")?;
@@ -176,10 +194,11 @@ impl Report<'_> {
             if let Some(versus) = self.versus_disk(phase) {
                 writeln!(
                     out,
-                    "{}: {:.1} {unit} = {:.2} x the disk's best {:.1} {unit}",
+                    "{}: {:.1} {unit} = {:.2} x {} {:.1} {unit}",
                     phase.name,
                     versus.engine,
                     versus.ratio(),
+                    versus.against,
                     versus.disk,
                     unit = versus.unit,
                 )?;
@@ -316,6 +335,7 @@ fn disk_json(disk: &DiskFigures) -> Value {
         "read_direct_mb_per_s": disk.read_direct_mb_per_s,
         "random_read_iops": disk.random_read_iops,
         "random_read_direct": disk.random_read_direct,
+        "memcpy_mb_per_s": disk.memcpy_mb_per_s,
         "notes": disk.notes,
     });
     if let (Some(latency), Value::Object(map)) = (&disk.write_latency, &mut object) {
