@@ -100,6 +100,8 @@ pub enum OpenError {
         #[source]
         source: io::Error,
     },
+    #[error("log.cleaner.dedupe.buffer.size: {0}")]
+    DedupeBuffer(#[from] crate::cleaner::offset_map::OffsetMapError),
     #[error("cannot start the cleaner thread: {source}")]
     CleanerThread {
         #[source]

@@ -556,3 +556,21 @@ fn the_scrubber_runs_on_its_own_schedule() {
     assert!(stats.scrub.corrupt.is_empty());
     engine.close().unwrap();
 }
+
+#[test]
+fn a_dedupe_buffer_too_small_for_one_key_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cleaner_dedupe_buffer_bytes: 1,
+        ..engine_config()
+    };
+    let error = Engine::open(dir.path(), config).unwrap_err();
+    assert!(
+        matches!(error, seglog::error::OpenError::DedupeBuffer(_)),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("log.cleaner.dedupe.buffer.size"),
+        "{error}"
+    );
+}

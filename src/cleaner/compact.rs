@@ -302,15 +302,26 @@ pub fn cleanable_ratio(clean_bytes: u64, dirty_bytes: u64) -> f64 {
     dirty_bytes as f64 / total_bytes
 }
 
-/// The log to clean next: the candidate with the highest [`cleanable_ratio`] at or above its own
-/// `min.cleanable.dirty.ratio`, the first one on a tie. A log with no dirty bytes is never
-/// chosen, so a ratio of 0 does not make the cleaner rewrite clean logs.
+impl<Id> CleaningCandidate<Id> {
+    /// [`cleanable_ratio`] of the log.
+    pub fn ratio(&self) -> f64 {
+        cleanable_ratio(self.clean_bytes, self.dirty_bytes)
+    }
+
+    /// Whether the log is due for cleaning: it has dirty bytes (so a ratio of 0 does not make the
+    /// cleaner rewrite clean logs) and its ratio reached its `min.cleanable.dirty.ratio`.
+    pub fn is_cleanable(&self) -> bool {
+        self.dirty_bytes > 0 && self.ratio() >= self.min_cleanable_ratio
+    }
+}
+
+/// The log to clean next: the cleanable candidate ([`CleaningCandidate::is_cleanable`]) with the
+/// highest ratio, the first one on a tie.
 pub fn choose_log<Id: Copy>(candidates: &[CleaningCandidate<Id>]) -> Option<Id> {
     let mut chosen: Option<(Id, f64)> = None;
     for candidate in candidates {
-        let ratio = cleanable_ratio(candidate.clean_bytes, candidate.dirty_bytes);
-        let eligible = candidate.dirty_bytes > 0 && ratio >= candidate.min_cleanable_ratio;
-        if eligible && chosen.is_none_or(|(_, best)| ratio > best) {
+        let ratio = candidate.ratio();
+        if candidate.is_cleanable() && chosen.is_none_or(|(_, best)| ratio > best) {
             chosen = Some((candidate.id, ratio));
         }
     }

@@ -29,7 +29,7 @@ use futures_channel::oneshot;
 
 use super::pending::Reply;
 use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};
-use crate::cleaner::compact::{CleaningCandidate, choose_log, cleanable_ratio};
+use crate::cleaner::compact::CleaningCandidate;
 use crate::cleaner::log_cleaner::{CleanableLog, CompactionOutcome, LogCleaner, SwapOutcome};
 use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::{CorruptSegment, ScrubOutcome, scrub_log};
@@ -48,8 +48,6 @@ const FULL_QUEUE_PAUSE: Duration = Duration::from_millis(1);
 pub(crate) struct CleanerSettings {
     /// `log.cleaner.backoff.ms`.
     pub backoff: Duration,
-    /// `log.cleaner.dedupe.buffer.size`.
-    pub dedupe_buffer_bytes: usize,
     /// `log.cleaner.io.max.bytes.per.second`.
     pub io_max_bytes_per_second: f64,
     /// How often the scrubber re-checks every open log's sealed segments (`None`: never).
@@ -100,7 +98,8 @@ pub struct UncleanablePartition {
     /// Failures in a row.
     pub failures: u32,
     pub last_error: String,
-    /// Time until the next attempt when the stats were taken.
+    /// Time until the next attempt, as of the cleaner's last update of these stats (after each
+    /// cleaning).
     pub retry_in: Duration,
 }
 
@@ -152,7 +151,10 @@ pub(crate) struct CleanerHandle {
 
 impl CleanerHandle {
     /// Starts the cleaner thread.
+    /// Starts the cleaner thread with `map` as its dedupe buffer (one for the thread's life, as
+    /// Kafka's cleaner threads keep theirs).
     pub(crate) fn spawn(
+        map: OffsetMap,
         settings: CleanerSettings,
         storage: Arc<dyn Storage>,
         shards: Vec<ShardLink>,
@@ -174,7 +176,7 @@ impl CleanerHandle {
         };
         let thread = std::thread::Builder::new()
             .name("seglog-cleaner".to_owned())
-            .spawn(move || cleaner.run())?;
+            .spawn(move || cleaner.run(map))?;
         Ok(CleanerHandle {
             sender: Mutex::new(Some(sender)),
             stop,
@@ -217,7 +219,7 @@ impl CleanerHandle {
         }
     }
 
-    /// The stats, with each uncleanable partition's time to its retry.
+    /// A copy of the stats as the cleaner thread last updated them.
     pub(crate) fn stats(&self) -> CleanerStats {
         self.stats
             .lock()
@@ -252,7 +254,7 @@ enum CallError {
 }
 
 impl Cleaner {
-    fn run(mut self) {
+    fn run(mut self, mut map: OffsetMap) {
         let priority = lower_priority();
         if let Some(core) = self.settings.core {
             core_affinity::set_for_current(core);
@@ -274,14 +276,14 @@ impl Cleaner {
                 .recv_timeout(due.saturating_duration_since(Instant::now()))
             {
                 Ok(CleanerRequest::Compact { topic, reply }) => {
-                    let _ = reply.send(self.compact_all(topic));
+                    let _ = reply.send(self.compact_all(topic, &mut map));
                 }
                 Ok(CleanerRequest::Scrub { topic, reply }) => {
                     let _ = reply.send(self.scrub(CleanableSelection::Owned { topic }));
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() >= next_check {
-                        self.clean_dirty_logs();
+                        self.clean_dirty_logs(&mut map);
                         next_check = Instant::now() + self.settings.backoff;
                     }
                     if let (Some(due), Some(every)) = (next_scrub, self.settings.scrub_interval)
@@ -341,7 +343,7 @@ impl Cleaner {
 
     /// Cleans, dirtiest first, each open compacted log whose dirty share reached its
     /// `min.cleanable.dirty.ratio`, skipping partitions waiting out a failure's backoff.
-    fn clean_dirty_logs(&mut self) {
+    fn clean_dirty_logs(&mut self, map: &mut OffsetMap) {
         let Ok(logs) = self.cleanable_logs(CleanableSelection::Open) else {
             return;
         };
@@ -359,19 +361,17 @@ impl Cleaner {
                     dirty_bytes,
                     min_cleanable_ratio: log.config.min_cleanable_dirty_ratio,
                 };
-                choose_log(&[candidate])?;
-                Some((tp, log, cleanable_ratio(clean_bytes, dirty_bytes)))
+                candidate
+                    .is_cleanable()
+                    .then(|| (tp, log, candidate.ratio()))
             })
             .collect();
         candidates.sort_by(|a, b| b.2.total_cmp(&a.2));
-        let Some(mut map) = self.new_map() else {
-            return;
-        };
         for (tp, log, _) in candidates {
             if self.stopping() {
                 return;
             }
-            let _ = self.clean_log(&tp, log, &mut map);
+            let _ = self.clean_log(&tp, log, map);
         }
     }
 
@@ -379,17 +379,15 @@ impl Cleaner {
     fn compact_all(
         &mut self,
         topic: Option<TopicName>,
+        map: &mut OffsetMap,
     ) -> Result<Vec<PartitionCompaction>, FlushError> {
         let logs = self
             .cleanable_logs(CleanableSelection::Owned { topic })
             .map_err(call_error)?;
-        let Some(mut map) = self.new_map() else {
-            return Err(FlushError::Unavailable(EngineUnavailable::Closed));
-        };
         let mut reports = Vec::with_capacity(logs.len());
         for (tp, log) in logs {
             let outcome = match log {
-                Ok(log) => self.clean_log(&tp, log, &mut map),
+                Ok(log) => self.clean_log(&tp, log, map),
                 Err(error) => Err(error),
             };
             reports.push(PartitionCompaction {
@@ -398,16 +396,6 @@ impl Cleaner {
             });
         }
         Ok(reports)
-    }
-
-    fn new_map(&self) -> Option<OffsetMap> {
-        match OffsetMap::new(self.settings.dedupe_buffer_bytes) {
-            Ok(map) => Some(map),
-            Err(error) => {
-                log::error!("cleaner: cannot allocate the dedupe buffer: {error}");
-                None
-            }
-        }
     }
 
     /// Cleans one log in rounds (each with the log's fresh segments) while the map fills, records

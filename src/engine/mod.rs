@@ -45,6 +45,7 @@ use crate::log_dir::{
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
+use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
@@ -285,6 +286,7 @@ impl Engine {
     ) -> Result<Engine, OpenError> {
         let root = dir.as_ref().to_owned();
         config.default_topic_config.validate()?;
+        let dedupe_map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes)?;
         storage
             .create_dir_all(&root)
             .map_err(|source| StorageError::io("create directory", &root, source))?;
@@ -322,7 +324,13 @@ impl Engine {
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }
-        let cleaner = spawn_cleaner(&config, storage.clone(), &shards, first_dirty_offsets)?;
+        let cleaner = spawn_cleaner(
+            &config,
+            dedupe_map,
+            storage.clone(),
+            &shards,
+            first_dirty_offsets,
+        )?;
         Ok(Engine {
             inner: Arc::new(Inner {
                 root,
@@ -1151,6 +1159,7 @@ fn spawn_shard(
 /// Starts the cleaner thread, pinned to `cleaner_core`, reaching every shard.
 fn spawn_cleaner(
     config: &EngineConfig,
+    map: OffsetMap,
     storage: Arc<dyn Storage>,
     shards: &[ShardHandle],
     first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
@@ -1170,12 +1179,11 @@ fn spawn_cleaner(
     });
     let settings = CleanerSettings {
         backoff: std::time::Duration::from_millis(config.cleaner_backoff_ms),
-        dedupe_buffer_bytes: config.cleaner_dedupe_buffer_bytes,
         io_max_bytes_per_second: config.cleaner_io_max_bytes_per_second,
         scrub_interval: (config.scrub_interval_ms > 0)
             .then(|| std::time::Duration::from_millis(config.scrub_interval_ms)),
         core,
     };
-    CleanerHandle::spawn(settings, storage, links, first_dirty_offsets)
+    CleanerHandle::spawn(map, settings, storage, links, first_dirty_offsets)
         .map_err(|source| OpenError::CleanerThread { source })
 }

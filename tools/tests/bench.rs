@@ -11,6 +11,11 @@ use support::{assert_success, path_arg, run};
 
 /// Runs `seglog bench --json FILE args...` and returns the JSON it wrote.
 fn bench_json(args: &[&str]) -> Value {
+    bench_json_and_table(args).0
+}
+
+/// Runs `seglog bench --json FILE args...` and returns the JSON it wrote and the table it printed.
+fn bench_json_and_table(args: &[&str]) -> (Value, String) {
     let temporary = tempfile::tempdir().unwrap();
     let json = temporary.path().join("bench.json");
     let mut all = vec!["bench", "--json", path_arg(&json)];
@@ -19,7 +24,8 @@ fn bench_json(args: &[&str]) -> Value {
     assert_success(&output);
     let table = String::from_utf8(output.stdout).unwrap();
     assert!(table.contains("records/s"), "{table}");
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (report, table)
 }
 
 fn number(report: &Value, path: &[&str]) -> f64 {
@@ -132,22 +138,9 @@ fn fetch_hot_reports_append_and_fetch() {
 
 #[test]
 fn fetch_hot_with_vs_disk_is_compared_with_memcpy() {
-    let temporary = tempfile::tempdir().unwrap();
-    let json = temporary.path().join("bench.json");
-    let output = run(&[
-        "bench",
-        "--workload",
-        "fetch-hot",
-        "--duration",
-        "1",
-        "--vs-disk",
-        "--json",
-        path_arg(&json),
-    ]);
-    assert_success(&output);
-    let table = String::from_utf8(output.stdout).unwrap();
+    let (report, table) =
+        bench_json_and_table(&["--workload", "fetch-hot", "--duration", "1", "--vs-disk"]);
     assert!(table.contains("x single-core memcpy"), "{table}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let memcpy = number(&report, &["disk", "memcpy_mb_per_s"]);
     let fetch = number(&report, &["fetch", "mb_per_s"]);
     let ratio = number(&report, &["fetch", "vs_disk"]);
