@@ -35,6 +35,11 @@ pub enum CleanupPolicy {
 }
 
 impl CleanupPolicy {
+    /// Whether the cleaner compacts logs with this policy (which leaves gaps in their offsets).
+    pub fn compacts(self) -> bool {
+        self != CleanupPolicy::Delete
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             CleanupPolicy::Delete => "delete",

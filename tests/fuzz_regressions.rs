@@ -143,7 +143,8 @@ fn load_segment(
 /// whose `baseOffset + lastOffsetDelta` overflows saturates to `i64::MAX`, the expected next
 /// offset becomes 2^63, whose cast to `i64` is negative, so a following batch at offset 0 passes
 /// the "not below the next offset" check and recovery panics adding it to the offset index.
-/// Open: the fix belongs in `src/segment/recovery.rs` (`check_offsets`).
+/// Fixed in `src/segment/recovery.rs` (`check_offsets`); a batch that passes its CRC with bad
+/// offsets now fails the open (`Corrupt`) instead of being cut as a torn tail.
 #[test]
 fn recovery_refuses_a_batch_whose_offsets_overflow_and_one_that_goes_back() {
     let first = batch_with_offsets(i64::MAX - 8, 100);
@@ -155,8 +156,12 @@ fn recovery_refuses_a_batch_whose_offsets_overflow_and_one_that_goes_back() {
         base_offset,
         seglog::segment::recovery::LoadMode::Recover,
     );
-    let loaded = loaded.unwrap();
-    assert!(loaded.segment.size_bytes() <= first.len() as u64);
+    // Both batches pass their CRC, so their offsets were damaged: refused, never truncated.
+    let error = loaded.unwrap_err();
+    assert!(
+        matches!(error, seglog::error::StorageError::Corrupt { .. }),
+        "{error}"
+    );
 }
 
 /// recovery_scan (found the same way): a trusted segment whose tail holds a batch based at

@@ -415,6 +415,19 @@ fn a_torn_last_batch_is_cut_at_every_byte_position() {
     }
 }
 
+/// The partition refuses to open (`Corrupt`) and the `.log` at `log_path` is left as it was.
+fn assert_refused_untouched(root: &Path, log_path: &Path, what: &str) {
+    let before = fs::read(log_path).unwrap();
+    let mut log_dir = open_dir(root);
+    let error = log_dir.partition(&topic(), 0).map(|_| ()).unwrap_err();
+    assert!(format!("{error:?}").contains("Corrupt"), "{what}: {error}");
+    assert_eq!(fs::read(log_path).unwrap(), before, "{what}: the .log changed");
+}
+
+/// A bit flipped where the CRC covers it is indistinguishable from a torn write of the last
+/// batch: the batch is cut. A flip in the base offset (outside the CRC) leaves a batch that
+/// passes its CRC with offsets out of order: damage, not a torn write, so the partition is
+/// refused rather than cut.
 #[test]
 fn a_flipped_bit_in_the_last_batch_truncates_it() {
     let crashed = CrashedLog::new();
@@ -457,12 +470,12 @@ fn a_flipped_bit_in_the_last_batch_truncates_it() {
         let mut content = fs::read(&active_log).unwrap();
         content[(start + position) as usize] ^= 1 << bit;
         fs::write(&active_log, content).unwrap();
-        assert_last_batch_dropped(
-            &crashed,
-            work.path(),
-            size,
-            &format!("flipping bit {bit} of byte {position} of the last batch"),
-        );
+        let what = format!("flipping bit {bit} of byte {position} of the last batch");
+        if position < 8 {
+            assert_refused_untouched(work.path(), &active_log, &what);
+        } else {
+            assert_last_batch_dropped(&crashed, work.path(), size, &what);
+        }
     }
 }
 
@@ -515,9 +528,6 @@ fn garbage_after_the_last_batch_is_truncated_on_unclean_reopen() {
     bad_crc.push(2);
     bad_crc.extend(random.bytes(55));
     garbage.push(("a header with a bad CRC".into(), bad_crc));
-    // A copy of the last batch, torn: a real-looking but incomplete batch.
-    let torn = crashed.last().bytes[..crashed.last().bytes.len() - 3].to_vec();
-    garbage.push(("a torn copy of the last batch".into(), torn));
     for (what, bytes) in garbage {
         let (work, active_log) = crashed.copy();
         append_to_file(&active_log, &bytes);
@@ -533,6 +543,22 @@ fn garbage_after_the_last_batch_is_truncated_on_unclean_reopen() {
             crashed.last_batch_range().1,
             "{what}"
         );
+    }
+}
+
+/// A copy of the last batch after it (torn or whole) carries offsets that were never written
+/// there: a misdirected write, not a torn one (R14). The partition is refused, nothing cut.
+#[test]
+fn a_copy_of_the_last_batch_after_it_is_refused_not_truncated() {
+    let crashed = CrashedLog::new();
+    let last = crashed.last().bytes.clone();
+    for (what, bytes) in [
+        ("a torn copy", last[..last.len() - 3].to_vec()),
+        ("a whole copy", last.to_vec()),
+    ] {
+        let (work, active_log) = crashed.copy();
+        append_to_file(&active_log, &bytes);
+        assert_refused_untouched(work.path(), &active_log, what);
     }
 }
 
@@ -807,9 +833,11 @@ fn a_corrupt_middle_segment_fails_the_partition_and_nothing_is_truncated() {
     );
 }
 
-/// The tail segment, by contrast, may hold an unacknowledged torn write: recovery cuts it.
+/// In the tail segment a batch that fails its CRC with a valid batch after it in the same
+/// sector is not a torn write either (a crash keeps or loses a sector whole, and writes reach
+/// the page cache in order): the partition is refused, nothing cut.
 #[test]
-fn a_corrupt_batch_in_the_last_segment_is_truncated() {
+fn a_corrupt_batch_followed_in_its_sector_by_a_valid_one_is_refused() {
     let closed = ClosedLog::new();
     let (work, dir) = closed.copy();
     fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
@@ -822,28 +850,14 @@ fn a_corrupt_batch_in_the_last_segment_is_truncated() {
         .iter()
         .filter(|b| b.base >= victim_base)
         .collect();
-    assert!(in_victim.len() >= 2, "the last segment holds batches");
-    let bad = in_victim[1];
+    assert!(in_victim.len() >= 3, "the last segment holds batches");
     let bad_position = in_victim[0].bytes.len();
+    let next_position = bad_position + in_victim[1].bytes.len();
+    assert!(next_position < 512, "the next batch starts in the same sector");
     let mut content = fs::read(victim).unwrap();
     content[bad_position + 70] ^= 0xff;
     fs::write(victim, &content).unwrap();
-    let mut log_dir = open_dir(work.path());
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    let kept: Vec<StoredBatch> = closed
-        .batches
-        .iter()
-        .filter(|b| b.base < bad.base)
-        .cloned()
-        .collect();
-    assert_serves(log, &kept);
-    assert_appends_at(log, bad.base);
-    let report = log_dir.recovery_reports()[&topic_partition()].clone();
-    assert_eq!(
-        report.bytes_truncated,
-        (content.len() - bad_position) as u64
-    );
-    log_dir.close().unwrap();
+    assert_refused_untouched(work.path(), victim, "a corrupt middle batch");
 }
 
 fn file_names(dir: &Path) -> Vec<String> {

@@ -1,6 +1,6 @@
 //! The scrubber: re-reads sealed segments in the background and checks every batch's framing
 //! and CRC and the offsets' continuity (each batch inside its segment's range and after the
-//! previous one), so that corruption is reported before a reader meets it. It reads through the
+//! previous one, right after it in a log that is never compacted), so that corruption is reported before a reader meets it. It reads through the
 //! cleaner's storage handle and rate limit, on the cleaner's low-priority thread, and changes
 //! nothing: a corrupt segment is reported (log and `CleanerStats`), never truncated.
 
@@ -64,17 +64,22 @@ fn scrub_segment(
         return Ok(false);
     };
     let mut expected_next = segment.base_offset.0;
+    // A log that is never compacted has no offset gaps.
+    let dense = !log.config.cleanup_policy.compacts();
     reader.for_each_batch(throttle, |batch| {
         let base = u64::try_from(batch.base_offset()).unwrap_or(u64::MAX);
         let last = u64::try_from(batch.last_offset()).unwrap_or(u64::MAX);
-        if base < expected_next || last >= segment.next_offset.0 || last < base {
+        let gap = dense && base != expected_next;
+        if base < expected_next || gap || last >= segment.next_offset.0 || last < base {
             return Err(CleanError::Storage(StorageError::Corrupt {
                 file: log.dir.clone(),
                 position: 0,
                 reason: format!(
                     "segment {}: batch {base}..={last} breaks offset continuity \
-                     (expected at or after {expected_next}, below {})",
-                    segment.base_offset, segment.next_offset
+                     (expected {}{expected_next}, below {})",
+                    segment.base_offset,
+                    if dense { "at " } else { "at or after " },
+                    segment.next_offset
                 ),
             }));
         }

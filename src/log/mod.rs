@@ -175,9 +175,16 @@ impl PartitionLog {
         }
         let mut records = Bytes::new();
         for index in self.segments.floor_index(offset)..self.segments.len() {
+            let dense = !self.config.cleanup_policy.compacts();
             let segment = self.open_segment(index)?;
             if let Some(location) = segment.locate(offset, segment.size_bytes())? {
-                records = segment.read_batches(location, max_bytes, segment.size_bytes())?;
+                records = segment.read_batches(
+                    location,
+                    offset,
+                    max_bytes,
+                    segment.size_bytes(),
+                    dense,
+                )?;
                 break;
             }
         }

@@ -190,8 +190,8 @@ fn load_segments(
         } else {
             LoadMode::Trusted
         };
-        let later = &base_offsets[segment_index + 1..];
-        let invalid_tail = if later_segments_hold_data(storage, dir, later)? {
+        // A later segment exists only because a roll sealed this one: it was synced in full.
+        let invalid_tail = if segment_index + 1 < base_offsets.len() {
             InvalidTail::Refuse
         } else {
             InvalidTail::TruncateFrom(options.recovery_point)
@@ -212,16 +212,8 @@ fn load_segments(
         if let Some(recovery) = &loaded.recovery {
             record_recovery(report, loaded.segment.log_path(), recovery);
         }
-        let previous_end = segments.last().map(Segment::next_offset);
-        if previous_end.is_some_and(|end| loaded.segment.base_offset() < end) {
-            return Err(StorageError::Corrupt {
-                file: loaded.segment.log_path().to_owned(),
-                position: 0,
-                reason: format!(
-                    "segment overlaps the previous one, which ends at offset {}",
-                    previous_end.unwrap_or_default()
-                ),
-            });
+        if let Some(previous) = segments.last() {
+            check_follows(previous, &loaded.segment, config)?;
         }
         segments.push(loaded.segment);
         if truncated {
@@ -235,23 +227,28 @@ fn load_segments(
     Ok(segments)
 }
 
-/// Whether any of the segments at `base_offsets` has a non-empty `.log`.
-fn later_segments_hold_data(
-    storage: &dyn Storage,
-    dir: &Path,
-    base_offsets: &[Offset],
-) -> Result<bool, StorageError> {
-    for base_offset in base_offsets {
-        let path = SegmentFileName::live(*base_offset, SegmentFileKind::Log).path_in(dir);
-        let length = storage
-            .open(&path, crate::io::OpenMode::Existing)
-            .and_then(|file| file.length_bytes())
-            .map_err(|source| StorageError::io("stat", &path, source))?;
-        if length > 0 {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+/// `next` starts at or after the previous segment's end, and exactly there in a log that is
+/// never compacted (its offsets are dense; the previous segment was synced in full when it
+/// rolled, so a gap is damage).
+fn check_follows(
+    previous: &Segment,
+    next: &Segment,
+    config: &LogConfig,
+) -> Result<(), StorageError> {
+    let end = previous.next_offset();
+    let base = next.base_offset();
+    let reason = if base < end {
+        "overlaps the previous segment"
+    } else if base > end && !config.cleanup_policy.compacts() {
+        "leaves an offset gap after the previous segment in a log that is never compacted"
+    } else {
+        return Ok(());
+    };
+    Err(StorageError::Corrupt {
+        file: next.log_path().to_owned(),
+        position: 0,
+        reason: format!("segment based at {base} {reason}, which ends at offset {end}"),
+    })
 }
 
 fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &SegmentRecovery) {

@@ -299,12 +299,16 @@ impl Segment {
     }
 
     /// Reads whole batches starting with `first`, up to `max_bytes` (at least `first` itself),
-    /// never past `max_position`.
+    /// never past `max_position`. The first batch must hold `offset` when `dense` (the log is
+    /// never compacted, so each batch starts right after the previous one), else end at or
+    /// after it.
     pub fn read_batches(
         &self,
         first: BatchLocation,
+        offset: Offset,
         max_bytes: u64,
         max_position: u64,
+        dense: bool,
     ) -> Result<Bytes, StorageError> {
         let end = max_position.min(self.size_bytes);
         let length = max_bytes.max(first.size_bytes).min(end - first.position);
@@ -315,30 +319,80 @@ impl Segment {
             .map_err(|source| StorageError::io("read", &self.log_path, source))?;
         buffer.truncate(read);
         let bytes = buffer.freeze();
-        let valid_length = self.checked_batches_length(&bytes, first.position)?;
+        let valid_length = self.checked_batches_length(&bytes, first.position, offset, dense)?;
         Ok(bytes.slice(..valid_length))
     }
 
-    /// Length of the prefix of `bytes` made of whole batches that pass their CRC. A first batch
-    /// that fails is a `Corrupt` error; a later one ends the prefix, so the next read from there
-    /// reports it. No batch with a bad CRC is ever returned.
+    /// Length of the prefix of `bytes` made of whole batches that pass their CRC and keep the
+    /// offsets in order inside this segment. A first batch that fails is a `Corrupt` error; a
+    /// later one ends the prefix, so the next read from there reports it. No batch with a bad
+    /// CRC or out of order is ever returned.
     fn checked_batches_length(
         &self,
         bytes: &Bytes,
         start_position: u64,
+        offset: Offset,
+        dense: bool,
     ) -> Result<usize, StorageError> {
         let mut batches = crate::format::batch::BatchIter::new(bytes.clone(), u64::MAX);
         let mut length = 0;
+        let mut previous_last = None;
         loop {
-            match batches.next() {
-                Some(Ok(batch)) => length += batch.size_bytes() as usize,
+            let failure = match batches.next() {
+                Some(Ok(batch)) => {
+                    match self.check_served_offsets(batch.header(), offset, previous_last, dense) {
+                        Ok(last) => {
+                            previous_last = Some(last);
+                            length += batch.size_bytes() as usize;
+                            continue;
+                        }
+                        Err(reason) => reason,
+                    }
+                }
                 Some(Err(crate::format::DecodeError::Truncated { .. })) | None => {
                     return Ok(length);
                 }
-                Some(Err(error)) if length == 0 => return Err(self.corrupt(start_position, error)),
-                Some(Err(_)) => return Ok(length),
+                Some(Err(error)) => error.to_string(),
+            };
+            if length > 0 {
+                return Ok(length);
             }
+            return Err(StorageError::Corrupt {
+                file: self.log_path.clone(),
+                position: start_position,
+                reason: failure,
+            });
         }
+    }
+
+    /// A batch about to be served lies inside this segment's offsets and after `previous_last`
+    /// (right after it when `dense`), or, the first one, holds `offset` (ends at or after it when
+    /// not `dense`); returns its last offset. The offsets are outside the batch's CRC, so this is
+    /// what catches a damaged header or a misdirected write.
+    fn check_served_offsets(
+        &self,
+        header: &crate::format::BatchHeader,
+        offset: Offset,
+        previous_last: Option<u64>,
+        dense: bool,
+    ) -> Result<u64, String> {
+        let base = u64::try_from(header.base_offset).ok();
+        let last = u64::try_from(header.last_offset()).ok();
+        let (Some(base), Some(last)) = (base, last) else {
+            return Err(format!("negative batch offsets {}", header.base_offset));
+        };
+        let in_order = match previous_last {
+            Some(previous) if dense => base == previous + 1,
+            Some(previous) => base > previous,
+            None => last >= offset.0 && (!dense || base <= offset.0),
+        };
+        if base < self.base_offset.0 || last < base || last >= self.next_offset.0 || !in_order {
+            return Err(format!(
+                "batch {base}..={last} is out of order in the segment {}..{} after {previous_last:?}",
+                self.base_offset, self.next_offset
+            ));
+        }
+        Ok(last)
     }
 
     /// The first record at or after `starting_offset` whose timestamp is `>= target`
@@ -414,7 +468,7 @@ impl Segment {
         &self,
         location: BatchLocation,
     ) -> Result<crate::format::Batch, StorageError> {
-        let bytes = self.read_batches(location, 0, self.size_bytes)?;
+        let bytes = self.read_batches(location, self.base_offset, 0, self.size_bytes, false)?;
         crate::format::Batch::decode(&bytes, u64::MAX)
             .map_err(|error| self.corrupt(location.position, error))
     }

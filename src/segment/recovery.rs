@@ -2,24 +2,34 @@
 //! every batch and rebuilding the indexes after an unclean one (Kafka's `LogSegment.recover`).
 //!
 //! Recovery reads each batch in order and checks its framing, magic, CRC-32C and offsets (the
-//! base offset never goes below the previous batch's next offset nor the segment's base offset).
-//! The first batch that fails ends the valid data: the `.log` is truncated there. Index entries
+//! base offset never goes below the previous batch's next offset nor the segment's base offset,
+//! and equals it in a log that is never compacted). The first batch whose framing or CRC fails
+//! ends the valid data: the `.log` is truncated there (a torn tail). A batch that passes its CRC
+//! but breaks the offsets is damage, never a torn write: recovery refuses it (`Corrupt`). Index entries
 //! are rebuilt with the same `index.interval.bytes` rule the append path uses.
 
 use std::path::Path;
 
 use crate::config::LogConfig;
 use crate::error::StorageError;
+use crate::format::batch::field;
 use crate::format::file_name::{SegmentFileKind, segment_path};
-use crate::format::{BatchHeader, DecodeError};
+use crate::format::{BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage};
 use crate::limits::RELATIVE_OFFSET_MAX;
+use crate::limits::{BATCH_HEADER_BYTES, BATCH_MAGIC_V2, LOG_OVERHEAD_BYTES};
 use crate::types::{Offset, TimestampMs};
 
 use super::scan::{LogScanner, ScanStep};
 use super::{Segment, observe_timestamp};
+
+/// The unit a crash keeps or loses whole: a device sector.
+const SECTOR_BYTES: u64 = 512;
+
+/// How much of a segment's invalid tail is read at a time when looking for a batch past it.
+const MISPLACED_SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 /// What recovering one segment found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,8 +58,8 @@ pub enum InvalidTail {
     /// Cut them off if they start at or above this offset (the recovery point: below it every
     /// byte was synced, so invalid bytes there are damage); refuse otherwise.
     TruncateFrom(Offset),
-    /// Refuse with `StorageError::Corrupt`, changing nothing: later segments hold data, so this
-    /// segment was synced when it rolled and invalid bytes in it are damage to acknowledged
+    /// Refuse with `StorageError::Corrupt`, changing nothing: a later segment exists, so this
+    /// segment was synced in full when it rolled and invalid bytes in it are damage to acknowledged
     /// data, not a torn write.
     Refuse,
 }
@@ -239,6 +249,7 @@ impl Segment {
         self.max_timestamp_so_far = None;
         self.first_batch_timestamp = None;
         let mut last_index_position = 0u64;
+        let dense = !config.cleanup_policy.compacts();
         let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
         let mut valid_bytes = 0u64;
         let mut truncated_at = None;
@@ -265,9 +276,18 @@ impl Segment {
                     break;
                 }
             };
-            if let Err(reason) = check_offsets(&header, self.base_offset, self.next_offset) {
-                truncated_at = Some((position, reason));
-                break;
+            if let Err(reason) = check_offsets(&header, self.base_offset, self.next_offset, dense) {
+                // The batch passed its CRC, so a crash did not tear it: its offsets (outside the
+                // CRC) were damaged, or a misdirected write landed it here. Never cut it as a
+                // torn tail: acknowledged records may follow or be the ones overwritten.
+                return Err(StorageError::Corrupt {
+                    file: self.log_path.clone(),
+                    position,
+                    reason: format!(
+                        "{reason}; the batch passes its CRC, so this is damage or a misdirected \
+                         write, not a torn tail: the partition is not opened rather than truncated"
+                    ),
+                });
             }
             let last_offset = Offset(header.last_offset() as u64);
             if self.first_batch_timestamp.is_none() {
@@ -294,12 +314,18 @@ impl Segment {
         let bytes_truncated = self.size_bytes - valid_bytes;
         let refused = match invalid_tail {
             InvalidTail::Truncate => None,
-            InvalidTail::Refuse => Some("later segments hold data".to_owned()),
+            InvalidTail::Refuse => Some("a later segment exists".to_owned()),
             InvalidTail::TruncateFrom(durable) if self.next_offset < durable => Some(format!(
                 "they start at offset {}, below the recovery point {durable}",
                 self.next_offset
             )),
             InvalidTail::TruncateFrom(_) => None,
+        };
+        let refused = match refused {
+            None if bytes_truncated > 0 => {
+                self.not_a_torn_tail(valid_bytes, dense, config.max_message_bytes)?
+            }
+            refused => refused,
         };
         if bytes_truncated > 0
             && let Some(why) = refused
@@ -327,18 +353,159 @@ impl Segment {
         })
     }
 
+    /// Why the invalid bytes at `invalid_at` cannot be a torn tail, if they cannot. A crash keeps
+    /// or loses a sector whole and the page cache takes writes in order, so in a torn tail no
+    /// batch that passes its CRC starts in the invalid batch's sector, nor inside the extent its
+    /// own intact header claims (nothing else was written there): one that does means the bytes
+    /// were written and then damaged. Nor does a header there name another offset than the next
+    /// (any other when `dense`, a lower one else), nor does the batch recovery expects next lie
+    /// further on: that is a misdirected write (R14).
+    fn not_a_torn_tail(
+        &self,
+        invalid_at: u64,
+        dense: bool,
+        max_batch_bytes: u64,
+    ) -> Result<Option<String>, StorageError> {
+        let expected = self.next_offset.0 as i64;
+        let header = self.header_at(invalid_at)?;
+        if let Some(header) = &header
+            && header.base_offset != expected
+            && (dense || header.base_offset < expected)
+        {
+            return Ok(Some(format!(
+                "their header is for offset {} where {expected} is next: nothing was ever \
+                 written there with that offset",
+                header.base_offset
+            )));
+        }
+        let sector_end = (invalid_at / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        // A length beyond `max.message.bytes` was never written: the header is garbage.
+        let claimed_end = header
+            .map(|header| header.size_bytes())
+            .filter(|size_bytes| *size_bytes <= max_batch_bytes)
+            .map_or(0, |size_bytes| invalid_at + size_bytes);
+        let region_end = sector_end.max(claimed_end).min(self.size_bytes);
+        if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end)? {
+            return Ok(Some(format!(
+                "a batch passes its CRC at position {position}, inside their sector or the \
+                 extent their header claims, so they were written and then damaged"
+            )));
+        }
+        Ok(self.misplaced_batch(invalid_at + 1)?.map(|position| {
+            format!(
+                "the batch for offset {} passes its CRC at position {position}, past them (a \
+                 misdirected write), so they hide synced data",
+                self.next_offset
+            )
+        }))
+    }
+
+    /// The batch header at `position`, if the bytes there parse as one with magic 2 and a
+    /// plausible length.
+    fn header_at(&self, position: u64) -> Result<Option<BatchHeader>, StorageError> {
+        let mut header = [0u8; BATCH_HEADER_BYTES];
+        let read = self
+            .log
+            .read_at(&mut header, position)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        Ok(header.get(..read).and_then(|bytes| {
+            BatchPrefix::parse(bytes).ok()?;
+            BatchHeader::parse(bytes).ok()
+        }))
+    }
+
+    /// The first position in `from..to` where a batch that passes its CRC starts. The bytes are
+    /// read once, a chunk at a time; only positions holding magic 2 are decoded.
+    fn valid_batch_in(&self, from: u64, to: u64) -> Result<Option<u64>, StorageError> {
+        let mut chunk = vec![0u8; MISPLACED_SCAN_CHUNK_BYTES + field::MAGIC + 1];
+        let mut start = from;
+        while start < to {
+            let positions = (to - start).min(MISPLACED_SCAN_CHUNK_BYTES as u64) as usize;
+            let read = self
+                .log
+                .read_at(&mut chunk[..positions + field::MAGIC + 1], start)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            let bytes = chunk.get(..read).unwrap_or_default();
+            for index in 0..positions {
+                let position = start + index as u64;
+                if bytes.get(index + field::MAGIC) != Some(&(BATCH_MAGIC_V2 as u8))
+                    || !self.plausible_length(bytes, index, position)
+                {
+                    continue;
+                }
+                let mut scanner =
+                    LogScanner::new(self.log.as_ref(), &self.log_path, position, self.size_bytes);
+                if let ScanStep::Item { .. } = scanner.next_batch()? {
+                    return Ok(Some(position));
+                }
+            }
+            start += positions as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whether the batch length at `index` of `bytes` (the file's bytes at `position`) is a v2
+    /// batch's and ends inside the file; unknown (past the chunk) counts as plausible.
+    fn plausible_length(&self, bytes: &[u8], index: usize, position: u64) -> bool {
+        let field = field::BATCH_LENGTH;
+        let Some(length) = bytes.get(index + field..index + field + 4) else {
+            return true;
+        };
+        let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+        let minimum = (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i64;
+        i64::from(length) >= minimum
+            && position + LOG_OVERHEAD_BYTES as u64 + length as u64 <= self.size_bytes
+    }
+
+    /// The position at or after `from` of a batch that passes its CRC and starts at the next
+    /// offset recovery expects. Invalid bytes followed by such a batch are not a torn tail: in a
+    /// torn tail every later batch that survived holds later offsets, so this batch was written
+    /// to the wrong place (R14) and the data it carries was acknowledged.
+    fn misplaced_batch(&self, from: u64) -> Result<Option<u64>, StorageError> {
+        let pattern = self.next_offset.0.to_be_bytes();
+        let mut chunk = vec![0u8; MISPLACED_SCAN_CHUNK_BYTES];
+        let mut start = from;
+        while start + pattern.len() as u64 <= self.size_bytes {
+            let length = (self.size_bytes - start).min(chunk.len() as u64) as usize;
+            let read = self
+                .log
+                .read_at(&mut chunk[..length], start)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            let hits = chunk[..read]
+                .windows(pattern.len())
+                .enumerate()
+                .filter(|(_, window)| *window == pattern)
+                .map(|(index, _)| start + index as u64);
+            for position in hits {
+                let mut scanner =
+                    LogScanner::new(self.log.as_ref(), &self.log_path, position, self.size_bytes);
+                if let ScanStep::Item { .. } = scanner.next_batch()? {
+                    return Ok(Some(position));
+                }
+            }
+            if read < pattern.len() {
+                break;
+            }
+            // Overlap by the pattern's length less one so that no position is missed.
+            start += (read - (pattern.len() - 1)) as u64;
+        }
+        Ok(None)
+    }
+
     /// The largest timestamp recorded, if any batch carried one.
     pub fn max_timestamp(&self) -> Option<TimestampOffset> {
         self.max_timestamp_so_far
     }
 }
 
-/// A recovered batch must start at or after the previous batch's end, inside this segment, and
-/// its offsets must fit the index's relative offsets.
+/// A recovered batch must start at or after the previous batch's end (exactly there when `dense`:
+/// a log that is never compacted has no offset gaps), inside this segment, and its offsets must
+/// fit the index's relative offsets.
 fn check_offsets(
     header: &BatchHeader,
     base_offset: Offset,
     next_offset: Offset,
+    dense: bool,
 ) -> Result<(), String> {
     if header
         .base_offset
@@ -353,6 +520,13 @@ fn check_offsets(
     if u64::try_from(header.base_offset).map_or(true, |base| base < next_offset.0) {
         return Err(format!(
             "batch base offset {} is below the expected next offset {next_offset}",
+            header.base_offset
+        ));
+    }
+    if dense && u64::try_from(header.base_offset).is_ok_and(|base| base != next_offset.0) {
+        return Err(format!(
+            "batch base offset {} leaves a gap after the expected next offset {next_offset} in a \
+             log that is never compacted",
             header.base_offset
         ));
     }
