@@ -70,11 +70,16 @@ pub struct EngineConfig {
     pub default_topic_config: LogConfig,
     /// Which backend performs file I/O (default: `SEGLOG_IO_BACKEND`, else `Auto`).
     pub backend: IoBackend,
-    /// Bound on partitions open at once across all shards. An open partition holds three file
-    /// descriptors and two index maps for its active segment and for each of at most
-    /// `SEALED_OPEN_MAX` sealed segments; beyond the bound the least recently used partition is
-    /// released. Default: derived from `RLIMIT_NOFILE` (see [`open_partitions_default`]).
+    /// Bound on partitions open at once across all shards; beyond it the least recently used
+    /// partition is released. Default: as many as `open_segments_max` (an open partition holds
+    /// at least its active segment).
     pub open_partitions_max: usize,
+    /// Bound on segments open at once across all shards. An open segment holds one file
+    /// descriptor (its `.log`) and two index maps; an open partition holds its active segment and
+    /// at most `SEALED_OPEN_MAX` sealed ones. Opening a partition beyond the bound releases the
+    /// least recently used ones. Default: what fits `RLIMIT_NOFILE` and `vm.max_map_count` after
+    /// a reserve each (see [`open_segments_default`]).
+    pub open_segments_max: usize,
     /// `log.retention.check.interval.ms`: how often each shard applies retention to its
     /// partitions (default 5 minutes).
     pub retention_check_interval_ms: u64,
@@ -96,17 +101,31 @@ pub struct EngineConfig {
     pub cleaner_core: Option<usize>,
 }
 
-/// File descriptors an open partition is budgeted: three per open segment (`.log`, `.index`,
-/// `.timeindex`), for the active segment and at most `SEALED_OPEN_MAX` sealed ones, plus one.
-const FILES_PER_OPEN_PARTITION: u64 = 3 * (1 + crate::log::SEALED_OPEN_MAX as u64) + 1;
-/// File descriptors kept for everything else in the host process.
+/// File descriptors kept for everything else in the host process (and for directory syncs).
 const FILES_RESERVED: u64 = 256;
+/// Memory maps an open segment holds (`.index`, `.timeindex`).
+const MAPS_PER_OPEN_SEGMENT: u64 = 2;
+/// Memory maps kept for everything else in the host process (its libraries, heap arenas).
+const MAPS_RESERVED: u64 = 4096;
 
-/// The default bound on open partitions: what fits the process's open-file limit
-/// (`RLIMIT_NOFILE`, read from `/proc/self/limits`) after a reserve, between 16 and 65,536.
-pub fn open_partitions_default() -> usize {
-    let limit = open_files_limit().unwrap_or(1024);
-    (limit.saturating_sub(FILES_RESERVED) / FILES_PER_OPEN_PARTITION).clamp(16, 65_536) as usize
+/// The default bound on open segments: what fits both the process's open-file limit
+/// (`RLIMIT_NOFILE`, read from `/proc/self/limits`; one descriptor per open segment) and the
+/// kernel's memory-map limit (`vm.max_map_count`; two maps per open segment) after a reserve
+/// each, between 16 and 1,048,576.
+pub fn open_segments_default() -> usize {
+    let files = open_files_limit().unwrap_or(1024);
+    let maps = max_map_count().unwrap_or(65_530);
+    let by_files = files.saturating_sub(FILES_RESERVED);
+    let by_maps = maps.saturating_sub(MAPS_RESERVED) / MAPS_PER_OPEN_SEGMENT;
+    by_files.min(by_maps).clamp(16, 1 << 20) as usize
+}
+
+fn max_map_count() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn open_files_limit() -> Option<u64> {
@@ -133,7 +152,8 @@ impl Default for EngineConfig {
             inflight_bytes_max: 256 * 1024 * 1024,
             default_topic_config: LogConfig::default(),
             backend: IoBackend::from_env(),
-            open_partitions_max: open_partitions_default(),
+            open_partitions_max: open_segments_default(),
+            open_segments_max: open_segments_default(),
             retention_check_interval_ms: 300_000,
             cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
             cleaner_backoff_ms: 15_000,
@@ -320,6 +340,7 @@ impl Engine {
                 log_start_offsets: checkpoints.log_start_offsets.clone(),
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
+                open_segments_max: config.open_segments_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
@@ -621,7 +642,9 @@ impl<T, E: From<EngineUnavailable>> SendOutcome<T, E> {
 
 /// Topic administration. These calls block: they are rare and touch every shard.
 impl Engine {
-    /// Creates a topic with `partition_count` partitions and its configuration.
+    /// Creates a topic with `partition_count` partitions and its configuration. When it returns,
+    /// every partition's directory and first segment exist and are durable (each shard creates
+    /// its share at the same time), so a first append pays no file creation.
     pub fn create_topic(
         &self,
         topic: &str,
@@ -656,6 +679,7 @@ impl Engine {
             );
             topics.save(self.inner.storage.as_ref())?;
         }
+        self.describe_partitions(&topic, 0..partition_count)?;
         Ok(topic)
     }
 
@@ -680,8 +704,23 @@ impl Engine {
                 .ok_or_else(|| TopicError::UnknownTopic {
                     topic: topic.to_string(),
                 })?;
+        let partitions = self.describe_partitions(&topic, 0..metadata.partition_count)?;
+        Ok(TopicDescription {
+            topic,
+            config: metadata.config,
+            partitions,
+        })
+    }
+
+    /// Each of `partitions`' offsets, size and segment count, in partition order: every shard
+    /// opens its share (creating a new partition's first segment) at the same time.
+    fn describe_partitions(
+        &self,
+        topic: &TopicName,
+        partitions: std::ops::Range<u32>,
+    ) -> Result<Vec<PartitionDescription>, TopicError> {
         let mut by_shard: BTreeMap<usize, Vec<TopicPartition>> = BTreeMap::new();
-        for partition in 0..metadata.partition_count {
+        for partition in partitions.clone() {
             let tp = TopicPartition {
                 topic: topic.clone(),
                 partition,
@@ -698,16 +737,12 @@ impl Engine {
                     .into_pending()
             })
             .collect();
-        let mut partitions = Vec::with_capacity(metadata.partition_count as usize);
+        let mut descriptions = Vec::with_capacity(partitions.len());
         for pending in pendings {
-            partitions.extend(pending.wait()?);
+            descriptions.extend(pending.wait()?);
         }
-        partitions.sort_by_key(|description| description.partition);
-        Ok(TopicDescription {
-            topic,
-            config: metadata.config,
-            partitions,
-        })
+        descriptions.sort_by_key(|description| description.partition);
+        Ok(descriptions)
     }
 
     /// One partition's offsets, size and segment count.
@@ -734,7 +769,8 @@ impl Engine {
         descriptions.into_iter().next().ok_or_else(unknown)
     }
 
-    /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic).
+    /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic); the new
+    /// partitions' first segments are created before it returns, as in `create_topic`.
     pub fn add_partitions(&self, topic: &str, partition_count: u32) -> Result<(), TopicError> {
         let topic = TopicName::parse(topic)?;
         self.check_open()?;
@@ -756,6 +792,8 @@ impl Engine {
         self.create_partition_dirs(&topic, current..partition_count)?;
         topics.set_partition_count(&topic, partition_count);
         topics.save(self.inner.storage.as_ref())?;
+        drop(topics);
+        self.describe_partitions(&topic, current..partition_count)?;
         Ok(())
     }
 

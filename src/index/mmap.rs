@@ -13,11 +13,12 @@ use memmap2::{MmapMut, MmapOptions};
 
 use crate::error::StorageError;
 
-/// A read-write mapping of a whole index file.
+/// A read-write mapping of a whole index file. The file descriptor is closed once the file is
+/// mapped (the mapping keeps the file open in the kernel) and opened again only to change the
+/// length, so an open segment costs one descriptor (its `.log`), not three.
 #[derive(Debug)]
 pub struct MappedIndexFile {
     path: PathBuf,
-    file: File,
     map: Option<MmapMut>,
 }
 
@@ -25,24 +26,29 @@ impl MappedIndexFile {
     /// Opens (creating if missing) `path` and maps it. With `length_bytes`, the file is first
     /// resized to that length (preallocation for an active segment, or trimming).
     pub fn open(path: &Path, length_bytes: Option<u64>) -> Result<MappedIndexFile, StorageError> {
-        let file = OpenOptions::new()
+        let mut index_file = MappedIndexFile {
+            path: path.to_owned(),
+            map: None,
+        };
+        match length_bytes {
+            Some(length_bytes) => index_file.resize(length_bytes)?,
+            None => {
+                let file = index_file.open_file()?;
+                index_file.map(&file)?;
+            }
+        }
+        Ok(index_file)
+    }
+
+    fn open_file(&self) -> Result<File, StorageError> {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|source| StorageError::io("open index", path, source))?;
-        let mut index_file = MappedIndexFile {
-            path: path.to_owned(),
-            file,
-            map: None,
-        };
-        match length_bytes {
-            Some(length_bytes) => index_file.resize(length_bytes)?,
-            None => index_file.map()?,
-        }
-        Ok(index_file)
+            .open(&self.path)
+            .map_err(|source| StorageError::io("open index", &self.path, source))
     }
 
     pub fn path(&self) -> &Path {
@@ -66,27 +72,22 @@ impl MappedIndexFile {
     /// Changes the file's length: unmaps, sets the length, maps again.
     pub fn resize(&mut self, length_bytes: u64) -> Result<(), StorageError> {
         self.map = None;
-        self.file
-            .set_len(length_bytes)
+        let file = self.open_file()?;
+        file.set_len(length_bytes)
             .map_err(|source| StorageError::io("resize index", &self.path, source))?;
-        self.reserve_blocks(length_bytes)?;
-        self.map()
+        self.reserve_blocks(&file, length_bytes)?;
+        self.map(&file)
     }
 
     /// Reserves the disk blocks of the file's first `length_bytes` (`fallocate`), so that a write
     /// through the map never needs a block the disk does not have: on a full file system that
     /// would be a SIGBUS killing the process; here it is an `ENOSPC` error. File systems without
     /// `fallocate` keep the sparse file.
-    fn reserve_blocks(&self, length_bytes: u64) -> Result<(), StorageError> {
+    fn reserve_blocks(&self, file: &File, length_bytes: u64) -> Result<(), StorageError> {
         if length_bytes == 0 {
             return Ok(());
         }
-        match rustix::fs::fallocate(
-            &self.file,
-            rustix::fs::FallocateFlags::empty(),
-            0,
-            length_bytes,
-        ) {
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, length_bytes) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(()),
             Err(errno) => Err(StorageError::io(
@@ -97,20 +98,23 @@ impl MappedIndexFile {
         }
     }
 
-    /// Writes dirty pages of the map and the file's metadata to the device.
+    /// Writes dirty pages of the map, and the metadata needed to read them back (the length), to
+    /// the device: `msync(MS_SYNC)`, which Linux runs as an `fdatasync` of the mapped range. An
+    /// empty file has no map and nothing to write.
     pub fn flush(&self) -> Result<(), StorageError> {
-        if let Some(map) = &self.map {
-            map.flush()
-                .map_err(|source| StorageError::io("msync index", &self.path, source))?;
+        match &self.map {
+            Some(map) => map
+                .flush()
+                .map_err(|source| StorageError::io("msync index", &self.path, source)),
+            None => self
+                .open_file()?
+                .sync_data()
+                .map_err(|source| StorageError::io("fdatasync index", &self.path, source)),
         }
-        self.file
-            .sync_data()
-            .map_err(|source| StorageError::io("fdatasync index", &self.path, source))
     }
 
-    fn map(&mut self) -> Result<(), StorageError> {
-        let length_bytes = self
-            .file
+    fn map(&mut self, file: &File) -> Result<(), StorageError> {
+        let length_bytes = file
             .metadata()
             .map_err(|source| StorageError::io("stat index", &self.path, source))?
             .len();
@@ -126,8 +130,9 @@ impl MappedIndexFile {
         // SAFETY: the mapping covers exactly the file's current length, and the file is never
         // truncated while mapped: every length change goes through `resize`, which drops this map
         // first. The data directory's lock file keeps other seglog processes out, so no one else
-        // shrinks the file under us. The bytes are treated as untrusted input by every reader.
-        let map = unsafe { MmapOptions::new().len(length).map_mut(&self.file) }
+        // shrinks the file under us. The map stays valid after `file` is closed (the kernel keeps
+        // the file open for it). The bytes are treated as untrusted input by every reader.
+        let map = unsafe { MmapOptions::new().len(length).map_mut(file) }
             .map_err(|source| StorageError::io("mmap index", &self.path, source))?;
         self.map = Some(map);
         Ok(())

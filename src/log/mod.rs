@@ -126,6 +126,11 @@ impl PartitionLog {
             .sum()
     }
 
+    /// Segments whose files are open now (one descriptor and two index maps each).
+    pub fn open_segment_count(&self) -> usize {
+        self.segments.open_count()
+    }
+
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }

@@ -132,6 +132,11 @@ impl SegmentList {
         self.slots.len()
     }
 
+    /// Segments open now: the active one and the open sealed ones.
+    pub(crate) fn open_count(&self) -> usize {
+        1 + self.open_sealed.len()
+    }
+
     pub(crate) fn slots(&self) -> &[SegmentSlot] {
         &self.slots
     }

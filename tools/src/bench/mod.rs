@@ -56,9 +56,9 @@ use settings::Settings;
 
 /// The topic every run writes.
 const TOPIC: &str = "seglog-bench";
-/// `segment.index.bytes` of the `many-partitions` and `compaction` topics. The engine zero-fills
-/// each new segment's `.index` and `.timeindex` through their maps, so the default 10 MiB each
-/// would write (and keep on the disk) 20 MiB per partition: 200 GB for 10,000 partitions.
+/// `segment.index.bytes` of the `many-partitions` and `compaction` topics. Each active segment
+/// reserves its `.index` and `.timeindex` blocks (`fallocate`), so the default 10 MiB each would
+/// reserve 20 MiB per partition: 200 GB for 10,000 partitions.
 pub const SMALL_SEGMENT_INDEX_BYTES: u64 = 64 * 1024;
 /// Share of the run that workloads reading a data set spend appending it.
 const DATA_SET_SHARE: f64 = 0.3;
@@ -83,6 +83,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     } else {
         None
     };
+    raise_open_files_limit();
     let config = EngineConfig {
         pin_shards: false,
         backend: settings.backend,
@@ -225,4 +226,33 @@ fn run_workload(
         }
     }
     Ok(outcome)
+}
+
+/// Raises this process's open-file limit before the engine sizes its partition cache from it:
+/// the soft limit to the hard one (as Go's runtime and Seastar do), and the hard one to
+/// `fs.nr_open` (at most 2^20) where the process may (root). Kafka asks operators for the same
+/// (`nofile` 100,000 and more); `many-partitions` needs one descriptor per open partition.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let current = getrlimit(Resource::Nofile);
+    let nr_open = fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        .min(1 << 20);
+    let hard = current.maximum.map(|hard| hard.max(nr_open));
+    let raised = Rlimit {
+        current: hard,
+        maximum: hard,
+    };
+    if setrlimit(Resource::Nofile, raised).is_err() {
+        // Not permitted to raise the hard limit: the soft one up to it.
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: current.maximum,
+                maximum: current.maximum,
+            },
+        );
+    }
 }
