@@ -285,6 +285,27 @@ impl Batch {
         Ok(records)
     }
 
+    /// The record at `offset`, if the batch holds it, decoding only that one: the records before
+    /// it are skipped by their length prefix (a point lookup reads one record, not the batch).
+    pub fn record_at(&self, offset: i64) -> Result<Option<Record>, DecodeError> {
+        let Some(offset_delta) = offset
+            .checked_sub(self.base_offset())
+            .and_then(|delta| i32::try_from(delta).ok())
+        else {
+            return Ok(None);
+        };
+        let section = self.records_section()?;
+        let mut reader = Reader::new(&section);
+        while reader.remaining() > 0 {
+            let mut next = reader.clone();
+            if Record::skip(&mut next)? == offset_delta {
+                return Record::decode(&mut reader, &section).map(Some);
+            }
+            reader = next;
+        }
+        Ok(None)
+    }
+
     /// Full validation of a batch handed in by a producer: records decode, the count matches
     /// `lastOffsetDelta + 1`, and offset deltas are dense from zero.
     /// Returns the decoded records, so a caller with further checks decodes them once.
@@ -538,6 +559,31 @@ mod tests {
     )]
 
     use super::*;
+
+    #[test]
+    fn record_at_decodes_the_one_record_holding_the_offset() {
+        let mut builder = BatchBuilder::new(40);
+        for index in 0u8..5 {
+            builder.push(&NewRecord {
+                timestamp_ms: 1_700_000_000_000 + i64::from(index),
+                key: Some(&[index]),
+                value: Some(&[index; 3]),
+                headers: &[],
+            });
+        }
+        let bytes = builder.build().unwrap();
+        let batch = Batch::decode(&bytes, u64::MAX).unwrap();
+        let all = batch.records().unwrap();
+        for (index, record) in all.iter().enumerate() {
+            assert_eq!(
+                batch.record_at(40 + index as i64).unwrap().as_ref(),
+                Some(record)
+            );
+        }
+        assert_eq!(batch.record_at(39).unwrap(), None);
+        assert_eq!(batch.record_at(45).unwrap(), None);
+        assert_eq!(batch.record_at(i64::MIN).unwrap(), None);
+    }
 
     fn sample_batch(base_offset: i64, count: usize) -> Bytes {
         let mut builder = BatchBuilder::new(base_offset);

@@ -64,6 +64,25 @@ impl Record {
         Ok(record)
     }
 
+    /// Reads one record's offset delta and moves `reader` past the record, decoding nothing
+    /// else (its key, value and headers are skipped by its length prefix).
+    pub(crate) fn skip(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
+        let at = reader.position();
+        let length = reader.varint()?;
+        let length = usize::try_from(length)
+            .ok()
+            .filter(|length| *length <= reader.remaining())
+            .ok_or(DecodeError::Length {
+                field: "record",
+                length: i64::from(length),
+                at,
+            })?;
+        let mut body = Reader::new(reader.take(length)?);
+        body.i8()?;
+        body.varlong()?;
+        body.varint()
+    }
+
     fn decode_body(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
         let attributes = reader.i8()?;
         let timestamp_delta = reader.varlong()?;

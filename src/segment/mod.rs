@@ -274,7 +274,13 @@ impl Segment {
         found: impl Fn(&crate::format::BatchHeader) -> bool,
     ) -> Result<Option<BatchLocation>, StorageError> {
         let end = max_position.min(self.size_bytes);
-        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, from_position, end);
+        let mut scanner = LogScanner::with_window(
+            self.log.as_ref(),
+            &self.log_path,
+            from_position,
+            end,
+            scan::LOOKUP_WINDOW_BYTES,
+        );
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { position, item } if found(&item) => {

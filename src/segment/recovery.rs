@@ -433,8 +433,14 @@ impl Segment {
                 {
                     continue;
                 }
-                let mut scanner =
-                    LogScanner::new(self.log.as_ref(), &self.log_path, position, self.size_bytes);
+                // Exact reads: one candidate batch, no window.
+                let mut scanner = LogScanner::with_window(
+                    self.log.as_ref(),
+                    &self.log_path,
+                    position,
+                    self.size_bytes,
+                    0,
+                );
                 if let ScanStep::Item { .. } = scanner.next_batch()? {
                     return Ok(Some(position));
                 }
@@ -477,8 +483,14 @@ impl Segment {
                 .filter(|(_, window)| *window == pattern)
                 .map(|(index, _)| start + index as u64);
             for position in hits {
-                let mut scanner =
-                    LogScanner::new(self.log.as_ref(), &self.log_path, position, self.size_bytes);
+                // Exact reads: one candidate batch, no window.
+                let mut scanner = LogScanner::with_window(
+                    self.log.as_ref(),
+                    &self.log_path,
+                    position,
+                    self.size_bytes,
+                    0,
+                );
                 if let ScanStep::Item { .. } = scanner.next_batch()? {
                     return Ok(Some(position));
                 }

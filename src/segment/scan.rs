@@ -19,6 +19,9 @@ use crate::limits::{BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES, LOG_OVER
 
 /// Default window: large enough to hold many batches, small enough to stay in cache.
 pub const SCAN_WINDOW_BYTES: usize = 256 * 1024;
+/// Window of a lookup's few hops from an index entry to the batch it wants: one page, since
+/// entries are `index.interval.bytes` (4 KiB by default) apart.
+pub const LOOKUP_WINDOW_BYTES: usize = 4096;
 
 /// One step of a scan.
 #[derive(Debug)]
@@ -44,6 +47,18 @@ pub struct LogScanner<'a> {
 
 impl<'a> LogScanner<'a> {
     pub fn new(file: &'a dyn StorageFile, path: &'a Path, position: u64, end: u64) -> Self {
+        LogScanner::with_window(file, path, position, end, SCAN_WINDOW_BYTES)
+    }
+
+    /// A scanner reading at least `window_bytes` at a time (at least what one step needs): small
+    /// for a few hops between headers (a lookup), large for a whole segment (recovery).
+    pub fn with_window(
+        file: &'a dyn StorageFile,
+        path: &'a Path,
+        position: u64,
+        end: u64,
+        window_bytes: usize,
+    ) -> Self {
         LogScanner {
             file,
             path,
@@ -51,7 +66,7 @@ impl<'a> LogScanner<'a> {
             end,
             window: Bytes::new(),
             window_start: 0,
-            window_bytes: SCAN_WINDOW_BYTES,
+            window_bytes,
         }
     }
 

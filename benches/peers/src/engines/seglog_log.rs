@@ -251,12 +251,9 @@ impl LogStore for SeglogLog {
         // max_bytes 1: the one whole batch holding `offset`.
         let records = self.fetch(offset, 1)?;
         let batch = Batch::decode(&records, u64::MAX).map_err(context("decoding the batch"))?;
-        let index = offset
-            .checked_sub(batch.base_offset() as u64)
-            .ok_or_else(|| PeerError(format!("fetch of {offset} began after it")))?;
-        let records = batch.records().map_err(context("decoding records"))?;
-        let record = records
-            .get(index as usize)
+        let record = batch
+            .record_at(offset as i64)
+            .map_err(context("decoding the record"))?
             .ok_or_else(|| PeerError(format!("record {offset} not in its batch")))?;
         payloads.check(offset, record.value.as_deref().unwrap_or_default())
     }
