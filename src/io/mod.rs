@@ -107,6 +107,16 @@ pub trait StorageFile: Debug + Send + Sync {
         None
     }
 
+    /// Starts reading `length` bytes at `position` into the page cache in the background
+    /// (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a sequential reader's next read finds
+    /// them there. Advice only: a backend without a real file, or a refusal, changes nothing.
+    fn prefetch(&self, position: u64, length: u64) {
+        if let Some(file) = self.as_file() {
+            let length = std::num::NonZeroU64::new(length);
+            let _ = rustix::fs::fadvise(file, position, length, rustix::fs::Advice::WillNeed);
+        }
+    }
+
     /// Drops the file's clean cached pages (`posix_fadvise(POSIX_FADV_DONTNEED)`), so that the
     /// next reads come from the device. Recovery calls it before scanning a segment: after a
     /// failed `fsync` the kernel may keep pages that never reached the device, marked clean, and

@@ -21,6 +21,11 @@ use crate::io::{OpenMode, Storage, StorageFile};
 use crate::types::{Offset, TimestampMs};
 use scan::{LogScanner, ScanStep};
 
+/// Reads at least this large are taken as a sequential consumer's and prefetch what follows.
+const PREFETCH_READ_BYTES_MIN: u64 = 256 * 1024;
+/// How many reads of the same size are prefetched after one.
+const PREFETCH_READS: u64 = 4;
+
 /// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IncomingAppend {
@@ -324,9 +329,21 @@ impl Segment {
             .read_at(&mut buffer, first.position)
             .map_err(|source| StorageError::io("read", &self.log_path, source))?;
         buffer.truncate(read);
+        self.prefetch_after(first.position + read as u64, read as u64, end);
         let bytes = buffer.freeze();
         let valid_length = self.checked_batches_length(&bytes, first.position, offset, dense)?;
         Ok(bytes.slice(..valid_length))
+    }
+
+    /// After a large read ending at `position`, has the kernel start reading the next
+    /// `PREFETCH_READS` reads' worth (up to `end`), so a sequential consumer's next fetch comes
+    /// from the page cache while this one is being answered. Point lookups (small reads) don't.
+    fn prefetch_after(&self, position: u64, read_bytes: u64, end: u64) {
+        if read_bytes < PREFETCH_READ_BYTES_MIN || position >= end {
+            return;
+        }
+        let length = (read_bytes * PREFETCH_READS).min(end - position);
+        self.log.prefetch(position, length);
     }
 
     /// Length of the prefix of `bytes` made of whole batches that pass their CRC and keep the
