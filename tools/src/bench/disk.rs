@@ -35,6 +35,26 @@ pub struct DiskPattern {
     pub queue_depth: usize,
 }
 
+/// Percentiles of the disk's per-block write latency, in microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteLatency {
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl WriteLatency {
+    pub fn of(histogram: &Histogram<u64>) -> WriteLatency {
+        WriteLatency {
+            p50_us: histogram.value_at_percentile(50.0),
+            p99_us: histogram.value_at_percentile(99.0),
+            p999_us: histogram.value_at_percentile(99.9),
+            max_us: histogram.max(),
+        }
+    }
+}
+
 /// What `--vs-disk` measured.
 #[derive(Debug)]
 pub struct DiskFigures {
@@ -44,8 +64,9 @@ pub struct DiskFigures {
     pub write_buffered_mb_per_s: f64,
     /// `None` where `O_DIRECT` is refused (tmpfs); [`DiskFigures::notes`] says why.
     pub write_direct_mb_per_s: Option<f64>,
-    /// Per block: `pwrite` (and `fdatasync` when `sync_each`), buffered; built-in only.
-    pub write_latency: Option<Histogram<u64>>,
+    /// Per block: `pwrite` and `fdatasync` (built-in), or the `fdatasync` alone (fio), buffered;
+    /// when `sync_each`, the figure a durable append's latency is compared with.
+    pub write_latency: Option<WriteLatency>,
     pub read_buffered_mb_per_s: f64,
     pub read_direct_mb_per_s: Option<f64>,
     pub random_read_iops: f64,
@@ -150,7 +171,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         pattern,
         write_buffered_mb_per_s: buffered.mb_per_s,
         write_direct_mb_per_s: direct.as_ref().map(|direct| direct.mb_per_s),
-        write_latency: Some(buffered.latency),
+        write_latency: Some(WriteLatency::of(&buffered.latency)),
         read_buffered_mb_per_s,
         read_direct_mb_per_s,
         random_read_iops,

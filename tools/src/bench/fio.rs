@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::disk::{DiskFigures, DiskPattern, PAGE_BYTES};
+use super::disk::{DiskFigures, DiskPattern, PAGE_BYTES, WriteLatency};
 use super::progress::MB;
 
 /// Bytes each write job may write, at most.
@@ -80,7 +80,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         pattern,
         write_buffered_mb_per_s: number(&buffered_write, "write", "bw_bytes")? / MB,
         write_direct_mb_per_s: Some(number(&direct_write, "write", "bw_bytes")? / MB),
-        write_latency: None,
+        write_latency: sync_latency(&buffered_write),
         read_buffered_mb_per_s: number(&buffered_read, "read", "bw_bytes")? / MB,
         read_direct_mb_per_s: Some(number(&direct_read, "read", "bw_bytes")? / MB),
         random_read_iops: number(&random, "read", "iops")?,
@@ -107,6 +107,19 @@ fn run(path: &Path, options: &[&str]) -> anyhow::Result<Value> {
         );
     }
     serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")
+}
+
+/// The `fdatasync` latency percentiles of a write job with `--fdatasync=1` (`jobs[0].sync`),
+/// in microseconds; `None` without per-block syncs.
+fn sync_latency(report: &Value) -> Option<WriteLatency> {
+    let latency = &report["jobs"][0]["sync"]["lat_ns"];
+    let percentile = |key: &str| Some(latency["percentile"][key].as_f64()? as u64 / 1000);
+    Some(WriteLatency {
+        p50_us: percentile("50.000000")?,
+        p99_us: percentile("99.000000")?,
+        p999_us: percentile("99.900000")?,
+        max_us: latency["max"].as_f64()? as u64 / 1000,
+    })
 }
 
 /// `jobs[0].<direction>.<field>` of a fio JSON report.

@@ -187,6 +187,30 @@ impl Report<'_> {
             disk.pattern.queue_depth,
             disk.memcpy_mb_per_s,
         )?;
+        if let Some(latency) = disk.write_latency.filter(|_| disk.pattern.sync_each) {
+            writeln!(
+                out,
+                "disk: {} latency p50 / p99 / p99.9 / max {} / {} / {} / {} us",
+                if disk.tool == "fio" {
+                    "fdatasync"
+                } else {
+                    "write + fdatasync"
+                },
+                latency.p50_us,
+                latency.p99_us,
+                latency.p999_us,
+                latency.max_us,
+            )?;
+            if let Some(durable) = self.phases.iter().find(|phase| phase.name == "durable") {
+                let engine = durable.latency.value_at_percentile(99.9);
+                writeln!(
+                    out,
+                    "durable p99.9: {engine} us = {:.2} x the disk's {} us",
+                    engine as f64 / latency.p999_us.max(1) as f64,
+                    latency.p999_us,
+                )?;
+            }
+        }
         for note in &disk.notes {
             writeln!(out, "disk: {note}")?;
         }
@@ -342,10 +366,10 @@ fn disk_json(disk: &DiskFigures) -> Value {
         map.insert(
             "write_latency_us".into(),
             json!({
-                "p50": latency.value_at_percentile(50.0),
-                "p99": latency.value_at_percentile(99.0),
-                "p999": latency.value_at_percentile(99.9),
-                "max": latency.max(),
+                "p50": latency.p50_us,
+                "p99": latency.p99_us,
+                "p999": latency.p999_us,
+                "max": latency.max_us,
             }),
         );
     }
