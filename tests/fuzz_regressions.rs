@@ -178,3 +178,68 @@ fn trusted_load_of_a_batch_at_the_largest_offset_does_not_overflow() {
         assert!(segment.next_offset().0 > i64::MAX as u64);
     }
 }
+
+/// A batch of one record at `base_offset` whose encoding is exactly `size_bytes` long.
+fn batch_of_size(base_offset: i64, size_bytes: usize) -> Vec<u8> {
+    use seglog::format::batch::field;
+    use seglog::format::{BatchBuilder, NewRecord};
+    for value_bytes in 0..size_bytes {
+        let value = vec![b'v'; value_bytes];
+        let mut builder = BatchBuilder::new(0);
+        builder.push(&NewRecord {
+            timestamp_ms: 1_700_000_000_000,
+            key: None,
+            value: Some(&value),
+            headers: &[],
+        });
+        let mut batch = builder.build().unwrap().to_vec();
+        if batch.len() == size_bytes {
+            batch[field::BASE_OFFSET..field::BASE_OFFSET + 8]
+                .copy_from_slice(&base_offset.to_be_bytes());
+            return batch;
+        }
+    }
+    panic!("no one-record batch of {size_bytes} bytes");
+}
+
+/// sim_ops (helper run, 2026-11-30; minimised input
+/// `AwAAAAAAAgAARjAwMDAwMDACAAAAMDAwMDAwMTQubQIEMDgw`): a plain power cut kept a segment's old
+/// first sector (its synced batch, then zeros) and a new second sector holding all but the
+/// first byte of a later unsynced batch — a byte that is 0 either way (the top byte of its base
+/// offset). That batch passes its CRC although it starts in the invalid bytes' sector, and
+/// recovery refused to open the partition ("damage to synced data"). A batch found there is
+/// evidence only with a non-zero byte in that sector: this tail is cut, as a torn one.
+#[test]
+fn a_batch_whose_only_byte_in_the_torn_sector_is_zero_is_a_torn_tail() {
+    let synced = batch_of_size(0, 270);
+    let lost = batch_of_size(1, 511 - 270);
+    let survived = batch_of_size(2, 73);
+    assert_eq!(survived[0], 0, "the base offset's top byte");
+    let mut log = synced.clone();
+    log.extend(std::iter::repeat_n(0u8, lost.len()));
+    log.extend(&survived);
+    assert_eq!(log.len(), 584);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
+    assert_eq!(loaded.segment.next_offset().0, 1);
+}
+
+/// The same layout with the next batch starting 12 bytes before the sector's end (its base
+/// offset and length there, non-zero): the sector holds new bytes, so the invalid bytes before
+/// them in that sector were written whole — damage, and the partition is refused.
+#[test]
+fn a_batch_with_new_bytes_in_the_torn_sector_is_damage_not_a_torn_tail() {
+    let synced = batch_of_size(0, 270);
+    let lost = batch_of_size(1, 500 - 270);
+    let survived = batch_of_size(2, 84);
+    let mut log = synced.clone();
+    log.extend(std::iter::repeat_n(0u8, lost.len()));
+    log.extend(&survived);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let error = loaded.unwrap_err();
+    assert!(
+        matches!(error, seglog::error::StorageError::Corrupt { .. }),
+        "{error}"
+    );
+}

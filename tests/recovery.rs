@@ -421,7 +421,11 @@ fn assert_refused_untouched(root: &Path, log_path: &Path, what: &str) {
     let mut log_dir = open_dir(root);
     let error = log_dir.partition(&topic(), 0).map(|_| ()).unwrap_err();
     assert!(format!("{error:?}").contains("Corrupt"), "{what}: {error}");
-    assert_eq!(fs::read(log_path).unwrap(), before, "{what}: the .log changed");
+    assert_eq!(
+        fs::read(log_path).unwrap(),
+        before,
+        "{what}: the .log changed"
+    );
 }
 
 /// A bit flipped where the CRC covers it is indistinguishable from a torn write of the last
@@ -853,7 +857,10 @@ fn a_corrupt_batch_followed_in_its_sector_by_a_valid_one_is_refused() {
     assert!(in_victim.len() >= 3, "the last segment holds batches");
     let bad_position = in_victim[0].bytes.len();
     let next_position = bad_position + in_victim[1].bytes.len();
-    assert!(next_position < 512, "the next batch starts in the same sector");
+    assert!(
+        next_position < 512,
+        "the next batch starts in the same sector"
+    );
     let mut content = fs::read(victim).unwrap();
     content[bad_position + 70] ^= 0xff;
     fs::write(victim, &content).unwrap();

@@ -23,7 +23,7 @@ use crate::error::StorageError;
 use crate::failpoint::failpoint;
 use crate::format::file_name::FileState;
 use crate::segment::Segment;
-use crate::segment::recovery::LoadMode;
+use crate::segment::recovery::{InvalidTail, LoadMode};
 use crate::types::{Offset, TimestampMs};
 
 use super::PartitionLog;
@@ -137,15 +137,18 @@ impl PartitionLog {
         failpoint!("compaction.after_live_rename");
         self.sync_dir()?;
         failpoint!("compaction.after_live_dir_sync");
-        let mut loaded = Segment::load(
+        // Every byte of the cleaned segment was synced before the swap: invalid bytes in it are
+        // damage (a misdirected write, R14), never a torn tail to cut. The log fails instead.
+        let loaded = Segment::load_with(
             self.storage.as_ref(),
             &self.dir,
             base_offset,
             &self.config,
             LoadMode::Recover,
+            InvalidTail::Refuse,
             now,
-        )?
-        .segment;
+        );
+        let mut loaded = loaded.inspect_err(|_| self.failed = true)?.segment;
         loaded.seal()?;
         self.segments.insert_sealed(index, loaded);
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);

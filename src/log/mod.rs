@@ -179,8 +179,11 @@ impl PartitionLog {
             });
         }
         let mut records = Bytes::new();
-        for index in self.segments.floor_index(offset)..self.segments.len() {
-            let dense = !self.config.cleanup_policy.compacts();
+        let segment_count = self.segments.len();
+        for index in self.segments.floor_index(offset)..segment_count {
+            // Offsets are dense unless the cleaner may have left gaps: never in the active
+            // (last) segment, which it does not touch.
+            let dense = !self.config.cleanup_policy.compacts() || index + 1 == segment_count;
             let segment = self.open_segment(index)?;
             if let Some(location) = segment.locate(offset, segment.size_bytes())? {
                 records = segment.read_batches(

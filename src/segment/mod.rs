@@ -390,7 +390,8 @@ impl Segment {
 
     /// A batch about to be served lies inside this segment's offsets and after `previous_last`
     /// (right after it when `dense`), or, the first one, holds `offset` (ends at or after it when
-    /// not `dense`); returns its last offset. The offsets are outside the batch's CRC, so this is
+    /// not `dense`; starts the segment when `offset` lies before it, skipped by an earlier
+    /// compacted segment's gap); returns its last offset. The offsets are outside the batch's CRC, so this is
     /// what catches a damaged header or a misdirected write.
     fn check_served_offsets(
         &self,
@@ -407,7 +408,7 @@ impl Segment {
         let in_order = match previous_last {
             Some(previous) if dense => base == previous + 1,
             Some(previous) => base > previous,
-            None => last >= offset.0 && (!dense || base <= offset.0),
+            None => last >= offset.0 && (!dense || base <= offset.0.max(self.base_offset.0)),
         };
         if base < self.base_offset.0 || last < base || last >= self.next_offset.0 || !in_order {
             return Err(format!(

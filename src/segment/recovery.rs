@@ -14,7 +14,7 @@ use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::batch::field;
 use crate::format::file_name::{SegmentFileKind, segment_path};
-use crate::format::{BatchHeader, BatchPrefix, DecodeError};
+use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage};
@@ -27,6 +27,9 @@ use super::{Segment, observe_timestamp};
 
 /// The unit a crash keeps or loses whole: a device sector.
 const SECTOR_BYTES: u64 = 512;
+
+/// The smallest record (a length, attributes, two deltas, null key and value, no headers).
+const RECORD_BYTES_MIN: u64 = 7;
 
 /// How much of a segment's invalid tail is read at a time when looking for a batch past it.
 const MISPLACED_SCAN_CHUNK_BYTES: usize = 1 << 20;
@@ -56,7 +59,8 @@ pub enum InvalidTail {
     /// write.
     Truncate,
     /// Cut them off if they start at or above this offset (the recovery point: below it every
-    /// byte was synced, so invalid bytes there are damage); refuse otherwise.
+    /// byte was synced, so invalid bytes there are damage); refuse otherwise. For the log's last
+    /// segment only (the active one, never compacted, so its offsets are dense).
     TruncateFrom(Offset),
     /// Refuse with `StorageError::Corrupt`, changing nothing: a later segment exists, so this
     /// segment was synced in full when it rolled and invalid bytes in it are damage to acknowledged
@@ -249,7 +253,10 @@ impl Segment {
         self.max_timestamp_so_far = None;
         self.first_batch_timestamp = None;
         let mut last_index_position = 0u64;
-        let dense = !config.cleanup_policy.compacts();
+        // The log's last segment (`TruncateFrom`) is its active one, which the cleaner never
+        // touches: dense whatever the policy.
+        let dense = !config.cleanup_policy.compacts()
+            || matches!(invalid_tail, InvalidTail::TruncateFrom(_));
         let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
         let mut valid_bytes = 0u64;
         let mut truncated_at = None;
@@ -353,13 +360,20 @@ impl Segment {
         })
     }
 
-    /// Why the invalid bytes at `invalid_at` cannot be a torn tail, if they cannot. A crash keeps
-    /// or loses a sector whole and the page cache takes writes in order, so in a torn tail no
-    /// batch that passes its CRC starts in the invalid batch's sector, nor inside the extent its
-    /// own intact header claims (nothing else was written there): one that does means the bytes
-    /// were written and then damaged. Nor does a header there name another offset than the next
-    /// (any other when `dense`, a lower one else), nor does the batch recovery expects next lie
-    /// further on: that is a misdirected write (R14).
+    /// Why the invalid bytes at `invalid_at` (P) cannot be a torn tail, if they cannot. A crash
+    /// keeps or loses each sector whole, the page cache takes writes in order, and bytes past the
+    /// synced end read as zeros when their sector was lost. So in a torn tail:
+    /// - a batch header at P that lies in one sector and parses names the expected offset (any
+    ///   other, or a lower one when not `dense`, was never written there);
+    /// - no batch that passes its CRC and carries the offsets that follow starts inside the extent
+    ///   P's intact header claims (only P's own bytes were written there), nor in P's sector with
+    ///   a non-zero byte in that sector (the sector then holds new bytes, so P's bytes before it
+    ///   were written whole);
+    /// - the batch for the expected offset does not lie further on (a misdirected write, R14).
+    ///
+    /// The offsets that follow are P's last offset + 1 when P's header is intact, else above the
+    /// expected offset by at most the records that fit between: a batch stored inside a record's
+    /// value carries other offsets and is not taken for evidence.
     fn not_a_torn_tail(
         &self,
         invalid_at: u64,
@@ -367,7 +381,10 @@ impl Segment {
         max_batch_bytes: u64,
     ) -> Result<Option<String>, StorageError> {
         let expected = self.next_offset.0 as i64;
-        let header = self.header_at(invalid_at)?;
+        let sector = |position: u64| position / SECTOR_BYTES;
+        let header = self
+            .header_at(invalid_at)?
+            .filter(|_| sector(invalid_at) == sector(invalid_at + field::MAGIC as u64));
         if let Some(header) = &header
             && header.base_offset != expected
             && (dense || header.base_offset < expected)
@@ -378,17 +395,33 @@ impl Segment {
                 header.base_offset
             )));
         }
-        let sector_end = (invalid_at / SECTOR_BYTES + 1) * SECTOR_BYTES;
-        // A length beyond `max.message.bytes` was never written: the header is garbage.
-        let claimed_end = header
-            .map(|header| header.size_bytes())
-            .filter(|size_bytes| *size_bytes <= max_batch_bytes)
-            .map_or(0, |size_bytes| invalid_at + size_bytes);
+        // P's own header, when intact: the extent it claims (a length beyond `max.message.bytes`
+        // was never written) and the offset that follows it.
+        let own = header.filter(|header| {
+            header.base_offset == expected && header.size_bytes() <= max_batch_bytes
+        });
+        let claimed_end = own.map_or(0, |header| invalid_at + header.size_bytes());
+        let follows = own.map(|header| header.last_offset().saturating_add(1));
+        let sector_end = (sector(invalid_at) + 1) * SECTOR_BYTES;
         let region_end = sector_end.max(claimed_end).min(self.size_bytes);
-        if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end)? {
+        let evidence = |position: u64, batch: &Batch| {
+            let base = batch.base_offset();
+            let records_between = ((position - invalid_at) / RECORD_BYTES_MIN) as i64;
+            let successor = match follows {
+                Some(follows) => base == follows,
+                None => base > expected && base - expected <= records_between + 1,
+            };
+            let in_sector = batch
+                .bytes()
+                .iter()
+                .take(sector_end.saturating_sub(position) as usize)
+                .any(|byte| *byte != 0);
+            successor && (position < claimed_end || in_sector)
+        };
+        if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end, evidence)? {
             return Ok(Some(format!(
-                "a batch passes its CRC at position {position}, inside their sector or the \
-                 extent their header claims, so they were written and then damaged"
+                "the next batch passes its CRC at position {position}, inside their sector or \
+                 the extent their header claims, so they were written and then damaged"
             )));
         }
         Ok(self.misplaced_batch(invalid_at + 1)?.map(|position| {
@@ -414,9 +447,14 @@ impl Segment {
         }))
     }
 
-    /// The first position in `from..to` where a batch that passes its CRC starts. The bytes are
-    /// read once, a chunk at a time; only positions holding magic 2 are decoded.
-    fn valid_batch_in(&self, from: u64, to: u64) -> Result<Option<u64>, StorageError> {
+    /// The first position in `from..to` where a batch that passes its CRC and `accept` starts.
+    /// The bytes are read once, a chunk at a time; only positions holding magic 2 are decoded.
+    fn valid_batch_in(
+        &self,
+        from: u64,
+        to: u64,
+        accept: impl Fn(u64, &Batch) -> bool,
+    ) -> Result<Option<u64>, StorageError> {
         let mut chunk = vec![0u8; MISPLACED_SCAN_CHUNK_BYTES + field::MAGIC + 1];
         let mut start = from;
         while start < to {
@@ -441,7 +479,9 @@ impl Segment {
                     self.size_bytes,
                     0,
                 );
-                if let ScanStep::Item { .. } = scanner.next_batch()? {
+                if let ScanStep::Item { item, .. } = scanner.next_batch()?
+                    && accept(position, &item)
+                {
                     return Ok(Some(position));
                 }
             }
