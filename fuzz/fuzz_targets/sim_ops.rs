@@ -118,13 +118,13 @@ struct Input {
 /// The choices of `delete.retention.ms` (byte 8 / 3, modulo 4).
 const DELETE_RETENTIONS_MS: [i64; 4] = [i64::MAX, 0, 3, 20];
 
-/// Whether compacted-topic runs inject misdirected writes too. Off: in a log whose offsets may
-/// have gaps the engine does not yet tell a destroyed batch from a compacted one, and a misdirected
-/// write into a `.cleaned` file is swapped in and cut; both drop acknowledged records silently
-/// (sim_ops findings of 2026-11-30). `tests/sim_crash.rs` runs them on delete-policy logs only.
-/// The checker handles both policies (an error is a report; gaps are allowed in a compacted topic
-/// after one): turn this on once those are fixed.
-const MISDIRECTED_WRITES_IN_COMPACTED_TOPICS: bool = true;
+/// Whether compacted-topic runs inject misdirected writes too. Off: in a compacted topic's
+/// sealed segments, whose offsets may have gaps, the engine cannot tell a batch destroyed by a
+/// misdirected write from a compacted one (a sealed segment never cleaned looks the same as one
+/// cleaned); a durable record of the cleaned range would close it (docs/RELIABILITY.md, R14).
+/// The `.cleaned` file and active-segment findings of 2026-11-30 are fixed. The checker handles
+/// both policies (an error is a report; gaps are allowed in a compacted topic after one).
+const MISDIRECTED_WRITES_IN_COMPACTED_TOPICS: bool = false;
 
 const FAULTS: [Fault; 7] = [
     Fault::ReadError,
