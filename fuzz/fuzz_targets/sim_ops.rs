@@ -118,13 +118,12 @@ struct Input {
 /// The choices of `delete.retention.ms` (byte 8 / 3, modulo 4).
 const DELETE_RETENTIONS_MS: [i64; 4] = [i64::MAX, 0, 3, 20];
 
-/// Whether compacted-topic runs inject misdirected writes too. Off: in a compacted topic's
-/// sealed segments, whose offsets may have gaps, the engine cannot tell a batch destroyed by a
-/// misdirected write from a compacted one (a sealed segment never cleaned looks the same as one
-/// cleaned); a durable record of the cleaned range would close it (docs/RELIABILITY.md, R14).
-/// The `.cleaned` file and active-segment findings of 2026-11-30 are fixed. The checker handles
-/// both policies (an error is a report; gaps are allowed in a compacted topic after one).
-const MISDIRECTED_WRITES_IN_COMPACTED_TOPICS: bool = false;
+/// Whether compacted-topic runs inject misdirected writes too. On since the cleaned end
+/// (`seglog-cleaned-end`) lets the engine hold the segments the cleaner never rewrote to dense
+/// offsets (sim_ops findings S2-S5 of 2026-11-30, docs/RELIABILITY.md). A misdirected batch that
+/// lands over earlier ones below the cleaned end is indistinguishable from compaction: the checker
+/// allows the gap in a compacted topic after one.
+const MISDIRECTED_WRITES_IN_COMPACTED_TOPICS: bool = true;
 
 const FAULTS: [Fault; 7] = [
     Fault::ReadError,

@@ -27,6 +27,7 @@ use crate::segment::recovery::{InvalidTail, LoadMode};
 use crate::types::{Offset, TimestampMs};
 
 use super::PartitionLog;
+use super::cleaned_end;
 
 impl PartitionLog {
     /// The sealed segments' facts for the cleaner.
@@ -120,6 +121,18 @@ impl PartitionLog {
         group: &CleanedGroup,
         now: TimestampMs,
     ) -> Result<(), StorageError> {
+        // Raise the cleaned end durably before the swap, so that after any crash it is at or
+        // above every segment the cleaner rewrote (segments above it are held to dense offsets).
+        let group_end = group
+            .replaced
+            .iter()
+            .map(|segment| segment.next_offset)
+            .max()
+            .unwrap_or_default();
+        if group_end > self.cleaned_end {
+            cleaned_end::write(self.storage.as_ref(), &self.dir, group_end)?;
+            self.cleaned_end = group_end;
+        }
         let base_offset = group.base_offset();
         let cleaned = segment_file(&self.dir, base_offset, FileState::Cleaned);
         let swap = segment_file(&self.dir, base_offset, FileState::Swap);
@@ -146,6 +159,7 @@ impl PartitionLog {
             &self.config,
             LoadMode::Recover,
             InvalidTail::Refuse,
+            false,
             now,
         );
         let mut loaded = loaded.inspect_err(|_| self.failed = true)?.segment;

@@ -7,6 +7,7 @@
 //! forward when an `fdatasync` of the data below it has succeeded.
 
 mod append;
+mod cleaned_end;
 mod compaction;
 mod open;
 mod retention;
@@ -89,6 +90,9 @@ pub struct PartitionLog {
     pending_deletions: Vec<retention::PendingDeletion>,
     /// This opening of the log, unique in the process (see `CleanableLog::log_instance`).
     instance: u64,
+    /// Segments based at or above this were never rewritten by the cleaner: their offsets are
+    /// dense (`cleaned_end.rs`; 0 for a log never compacted).
+    cleaned_end: Offset,
 }
 
 impl PartitionLog {
@@ -182,8 +186,9 @@ impl PartitionLog {
         let segment_count = self.segments.len();
         for index in self.segments.floor_index(offset)..segment_count {
             // Offsets are dense unless the cleaner may have left gaps: never in the active
-            // (last) segment, which it does not touch.
-            let dense = !self.config.cleanup_policy.compacts() || index + 1 == segment_count;
+            // (last) segment, which it does not touch, nor above the cleaned end.
+            let dense = index + 1 == segment_count
+                || self.segments.slots()[index].base_offset() >= self.cleaned_end;
             let segment = self.open_segment(index)?;
             if let Some(location) = segment.locate(offset, segment.size_bytes())? {
                 records = segment.read_batches(

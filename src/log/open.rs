@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::PartitionLog;
+use super::cleaned_end;
 use super::segments::SegmentList;
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
@@ -72,12 +73,21 @@ impl PartitionLog {
             ..RecoveryReport::default()
         };
         let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
+        // Below the cleaned end the cleaner may have left gaps; a compacted log without the
+        // record may have been cleaned anywhere. A log never compacted is dense throughout.
+        let recorded_cleaned_end = if config.cleanup_policy.compacts() {
+            cleaned_end::read(storage.as_ref(), dir)?
+        } else {
+            Some(Offset(0))
+        };
+        let dense_from = recorded_cleaned_end.unwrap_or(Offset(u64::MAX));
         let mut segments = load_segments(
             storage.as_ref(),
             dir,
             &base_offsets,
             &config,
             &options,
+            dense_from,
             &mut report,
         )?;
         let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
@@ -108,9 +118,16 @@ impl PartitionLog {
             failed: false,
             pending_deletions: Vec::new(),
             instance: next_log_instance(),
+            cleaned_end: dense_from,
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
+        if recorded_cleaned_end.is_none() {
+            // From here on the log is appended to: what lies above its end now is dense.
+            let end = log.log_end_offset();
+            cleaned_end::write(log.storage.as_ref(), &log.dir, end)?;
+            log.cleaned_end = end;
+        }
         Ok((log, report))
     }
 
@@ -177,12 +194,13 @@ fn load_segments(
     base_offsets: &[Offset],
     config: &LogConfig,
     options: &LogOpenOptions,
+    dense_from: Offset,
     report: &mut RecoveryReport,
 ) -> Result<Vec<Segment>, StorageError> {
     let first_unflushed = base_offsets
         .partition_point(|base| *base <= options.recovery_point)
         .saturating_sub(1);
-    let mut segments = Vec::with_capacity(base_offsets.len());
+    let mut segments: Vec<Segment> = Vec::with_capacity(base_offsets.len());
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
         let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
         let mode = if recover {
@@ -191,11 +209,14 @@ fn load_segments(
             LoadMode::Trusted
         };
         // A later segment exists only because a roll sealed this one: it was synced in full.
-        let invalid_tail = if segment_index + 1 < base_offsets.len() {
-            InvalidTail::Refuse
-        } else {
+        let is_last = segment_index + 1 == base_offsets.len();
+        let invalid_tail = if is_last {
             InvalidTail::TruncateFrom(options.recovery_point)
+        } else {
+            InvalidTail::Refuse
         };
+        // The last segment is the active one, which the cleaner never touches.
+        let dense = is_last || *base_offset >= dense_from;
         let loaded = Segment::load_with(
             storage,
             dir,
@@ -203,6 +224,7 @@ fn load_segments(
             config,
             mode,
             invalid_tail,
+            dense,
             options.now,
         )?;
         let truncated = loaded
@@ -213,7 +235,10 @@ fn load_segments(
             record_recovery(report, loaded.segment.log_path(), recovery);
         }
         if let Some(previous) = segments.last() {
-            check_follows(previous, &loaded.segment, config)?;
+            // A segment the cleaner never rewrote ends exactly where the next one starts.
+            let previous_dense =
+                !config.cleanup_policy.compacts() || previous.base_offset() >= dense_from;
+            check_follows(previous, &loaded.segment, previous_dense)?;
         }
         segments.push(loaded.segment);
         if truncated {
@@ -227,20 +252,20 @@ fn load_segments(
     Ok(segments)
 }
 
-/// `next` starts at or after the previous segment's end, and exactly there in a log that is
-/// never compacted (its offsets are dense; the previous segment was synced in full when it
-/// rolled, so a gap is damage).
+/// `next` starts at or after the previous segment's end, and exactly there when the previous
+/// segment is dense (never rewritten by the cleaner: synced in full when it rolled, so a gap is
+/// damage).
 fn check_follows(
     previous: &Segment,
     next: &Segment,
-    config: &LogConfig,
+    previous_dense: bool,
 ) -> Result<(), StorageError> {
     let end = previous.next_offset();
     let base = next.base_offset();
     let reason = if base < end {
         "overlaps the previous segment"
-    } else if base > end && !config.cleanup_policy.compacts() {
-        "leaves an offset gap after the previous segment in a log that is never compacted"
+    } else if base > end && previous_dense {
+        "leaves an offset gap after the previous segment, which the cleaner never rewrote"
     } else {
         return Ok(());
     };

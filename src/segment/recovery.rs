@@ -60,7 +60,7 @@ pub enum InvalidTail {
     Truncate,
     /// Cut them off if they start at or above this offset (the recovery point: below it every
     /// byte was synced, so invalid bytes there are damage); refuse otherwise. For the log's last
-    /// segment only (the active one, never compacted, so its offsets are dense).
+    /// segment only.
     TruncateFrom(Offset),
     /// Refuse with `StorageError::Corrupt`, changing nothing: a later segment exists, so this
     /// segment was synced in full when it rolled and invalid bytes in it are damage to acknowledged
@@ -93,12 +93,14 @@ impl Segment {
             config,
             mode,
             InvalidTail::Truncate,
+            !config.cleanup_policy.compacts(),
             now,
         )
     }
 
     /// Opens the segment at `base_offset` in `dir`; `invalid_tail` says whether recovery may
-    /// truncate.
+    /// truncate; `dense`, whether its offsets have no gaps (the cleaner never rewrote it).
+    #[allow(clippy::too_many_arguments)]
     pub fn load_with(
         storage: &dyn Storage,
         dir: &Path,
@@ -106,6 +108,7 @@ impl Segment {
         config: &LogConfig,
         mode: LoadMode,
         invalid_tail: InvalidTail,
+        dense: bool,
         now: TimestampMs,
     ) -> Result<LoadedSegment, StorageError> {
         let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
@@ -138,7 +141,7 @@ impl Segment {
             created_ms: now,
         };
         if needs_recovery {
-            let recovery = segment.recover(config, invalid_tail)?;
+            let recovery = segment.recover(config, invalid_tail, dense)?;
             return Ok(LoadedSegment {
                 segment,
                 recovery: Some(recovery),
@@ -151,7 +154,7 @@ impl Segment {
             }),
             // The indexes looked right but the data after the last entry does not: recover.
             Err(_) => {
-                let recovery = segment.recover(config, invalid_tail)?;
+                let recovery = segment.recover(config, invalid_tail, dense)?;
                 Ok(LoadedSegment {
                     segment,
                     recovery: Some(recovery),
@@ -230,11 +233,13 @@ impl Segment {
     }
 
     /// Re-validates every batch, rebuilds both indexes and truncates the `.log` after the last
-    /// valid batch.
+    /// valid batch. `dense`: the segment's offsets have no gaps (a log never compacted, a log's
+    /// active segment, a segment above the cleaned range).
     pub fn recover(
         &mut self,
         config: &LogConfig,
         invalid_tail: InvalidTail,
+        dense: bool,
     ) -> Result<SegmentRecovery, StorageError> {
         // Read what the device holds, not pages a failed fsync left behind in the page cache.
         if let Err(error) = self.log.drop_cache() {
@@ -253,10 +258,6 @@ impl Segment {
         self.max_timestamp_so_far = None;
         self.first_batch_timestamp = None;
         let mut last_index_position = 0u64;
-        // The log's last segment (`TruncateFrom`) is its active one, which the cleaner never
-        // touches: dense whatever the policy.
-        let dense = !config.cleanup_policy.compacts()
-            || matches!(invalid_tail, InvalidTail::TruncateFrom(_));
         let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
         let mut valid_bytes = 0u64;
         let mut truncated_at = None;
