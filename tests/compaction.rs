@@ -349,3 +349,78 @@ fn shards_compact_dirty_logs_on_their_own() {
     );
     engine.close().unwrap();
 }
+
+/// The cleaned end (`seglog-cleaned-end`): a compacted partition gets it at 0 when created; a
+/// compaction raises it to the end of what it rewrote before the swap. A sealed segment above it
+/// was only appended to, so a batch there with a gap before it (a misdirected write) fails the
+/// reopen instead of passing for compaction.
+#[test]
+fn segments_above_the_cleaned_end_are_held_to_dense_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("seglog-cleaned-end");
+    let mut log = open(Arc::new(PositionedIo), dir.path(), false);
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "0\n0\n");
+    for value in 0..30 {
+        append(&mut log, (value % 3) as u8, Some(value));
+    }
+    let mut map = OffsetMap::new(64 * 1024).unwrap();
+    log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0))
+        .unwrap();
+    let cleaned_end: u64 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(cleaned_end > 0, "the compaction raised it");
+    for value in 30..60 {
+        append(&mut log, (value % 3) as u8, Some(value));
+    }
+    log.close().unwrap();
+    let bases = segment_bases(dir.path());
+    let above = *bases
+        .iter()
+        .find(|base| **base >= cleaned_end && Some(*base) != bases.last())
+        .expect("a sealed segment above the cleaned end");
+    // Its first batch claims the next offset: a gap at the segment's start, outside the CRC.
+    shift_first_base_offset(dir.path(), above);
+    let storage: Arc<dyn Storage> = Arc::new(PositionedIo);
+    let tp = TopicPartition {
+        topic: TopicName::parse("compacted").unwrap(),
+        partition: 0,
+    };
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: TimestampMs(T0),
+    };
+    let error = PartitionLog::open(storage, dir.path(), tp, config(), options)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(format!("{error:?}").contains("Corrupt"), "{error}");
+}
+
+/// Base offsets of the live segments in `dir`, ascending.
+fn segment_bases(dir: &Path) -> Vec<u64> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
+/// Adds one to the base offset of the first batch of segment `base` (a field the CRC does not
+/// cover, so the batch still passes its CRC).
+fn shift_first_base_offset(dir: &Path, base: u64) {
+    let path = dir.join(format!("{base:020}.log"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let shifted = (base + 1).to_be_bytes();
+    bytes[..8].copy_from_slice(&shifted);
+    std::fs::write(&path, bytes).unwrap();
+}
