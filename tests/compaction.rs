@@ -37,6 +37,14 @@ fn config() -> LogConfig {
 }
 
 fn open(storage: Arc<dyn Storage>, dir: &Path, clean: bool) -> PartitionLog {
+    try_open(storage, dir, clean).unwrap()
+}
+
+fn try_open(
+    storage: Arc<dyn Storage>,
+    dir: &Path,
+    clean: bool,
+) -> Result<PartitionLog, seglog::error::OpenError> {
     let tp = TopicPartition {
         topic: TopicName::parse("compacted").unwrap(),
         partition: 0,
@@ -47,9 +55,7 @@ fn open(storage: Arc<dyn Storage>, dir: &Path, clean: bool) -> PartitionLog {
         log_start_offset: None,
         now: TimestampMs(T0),
     };
-    PartitionLog::open(storage, dir, tp, config(), options)
-        .unwrap()
-        .0
+    PartitionLog::open(storage, dir, tp, config(), options).map(|(log, _)| log)
 }
 
 /// (key, value or tombstone) records, one batch each.
@@ -385,18 +391,7 @@ fn segments_above_the_cleaned_end_are_held_to_dense_offsets() {
         .expect("a sealed segment above the cleaned end");
     // Its first batch claims the next offset: a gap at the segment's start, outside the CRC.
     shift_first_base_offset(dir.path(), above);
-    let storage: Arc<dyn Storage> = Arc::new(PositionedIo);
-    let tp = TopicPartition {
-        topic: TopicName::parse("compacted").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(T0),
-    };
-    let error = PartitionLog::open(storage, dir.path(), tp, config(), options)
+    let error = try_open(Arc::new(PositionedIo), dir.path(), false)
         .map(|_| ())
         .unwrap_err();
     assert!(format!("{error:?}").contains("Corrupt"), "{error}");

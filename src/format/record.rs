@@ -42,15 +42,7 @@ impl Record {
     /// so that key and value can be sliced from it without copying.
     pub(crate) fn decode(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
         let at = reader.position();
-        let length = reader.varint()?;
-        let length = usize::try_from(length)
-            .ok()
-            .filter(|length| *length <= reader.remaining())
-            .ok_or(DecodeError::Length {
-                field: "record",
-                length: i64::from(length),
-                at,
-            })?;
+        let length = Record::length(reader)?;
         let body_start = reader.position();
         let record = Record::decode_body(reader, buffer)?;
         let consumed = reader.position() - body_start;
@@ -67,20 +59,25 @@ impl Record {
     /// Reads one record's offset delta and moves `reader` past the record, decoding nothing
     /// else (its key, value and headers are skipped by its length prefix).
     pub(crate) fn skip(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
+        let length = Record::length(reader)?;
+        let mut body = Reader::new(reader.take(length)?);
+        body.i8()?;
+        body.varlong()?;
+        body.varint()
+    }
+
+    /// The record's length prefix, checked against the bytes left.
+    fn length(reader: &mut Reader<'_>) -> Result<usize, DecodeError> {
         let at = reader.position();
         let length = reader.varint()?;
-        let length = usize::try_from(length)
+        usize::try_from(length)
             .ok()
             .filter(|length| *length <= reader.remaining())
             .ok_or(DecodeError::Length {
                 field: "record",
                 length: i64::from(length),
                 at,
-            })?;
-        let mut body = Reader::new(reader.take(length)?);
-        body.i8()?;
-        body.varlong()?;
-        body.varint()
+            })
     }
 
     fn decode_body(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
