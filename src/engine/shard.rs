@@ -212,13 +212,6 @@ pub(crate) struct Shard {
     /// When each open partition was last used (a turn counter), for eviction.
     last_used: BTreeMap<TopicPartition, u64>,
     use_counter: u64,
-    /// Open segments (one descriptor and two maps each) per open partition as last counted, and
-    /// their sum, bounded by `open_segments_max`.
-    segment_counts: BTreeMap<TopicPartition, usize>,
-    open_segments: usize,
-    /// The partition handed out last: its count may have changed since (reads open sealed
-    /// segments, rolls add one) and is taken again at the next lookup.
-    last_accessed: Option<TopicPartition>,
     /// Partitions opened (and so recovered if needed) since the engine opened.
     opened: BTreeSet<TopicPartition>,
     /// Offsets of partitions closed by eviction, for checkpoints and their next open.
@@ -244,9 +237,6 @@ impl Shard {
             partitions: BTreeMap::new(),
             last_used: BTreeMap::new(),
             use_counter: 0,
-            segment_counts: BTreeMap::new(),
-            open_segments: 0,
-            last_accessed: None,
             opened: BTreeSet::new(),
             evicted: BTreeMap::new(),
             parked: Vec::new(),
@@ -399,69 +389,55 @@ impl Shard {
     /// least recently used partitions, so file descriptors and index maps stay bounded however
     /// many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
-        self.recount_last_accessed();
         if !self.partitions.contains_key(tp) {
-            while self.full_for_one_more() && self.evict_least_recently_used() {}
+            // Counted on each open (rarer and dearer than the sum): reads open sealed segments
+            // and rolls add one, so a count kept between opens would drift.
+            let mut open_segments = self.open_segments();
+            while self.full_for_one_more(open_segments) {
+                match self.evict_least_recently_used() {
+                    Some(closed) => open_segments -= closed,
+                    None => break,
+                }
+            }
             let log = self.open_partition(tp)?;
-            let count = log.open_segment_count();
-            self.open_segments += count;
-            self.segment_counts.insert(tp.clone(), count);
             self.partitions.insert(tp.clone(), log);
             self.opened.insert(tp.clone());
             self.evicted.remove(tp);
         }
         self.use_counter += 1;
         self.last_used.insert(tp.clone(), self.use_counter);
-        self.last_accessed = Some(tp.clone());
         self.partitions.get_mut(tp).ok_or(LookupError::Unknown)
     }
 
+    /// Segments open now across this shard's open partitions.
+    fn open_segments(&self) -> usize {
+        self.partitions
+            .values()
+            .map(PartitionLog::open_segment_count)
+            .sum()
+    }
+
     /// Whether opening one more partition (its active segment, and room for its sealed ones)
-    /// would pass a bound.
-    fn full_for_one_more(&self) -> bool {
+    /// would pass a bound, with `open_segments` open now.
+    fn full_for_one_more(&self, open_segments: usize) -> bool {
         !self.partitions.is_empty()
             && (self.partitions.len() >= self.context.open_partitions_max.max(1)
-                || self.open_segments + 1 + crate::log::SEALED_OPEN_MAX
-                    > self.context.open_segments_max)
-    }
-
-    fn recount_last_accessed(&mut self) {
-        let Some(tp) = self.last_accessed.take() else {
-            return;
-        };
-        if let Some(log) = self.partitions.get(&tp) {
-            let count = log.open_segment_count();
-            let previous = self.segment_counts.insert(tp, count).unwrap_or(0);
-            self.open_segments = self.open_segments + count - previous;
-        }
-    }
-
-    /// Forgets an open partition's accounting (it is being closed or dropped).
-    fn forget_open(&mut self, tp: &TopicPartition) {
-        self.last_used.remove(tp);
-        self.flush_deadlines.remove(tp);
-        let count = self.segment_counts.remove(tp).unwrap_or(0);
-        self.open_segments = self.open_segments.saturating_sub(count);
-        if self.last_accessed.as_ref() == Some(tp) {
-            self.last_accessed = None;
-        }
+                || open_segments + 1 + crate::log::SEALED_OPEN_MAX > self.context.open_segments_max)
     }
 
     /// Releases the least recently used open partition (files closed, maps dropped, nothing
-    /// synced); its next open in this process trusts its files. `false` if none is open.
-    fn evict_least_recently_used(&mut self) -> bool {
-        let Some(tp) = self
+    /// synced); its next open in this process trusts its files. Returns how many segments it
+    /// held open, `None` if no partition is open.
+    fn evict_least_recently_used(&mut self) -> Option<usize> {
+        let tp = self
             .last_used
             .iter()
             .min_by_key(|(_, used)| **used)
-            .map(|(tp, _)| tp.clone())
-        else {
-            return false;
-        };
-        self.forget_open(&tp);
-        let Some(log) = self.partitions.remove(&tp) else {
-            return true;
-        };
+            .map(|(tp, _)| tp.clone())?;
+        self.last_used.remove(&tp);
+        self.flush_deadlines.remove(&tp);
+        let log = self.partitions.remove(&tp)?;
+        let closed = log.open_segment_count();
         let checkpoint = PartitionCheckpoint::of(&tp, &log);
         match log.release() {
             Ok(()) => {
@@ -476,7 +452,7 @@ impl Shard {
                 self.opened.remove(&tp);
             }
         }
-        true
+        Some(closed)
     }
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
@@ -892,8 +868,9 @@ impl Shard {
 
     fn drop_partitions(&mut self, tps: &[TopicPartition]) {
         for tp in tps {
-            self.forget_open(tp);
             self.partitions.remove(tp);
+            self.flush_deadlines.remove(tp);
+            self.last_used.remove(tp);
             self.evicted.remove(tp);
             self.opened.remove(tp);
         }
@@ -975,8 +952,6 @@ impl Shard {
             return Ok(SwapOutcome::Stale);
         };
         let outcome = log.swap_in_cleaned(group, TimestampMs::now());
-        // The swap may change how many of its segments are open: counted at the next lookup.
-        self.last_accessed = Some(tp.clone());
         if let Some(due) = log.next_file_deletion() {
             self.file_deletion_deadlines.insert(tp.clone(), due);
         }

@@ -31,8 +31,8 @@ const SECTOR_BYTES: u64 = 512;
 /// The smallest record (a length, attributes, two deltas, null key and value, no headers).
 const RECORD_BYTES_MIN: u64 = 7;
 
-/// How much of a segment's invalid tail is read at a time when looking for a batch past it.
-const MISPLACED_SCAN_CHUNK_BYTES: usize = 1 << 20;
+/// How much of a segment's invalid tail is read at a time when looking for a batch in it.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 /// What recovering one segment found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -419,7 +419,7 @@ impl Segment {
                 .any(|byte| *byte != 0);
             successor && (position < claimed_end || in_sector)
         };
-        if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end, evidence)? {
+        if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end, None, evidence)? {
             return Ok(Some(format!(
                 "the next batch passes its CRC at position {position}, inside their sector or \
                  the extent their header claims, so they were written and then damaged"
@@ -448,18 +448,20 @@ impl Segment {
         }))
     }
 
-    /// The first position in `from..to` where a batch that passes its CRC and `accept` starts.
-    /// The bytes are read once, a chunk at a time; only positions holding magic 2 are decoded.
+    /// The first position in `from..to` where a batch that passes its CRC and `accept` starts
+    /// (with `base_offset`, when given). The bytes are read once, a chunk at a time; only
+    /// positions holding magic 2, a plausible length and that base offset are decoded.
     fn valid_batch_in(
         &self,
         from: u64,
         to: u64,
+        base_offset: Option<i64>,
         accept: impl Fn(u64, &Batch) -> bool,
     ) -> Result<Option<u64>, StorageError> {
-        let mut chunk = vec![0u8; MISPLACED_SCAN_CHUNK_BYTES + field::MAGIC + 1];
+        let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + field::MAGIC + 1];
         let mut start = from;
         while start < to {
-            let positions = (to - start).min(MISPLACED_SCAN_CHUNK_BYTES as u64) as usize;
+            let positions = (to - start).min(SCAN_CHUNK_BYTES as u64) as usize;
             let read = self
                 .log
                 .read_at(&mut chunk[..positions + field::MAGIC + 1], start)
@@ -467,7 +469,11 @@ impl Segment {
             let bytes = chunk.get(..read).unwrap_or_default();
             for index in 0..positions {
                 let position = start + index as u64;
+                let other_base = base_offset.is_some_and(|base| {
+                    bytes.get(index..index + 8) != Some(&base.to_be_bytes()[..])
+                });
                 if bytes.get(index + field::MAGIC) != Some(&(BATCH_MAGIC_V2 as u8))
+                    || other_base
                     || !self.plausible_length(bytes, index, position)
                 {
                     continue;
@@ -509,40 +515,8 @@ impl Segment {
     /// torn tail every later batch that survived holds later offsets, so this batch was written
     /// to the wrong place (R14) and the data it carries was acknowledged.
     fn misplaced_batch(&self, from: u64) -> Result<Option<u64>, StorageError> {
-        let pattern = self.next_offset.0.to_be_bytes();
-        let mut chunk = vec![0u8; MISPLACED_SCAN_CHUNK_BYTES];
-        let mut start = from;
-        while start + pattern.len() as u64 <= self.size_bytes {
-            let length = (self.size_bytes - start).min(chunk.len() as u64) as usize;
-            let read = self
-                .log
-                .read_at(&mut chunk[..length], start)
-                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-            let hits = chunk[..read]
-                .windows(pattern.len())
-                .enumerate()
-                .filter(|(_, window)| *window == pattern)
-                .map(|(index, _)| start + index as u64);
-            for position in hits {
-                // Exact reads: one candidate batch, no window.
-                let mut scanner = LogScanner::with_window(
-                    self.log.as_ref(),
-                    &self.log_path,
-                    position,
-                    self.size_bytes,
-                    0,
-                );
-                if let ScanStep::Item { .. } = scanner.next_batch()? {
-                    return Ok(Some(position));
-                }
-            }
-            if read < pattern.len() {
-                break;
-            }
-            // Overlap by the pattern's length less one so that no position is missed.
-            start += (read - (pattern.len() - 1)) as u64;
-        }
-        Ok(None)
+        let expected = self.next_offset.0 as i64;
+        self.valid_batch_in(from, self.size_bytes, Some(expected), |_, _| true)
     }
 
     /// The largest timestamp recorded, if any batch carried one.
