@@ -7,11 +7,21 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
 
 use crate::error::EngineUnavailable;
+
+/// How long [`Pending::wait`] polls for the answer before it sleeps.
+const ANSWER_SPIN: Duration = Duration::from_micros(50);
+
+/// Threads of the process polling in [`Pending::wait`] at once, at most.
+const SPINNING_WAITERS_MAX: usize = 1;
+
+static SPINNING_WAITERS: AtomicUsize = AtomicUsize::new(0);
 
 /// The reply end the shard holds.
 pub(crate) type Reply<T, E> = oneshot::Sender<Result<T, E>>;
@@ -46,9 +56,37 @@ impl<T, E: From<EngineUnavailable>> Pending<T, E> {
         }
     }
 
-    /// Blocks the calling thread until the shard answers.
-    pub fn wait(self) -> Result<T, E> {
+    /// Blocks the calling thread until the shard answers. One waiting thread at a time polls
+    /// for [`ANSWER_SPIN`] first, so a quick answer to a lone caller costs no sleep and wake-up
+    /// (tens of µs in a VM), while many waiters do not burn the cores the shards need.
+    pub fn wait(mut self) -> Result<T, E> {
+        if let Some(result) = self.spin_for_answer() {
+            return result;
+        }
         futures_executor::block_on(self)
+    }
+
+    fn spin_for_answer(&mut self) -> Option<Result<T, E>> {
+        let State::Waiting { receiver, shard } = &mut self.state else {
+            return None;
+        };
+        if SPINNING_WAITERS.fetch_add(1, Ordering::Relaxed) >= SPINNING_WAITERS_MAX {
+            SPINNING_WAITERS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        let started = Instant::now();
+        let answer = loop {
+            match receiver.try_recv() {
+                Ok(Some(result)) => break Some(result),
+                Ok(None) if started.elapsed() < ANSWER_SPIN => std::thread::yield_now(),
+                Ok(None) => break None,
+                Err(oneshot::Canceled) => {
+                    break Some(Err(EngineUnavailable::ShardFailed { shard: *shard }.into()));
+                }
+            }
+        };
+        SPINNING_WAITERS.fetch_sub(1, Ordering::Relaxed);
+        answer
     }
 }
 
