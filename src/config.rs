@@ -86,6 +86,16 @@ pub struct LogConfig {
     /// Which of `retention.ms` / `.minutes` / `.hours` set `retention_ms` (Kafka's precedence:
     /// milliseconds over minutes over hours), so that a less precise one set later does not win.
     pub retention_precedence: RetentionPrecedence,
+    /// `preallocate`: reserve the active `.log`'s blocks ahead of the appends (`fallocate`,
+    /// doubling up to `segment.bytes`) and cut the file back to its batches when the segment
+    /// stops being active. Default `false`, as Kafka's: on ext4 the reserved blocks are
+    /// unwritten extents that each write still converts, and appends measured no faster with
+    /// them (BENCHMARKS.md § Write path).
+    pub preallocate: bool,
+    /// Not a topic setting: the engine's `EngineConfig::direct_writes`, copied in when a
+    /// partition opens (never saved with the topic). The active segment's `.log` is then written
+    /// with `O_DIRECT` where the file system allows it.
+    pub direct_writes: bool,
 }
 
 /// Two configurations are equal when every setting is; how `retention_ms` was given is not a
@@ -140,6 +150,8 @@ impl Default for LogConfig {
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             retention_precedence: RetentionPrecedence::Default,
+            preallocate: false,
+            direct_writes: false,
         }
     }
 }
@@ -208,6 +220,11 @@ impl LogConfig {
             "file.delete.delay.ms" => self.file_delete_delay_ms = number()?,
             "delete.retention.ms" => self.delete_retention_ms = number()?,
             "min.compaction.lag.ms" => self.min_compaction_lag_ms = number()?,
+            "preallocate" => {
+                self.preallocate = value
+                    .parse::<bool>()
+                    .map_err(|_| invalid("expected true or false"))?
+            }
             "min.cleanable.dirty.ratio" => {
                 self.min_cleanable_dirty_ratio = value
                     .parse::<f64>()
@@ -285,6 +302,7 @@ impl LogConfig {
                 "min.compaction.lag.ms",
                 self.min_compaction_lag_ms.to_string(),
             ),
+            ("preallocate", self.preallocate.to_string()),
         ];
         match self.flush_policy {
             FlushPolicy::EveryAppend => pairs.push(("flush.messages", "1".to_owned())),

@@ -19,6 +19,7 @@
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
 use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -1429,4 +1430,196 @@ fn a_torn_tail_that_looks_like_a_legacy_message_is_still_truncated() {
     let log = log_dir.partition(&topic(), 0).unwrap();
     assert_eq!(log.log_end_offset(), Offset(3));
     assert_eq!(fs::metadata(&log_path).unwrap().len(), valid_length);
+}
+
+/// `O_DIRECT` writes (`EngineConfig::direct_writes`): segments of 16 KiB, so the active segment
+/// spans several 4 KiB blocks and the log still rolls.
+fn direct_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 * 1024,
+        direct_writes: true,
+        ..config()
+    }
+}
+
+/// A scratch directory on a disk (tmpfs has no `O_DIRECT`): `/var/tmp` when it can, else the
+/// system's temporary directory. `None` (the test says it was skipped) when that file system
+/// refuses `O_DIRECT` too.
+fn direct_scratch() -> Option<tempfile::TempDir> {
+    let dir = tempfile::tempdir_in("/var/tmp")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let probe = dir.path().join("probe");
+    fs::write(&probe, b"").unwrap();
+    let direct = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    fs::remove_file(&probe).unwrap();
+    match direct {
+        Ok(_) => Some(dir),
+        Err(error) => {
+            println!(
+                "skipped: {} refuses O_DIRECT: {error}",
+                dir.path().display()
+            );
+            None
+        }
+    }
+}
+
+fn open_direct(dir: &Path, clean: bool, recovery_point: Offset) -> (PartitionLog, RecoveryReport) {
+    let options = LogOpenOptions {
+        had_clean_shutdown: clean,
+        recovery_point,
+        log_start_offset: None,
+        now: now(),
+    };
+    PartitionLog::open(
+        storage_from_env(),
+        dir,
+        topic_partition(),
+        direct_config(),
+        options,
+    )
+    .unwrap()
+}
+
+fn log_file_bytes(dir: &Path) -> u64 {
+    segment_logs(dir)
+        .iter()
+        .map(|path| fs::metadata(path).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn direct_writes_serve_every_batch_and_leave_no_padding_after_close() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let (mut log, _) = open_direct(&dir, false, Offset(0));
+    populate(&mut log, 600);
+    assert!(log.segment_count() > 3, "the log rolled");
+    let batches = served_batches(&mut log);
+    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    assert_eq!(
+        log_file_bytes(&dir),
+        payload,
+        "the .log files hold the batches, no padding"
+    );
+    let (mut log, report) = open_direct(&dir, true, end);
+    assert_eq!(report, RecoveryReport::default());
+    assert_serves(&mut log, &batches);
+    assert_time_lookups(&mut log);
+    assert_appends_at(&mut log, end.0);
+}
+
+#[test]
+fn a_crash_under_direct_writes_cuts_only_the_padding() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let (mut log, _) = open_direct(&dir, false, Offset(0));
+    populate(&mut log, 250);
+    log.flush().unwrap();
+    let batches = served_batches(&mut log);
+    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let end = log.log_end_offset();
+    drop(log); // a crash: the active segment keeps its zero padding
+    let active = segment_logs(&dir).pop().unwrap();
+    let padded = fs::metadata(&active).unwrap().len();
+    assert!(
+        padded.is_multiple_of(4096),
+        "the active .log ends on a block"
+    );
+    let padding = log_file_bytes(&dir) - payload;
+    assert!(padding > 0 && padding < 4096, "{padding} bytes of padding");
+    let (mut log, report) = open_direct(&dir, false, Offset(0));
+    assert_eq!(report.bytes_truncated, padding);
+    assert_eq!(report.segments_deleted, 0);
+    assert_serves(&mut log, &batches);
+    assert_appends_at(&mut log, end.0);
+}
+
+#[test]
+fn truncation_under_direct_writes_keeps_the_bytes_below_the_cut() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let (mut log, _) = open_direct(&dir, false, Offset(0));
+    populate(&mut log, 120);
+    let batches = served_batches(&mut log);
+    // Cut inside the active segment, at a batch whose start is not on a block boundary.
+    let active_base = log.segments().last().unwrap().base_offset;
+    let keep = batches
+        .iter()
+        .position(|batch| batch.base > active_base.0 + 5)
+        .unwrap();
+    log.truncate_to(Offset(batches[keep].base)).unwrap();
+    populate(&mut log, 60);
+    let after = served_batches(&mut log);
+    assert_eq!(after[..keep], batches[..keep]);
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    let (mut log, report) = open_direct(&dir, true, end);
+    assert_eq!(report, RecoveryReport::default());
+    assert_serves(&mut log, &after);
+}
+
+#[test]
+fn preallocated_segments_hold_only_their_batches_after_close_and_after_a_crash() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let preallocating = LogConfig {
+        segment_bytes: 256 * 1024,
+        preallocate: true,
+        ..config()
+    };
+    let options = |clean: bool| LogOpenOptions {
+        had_clean_shutdown: clean,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    let open = |clean: bool| {
+        PartitionLog::open(
+            storage_from_env(),
+            &dir,
+            topic_partition(),
+            preallocating.clone(),
+            options(clean),
+        )
+        .unwrap()
+    };
+    let (mut log, _) = open(false);
+    populate(&mut log, 200);
+    let active = segment_logs(&dir).pop().unwrap();
+    let reserved = fs::metadata(&active).unwrap().len();
+    assert!(
+        reserved >= 64 * 1024,
+        "the active .log is preallocated: {reserved} bytes"
+    );
+    let batches = served_batches(&mut log);
+    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    assert!(payload < reserved);
+    log.flush().unwrap();
+    drop(log); // a crash: the reserved zeros stay
+    let (mut log, report) = open(false);
+    assert_eq!(report.bytes_truncated, reserved - payload);
+    assert_serves(&mut log, &batches);
+    populate(&mut log, 100);
+    let batches = served_batches(&mut log);
+    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    log.close().unwrap();
+    assert_eq!(log_file_bytes(&dir), payload, "close cut the reservation");
+    let (mut log, report) = open(true);
+    assert_eq!(report, RecoveryReport::default());
+    assert_serves(&mut log, &batches);
 }

@@ -78,6 +78,21 @@ fn config(regime: Regime) -> LogConfig {
     config
 }
 
+/// A run's configuration: its regime's, and by seed one of the three write paths: through the
+/// page cache, `O_DIRECT` (aligned blocks, the tail block rewritten, padding cut when a segment
+/// stops being active), or preallocated `.log` files. Misdirected writes run on the page cache
+/// path only: with padding or a reservation past the log end, a write that lands there is cut
+/// with it, leaving a hole of zeros that recovery cannot tell from a crash's unwritten page
+/// (RELIABILITY.md, R14).
+fn config_for_seed(regime: Regime, faults: Faults, seed: u64) -> LogConfig {
+    let mut config = config(regime);
+    if faults != Faults::Misdirected {
+        config.direct_writes = seed % 3 == 1;
+        config.preallocate = seed % 3 == 2;
+    }
+    config
+}
+
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir()
@@ -156,6 +171,10 @@ impl Run {
         self.dir.path()
     }
 
+    fn config(&self) -> LogConfig {
+        config_for_seed(self.regime, self.faults, self.seed)
+    }
+
     fn storage(&self) -> Arc<dyn Storage> {
         Arc::new(self.sim.clone())
     }
@@ -174,7 +193,7 @@ impl Run {
     }
 
     fn open(&self) -> Result<LogDir, String> {
-        LogDir::open(self.root(), self.storage(), config(self.regime)).map_err(|e| e.to_string())
+        LogDir::open(self.root(), self.storage(), self.config()).map_err(|e| e.to_string())
     }
 
     /// One crash point: a workload until the process dies (or a budget ends), a power cut, a

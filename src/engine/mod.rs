@@ -99,6 +99,10 @@ pub struct EngineConfig {
     /// The core the cleaner thread is pinned to (default: the last core; `None`: not pinned).
     /// It runs at `SCHED_IDLE`, so it takes only time the shards leave idle on that core.
     pub cleaner_core: Option<usize>,
+    /// Write each active segment's `.log` with `O_DIRECT` (default: off): appends skip the page
+    /// cache, so fetches of fresh data read from the device. Where the file system refuses
+    /// `O_DIRECT` (tmpfs), the engine says so once and writes through the page cache.
+    pub direct_writes: bool,
 }
 
 /// File descriptors kept for everything else in the host process (and for directory syncs).
@@ -161,6 +165,7 @@ impl Default for EngineConfig {
             scrub_interval_ms: 24 * 60 * 60 * 1000,
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
+            direct_writes: false,
         }
     }
 }
@@ -342,6 +347,7 @@ impl Engine {
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
                 open_segments_max: config.open_segments_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
+                direct_writes: config.direct_writes,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }

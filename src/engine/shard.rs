@@ -177,6 +177,8 @@ pub(crate) struct ShardContext {
     pub open_segments_max: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `EngineConfig::direct_writes`, given to every partition this shard opens.
+    pub direct_writes: bool,
 }
 
 struct PendingAppend {
@@ -488,7 +490,7 @@ impl Shard {
     }
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
-        let config = {
+        let mut config = {
             let topics = self
                 .context
                 .topics
@@ -499,6 +501,7 @@ impl Shard {
                 .cloned()
                 .ok_or(LookupError::Unknown)?
         };
+        config.direct_writes = self.context.direct_writes;
         let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
             had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),

@@ -102,6 +102,10 @@ impl StorageFile for HookedFile {
         self.before(StorageOp::SetLength)?;
         self.inner.set_length_bytes(length_bytes)
     }
+    fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
+        self.before(StorageOp::SetLength)?;
+        self.inner.allocate(position, length)
+    }
     fn modified_ms(&self) -> io::Result<i64> {
         self.inner.modified_ms()
     }

@@ -83,7 +83,15 @@ pub enum OpenMode {
     CreateNew,
     /// Open, creating it if missing.
     CreateOrOpen,
+    /// Open an existing file for writes that bypass the page cache (`O_DIRECT`): each write's
+    /// position, length and buffer address must be multiples of [`DIRECT_IO_ALIGN_BYTES`]. A file
+    /// system without `O_DIRECT` (tmpfs) refuses the open with `EINVAL`.
+    ExistingDirect,
 }
+
+/// The alignment of `O_DIRECT` writes: positions, lengths and buffer addresses. 4 KiB covers
+/// devices with 512-byte and 4 KiB logical blocks and the page size.
+pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
 
 /// A file opened through a [`Storage`]. Positions are absolute byte offsets.
 pub trait StorageFile: Debug + Send + Sync {
@@ -105,6 +113,21 @@ pub trait StorageFile: Debug + Send + Sync {
     /// The underlying file, for backends that batch operations on real files.
     fn as_file(&self) -> Option<&std::fs::File> {
         None
+    }
+
+    /// Reserves the blocks of `[position, position + length)` and makes the file at least that
+    /// long (`fallocate`, mode 0): later writes there allocate nothing and do not extend the
+    /// file. `Ok(false)` where the backend or file system cannot (nothing changed).
+    fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
+        let Some(file) = self.as_file() else {
+            return Ok(false);
+        };
+        let flags = rustix::fs::FallocateFlags::empty();
+        match rustix::fs::fallocate(file, flags, position, length) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
+            Err(errno) => Err(errno.into()),
+        }
     }
 
     /// Starts reading `length` bytes at `position` into the page cache in the background

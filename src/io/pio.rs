@@ -68,6 +68,9 @@ impl PositionedIo {
             .custom_flags(libc::O_NOFOLLOW);
         match mode {
             OpenMode::Existing => {}
+            OpenMode::ExistingDirect => {
+                options.custom_flags(libc::O_NOFOLLOW | libc::O_DIRECT);
+            }
             OpenMode::CreateNew => {
                 options.create_new(true);
             }

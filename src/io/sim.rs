@@ -246,6 +246,16 @@ struct SimFile {
     id: FileId,
     generation: u64,
     file: File,
+    /// Opened with [`OpenMode::ExistingDirect`]: writes must be aligned, as `O_DIRECT` demands.
+    direct: bool,
+}
+
+/// Whether a write meets `O_DIRECT`'s alignment of position, length and buffer address.
+fn is_direct_aligned(buf: &[u8], position: u64) -> bool {
+    let align = super::DIRECT_IO_ALIGN_BYTES;
+    position.is_multiple_of(align as u64)
+        && buf.len().is_multiple_of(align)
+        && (buf.as_ptr() as usize).is_multiple_of(align)
 }
 
 fn error(errno: i32, what: &str) -> io::Error {
@@ -935,6 +945,9 @@ impl StorageFile for SimFile {
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        if self.direct && !is_direct_aligned(buf, position) {
+            return Err(error(libc::EINVAL, "unaligned O_DIRECT write"));
+        }
         let mut state = self.lock()?;
         state.mutation(&format!("write {position}+{}", buf.len()), &self.path)?;
         state.stats.writes += 1;
@@ -975,6 +988,15 @@ impl StorageFile for SimFile {
         Ok(self.file.metadata()?.len())
     }
 
+    /// The simulated disk models the length, not block reservation: it extends the file.
+    fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
+        let end = position + length;
+        if end > self.length_bytes()? {
+            self.set_length_bytes(end)?;
+        }
+        Ok(true)
+    }
+
     fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
         let mut state = self.lock()?;
         state.mutation(&format!("set length {length_bytes}"), &self.path)?;
@@ -997,14 +1019,18 @@ impl Storage for SimStorage {
         state.alive()?;
         let exists = fs::symlink_metadata(path).is_ok();
         let creates = match mode {
-            OpenMode::Existing => false,
+            OpenMode::Existing | OpenMode::ExistingDirect => false,
             OpenMode::CreateNew => true,
             OpenMode::CreateOrOpen => !exists,
         };
         if creates {
             state.mutation("create", path)?;
         }
-        let file = super::pio::PositionedIo::open_file(path, mode)?;
+        // The simulator's own writes (torn, misdirected) are not aligned: its backing file is
+        // opened without O_DIRECT, and a direct handle checks the caller's alignment instead.
+        let direct = mode == OpenMode::ExistingDirect;
+        let backing_mode = if direct { OpenMode::Existing } else { mode };
+        let file = super::pio::PositionedIo::open_file(path, backing_mode)?;
         let id = state.track(path, creates)?;
         Ok(Box::new(SimFile {
             state: self.state.clone(),
@@ -1012,6 +1038,7 @@ impl Storage for SimStorage {
             id,
             generation: state.generation,
             file,
+            direct,
         }))
     }
 

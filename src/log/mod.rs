@@ -279,9 +279,10 @@ impl PartitionLog {
             slot.delete(self.storage.as_ref(), &self.dir)?;
         }
         let config = self.config.clone();
+        let storage = self.storage.clone();
         let active = self.active_mut();
         active.truncate_to(offset)?;
-        active.reopen_for_append(&config)?;
+        active.reopen_for_append(storage.as_ref(), &config)?;
         let log_end_offset = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);

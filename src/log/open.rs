@@ -156,8 +156,9 @@ impl PartitionLog {
             }
         }
         let config = self.config.clone();
+        let storage = self.storage.clone();
         let active = self.active_mut();
-        active.reopen_for_append(&config)?;
+        active.reopen_for_append(storage.as_ref(), &config)?;
         if repaired {
             // Recovery validated every byte from the recovery point on; syncing it (and the
             // directory, after any deletion) makes all of it durable. (After an unclean shutdown

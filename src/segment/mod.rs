@@ -5,6 +5,7 @@
 //! written through the [`Storage`] seam. Only the last segment of a log is appended to; every
 //! other segment is sealed: its indexes trimmed to their entries and its data synced.
 
+mod direct;
 pub mod recovery;
 pub mod scan;
 
@@ -19,12 +20,16 @@ use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage, StorageFile};
 use crate::types::{Offset, TimestampMs};
+use direct::DirectWriter;
 use scan::{LogScanner, ScanStep};
 
 /// Reads at least this large are taken as a sequential consumer's and prefetch what follows.
 const PREFETCH_READ_BYTES_MIN: u64 = 256 * 1024;
 /// How many reads of the same size are prefetched after one.
 const PREFETCH_READS: u64 = 4;
+/// The first preallocation of an active `.log`; each next one doubles what the file holds, up to
+/// `segment.bytes`, so a partition reserves at most as much again as it wrote.
+const PREALLOCATE_BYTES_MIN: u64 = 64 * 1024;
 
 /// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +65,14 @@ pub struct Segment {
     base_offset: Offset,
     log_path: PathBuf,
     log: Box<dyn StorageFile>,
+    /// Set while the segment is active and the log writes with `O_DIRECT` (`direct_writes`).
+    direct: Option<Box<DirectWriter>>,
     size_bytes: u64,
+    /// While active: how far the `.log` is preallocated (`fallocate`), `0` when it is not (a
+    /// sealed segment, `preallocate=false`, or a file system without it).
+    preallocated_bytes: u64,
+    /// While active: the most to preallocate (`segment.bytes`), `0` for none.
+    preallocate_max_bytes: u64,
     next_offset: Offset,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -87,13 +99,20 @@ impl Segment {
             .map_err(|source| StorageError::io("create", &log_path, source))?;
         log.set_length_bytes(0)
             .map_err(|source| StorageError::io("truncate", &log_path, source))?;
+        let direct = match config.direct_writes {
+            true => DirectWriter::open(storage, &log_path, log.as_ref(), 0)?,
+            false => None,
+        };
         let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
         let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
         Ok(Segment {
             base_offset,
             log_path,
             log,
+            direct,
             size_bytes: 0,
+            preallocated_bytes: 0,
+            preallocate_max_bytes: preallocate_max_bytes(config),
             next_offset: base_offset,
             offset_index: OffsetIndex::create(
                 &index_path,
@@ -216,9 +235,12 @@ impl Segment {
         assert!(first.last_offset >= self.next_offset);
         assert_eq!(last.position_in_write + last.size_bytes, bytes.len() as u64);
         let position = self.size_bytes;
-        self.log
-            .write_all_at(bytes, position)
-            .map_err(|source| StorageError::io("write", &self.log_path, source))?;
+        self.preallocate_for(position + bytes.len() as u64)?;
+        match &mut self.direct {
+            Some(direct) => direct.append(bytes, position),
+            None => self.log.write_all_at(bytes, position),
+        }
+        .map_err(|source| StorageError::io("write", &self.log_path, source))?;
         self.size_bytes += bytes.len() as u64;
         self.next_offset = last.last_offset.next();
         if self.first_batch_timestamp.is_none() {
@@ -237,6 +259,27 @@ impl Segment {
                 batch.size_bytes,
                 index_interval_bytes,
             );
+        }
+        Ok(())
+    }
+
+    /// Preallocates the `.log` ahead of an append ending at `end`: the writes then fill blocks
+    /// the file already has, below its length (no block allocation or length change per write).
+    /// Refused (`ENOSPC`, no `fallocate`), the append writes without it.
+    fn preallocate_for(&mut self, end: u64) -> Result<(), StorageError> {
+        if end <= self.preallocated_bytes || self.preallocate_max_bytes == 0 {
+            return Ok(());
+        }
+        let from = self.preallocated_bytes.max(self.size_bytes);
+        let to = (from * 2)
+            .max(PREALLOCATE_BYTES_MIN)
+            .min(self.preallocate_max_bytes)
+            .max(end);
+        match self.log.allocate(from, to - from) {
+            Ok(true) => self.preallocated_bytes = to,
+            Ok(false) => self.preallocate_max_bytes = 0,
+            Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {}
+            Err(source) => return Err(StorageError::io("fallocate", &self.log_path, source)),
         }
         Ok(())
     }
@@ -555,6 +598,10 @@ impl Segment {
             .set_length_bytes(size_bytes)
             .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
         self.size_bytes = size_bytes;
+        self.preallocated_bytes = 0;
+        if let Some(direct) = &mut self.direct {
+            direct.load_tail(self.log.as_ref(), &self.log_path, size_bytes)?;
+        }
         Ok(())
     }
 
@@ -582,8 +629,17 @@ impl Segment {
     }
 
     /// Forces the final time index entry and trims both indexes to their entries, without
-    /// syncing: the files then reopen as trusted in this process.
+    /// syncing: the files then reopen as trusted in this process. Ends direct writes and
+    /// preallocation, cutting the `.log` back to the log's bytes.
     pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
+        let padded = self.direct.take().is_some() || self.preallocated_bytes > self.size_bytes;
+        self.preallocated_bytes = 0;
+        self.preallocate_max_bytes = 0;
+        if padded {
+            self.log
+                .set_length_bytes(self.size_bytes)
+                .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
+        }
         if let Some(max) = self.max_timestamp_so_far {
             self.time_index
                 .maybe_append(max.timestamp, max.offset, true);
@@ -597,8 +653,18 @@ impl Segment {
         self.offset_index.is_trimmed() && self.time_index.is_trimmed()
     }
 
-    /// Grows the indexes back to their preallocated size so appends can continue.
-    pub fn reopen_for_append(&mut self, config: &LogConfig) -> Result<(), StorageError> {
+    /// Grows the indexes back to their preallocated size so appends can continue, and opens the
+    /// direct write side when the configuration asks for it.
+    pub fn reopen_for_append(
+        &mut self,
+        storage: &dyn Storage,
+        config: &LogConfig,
+    ) -> Result<(), StorageError> {
+        self.preallocate_max_bytes = preallocate_max_bytes(config);
+        if config.direct_writes && self.direct.is_none() {
+            self.direct =
+                DirectWriter::open(storage, &self.log_path, self.log.as_ref(), self.size_bytes)?;
+        }
         self.offset_index
             .resize_for_append(config.segment_index_bytes)?;
         self.time_index
@@ -627,6 +693,15 @@ impl Segment {
             offset_index_entries: self.offset_index.entry_count(),
             time_index_entries: self.time_index.entry_count(),
         }
+    }
+}
+
+/// `segment.bytes` when the active `.log` is preallocated (`preallocate`), else `0`.
+fn preallocate_max_bytes(config: &LogConfig) -> u64 {
+    if config.preallocate {
+        config.segment_bytes
+    } else {
+        0
     }
 }
 

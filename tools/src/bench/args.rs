@@ -138,6 +138,11 @@ pub struct BenchArgs {
     /// I/O backend [default: SEGLOG_IO_BACKEND, else io_uring where available].
     #[arg(long, value_enum)]
     pub backend: Option<BenchBackend>,
+    /// Write the active segments with O_DIRECT (`EngineConfig::direct_writes`): appends skip the
+    /// page cache. Where the file system refuses O_DIRECT (tmpfs) the engine warns and writes
+    /// through the page cache.
+    #[arg(long)]
+    pub direct_io: bool,
     /// Data directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub dir: Option<PathBuf>,

@@ -1,7 +1,7 @@
 //! `--vs-disk` through `fio` (`--output-format=json`) when it is installed: the same four
 //! measurements as the built-in loop, each a `fio` job of about a second.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -88,6 +88,39 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         memcpy_mb_per_s: super::disk::measure_memcpy(),
         notes: Vec::new(),
     })
+}
+
+/// 4 KiB random `O_DIRECT` reads per second over `files` (the engine's own `.log` files, so the
+/// baseline reads a data set as large, and as cold in the host's cache, as the engine's), by
+/// `queue_depth` jobs for about a second.
+pub fn random_reads_per_s(files: &[PathBuf], queue_depth: usize) -> anyhow::Result<f64> {
+    let names: Vec<String> = files
+        .iter()
+        .map(|path| path.display().to_string().replace(':', "\\:"))
+        .collect();
+    let output = Command::new("fio")
+        .arg("--name=seglog-bench-data")
+        .arg(format!("--filename={}", names.join(":")))
+        .args([
+            "--ioengine=psync",
+            "--output-format=json",
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--group_reporting",
+            "--runtime=1",
+            "--time_based",
+            "--readonly",
+        ])
+        .arg(format!("--numjobs={queue_depth}"))
+        .output()
+        .context("cannot run fio")?;
+    if !output.status.success() {
+        bail!("fio: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    let report: Value =
+        serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")?;
+    number(&report, "read", "iops")
 }
 
 /// Runs one `fio` job on `path` with `options` (psync engine) and returns its JSON report.

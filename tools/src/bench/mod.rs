@@ -87,16 +87,21 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let config = EngineConfig {
         pin_shards: false,
         backend: settings.backend,
+        direct_writes: settings.direct_io,
         shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
         ..EngineConfig::default()
     };
     let open_partitions_max = config.open_partitions_max;
     let engine = Engine::open(&dir, config)
         .with_context(|| format!("cannot open data directory {}", dir.display()))?;
-    let outcome = run_workload(&engine, &settings, &dir);
+    let outcome = run_workload(&engine, &settings, &dir, args.vs_disk);
     let closed = engine.close().context("cannot close the data directory");
-    let outcome = outcome?;
+    let mut outcome = outcome?;
     closed?;
+    let mut disk = disk;
+    if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_random_reads_per_s.take()) {
+        disk.use_data_set_random_reads(measured);
+    }
     let report = Report {
         settings: &settings,
         phases: outcome.phases,
@@ -160,12 +165,15 @@ struct WorkloadOutcome {
     phases: Vec<Phase>,
     compaction: Option<CompactionFigures>,
     cache_drop: Option<CacheDrop>,
+    /// `random-fetch` with `--vs-disk` and fio: the disk's random reads over the data set itself.
+    data_set_random_reads_per_s: Option<anyhow::Result<f64>>,
 }
 
 fn run_workload(
     engine: &Engine,
     settings: &Settings,
     dir: &Path,
+    measure_data_set: bool,
 ) -> anyhow::Result<WorkloadOutcome> {
     let topic_config = match settings.workload {
         Workload::Compaction => compaction::topic_config(),
@@ -217,6 +225,11 @@ fn run_workload(
             outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
             let read = fetch::random_phase(engine, &topic, settings, &ranges, read_limit)?;
             outcome.phases = vec![written, read];
+            if measure_data_set && fio::installed() {
+                let files = log_files(dir)?;
+                outcome.data_set_random_reads_per_s =
+                    Some(fio::random_reads_per_s(&files, settings.consumers));
+            }
         }
         Workload::Tail => outcome.phases = tail::tail_phases(engine, &topic, settings)?,
         Workload::Compaction => {
@@ -226,6 +239,24 @@ fn run_workload(
         }
     }
     Ok(outcome)
+}
+
+/// The `.log` files under the data directory.
+fn log_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for partition in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let partition = partition?.path();
+        if !partition.is_dir() {
+            continue;
+        }
+        for file in fs::read_dir(&partition)? {
+            let path = file?.path();
+            if path.extension().is_some_and(|extension| extension == "log") {
+                files.push(path);
+            }
+        }
+    }
+    Ok(files)
 }
 
 /// Raises this process's open-file limit before the engine sizes its partition cache from it:

@@ -90,7 +90,7 @@ impl Report<'_> {
         writeln!(
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
-             linger_ms={} key_space={} compression={} backend={}",
+             linger_ms={} key_space={} compression={} backend={} direct_io={}",
             settings.workload.name(),
             settings.producers,
             settings.consumers,
@@ -105,6 +105,7 @@ impl Report<'_> {
                 .map_or_else(|| "-".to_owned(), |keys| keys.to_string()),
             settings.compression,
             settings.backend_name,
+            settings.direct_io,
         )?;
         write!(
             out,
@@ -288,6 +289,7 @@ impl Report<'_> {
             "records": records,
             "shards": settings.shards,
             "backend": settings.backend_name,
+            "direct_io": settings.direct_io,
         })
     }
 

@@ -35,6 +35,7 @@ pub struct Settings {
     pub backend: IoBackend,
     pub backend_name: &'static str,
     pub shards: Option<usize>,
+    pub direct_io: bool,
 }
 
 impl Settings {
@@ -87,6 +88,7 @@ impl Settings {
             backend,
             backend_name,
             shards: args.shards,
+            direct_io: args.direct_io,
         })
     }
 

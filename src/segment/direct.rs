@@ -1,0 +1,224 @@
+//! Appends to an active segment's `.log` that bypass the page cache (`O_DIRECT`), for
+//! `EngineConfig::direct_writes` (DESIGN.md § The append path; FORMAT.md §7.4, zeros past the
+//! log end).
+//!
+//! `O_DIRECT` writes whole aligned blocks, while batches end anywhere. The writer keeps a copy of
+//! the file's last partial block (`tail`) and writes each append as that block's bytes, then the
+//! new bytes, zero-padded to the next block boundary, at the block's start. The bytes before the
+//! append are rewritten unchanged, so whichever of a torn write's sectors land, everything below
+//! the log end keeps its value. The file grows by the padding: the segment truncates it to the
+//! log end when it stops being active (roll, close, release). After a crash the padding is zeros
+//! past the last batch, which recovery cuts as a torn tail.
+//!
+//! Reads keep the segment's buffered descriptor; the kernel drops the cached pages a direct write
+//! covers, so a later buffered read sees the new bytes.
+
+use std::cell::RefCell;
+use std::io;
+use std::path::Path;
+use std::sync::Once;
+
+use crate::error::StorageError;
+use crate::io::{DIRECT_IO_ALIGN_BYTES, OpenMode, Storage, StorageFile};
+
+const BLOCK_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
+
+/// The largest single write: longer appends go in pieces of this size (a multiple of the block).
+const STAGING_BYTES_MAX: usize = 1024 * 1024;
+
+thread_local! {
+    /// One staging area per thread (per shard), shared by every segment it appends to: memory
+    /// stays at one megabyte per shard however many partitions are open.
+    static STAGING: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The direct write side of one active segment's `.log`.
+#[derive(Debug)]
+pub(super) struct DirectWriter {
+    file: Box<dyn StorageFile>,
+    /// The bytes of the file's last partial block: `size_bytes % BLOCK_BYTES` of them.
+    tail: Vec<u8>,
+}
+
+impl DirectWriter {
+    /// Opens a direct descriptor on `log_path`, whose first `size_bytes` are the log. `None` when
+    /// the file system refuses `O_DIRECT` (tmpfs): the segment then writes through the page
+    /// cache, as it does without the option (said once per process).
+    pub(super) fn open(
+        storage: &dyn Storage,
+        log_path: &Path,
+        log: &dyn StorageFile,
+        size_bytes: u64,
+    ) -> Result<Option<Box<DirectWriter>>, StorageError> {
+        let file = match storage.open(log_path, OpenMode::ExistingDirect) {
+            Ok(file) => file,
+            Err(error) if is_refusal(&error) => {
+                static WARNED: Once = Once::new();
+                WARNED.call_once(|| {
+                    log::warn!(
+                        "O_DIRECT refused for {} ({error}); writing through the page cache",
+                        log_path.display()
+                    );
+                });
+                return Ok(None);
+            }
+            Err(source) => return Err(StorageError::io("open O_DIRECT", log_path, source)),
+        };
+        let mut writer = Box::new(DirectWriter {
+            file,
+            tail: Vec::with_capacity(BLOCK_BYTES),
+        });
+        writer.load_tail(log, log_path, size_bytes)?;
+        Ok(Some(writer))
+    }
+
+    /// Reads the file's last partial block below `size_bytes` into `tail` (after open or after
+    /// the log was truncated).
+    pub(super) fn load_tail(
+        &mut self,
+        log: &dyn StorageFile,
+        log_path: &Path,
+        size_bytes: u64,
+    ) -> Result<(), StorageError> {
+        let tail_bytes = (size_bytes % BLOCK_BYTES as u64) as usize;
+        self.tail.resize(tail_bytes, 0);
+        let read = log
+            .read_at(&mut self.tail, size_bytes - tail_bytes as u64)
+            .map_err(|source| StorageError::io("read", log_path, source))?;
+        if read < tail_bytes {
+            let error = io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the file ends {} bytes before the log end",
+                    tail_bytes - read
+                ),
+            );
+            return Err(StorageError::io("read", log_path, error));
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at `position`, the log end, in aligned blocks.
+    pub(super) fn append(&mut self, bytes: &[u8], position: u64) -> io::Result<()> {
+        debug_assert_eq!(position % BLOCK_BYTES as u64, self.tail.len() as u64);
+        let mut block_position = position - self.tail.len() as u64;
+        let mut rest = bytes;
+        STAGING.with(|staging| {
+            let mut staging = staging.borrow_mut();
+            while !rest.is_empty() {
+                let piece = rest.len().min(STAGING_BYTES_MAX - self.tail.len());
+                let used = self.tail.len() + piece;
+                let padded = used.next_multiple_of(BLOCK_BYTES);
+                let area = aligned(&mut staging, padded);
+                area[..self.tail.len()].copy_from_slice(&self.tail);
+                area[self.tail.len()..used].copy_from_slice(&rest[..piece]);
+                area[used..].fill(0);
+                self.file.write_all_at(area, block_position)?;
+                let whole_blocks = used - used % BLOCK_BYTES;
+                self.tail.clear();
+                self.tail.extend_from_slice(&area[whole_blocks..used]);
+                block_position += whole_blocks as u64;
+                rest = &rest[piece..];
+            }
+            Ok(())
+        })
+    }
+}
+
+/// `EINVAL` (the file system has no `O_DIRECT`) or a backend without it.
+fn is_refusal(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EINVAL) || error.kind() == io::ErrorKind::Unsupported
+}
+
+/// `length` bytes of `buffer` starting at a block-aligned address, growing the buffer as needed.
+fn aligned(buffer: &mut Vec<u8>, length: usize) -> &mut [u8] {
+    if buffer.len() < length + BLOCK_BYTES {
+        buffer.resize(length + BLOCK_BYTES, 0);
+    }
+    let address = buffer.as_ptr() as usize;
+    let start = address.next_multiple_of(BLOCK_BYTES) - address;
+    &mut buffer[start..start + length]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::pio::PositionedIo;
+    use crate::io::sim::SimStorage;
+
+    fn write_through(storage: &dyn Storage, dir: &Path, appends: &[&[u8]]) -> Vec<u8> {
+        let path = dir.join("a.log");
+        let log = storage.open(&path, OpenMode::CreateNew).unwrap();
+        let mut writer = DirectWriter::open(storage, &path, log.as_ref(), 0)
+            .unwrap()
+            .expect("O_DIRECT on the test file system");
+        let mut size = 0u64;
+        for bytes in appends {
+            writer.append(bytes, size).unwrap();
+            size += bytes.len() as u64;
+            assert!(
+                log.length_bytes()
+                    .unwrap()
+                    .is_multiple_of(BLOCK_BYTES as u64)
+            );
+        }
+        drop(writer);
+        log.set_length_bytes(size).unwrap(); // as the segment does when it stops being active
+        std::fs::read(&path).unwrap()
+    }
+
+    fn pattern(length: usize, seed: u8) -> Vec<u8> {
+        (0..length)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn appends_of_any_length_land_exactly_and_the_padding_is_cut() {
+        let pieces = [
+            pattern(1, 1),
+            pattern(100, 2),
+            pattern(4095, 3),
+            pattern(4096, 4),
+            pattern(3 * 1024 * 1024 + 17, 5),
+            pattern(61, 6),
+        ];
+        let appends: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_through(&PositionedIo, dir.path(), &appends);
+        assert_eq!(written, pieces.concat());
+    }
+
+    #[test]
+    fn the_simulator_refuses_unaligned_direct_writes_and_accepts_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = SimStorage::new(dir.path(), 7).unwrap();
+        let path = dir.path().join("b.log");
+        let log = storage.open(&path, OpenMode::CreateNew).unwrap();
+        let direct = storage.open(&path, OpenMode::ExistingDirect).unwrap();
+        let error = direct.write_all_at(&[1u8; 100], 0).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        drop((log, direct));
+        let pieces = [pattern(10, 1), pattern(5000, 2), pattern(300, 3)];
+        let appends: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+        let written = write_through(&storage, dir.path(), &appends);
+        assert_eq!(written, pieces.concat());
+    }
+
+    #[test]
+    fn a_writer_opened_on_a_partial_block_keeps_the_bytes_below_the_log_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.log");
+        let head = pattern(5000, 9);
+        std::fs::write(&path, &head).unwrap();
+        let log = PositionedIo.open(&path, OpenMode::Existing).unwrap();
+        let mut writer = DirectWriter::open(&PositionedIo, &path, log.as_ref(), 5000)
+            .unwrap()
+            .unwrap();
+        let more = pattern(700, 1);
+        writer.append(&more, 5000).unwrap();
+        drop(writer);
+        log.set_length_bytes(5700).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), [head, more].concat());
+    }
+}
