@@ -33,6 +33,26 @@ pub struct DiskPattern {
     pub block_bytes: usize,
     pub sync_each: bool,
     pub queue_depth: usize,
+    /// Durable appends by several producers: the engine's sync pattern, measured too (fio only).
+    pub group_sync: Option<GroupSyncPattern>,
+}
+
+/// Group commit on the bare disk: `writers` files (one per partition) appended at once, each in
+/// `block_bytes` writes (what the producers send to one partition per sync) followed by
+/// `fdatasync`.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupSyncPattern {
+    pub writers: usize,
+    pub block_bytes: usize,
+}
+
+/// The disk under the engine's group-commit sync pattern.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupSync {
+    /// `fdatasync` latency across all writers.
+    pub latency: WriteLatency,
+    /// All writers together.
+    pub mb_per_s: f64,
 }
 
 /// Percentiles of the disk's per-block write latency, in microseconds.
@@ -74,6 +94,8 @@ pub struct DiskFigures {
     pub random_read_direct: bool,
     /// One core copying memory in 1 MiB chunks (the ceiling `fetch-hot` is compared with).
     pub memcpy_mb_per_s: f64,
+    /// The disk under [`DiskPattern::group_sync`] (fio only).
+    pub group_sync: Option<GroupSync>,
     pub notes: Vec<String>,
 }
 
@@ -199,6 +221,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         random_read_iops,
         random_read_direct: random_direct,
         memcpy_mb_per_s: measure_memcpy(),
+        group_sync: None,
         notes,
     })
 }

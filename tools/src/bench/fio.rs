@@ -7,7 +7,9 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::disk::{DiskFigures, DiskPattern, PAGE_BYTES, WriteLatency};
+use super::disk::{
+    DiskFigures, DiskPattern, GroupSync, GroupSyncPattern, PAGE_BYTES, WriteLatency,
+};
 use super::progress::MB;
 
 /// Bytes each write job may write, at most.
@@ -86,6 +88,10 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         random_read_iops: number(&random, "read", "iops")?,
         random_read_direct: true,
         memcpy_mb_per_s: super::disk::measure_memcpy(),
+        group_sync: match pattern.group_sync {
+            Some(group) => Some(group_sync(dir, group)?),
+            None => None,
+        },
         notes: Vec::new(),
     })
 }
@@ -121,6 +127,37 @@ pub fn random_reads_per_s(files: &[PathBuf], queue_depth: usize) -> anyhow::Resu
     let report: Value =
         serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")?;
     number(&report, "read", "iops")
+}
+
+/// `fdatasync` latency and write rate of `group.writers` jobs, each appending `group.block_bytes`
+/// writes to its own file with a sync after each, all at once for about a second.
+fn group_sync(dir: &Path, group: GroupSyncPattern) -> anyhow::Result<GroupSync> {
+    let output = Command::new("fio")
+        .arg("--name=seglog-bench-group-sync")
+        .arg(format!("--directory={}", dir.display()))
+        .args([
+            "--ioengine=psync",
+            "--output-format=json",
+            "--rw=write",
+            "--fdatasync=1",
+            &format!("--size={FILE_MAX}"),
+            "--group_reporting",
+            "--runtime=1",
+            "--time_based",
+        ])
+        .arg(format!("--bs={}", group.block_bytes))
+        .arg(format!("--numjobs={}", group.writers))
+        .output()
+        .context("cannot run fio")?;
+    if !output.status.success() {
+        bail!("fio: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    let report: Value =
+        serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")?;
+    Ok(GroupSync {
+        latency: sync_latency(&report).context("fio reported no fdatasync latency")?,
+        mb_per_s: number(&report, "write", "bw_bytes")? / MB,
+    })
 }
 
 /// Runs one `fio` job on `path` with `options` (psync engine) and returns its JSON report.

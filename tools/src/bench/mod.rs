@@ -121,10 +121,19 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let writers = (settings.partitions as usize)
+        .min(settings.producers)
+        .max(1);
+    let group_sync =
+        (settings.durable_appends() && settings.producers > 1).then(|| disk::GroupSyncPattern {
+            writers,
+            block_bytes: settings.producers * settings.batch_bytes / writers,
+        });
     let pattern = DiskPattern {
         block_bytes: settings.batch_bytes,
         sync_each: settings.durable_appends(),
         queue_depth: settings.consumers,
+        group_sync,
     };
     disk::measure(&parent, pattern)
 }
