@@ -1485,6 +1485,11 @@ fn open_direct(dir: &Path, clean: bool, recovery_point: Offset) -> (PartitionLog
     .unwrap()
 }
 
+/// The bytes of `batches` as the log serves them.
+fn payload_bytes(batches: &[StoredBatch]) -> u64 {
+    batches.iter().map(|batch| batch.bytes.len() as u64).sum()
+}
+
 fn log_file_bytes(dir: &Path) -> u64 {
     segment_logs(dir)
         .iter()
@@ -1502,7 +1507,7 @@ fn direct_writes_serve_every_batch_and_leave_no_padding_after_close() {
     populate(&mut log, 600);
     assert!(log.segment_count() > 3, "the log rolled");
     let batches = served_batches(&mut log);
-    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let payload = payload_bytes(&batches);
     let end = log.log_end_offset();
     log.close().unwrap();
     assert_eq!(
@@ -1527,7 +1532,7 @@ fn a_crash_under_direct_writes_cuts_only_the_padding() {
     populate(&mut log, 250);
     log.flush().unwrap();
     let batches = served_batches(&mut log);
-    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let payload = payload_bytes(&batches);
     let end = log.log_end_offset();
     drop(log); // a crash: the active segment keeps its zero padding
     let active = segment_logs(&dir).pop().unwrap();
@@ -1607,7 +1612,7 @@ fn preallocated_segments_hold_only_their_batches_after_close_and_after_a_crash()
         "the active .log is preallocated: {reserved} bytes"
     );
     let batches = served_batches(&mut log);
-    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let payload = payload_bytes(&batches);
     assert!(payload < reserved);
     log.flush().unwrap();
     drop(log); // a crash: the reserved zeros stay
@@ -1616,7 +1621,7 @@ fn preallocated_segments_hold_only_their_batches_after_close_and_after_a_crash()
     assert_serves(&mut log, &batches);
     populate(&mut log, 100);
     let batches = served_batches(&mut log);
-    let payload: u64 = batches.iter().map(|batch| batch.bytes.len() as u64).sum();
+    let payload = payload_bytes(&batches);
     log.close().unwrap();
     assert_eq!(log_file_bytes(&dir), payload, "close cut the reservation");
     let (mut log, report) = open(true);

@@ -104,75 +104,62 @@ pub fn random_reads_per_s(files: &[PathBuf], queue_depth: usize) -> anyhow::Resu
         .iter()
         .map(|path| path.display().to_string().replace(':', "\\:"))
         .collect();
-    let output = Command::new("fio")
-        .arg("--name=seglog-bench-data")
-        .arg(format!("--filename={}", names.join(":")))
-        .args([
-            "--ioengine=psync",
-            "--output-format=json",
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--group_reporting",
-            "--runtime=1",
-            "--time_based",
-            "--readonly",
-        ])
-        .arg(format!("--numjobs={queue_depth}"))
-        .output()
-        .context("cannot run fio")?;
-    if !output.status.success() {
-        bail!("fio: {}", String::from_utf8_lossy(&output.stderr).trim());
-    }
-    let report: Value =
-        serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")?;
+    let report = fio(&[
+        "--name=seglog-bench-data".to_owned(),
+        format!("--filename={}", names.join(":")),
+        "--rw=randread".to_owned(),
+        "--bs=4k".to_owned(),
+        "--direct=1".to_owned(),
+        "--group_reporting".to_owned(),
+        "--runtime=1".to_owned(),
+        "--time_based".to_owned(),
+        "--readonly".to_owned(),
+        format!("--numjobs={queue_depth}"),
+    ])?;
     number(&report, "read", "iops")
 }
 
 /// `fdatasync` latency and write rate of `group.writers` jobs, each appending `group.block_bytes`
 /// writes to its own file with a sync after each, all at once for about a second.
 fn group_sync(dir: &Path, group: GroupSyncPattern) -> anyhow::Result<GroupSync> {
-    let output = Command::new("fio")
-        .arg("--name=seglog-bench-group-sync")
-        .arg(format!("--directory={}", dir.display()))
-        .args([
-            "--ioengine=psync",
-            "--output-format=json",
-            "--rw=write",
-            "--fdatasync=1",
-            &format!("--size={FILE_MAX}"),
-            "--group_reporting",
-            "--runtime=1",
-            "--time_based",
-        ])
-        .arg(format!("--bs={}", group.block_bytes))
-        .arg(format!("--numjobs={}", group.writers))
-        .output()
-        .context("cannot run fio")?;
-    if !output.status.success() {
-        bail!("fio: {}", String::from_utf8_lossy(&output.stderr).trim());
-    }
-    let report: Value =
-        serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")?;
+    let report = fio(&[
+        "--name=seglog-bench-group-sync".to_owned(),
+        format!("--directory={}", dir.display()),
+        "--rw=write".to_owned(),
+        "--fdatasync=1".to_owned(),
+        format!("--size={FILE_MAX}"),
+        "--group_reporting".to_owned(),
+        "--runtime=1".to_owned(),
+        "--time_based".to_owned(),
+        format!("--bs={}", group.block_bytes),
+        format!("--numjobs={}", group.writers),
+    ])?;
     Ok(GroupSync {
         latency: sync_latency(&report).context("fio reported no fdatasync latency")?,
         mb_per_s: number(&report, "write", "bw_bytes")? / MB,
     })
 }
 
-/// Runs one `fio` job on `path` with `options` (psync engine) and returns its JSON report.
+/// Runs one `fio` job on `path` with `options` and returns its JSON report.
 fn run(path: &Path, options: &[&str]) -> anyhow::Result<Value> {
+    let mut arguments = vec![
+        "--name=seglog-bench".to_owned(),
+        format!("--filename={}", path.display()),
+    ];
+    arguments.extend(options.iter().map(|option| (*option).to_owned()));
+    fio(&arguments)
+}
+
+/// Runs `fio` (psync engine, JSON output) with `arguments` and returns its report.
+fn fio(arguments: &[String]) -> anyhow::Result<Value> {
     let output = Command::new("fio")
-        .arg("--name=seglog-bench")
-        .arg(format!("--filename={}", path.display()))
-        .arg("--ioengine=psync")
-        .arg("--output-format=json")
-        .args(options)
+        .args(["--ioengine=psync", "--output-format=json"])
+        .args(arguments)
         .output()
         .context("cannot run fio")?;
     if !output.status.success() {
         bail!(
-            "fio {options:?}: {}",
+            "fio {arguments:?}: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
