@@ -81,6 +81,8 @@ pub struct Segment {
     /// Timestamp of the first batch, for `segment.ms` (Kafka's `rollingBasedTimestamp`).
     first_batch_timestamp: Option<TimestampMs>,
     created_ms: TimestampMs,
+    /// Where the last prefetch (readahead advice) ended.
+    prefetched_to: std::cell::Cell<u64>,
 }
 
 impl Segment {
@@ -128,6 +130,7 @@ impl Segment {
             max_timestamp_so_far: None,
             first_batch_timestamp: None,
             created_ms: now,
+            prefetched_to: Default::default(),
         })
     }
 
@@ -385,8 +388,13 @@ impl Segment {
         if read_bytes < PREFETCH_READ_BYTES_MIN || position >= end {
             return;
         }
-        let length = (read_bytes * PREFETCH_READS).min(end - position);
-        self.log.prefetch(position, length);
+        let prefetch_end = (position + read_bytes * PREFETCH_READS).min(end);
+        // Each byte is advised once: a consumer's next read only extends the window.
+        let from = position.max(self.prefetched_to.get());
+        if from < prefetch_end {
+            self.log.prefetch(from, prefetch_end - from);
+            self.prefetched_to.set(prefetch_end);
+        }
     }
 
     /// Length of the prefix of `bytes` made of whole batches that pass their CRC and keep the

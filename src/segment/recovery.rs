@@ -142,6 +142,7 @@ impl Segment {
             max_timestamp_so_far: None,
             first_batch_timestamp: None,
             created_ms: now,
+            prefetched_to: Default::default(),
         };
         if needs_recovery {
             let recovery = segment.recover(config, invalid_tail, dense)?;
