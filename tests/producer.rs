@@ -652,6 +652,8 @@ fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
 struct GatedSyncs {
     closed: Mutex<bool>,
     opened: Condvar,
+    /// Syncs waiting at the closed gate.
+    held: std::sync::atomic::AtomicUsize,
 }
 
 impl GatedSyncs {
@@ -659,15 +661,29 @@ impl GatedSyncs {
         *self.closed.lock().unwrap() = closed;
         self.opened.notify_all();
     }
+
+    /// Waits until a sync is held at the gate (a shard is blocked in its turn).
+    fn wait_until_held(&self) {
+        let started = Instant::now();
+        while self.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no sync reached the gate"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 impl StorageHooks for GatedSyncs {
     fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
         if op == StorageOp::SyncGroup {
             let mut closed = self.closed.lock().unwrap();
+            self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             while *closed {
                 closed = self.opened.wait(closed).unwrap();
             }
+            self.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
         Ok(())
     }
@@ -988,14 +1004,17 @@ fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_th
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(120_000)).unwrap();
-    let futures: Vec<_> = (0..20u8)
-        .map(|index| {
-            let value = [index; 600];
-            producer
-                .send(&ProducerRecord::new(&topic, None, Some(&value)))
-                .unwrap()
-        })
-        .collect();
+    let send = |index: u8| {
+        let value = [index; 600];
+        producer
+            .send(&ProducerRecord::new(&topic, None, Some(&value)))
+            .unwrap()
+    };
+    // As below: the shard is held in its first sync before the rest come, so they meet a full
+    // queue.
+    let mut futures = vec![send(0)];
+    storage.wait_until_held();
+    futures.extend((1..20u8).map(send));
     std::thread::sleep(Duration::from_millis(200));
     assert!(futures.iter().all(|future| !future.is_complete()));
     storage.set_closed(false);
@@ -1019,14 +1038,17 @@ fn appends_still_refused_after_delivery_timeout_fail_with_the_engines_refusal() 
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(100)).unwrap();
-    let futures: Vec<_> = (0..10u8)
-        .map(|index| {
-            let value = [index; 600];
-            producer
-                .send(&ProducerRecord::new(&topic, None, Some(&value)))
-                .unwrap()
-        })
-        .collect();
+    let send = |index: u8| {
+        let value = [index; 600];
+        producer
+            .send(&ProducerRecord::new(&topic, None, Some(&value)))
+            .unwrap()
+    };
+    // The first append holds the shard in its sync before the others come: a shard gathers the
+    // requests that arrive while it starts a syncing turn, which would take them all.
+    let mut futures = vec![send(0)];
+    storage.wait_until_held();
+    futures.extend((1..10u8).map(send));
     // Every batch refused for 100 ms fails; then the shard may take the rest again.
     let started = Instant::now();
     while !futures.iter().any(|future| future.is_complete()) {
