@@ -1377,8 +1377,8 @@ fn r11_write_eio_leaves_no_hole_and_no_acknowledged_loss() {
     // can be absorbed legally: the kernel sends a buffered FUSE write in pieces, ending one at a
     // partly written page it does not hold in full (write 3000 bytes at 3100: 996 at 3100, then
     // 2004 at 4096), and a failed later piece makes the call return a short count, whose rest is
-    // written again (by io_uring itself for a regular file, then by `write_all_at`). The CI
-    // machine once saw a single fault absorbed that way. Three reach the append as EIO.
+    // written again (by `write_all_at`, and by io_uring itself for a write through the ring). The
+    // CI machine once saw a single fault absorbed that way. Three reach the append as EIO.
     let rules =
         r#"[{"op": "write", "path": "*/kernel-1/*.log", "errno": "EIO", "after": 5, "times": 3}]"#;
     fuse_fault_scenario("r11_write_eio", "R11 write=EIO", rules, AppendsFail::Yes);

@@ -7,7 +7,10 @@
 //! waits for all of them, so the syncs of a group commit run concurrently in the kernel instead of
 //! one after another. Files are opened buffered: with at most one operation in flight per file the
 //! kernel completes cached reads inline and does not punt to io-wq workers
-//! (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of machine).
+//! (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of machine). A
+//! buffered write, though, is punted to an io-wq worker and the shard waits for it, so buffered
+//! writes are plain `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md);
+//! writes to files opened `O_DIRECT` go through the ring.
 //!
 //! Directory operations (create, list, rename, remove, dir fsync) are rare and go through std.
 //!
@@ -150,6 +153,8 @@ fn result_to_io(result: i32) -> io::Result<usize> {
 #[derive(Debug)]
 struct UringFile {
     file: File,
+    /// Opened with `O_DIRECT` ([`OpenMode::ExistingDirect`]): its writes go through the ring.
+    direct: bool,
 }
 
 impl UringFile {
@@ -169,6 +174,9 @@ impl UringFile {
     }
 
     fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
+        if !self.direct {
+            return self.file.write_at(buf, position);
+        }
         let fd = types::Fd(self.file.as_raw_fd());
         let length = buf.len().min(u32::MAX as usize) as u32;
         let entry = opcode::Write::new(fd, buf.as_ptr(), length)
@@ -251,6 +259,7 @@ impl Storage for UringIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
         Ok(Box::new(UringFile {
             file: PositionedIo::open_file(path, mode)?,
+            direct: mode == OpenMode::ExistingDirect,
         }))
     }
 
@@ -300,7 +309,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_writes_and_group_syncs_go_through_the_ring() {
+    fn reads_direct_writes_and_group_syncs_go_through_the_ring() {
         if let Err(error) = UringIo::probe() {
             eprintln!("skipped: io_uring unavailable here: {error}");
             return;
@@ -323,6 +332,19 @@ mod tests {
         assert_eq!(count, payload.len(), "a read stops at the end of the file");
         assert_eq!(&read[..count], &payload[..]);
         assert_eq!(first.length_bytes().unwrap(), 4096 + payload.len() as u64);
+        // A direct write: one aligned block over the first one.
+        let direct = storage
+            .open(&dir.path().join("a"), OpenMode::ExistingDirect)
+            .unwrap();
+        let mut memory = vec![7u8; 3 * 4096];
+        let start = (memory.as_ptr() as usize).next_multiple_of(4096) - memory.as_ptr() as usize;
+        direct
+            .write_all_at(&memory[start..start + 4096], 0)
+            .unwrap();
+        memory.clear();
+        let mut head = vec![0u8; 4096];
+        first.read_at(&mut head, 0).unwrap();
+        assert!(head.iter().all(|byte| *byte == 7));
         assert!(RING.with(|slot| matches!(*slot.borrow(), RingSlot::Ready(_))));
     }
 
@@ -335,7 +357,10 @@ mod tests {
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
         let read_only = File::open(&path).unwrap();
-        let file = UringFile { file: read_only };
+        let file = UringFile {
+            file: read_only,
+            direct: false,
+        };
         let error = file.write_all_at(b"y", 0).unwrap_err();
         assert_eq!(
             error.raw_os_error(),
