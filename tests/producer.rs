@@ -987,6 +987,27 @@ fn one_slot_queue(dir: &Path) -> (Engine, Arc<GatedSyncs>, TopicName) {
     (engine, gate, topic)
 }
 
+/// Sends `count` records (record i holds value byte i), the first alone: once it holds the shard
+/// in its sync at the closed gate, the rest, which then meet a full queue. (Sent together, a
+/// shard starting a syncing turn would gather them all.)
+fn send_behind_a_held_sync(
+    producer: &Producer,
+    topic: &TopicName,
+    gate: &GatedSyncs,
+    count: u8,
+) -> Vec<seglog::producer::SendFuture> {
+    let send = |index: u8| {
+        let value = [index; 600];
+        producer
+            .send(&ProducerRecord::new(topic, None, Some(&value)))
+            .unwrap()
+    };
+    let mut futures = vec![send(0)];
+    gate.wait_until_held();
+    futures.extend((1..count).map(send));
+    futures
+}
+
 /// One 600-byte record per 1 KiB batch, so each send is its own append.
 fn one_append_per_record(delivery_timeout_ms: u64) -> ProducerConfig {
     ProducerConfig {
@@ -1004,17 +1025,7 @@ fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_th
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(120_000)).unwrap();
-    let send = |index: u8| {
-        let value = [index; 600];
-        producer
-            .send(&ProducerRecord::new(&topic, None, Some(&value)))
-            .unwrap()
-    };
-    // As below: the shard is held in its first sync before the rest come, so they meet a full
-    // queue.
-    let mut futures = vec![send(0)];
-    storage.wait_until_held();
-    futures.extend((1..20u8).map(send));
+    let futures = send_behind_a_held_sync(&producer, &topic, &storage, 20);
     std::thread::sleep(Duration::from_millis(200));
     assert!(futures.iter().all(|future| !future.is_complete()));
     storage.set_closed(false);
@@ -1038,17 +1049,7 @@ fn appends_still_refused_after_delivery_timeout_fail_with_the_engines_refusal() 
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(100)).unwrap();
-    let send = |index: u8| {
-        let value = [index; 600];
-        producer
-            .send(&ProducerRecord::new(&topic, None, Some(&value)))
-            .unwrap()
-    };
-    // The first append holds the shard in its sync before the others come: a shard gathers the
-    // requests that arrive while it starts a syncing turn, which would take them all.
-    let mut futures = vec![send(0)];
-    storage.wait_until_held();
-    futures.extend((1..10u8).map(send));
+    let futures = send_behind_a_held_sync(&producer, &topic, &storage, 10);
     // Every batch refused for 100 ms fails; then the shard may take the rest again.
     let started = Instant::now();
     while !futures.iter().any(|future| future.is_complete()) {

@@ -266,12 +266,8 @@ impl Shard {
     /// Runs until the engine closes or is dropped.
     pub(crate) fn run(mut self) {
         loop {
-            let first = match self.spin_for_request() {
-                Some(request) => Some(request),
-                None => match self.wait_for_request() {
-                    Some(first) => first,
-                    None => return,
-                },
+            let Some(first) = self.next_request() else {
+                return;
             };
             let mut requests: Vec<Request> = first.into_iter().collect();
             requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
@@ -322,8 +318,12 @@ impl Shard {
         }
     }
 
-    /// Blocks for the next request or the next timer; `None` when the engine is gone.
-    fn wait_for_request(&self) -> Option<Option<Request>> {
+    /// The next request, polled for a moment and then waited for until the next timer
+    /// (`Some(None)` when the timer comes first); `None` when the engine is gone.
+    fn next_request(&self) -> Option<Option<Request>> {
+        if let Some(request) = self.spin_for_request() {
+            return Some(Some(request));
+        }
         Some(match self.next_timeout() {
             None => match self.receiver.recv() {
                 Ok(request) => Some(request),

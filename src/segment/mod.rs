@@ -607,6 +607,7 @@ impl Segment {
             .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
         self.size_bytes = size_bytes;
         self.preallocated_bytes = 0;
+        self.prefetched_to.set(0);
         if let Some(direct) = &mut self.direct {
             direct.load_tail(self.log.as_ref(), &self.log_path, size_bytes)?;
         }
