@@ -1,56 +1,76 @@
 //! The engine under overload and faults (issue 3: bad input and faults): a full shard queue and
 //! too many bytes in flight are typed errors, not unbounded memory; a shard whose thread panics
 //! fails its partitions closed with `ShardFailed` while the process and the other shards keep
-//! running; the handle is `Clone + Send + Sync`. The faults come from storage hooks that make
-//! `fdatasync` block on a gate or panic.
+//! running; the handle is `Clone + Send + Sync`; a shard writes and answers while its sync
+//! threads hold a sync. The faults come from storage hooks that make a write or `fdatasync` block
+//! on a gate, or `fdatasync` panic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig};
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Pending};
 use seglog::error::{AppendError, EngineUnavailable};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::types::TopicName;
+use seglog::log::AppendInfo;
+use seglog::types::{Offset, TopicName};
 
-const SYNC_NORMAL: u8 = 0;
+const NORMAL: u8 = 0;
 const SYNC_BLOCKS: u8 = 1;
 const SYNC_PANICS: u8 = 2;
+/// A `.log` write blocks: the shard itself is held in its turn.
+const WRITE_BLOCKS: u8 = 3;
+/// The next `fdatasync` blocks, then fails with EIO; the ones after it succeed.
+const SYNC_BLOCKS_THEN_FAILS_ONCE: u8 = 4;
 
-/// What `fdatasync` does, and a gate that blocked syncs wait on.
+/// What `fdatasync` and writes do, and a gate that blocked ones wait on.
 #[derive(Debug, Default)]
 struct Faults {
-    sync_mode: AtomicU8,
-    /// (a sync is waiting, the gate is open)
+    mode: AtomicU8,
+    /// (an operation is waiting, the gate is open)
     gate: Mutex<(bool, bool)>,
     changed: Condvar,
 }
 
 impl Faults {
-    fn sync(&self) {
-        match self.sync_mode.load(Ordering::SeqCst) {
-            SYNC_BLOCKS => {
-                let mut gate = self.gate.lock().unwrap();
-                gate.0 = true;
-                self.changed.notify_all();
-                while !gate.1 {
-                    gate = self.changed.wait(gate).unwrap();
-                }
-            }
+    fn sync(&self) -> io::Result<()> {
+        match self.mode.load(Ordering::SeqCst) {
+            SYNC_BLOCKS => self.block(),
             SYNC_PANICS => panic!("injected fault: fdatasync panics"),
+            SYNC_BLOCKS_THEN_FAILS_ONCE => {
+                self.block();
+                self.mode.store(NORMAL, Ordering::SeqCst);
+                return Err(io::Error::from_raw_os_error(5));
+            }
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn write(&self) {
+        if self.mode.load(Ordering::SeqCst) == WRITE_BLOCKS {
+            self.block();
         }
     }
 
-    fn wait_until_a_sync_blocks(&self) {
+    fn block(&self) {
+        let mut gate = self.gate.lock().unwrap();
+        gate.0 = true;
+        self.changed.notify_all();
+        while !gate.1 {
+            gate = self.changed.wait(gate).unwrap();
+        }
+    }
+
+    fn wait_until_blocked(&self) {
         let mut gate = self.gate.lock().unwrap();
         while !gate.0 {
             gate = self
@@ -69,10 +89,14 @@ impl Faults {
 
 impl StorageHooks for Faults {
     fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
-        if op == StorageOp::SyncData {
-            self.sync();
+        match op {
+            StorageOp::SyncData => self.sync(),
+            StorageOp::Write => {
+                self.write();
+                Ok(())
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -121,9 +145,9 @@ fn a_full_shard_queue_answers_queue_full_and_recovers_when_drained() {
             ..EngineConfig::default()
         },
     );
-    faults.sync_mode.store(SYNC_BLOCKS, Ordering::SeqCst);
+    faults.mode.store(WRITE_BLOCKS, Ordering::SeqCst);
     let busy = engine.append(&topic, 0, batch("first"), Durability::Durable);
-    faults.wait_until_a_sync_blocks();
+    faults.wait_until_blocked();
     let queued = engine.append(&topic, 0, batch("second"), Durability::Written);
     let refused = engine
         .append(&topic, 0, batch("third"), Durability::Written)
@@ -137,7 +161,7 @@ fn a_full_shard_queue_answers_queue_full_and_recovers_when_drained() {
         ),
         "{refused:?}"
     );
-    faults.sync_mode.store(SYNC_NORMAL, Ordering::SeqCst);
+    faults.mode.store(NORMAL, Ordering::SeqCst);
     faults.open_gate();
     assert!(busy.wait().unwrap().durable);
     queued.wait().unwrap();
@@ -161,9 +185,9 @@ fn bytes_in_flight_are_bounded() {
             ..EngineConfig::default()
         },
     );
-    faults.sync_mode.store(SYNC_BLOCKS, Ordering::SeqCst);
+    faults.mode.store(WRITE_BLOCKS, Ordering::SeqCst);
     let busy = engine.append(&topic, 0, batch("a"), Durability::Durable);
-    faults.wait_until_a_sync_blocks();
+    faults.wait_until_blocked();
     let queued = engine.append(&topic, 0, batch("b"), Durability::Written);
     let refused = engine
         .append(&topic, 0, batch("c"), Durability::Written)
@@ -177,7 +201,7 @@ fn bytes_in_flight_are_bounded() {
         ),
         "{refused:?}"
     );
-    faults.sync_mode.store(SYNC_NORMAL, Ordering::SeqCst);
+    faults.mode.store(NORMAL, Ordering::SeqCst);
     faults.open_gate();
     busy.wait().unwrap();
     queued.wait().unwrap();
@@ -197,7 +221,7 @@ fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running()
         .append(&topic, 0, batch("before"), Durability::Durable)
         .wait()
         .unwrap();
-    faults.sync_mode.store(SYNC_PANICS, Ordering::SeqCst);
+    faults.mode.store(SYNC_PANICS, Ordering::SeqCst);
     let failed = engine
         .append(&topic, 0, batch("boom"), Durability::Durable)
         .wait();
@@ -210,7 +234,7 @@ fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running()
         ),
         "{failed:?}"
     );
-    faults.sync_mode.store(SYNC_NORMAL, Ordering::SeqCst);
+    faults.mode.store(NORMAL, Ordering::SeqCst);
     let after = engine
         .append(&topic, 0, batch("after"), Durability::Written)
         .wait();
@@ -242,4 +266,78 @@ fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running()
         "the reopened engine serves the partition again"
     );
     engine.close().unwrap();
+}
+
+#[test]
+fn a_shard_writes_and_answers_while_its_sync_threads_hold_a_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let (engine, topic) = open(dir.path(), &faults, EngineConfig::default());
+    faults.mode.store(SYNC_BLOCKS, Ordering::SeqCst);
+    let durable = answered_later(engine.append(&topic, 0, batch("durable"), Durability::Durable));
+    faults.wait_until_blocked();
+    // The shard is not in the sync: it writes, answers and serves reads meanwhile.
+    let written = engine
+        .append(&topic, 0, batch("written"), Durability::Written)
+        .wait()
+        .unwrap();
+    assert_eq!((written.first_offset, written.durable), (Offset(1), false));
+    let fetched = engine
+        .fetch(&topic, 0, Offset(0), FetchOptions::default())
+        .wait()
+        .unwrap();
+    assert_eq!(fetched.log_end_offset, Offset(2));
+    assert_eq!(fetched.durable_offset, Offset(0), "nothing is synced yet");
+    let later = answered_later(engine.append(&topic, 0, batch("later"), Durability::Durable));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!durable.0.load(Ordering::SeqCst) && !later.0.load(Ordering::SeqCst));
+    faults.mode.store(NORMAL, Ordering::SeqCst);
+    faults.open_gate();
+    assert!(durable.1.join().unwrap().unwrap().durable);
+    let later = later.1.join().unwrap().unwrap();
+    assert_eq!((later.first_offset, later.durable), (Offset(2), true));
+    let described = engine.describe_topic(topic.as_str()).unwrap();
+    assert_eq!(described.partitions[0].durable_offset, Offset(3));
+    engine.close().unwrap();
+}
+
+type Answer = Result<AppendInfo, AppendError>;
+
+/// Waits for `pending` on a thread of its own: whether it was answered, and the answer.
+fn answered_later(
+    pending: Pending<AppendInfo, AppendError>,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Answer>) {
+    let answered = Arc::new(AtomicBool::new(false));
+    let flag = answered.clone();
+    let waiter = std::thread::spawn(move || {
+        let answer = pending.wait();
+        flag.store(true, Ordering::SeqCst);
+        answer
+    });
+    (answered, waiter)
+}
+
+#[test]
+fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let (engine, topic) = open(dir.path(), &faults, EngineConfig::default());
+    faults
+        .mode
+        .store(SYNC_BLOCKS_THEN_FAILS_ONCE, Ordering::SeqCst);
+    let first = answered_later(engine.append(&topic, 0, batch("first"), Durability::Durable));
+    faults.wait_until_blocked();
+    // Written while the first sync is held, so queued for the sync thread before it fails.
+    let behind = answered_later(engine.append(&topic, 0, batch("behind"), Durability::Durable));
+    std::thread::sleep(Duration::from_millis(20));
+    faults.open_gate();
+    let first = first.1.join().unwrap();
+    assert!(matches!(first, Err(AppendError::Storage(_))), "{first:?}");
+    let behind = behind.1.join().unwrap();
+    assert!(matches!(behind, Err(AppendError::Storage(_))), "{behind:?}");
+    let after = engine
+        .append(&topic, 0, batch("after"), Durability::Durable)
+        .wait();
+    assert!(after.is_err(), "the log stays failed: {after:?}");
+    drop(engine);
 }

@@ -646,38 +646,50 @@ fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
     engine.close().unwrap();
 }
 
-/// Storage hooks whose group-commit syncs wait while the gate is closed: durable appends stay
-/// unanswered, so the producer's batches keep their `buffer.memory`.
-#[derive(Debug, Default)]
-struct GatedSyncs {
+/// Storage hooks under which one kind of operation waits while the gate is closed: group-commit
+/// syncs (durable appends stay unanswered, so the producer's batches keep their `buffer.memory`),
+/// or writes (the shard itself is held, so its queue fills).
+#[derive(Debug)]
+struct StorageGate {
+    op: StorageOp,
     closed: Mutex<bool>,
     opened: Condvar,
-    /// Syncs waiting at the closed gate.
+    /// Operations waiting at the closed gate.
     held: std::sync::atomic::AtomicUsize,
 }
 
-impl GatedSyncs {
+impl StorageGate {
+    fn new(op: StorageOp) -> StorageGate {
+        StorageGate {
+            op,
+            closed: Mutex::new(false),
+            opened: Condvar::new(),
+            held: Default::default(),
+        }
+    }
+
     fn set_closed(&self, closed: bool) {
         *self.closed.lock().unwrap() = closed;
         self.opened.notify_all();
     }
 
-    /// Waits until a sync is held at the gate (a shard is blocked in its turn).
+    /// Waits until an operation is held at the gate.
     fn wait_until_held(&self) {
         let started = Instant::now();
         while self.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "no sync reached the gate"
+                "no {:?} reached the gate",
+                self.op
             );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
 
-impl StorageHooks for GatedSyncs {
+impl StorageHooks for StorageGate {
     fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
-        if op == StorageOp::SyncGroup {
+        if op == self.op {
             let mut closed = self.closed.lock().unwrap();
             self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             while *closed {
@@ -691,8 +703,8 @@ impl StorageHooks for GatedSyncs {
 
 /// An engine whose durable appends stay unanswered until the gate opens, with a one-partition
 /// topic, and a producer with room for four 1 KiB batches, each filled by one 600-byte record.
-fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<GatedSyncs>, TopicName, Producer) {
-    let gate = Arc::new(GatedSyncs::default());
+fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<StorageGate>, TopicName, Producer) {
+    let gate = Arc::new(StorageGate::new(StorageOp::SyncGroup));
     let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
     let engine = Engine::open_with_storage(dir, engine_config(), storage).unwrap();
     let topic = engine
@@ -969,10 +981,10 @@ fn records_sent_when_the_engine_is_closed_fail_with_the_engines_error() {
     producer.close().unwrap();
 }
 
-/// An engine with one shard whose request queue holds one request, blocked in a gated sync: a
+/// An engine with one shard whose request queue holds one request, blocked in a gated write: a
 /// third append in a row is refused with `QueueFull` before it reaches the shard.
-fn one_slot_queue(dir: &Path) -> (Engine, Arc<GatedSyncs>, TopicName) {
-    let gate = Arc::new(GatedSyncs::default());
+fn one_slot_queue(dir: &Path) -> (Engine, Arc<StorageGate>, TopicName) {
+    let gate = Arc::new(StorageGate::new(StorageOp::Write));
     let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
     let config = EngineConfig {
         shard_count: 1,
@@ -988,12 +1000,12 @@ fn one_slot_queue(dir: &Path) -> (Engine, Arc<GatedSyncs>, TopicName) {
 }
 
 /// Sends `count` records (record i holds value byte i), the first alone: once it holds the shard
-/// in its sync at the closed gate, the rest, which then meet a full queue. (Sent together, a
-/// shard starting a syncing turn would gather them all.)
-fn send_behind_a_held_sync(
+/// in its write at the closed gate, the rest, which then meet a full queue. (Sent together, the
+/// shard could take several into one turn.)
+fn send_behind_a_held_write(
     producer: &Producer,
     topic: &TopicName,
-    gate: &GatedSyncs,
+    gate: &StorageGate,
     count: u8,
 ) -> Vec<seglog::producer::SendFuture> {
     let send = |index: u8| {
@@ -1025,7 +1037,7 @@ fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_th
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(120_000)).unwrap();
-    let futures = send_behind_a_held_sync(&producer, &topic, &storage, 20);
+    let futures = send_behind_a_held_write(&producer, &topic, &storage, 20);
     std::thread::sleep(Duration::from_millis(200));
     assert!(futures.iter().all(|future| !future.is_complete()));
     storage.set_closed(false);
@@ -1049,7 +1061,7 @@ fn appends_still_refused_after_delivery_timeout_fail_with_the_engines_refusal() 
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic) = one_slot_queue(dir.path());
     let producer = engine.producer(one_append_per_record(100)).unwrap();
-    let futures = send_behind_a_held_sync(&producer, &topic, &storage, 10);
+    let futures = send_behind_a_held_write(&producer, &topic, &storage, 10);
     // Every batch refused for 100 ms fails; then the shard may take the rest again.
     let started = Instant::now();
     while !futures.iter().any(|future| future.is_complete()) {

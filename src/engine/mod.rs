@@ -14,6 +14,7 @@
 mod cleaner;
 mod pending;
 mod shard;
+mod syncer;
 mod topics;
 
 use std::collections::BTreeMap;
@@ -52,6 +53,7 @@ pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartitio
 pub use pending::Pending;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
+use syncer::Syncer;
 pub use topics::TopicMetadata;
 use topics::TopicRegistry;
 
@@ -1174,6 +1176,12 @@ fn spawn_shard(
         })
         .flatten();
     let thread_stopped = stopped.clone();
+    let syncer = Syncer::start(shard_id, context.storage.clone()).map_err(|source| {
+        OpenError::ShardThread {
+            shard: shard_id,
+            source,
+        }
+    })?;
     let thread = std::thread::Builder::new()
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
@@ -1181,7 +1189,7 @@ fn spawn_shard(
                 core_affinity::set_for_current(core);
             }
             let drain = receiver.clone();
-            let shard = Shard::new(shard_id, context, receiver);
+            let shard = Shard::new(shard_id, context, receiver, syncer);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
             if outcome.is_err() {
                 log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");

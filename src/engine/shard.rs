@@ -1,13 +1,13 @@
 //! A shard: one thread that owns a group of partitions and is the only code that touches their
 //! state, so the data path takes no locks.
 //!
-//! The loop: block until a request arrives (or a timer is due), drain what else is queued (up to
-//! [`REQUESTS_PER_TURN_MAX`]), then run the turn in arrival order. Consecutive appends are
-//! gathered and committed together: each partition's appends become one positioned write, then
-//! one `fdatasync` per partition that must sync — all of them issued together through
-//! [`Storage::sync_data_many`] — and only then are the appends answered (group commit). Fetches
-//! that asked to wait for data are parked and answered when an append gives them enough bytes or
-//! their deadline passes.
+//! The loop: block until a request arrives, a sync thread reports, or a timer is due; drain what
+//! else is queued (up to [`REQUESTS_PER_TURN_MAX`]), then run the turn in arrival order.
+//! Consecutive appends are committed together: each partition's appends become one positioned
+//! write; those that need no sync are answered, the others go to the shard's sync threads
+//! ([`super::syncer`]), which sync and answer them while the shard writes the next turn (group
+//! commit). Fetches that asked to wait for data are parked and answered when an append (or, for
+//! durable data, a sync) gives them enough bytes or their deadline passes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, select_biased};
 
 use super::pending::Reply;
+use super::syncer::{SyncJob, SyncOutcome, SyncReport, Syncer, WrittenAnswers, answer_written};
 use super::topics::TopicRegistry;
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
@@ -40,11 +41,6 @@ pub(crate) const REQUESTS_PER_TURN_MAX: usize = 4096;
 
 /// Partitions the periodic retention pass visits between two turns.
 const RETENTION_PARTITIONS_PER_TURN: usize = 16;
-
-/// Before a syncing turn: the longest pause between requests that still gathers more.
-const GATHER_GAP: Duration = Duration::from_micros(30);
-/// Before a syncing turn: the longest the shard keeps gathering.
-const GATHER_MAX: Duration = Duration::from_micros(200);
 
 /// How long an idle shard polls its queue before it sleeps.
 const IDLE_SPIN: Duration = Duration::from_micros(50);
@@ -108,12 +104,6 @@ pub(crate) enum Request {
     Close {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
-}
-
-impl Request {
-    fn is_durable_append(&self) -> bool {
-        matches!(self, Request::Append { durable: true, .. })
-    }
 }
 
 /// One log the cleaner may clean, or why it could not be opened.
@@ -210,8 +200,15 @@ struct ParkedFetch {
 /// The appends of one partition after their write, waiting for the sync decision.
 struct WrittenGroup {
     tp: TopicPartition,
-    answers: Vec<(Reply<AppendInfo, AppendError>, AppendInfo)>,
+    answers: WrittenAnswers,
     must_sync: bool,
+}
+
+/// What woke the shard.
+enum Wake {
+    Request(Request),
+    Synced(SyncReport),
+    Timer,
 }
 
 /// Why a partition cannot be served.
@@ -224,6 +221,12 @@ pub(crate) struct Shard {
     id: usize,
     context: ShardContext,
     receiver: Receiver<Request>,
+    /// Syncs and answers durable appends while the shard goes on (see [`super::syncer`]).
+    syncer: Syncer,
+    /// Each open partition's generation: which open of it this is, so that the syncer's outcome
+    /// for an earlier open is not applied to a later one.
+    generations: BTreeMap<TopicPartition, u64>,
+    opens: u64,
     partitions: BTreeMap<TopicPartition, PartitionLog>,
     /// When each open partition was last used (a turn counter), for eviction.
     last_used: BTreeMap<TopicPartition, u64>,
@@ -244,12 +247,20 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(id: usize, context: ShardContext, receiver: Receiver<Request>) -> Shard {
+    pub(crate) fn new(
+        id: usize,
+        context: ShardContext,
+        receiver: Receiver<Request>,
+        syncer: Syncer,
+    ) -> Shard {
         let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
         Shard {
             id,
             context,
             receiver,
+            syncer,
+            generations: BTreeMap::new(),
+            opens: 0,
             partitions: BTreeMap::new(),
             last_used: BTreeMap::new(),
             use_counter: 0,
@@ -266,14 +277,28 @@ impl Shard {
     /// Runs until the engine closes or is dropped.
     pub(crate) fn run(mut self) {
         loop {
-            let Some(first) = self.next_request() else {
+            let Some(wake) = self.next_wake() else {
                 return;
             };
-            let mut requests: Vec<Request> = first.into_iter().collect();
-            requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
-            if requests.iter().any(Request::is_durable_append) {
-                self.gather_more(&mut requests);
+            let mut requests = Vec::new();
+            match wake {
+                Wake::Request(request) => requests.push(request),
+                Wake::Synced(report) => {
+                    let outcome = self.syncer.take_report(report);
+                    self.apply_sync_outcomes(outcome.into_iter().collect());
+                }
+                Wake::Timer => {}
             }
+            let outcomes = self.syncer.take_outcomes();
+            self.apply_sync_outcomes(outcomes);
+            if self.syncer.panicked() {
+                log::error!(
+                    "shard {}: stopped after its sync thread panicked; its partitions fail with ShardFailed until the engine is reopened",
+                    self.id
+                );
+                return;
+            }
+            requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
             if self.run_turn(requests) {
                 return;
             }
@@ -281,23 +306,38 @@ impl Shard {
         }
     }
 
-    /// Before a turn that will sync, keeps taking requests while they keep coming (each within
-    /// [`GATHER_GAP`], for [`GATHER_MAX`] at most): producers woken by the previous sync's
-    /// acknowledgements send their next appends within microseconds of each other, and one sync
-    /// for all of them costs less than one for the first and another for the rest.
-    fn gather_more(&self, requests: &mut Vec<Request>) {
-        let started = Instant::now();
-        let mut last_arrival = started;
-        while requests.len() < REQUESTS_PER_TURN_MAX && started.elapsed() < GATHER_MAX {
-            match self.receiver.try_recv() {
-                Ok(request) => {
-                    requests.push(request);
-                    last_arrival = Instant::now();
-                }
-                Err(_) if last_arrival.elapsed() >= GATHER_GAP => return,
-                Err(_) => std::thread::yield_now(),
+    /// Records what the syncer did: a synced log's recovery point moves (and fetches waiting for
+    /// durable data are served), a log whose sync failed fails until it is reopened.
+    fn apply_sync_outcomes(&mut self, outcomes: Vec<SyncOutcome>) {
+        let mut touched = BTreeSet::new();
+        for outcome in outcomes {
+            if self.generations.get(&outcome.tp) != Some(&outcome.generation) {
+                continue;
             }
+            let Some(log) = self.partitions.get_mut(&outcome.tp) else {
+                continue;
+            };
+            let result = match outcome.synced {
+                true => Ok(()),
+                false => Err(StorageError::PreviousIo {
+                    dir: log.dir().to_owned(),
+                }),
+            };
+            // A failure was answered and logged by the syncer; the log now fails its appends.
+            let _ = log.mark_flushed(outcome.through, result);
+            touched.insert(outcome.tp);
         }
+        if !touched.is_empty() {
+            self.serve_parked(&touched, false);
+        }
+    }
+
+    /// Waits until the syncer has synced and answered every group handed to it, and records the
+    /// outcomes. Called before the shard syncs, rolls, releases or closes a log itself, or answers
+    /// a request about its state (see [`super::syncer`] for why).
+    fn settle_syncs(&mut self) {
+        let outcomes = self.syncer.settle();
+        self.apply_sync_outcomes(outcomes);
     }
 
     /// Polls the queue for [`IDLE_SPIN`] before the shard sleeps: a request that comes within it
@@ -311,30 +351,27 @@ impl Shard {
             if let Ok(request) = self.receiver.try_recv() {
                 return Some(request);
             }
-            if started.elapsed() >= IDLE_SPIN {
+            if started.elapsed() >= IDLE_SPIN || !self.syncer.reports().is_empty() {
                 return None;
             }
             std::thread::yield_now();
         }
     }
 
-    /// The next request, polled for a moment and then waited for until the next timer
-    /// (`Some(None)` when the timer comes first); `None` when the engine is gone.
-    fn next_request(&self) -> Option<Option<Request>> {
+    /// The next request or sync outcome, polled for a moment and then waited for until the next
+    /// timer; `None` when the engine is gone.
+    fn next_wake(&self) -> Option<Wake> {
         if let Some(request) = self.spin_for_request() {
-            return Some(Some(request));
+            return Some(Wake::Request(request));
         }
-        Some(match self.next_timeout() {
-            None => match self.receiver.recv() {
-                Ok(request) => Some(request),
-                Err(_) => return None,
-            },
-            Some(timeout) => match self.receiver.recv_timeout(timeout) {
-                Ok(request) => Some(request),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return None,
-            },
-        })
+        let timeout = self.next_timeout().unwrap_or(Duration::MAX);
+        let reports = self.syncer.reports();
+        select_biased! {
+            recv(self.receiver) -> request => request.ok().map(Wake::Request),
+            // The threads end only with the shard, so this channel stays connected.
+            recv(reports) -> report => Some(report.map_or(Wake::Timer, Wake::Synced)),
+            default(timeout) => Some(Wake::Timer),
+        }
     }
 
     fn next_timeout(&self) -> Option<Duration> {
@@ -384,6 +421,9 @@ impl Shard {
                 }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
+                    if !matches!(other, Request::Fetch { .. }) {
+                        self.settle_syncs();
+                    }
                     if self.handle(other) {
                         return true;
                     }
@@ -460,6 +500,9 @@ impl Shard {
             // Counted on each open (rarer and dearer than the sum): reads open sealed segments
             // and rolls add one, so a count kept between opens would drift.
             let mut open_segments = self.open_segments();
+            if self.full_for_one_more(open_segments) {
+                self.settle_syncs();
+            }
             while self.full_for_one_more(open_segments) {
                 match self.evict_least_recently_used() {
                     Some(closed) => open_segments -= closed,
@@ -468,6 +511,8 @@ impl Shard {
             }
             let log = self.open_partition(tp)?;
             self.partitions.insert(tp.clone(), log);
+            self.opens += 1;
+            self.generations.insert(tp.clone(), self.opens);
             self.opened.insert(tp.clone());
             self.evicted.remove(tp);
         }
@@ -573,19 +618,32 @@ impl Shard {
             self.release_inflight(append.batches.size_bytes());
             groups.entry(append.tp.clone()).or_default().push(append);
         }
-        let mut written = Vec::with_capacity(groups.len());
         for (tp, group) in groups {
             if let Some(group) = self.write_group(tp.clone(), group, now) {
-                written.push(group);
                 touched.insert(tp);
+                self.hand_over(group);
             }
         }
-        let synced = self.sync_groups(&written);
-        for (group, sync_result) in written.into_iter().zip(synced) {
-            let dir = self.context.root.join(partition_dir_name(&group.tp));
-            answer_group(group, sync_result, dir);
-        }
         self.note_flush_deadlines(touched);
+    }
+
+    /// Answers a written group that need not sync; gives one that must to the syncer.
+    fn hand_over(&mut self, group: WrittenGroup) {
+        let dir = self.context.root.join(partition_dir_name(&group.tp));
+        let log = self.partitions.get(&group.tp);
+        let generation = self.generations.get(&group.tp).copied();
+        match (group.must_sync, log, generation) {
+            (true, Some(log), Some(generation)) => self.syncer.submit(SyncJob {
+                file: log.active_log_file(),
+                path: log.active_log_path().to_owned(),
+                through: log.log_end_offset(),
+                tp: group.tp,
+                generation,
+                dir,
+                answers: group.answers,
+            }),
+            _ => answer_written(group.answers, None, &dir),
+        }
     }
 
     /// One partition's appends as one write. `None` when they all failed (already answered).
@@ -609,6 +667,24 @@ impl Shard {
         };
         let batches: Vec<ValidatedBatches> =
             group.iter().map(|append| append.batches.clone()).collect();
+        if log.may_roll(&batches, now) {
+            // The roll syncs the segment it seals: not while the syncer may be syncing it.
+            self.settle_syncs();
+        }
+        let Some(log) = self.partitions.get_mut(&tp) else {
+            answer_all(
+                group,
+                AppendError::UnknownPartition {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                },
+                |_| AppendError::UnknownPartition {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                },
+            );
+            return None;
+        };
         match log.append_validated(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
@@ -631,37 +707,6 @@ impl Shard {
                 None
             }
         }
-    }
-
-    /// Syncs the groups that must sync, all through one `sync_data_many`; `None` for a group that
-    /// did not need to.
-    fn sync_groups(&mut self, written: &[WrittenGroup]) -> Vec<Option<Result<(), StorageError>>> {
-        let to_sync: Vec<&TopicPartition> = written
-            .iter()
-            .filter(|group| group.must_sync)
-            .map(|group| &group.tp)
-            .collect();
-        let results = {
-            let files: Vec<&dyn StorageFile> = to_sync
-                .iter()
-                .filter_map(|tp| self.partitions.get(*tp).map(PartitionLog::active_log_file))
-                .collect();
-            self.context.storage.sync_data_many(&files)
-        };
-        let mut outcomes: BTreeMap<&TopicPartition, Result<(), StorageError>> = BTreeMap::new();
-        for (tp, result) in to_sync.into_iter().zip(results) {
-            let Some(log) = self.partitions.get_mut(tp) else {
-                continue;
-            };
-            let through = log.log_end_offset();
-            let result = result
-                .map_err(|source| StorageError::io("fdatasync", log.active_log_path(), source));
-            outcomes.insert(tp, log.mark_flushed(through, result));
-        }
-        written
-            .iter()
-            .map(|group| outcomes.remove(&group.tp))
-            .collect()
     }
 
     fn note_flush_deadlines(&mut self, touched: &BTreeSet<TopicPartition>) {
@@ -763,6 +808,9 @@ impl Shard {
             .filter(|(_, deadline)| **deadline <= now)
             .map(|(tp, _)| tp.clone())
             .collect();
+        if !due.is_empty() || !self.retention_queue.is_empty() {
+            self.settle_syncs();
+        }
         for tp in &due {
             self.flush_deadlines.remove(tp);
             if let Some(log) = self.partitions.get_mut(tp)
@@ -775,6 +823,7 @@ impl Shard {
         self.serve_parked(&touched, false);
         if Instant::now() >= self.next_retention_check {
             self.queue_periodic_retention();
+            self.settle_syncs();
         }
         self.run_queued_retention();
         self.delete_expired_files(now);
@@ -1036,6 +1085,7 @@ impl Shard {
     /// opened (and so recovered) first: the clean-shutdown marker the engine then writes covers
     /// them too.
     fn close(&mut self) -> Result<Vec<PartitionCheckpoint>, StorageError> {
+        self.settle_syncs();
         self.serve_parked(&BTreeSet::new(), true);
         if !self.context.had_clean_shutdown {
             self.recover_unopened()?;
@@ -1105,33 +1155,6 @@ impl Shard {
             }
         }
         Ok(())
-    }
-}
-
-/// Answers one written group: with the infos (durable if synced) or, if the sync failed, with
-/// an error for every append — nothing is acknowledged after a failed sync.
-fn answer_group(group: WrittenGroup, sync_result: Option<Result<(), StorageError>>, dir: PathBuf) {
-    match sync_result {
-        None => {
-            for (reply, info) in group.answers {
-                let _ = reply.send(Ok(info));
-            }
-        }
-        Some(Ok(())) => {
-            for (reply, info) in group.answers {
-                let _ = reply.send(Ok(AppendInfo {
-                    durable: true,
-                    ..info
-                }));
-            }
-        }
-        Some(Err(error)) => {
-            let mut first = Some(AppendError::Storage(error));
-            for (reply, _) in group.answers {
-                let later = || AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() });
-                let _ = reply.send(Err(first.take().unwrap_or_else(later)));
-            }
-        }
     }
 }
 

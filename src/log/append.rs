@@ -102,6 +102,11 @@ impl ValidatedBatches {
         self.record_count
     }
 
+    /// How many batches it holds.
+    pub fn batch_count(&self) -> usize {
+        self.batches.len()
+    }
+
     /// The largest `maxTimestamp` of the batches.
     pub fn max_timestamp(&self) -> TimestampMs {
         TimestampMs(
@@ -190,6 +195,40 @@ impl PartitionLog {
         self.unflushed_records += total_records;
         self.first_unflushed_at.get_or_insert(now);
         Ok(infos)
+    }
+
+    /// Whether appending `appends` now could roll the active segment. It may answer yes for an
+    /// append that will not roll (it looks at them as one), never no for one that will: for a
+    /// caller that must prepare for the roll's sync of the segment it seals.
+    pub fn may_roll(&self, appends: &[ValidatedBatches], now: TimestampMs) -> bool {
+        let Some(last) = appends.last() else {
+            return false;
+        };
+        let batch_count: usize = appends.iter().map(ValidatedBatches::batch_count).sum();
+        if batch_count >= self.active().index_entries_free() {
+            return true;
+        }
+        let total_bytes: u64 = appends
+            .iter()
+            .map(|append| append.size_bytes() as u64)
+            .sum();
+        let total_records: u64 = appends.iter().map(ValidatedBatches::record_count).sum();
+        let log_append_time =
+            (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
+        let max_timestamp = appends.iter().map(ValidatedBatches::max_timestamp).max();
+        let incoming = IncomingAppend {
+            size_bytes: last.size_bytes() as u64,
+            last_offset: Offset(
+                self.log_end_offset()
+                    .0
+                    .saturating_add(total_records.saturating_sub(1)),
+            ),
+            max_timestamp: log_append_time.or(max_timestamp).unwrap_or(now),
+            now,
+        };
+        let earlier_bytes = total_bytes - incoming.size_bytes;
+        self.active()
+            .should_roll(&self.config, earlier_bytes, &incoming)
     }
 
     /// Writes what `pending` gathered with one positioned write to the active segment.

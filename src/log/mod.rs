@@ -307,8 +307,8 @@ impl PartitionLog {
 
     /// The active segment's `.log`, for a caller that syncs many partitions' files together
     /// (group commit). Report the outcome with [`PartitionLog::mark_flushed`].
-    pub fn active_log_file(&self) -> &dyn StorageFile {
-        self.active().log_file()
+    pub fn active_log_file(&self) -> Arc<dyn StorageFile> {
+        self.active().shared_log_file()
     }
 
     /// Records the outcome of a sync of the active `.log` that covered every offset below

@@ -10,6 +10,7 @@ pub mod recovery;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -64,7 +65,8 @@ pub struct BatchLocation {
 pub struct Segment {
     base_offset: Offset,
     log_path: PathBuf,
-    log: Box<dyn StorageFile>,
+    /// Shared with a shard's syncer, which may still sync it after the segment is gone.
+    log: Arc<dyn StorageFile>,
     /// Set while the segment is active and the log writes with `O_DIRECT` (`direct_writes`).
     direct: Option<Box<DirectWriter>>,
     size_bytes: u64,
@@ -98,7 +100,8 @@ impl Segment {
         let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
         let log = storage
             .open(&log_path, OpenMode::CreateOrOpen)
-            .map_err(|source| StorageError::io("create", &log_path, source))?;
+            .map_err(|source| StorageError::io("create", &log_path, source))
+            .map(Arc::<dyn StorageFile>::from)?;
         log.set_length_bytes(0)
             .map_err(|source| StorageError::io("truncate", &log_path, source))?;
         let direct = match config.direct_writes {
@@ -303,6 +306,11 @@ impl Segment {
     /// The `.log` file, for syncs the caller groups with other partitions' (group commit).
     pub fn log_file(&self) -> &dyn StorageFile {
         self.log.as_ref()
+    }
+
+    /// The `.log`, for a sync that may outlive this segment (a shard's syncer).
+    pub fn shared_log_file(&self) -> Arc<dyn StorageFile> {
+        Arc::clone(&self.log)
     }
 
     /// Finds the first batch whose last offset is `>= target`, starting from the index entry at or

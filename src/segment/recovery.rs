@@ -114,6 +114,7 @@ impl Segment {
         let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
         let log = storage
             .open(&log_path, OpenMode::Existing)
+            .map(std::sync::Arc::<dyn crate::io::StorageFile>::from)
             .map_err(|source| StorageError::io("open", &log_path, source))?;
         let size_bytes = log
             .length_bytes()

@@ -1,0 +1,329 @@
+//! A shard's syncer: the thread that makes the shard's written appends durable and acknowledges
+//! them, so that the shard writes the next turn's appends while this turn's `fdatasync` runs and
+//! the disk is not idle between group commits.
+//!
+//! The shard writes a turn's appends, then hands each partition that must sync to the syncer as a
+//! [`SyncJob`]: the log's active `.log` file, the offset the sync covers, and the appends'
+//! answers. The syncer takes every job queued, syncs each file once (together, through
+//! [`Storage::sync_data_many`]), answers the appends, and reports a [`SyncOutcome`] per job back
+//! to the shard, which moves the log's recovery point (or fails the log).
+//!
+//! Invariants:
+//! - a job is sent after its appends were written, so a sync that starts after the job was taken
+//!   covers them: one `fdatasync` of a file serves every job queued for it;
+//! - after a failed sync of a log, every later job of that log (the same partition, the same
+//!   open) fails too, even when a later `fdatasync` returns success: nothing is acknowledged
+//!   after a failed sync (Linux reports a lost write-back once per open file);
+//! - for the same reason the shard never syncs a log's files itself while a job of that log may be
+//!   queued here: it calls [`Syncer::settle`] first (before a roll, a flush, a close, a release).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::pending::Reply;
+use crate::error::{AppendError, StorageError};
+use crate::io::{Storage, StorageFile};
+use crate::log::AppendInfo;
+use crate::types::{Offset, TopicPartition};
+
+/// The answers of one partition's written appends, with what each was given.
+pub(crate) type WrittenAnswers = Vec<(Reply<AppendInfo, AppendError>, AppendInfo)>;
+
+/// One partition's written appends, waiting for a sync of its active `.log`.
+pub(crate) struct SyncJob {
+    pub tp: TopicPartition,
+    /// Which open of the partition wrote them (the shard counts opens).
+    pub generation: u64,
+    pub file: Arc<dyn StorageFile>,
+    /// The file's path and the partition's directory, for errors.
+    pub path: PathBuf,
+    pub dir: PathBuf,
+    /// The log end offset after the appends: what a successful sync makes durable.
+    pub through: Offset,
+    pub answers: WrittenAnswers,
+}
+
+/// What became of one job, for the shard's bookkeeping (the appends are answered already).
+#[derive(Debug)]
+pub(crate) struct SyncOutcome {
+    pub tp: TopicPartition,
+    pub generation: u64,
+    pub through: Offset,
+    pub synced: bool,
+}
+
+/// What a sync thread reports to the shard.
+pub(crate) enum SyncReport {
+    Done(SyncOutcome),
+    /// The thread panicked (in the storage layer): the jobs it held are answered `ShardFailed`
+    /// (their answers were dropped), and the shard stops, as if it had panicked itself.
+    Panicked,
+}
+
+enum Message {
+    Job(SyncJob),
+    /// Answered once every job sent before it is done and its outcome sent.
+    Settle(Sender<()>),
+}
+
+/// Sync threads per shard. Each partition's jobs go to one of them (by its open), so that up to
+/// this many partitions' syncs run at once and a slow sync of one does not hold the others: the
+/// disk completes several concurrent `fdatasync`s faster than the same ones one after another.
+const LANES: usize = 4;
+
+/// One sync thread and its queue.
+struct Lane {
+    messages: Sender<Message>,
+    thread: JoinHandle<()>,
+}
+
+/// The shard's end of its sync threads.
+pub(crate) struct Syncer {
+    lanes: Vec<Lane>,
+    reports: Receiver<SyncReport>,
+    /// Jobs sent whose outcomes the shard has not taken yet.
+    outstanding: usize,
+    /// A sync thread panicked.
+    panicked: bool,
+}
+
+impl Syncer {
+    /// Starts the sync threads of shard `shard_id`.
+    pub(crate) fn start(shard_id: usize, storage: Arc<dyn Storage>) -> std::io::Result<Syncer> {
+        let (report_sender, reports) = crossbeam_channel::unbounded();
+        let mut lanes = Vec::with_capacity(LANES);
+        for lane in 0..LANES {
+            let (messages, inbox) = crossbeam_channel::unbounded();
+            let storage = storage.clone();
+            let reports = report_sender.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("seglog-sync-{shard_id}.{lane}"))
+                .spawn(move || {
+                    let run = || run(storage.as_ref(), &inbox, &reports);
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+                        log::error!("shard {shard_id}: sync thread {lane} panicked");
+                        let _ = reports.send(SyncReport::Panicked);
+                    }
+                })?;
+            lanes.push(Lane { messages, thread });
+        }
+        Ok(Syncer {
+            lanes,
+            reports,
+            outstanding: 0,
+            panicked: false,
+        })
+    }
+
+    /// Hands a written group to the sync thread of its partition's open.
+    pub(crate) fn submit(&mut self, job: SyncJob) {
+        let Some(lane) = self.lanes.get(job.generation as usize % LANES.max(1)) else {
+            return fail_job(job);
+        };
+        match lane.messages.send(Message::Job(job)) {
+            Ok(()) => self.outstanding += 1,
+            // The thread is gone (it panicked): answer here rather than never.
+            Err(crossbeam_channel::SendError(Message::Job(job))) => fail_job(job),
+            Err(_) => {}
+        }
+    }
+
+    /// Where the reports arrive, for the shard to wait on beside its requests.
+    pub(crate) fn reports(&self) -> &Receiver<SyncReport> {
+        &self.reports
+    }
+
+    /// The outcome a report carries, counted as taken.
+    pub(crate) fn take_report(&mut self, report: SyncReport) -> Option<SyncOutcome> {
+        match report {
+            SyncReport::Done(outcome) => {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                Some(outcome)
+            }
+            SyncReport::Panicked => {
+                self.panicked = true;
+                None
+            }
+        }
+    }
+
+    /// The outcomes that have arrived.
+    pub(crate) fn take_outcomes(&mut self) -> Vec<SyncOutcome> {
+        let reports: Vec<SyncReport> = self.reports.try_iter().collect();
+        reports
+            .into_iter()
+            .filter_map(|report| self.take_report(report))
+            .collect()
+    }
+
+    /// Whether a sync thread panicked: the shard must stop.
+    pub(crate) fn panicked(&self) -> bool {
+        self.panicked
+    }
+
+    /// Waits until every job sent so far is synced and answered; returns their outcomes.
+    pub(crate) fn settle(&mut self) -> Vec<SyncOutcome> {
+        if self.outstanding == 0 {
+            return Vec::new();
+        }
+        let (done, settled) = crossbeam_channel::bounded(self.lanes.len());
+        let asked = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.messages.send(Message::Settle(done.clone())).is_ok())
+            .count();
+        drop(done);
+        for _ in 0..asked {
+            let _ = settled.recv();
+        }
+        let outcomes = self.take_outcomes();
+        self.outstanding = 0;
+        outcomes
+    }
+}
+
+impl Drop for Syncer {
+    /// Lets the threads finish the jobs queued, then joins them.
+    fn drop(&mut self) {
+        for lane in std::mem::take(&mut self.lanes) {
+            drop(lane.messages);
+            let _ = lane.thread.join();
+        }
+    }
+}
+
+/// A sync thread: takes every message queued, syncs the jobs' files once each, answers.
+fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &Sender<SyncReport>) {
+    // Logs (partition, open) whose sync failed: their later jobs fail too.
+    let mut failed: HashSet<(TopicPartition, u64)> = HashSet::new();
+    while let Ok(first) = inbox.recv() {
+        let mut jobs = Vec::new();
+        let mut settles = Vec::new();
+        for message in std::iter::once(first).chain(inbox.try_iter()) {
+            match message {
+                Message::Job(job) => jobs.push(job),
+                Message::Settle(done) => settles.push(done),
+            }
+        }
+        sync_jobs(storage, jobs, &mut failed, reports);
+        for done in settles {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Syncs the files of `jobs` (each once, skipping failed logs), then answers each job and reports
+/// its outcome.
+fn sync_jobs(
+    storage: &dyn Storage,
+    jobs: Vec<SyncJob>,
+    failed: &mut HashSet<(TopicPartition, u64)>,
+    reports: &Sender<SyncReport>,
+) {
+    let mut files: Vec<&dyn StorageFile> = Vec::new();
+    let mut file_of_job = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        if failed.contains(&(job.tp.clone(), job.generation)) {
+            file_of_job.push(None);
+            continue;
+        }
+        let file = job.file.as_ref();
+        let same = |other: &&dyn StorageFile| std::ptr::addr_eq(*other, file);
+        let index = files.iter().position(same).unwrap_or_else(|| {
+            files.push(file);
+            files.len() - 1
+        });
+        file_of_job.push(Some(index));
+    }
+    let mut results: Vec<Option<std::io::Result<()>>> = storage
+        .sync_data_many(&files)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut file_failed = vec![false; files.len()];
+    for (job, file_index) in jobs.into_iter().zip(file_of_job) {
+        let result = match file_index {
+            None => Err(StorageError::PreviousIo {
+                dir: job.dir.clone(),
+            }),
+            Some(index) => match results[index].take() {
+                Some(Ok(())) | None if !file_failed[index] => Ok(()),
+                Some(Err(source)) => {
+                    file_failed[index] = true;
+                    Err(StorageError::io("fdatasync", &job.path, source))
+                }
+                _ => Err(StorageError::PreviousIo {
+                    dir: job.dir.clone(),
+                }),
+            },
+        };
+        let result = match failed.contains(&(job.tp.clone(), job.generation)) {
+            true => result.and(Err(StorageError::PreviousIo {
+                dir: job.dir.clone(),
+            })),
+            false => result,
+        };
+        let synced = result.is_ok();
+        if !synced {
+            log::error!("sync of {} failed: {result:?}", job.path.display());
+            failed.insert((job.tp.clone(), job.generation));
+        }
+        let outcome = SyncOutcome {
+            tp: job.tp,
+            generation: job.generation,
+            through: job.through,
+            synced,
+        };
+        answer_written(job.answers, Some(result), &job.dir);
+        let _ = reports.send(SyncReport::Done(outcome));
+    }
+}
+
+/// Answers a job that could not reach the syncer: as failed, so nothing waits for ever.
+fn fail_job(job: SyncJob) {
+    let error = StorageError::PreviousIo {
+        dir: job.dir.clone(),
+    };
+    answer_written(job.answers, Some(Err(error)), &job.dir);
+}
+
+/// Answers one partition's written appends: with their infos (durable when `synced` is
+/// `Some(Ok)`), or, when the sync failed, with an error for every append — the first with the
+/// sync's error, the rest with [`StorageError::PreviousIo`]: nothing is acknowledged after a
+/// failed sync.
+pub(crate) fn answer_written(
+    answers: WrittenAnswers,
+    synced: Option<Result<(), StorageError>>,
+    dir: &std::path::Path,
+) {
+    match synced {
+        None => {
+            for (reply, info) in answers {
+                let _ = reply.send(Ok(info));
+            }
+        }
+        Some(Ok(())) => {
+            for (reply, info) in answers {
+                let _ = reply.send(Ok(AppendInfo {
+                    durable: true,
+                    ..info
+                }));
+            }
+        }
+        Some(Err(error)) => {
+            let mut first = Some(AppendError::Storage(error));
+            for (reply, _) in answers {
+                let later = || {
+                    AppendError::Storage(StorageError::PreviousIo {
+                        dir: dir.to_path_buf(),
+                    })
+                };
+                let _ = reply.send(Err(first.take().unwrap_or_else(later)));
+            }
+        }
+    }
+}
