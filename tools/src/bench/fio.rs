@@ -14,6 +14,8 @@ use super::progress::MB;
 
 /// Bytes each write job may write, at most.
 const FILE_MAX: &str = "1g";
+/// Reads in flight for the deep sequential read over the engine's data set.
+const DATA_SET_READ_DEPTH: usize = 16;
 
 pub fn installed() -> bool {
     Command::new("fio")
@@ -100,13 +102,9 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
 /// baseline reads a data set as large, and as cold in the host's cache, as the engine's), by
 /// `queue_depth` jobs for about a second.
 pub fn random_reads_per_s(files: &[PathBuf], queue_depth: usize) -> anyhow::Result<f64> {
-    let names: Vec<String> = files
-        .iter()
-        .map(|path| path.display().to_string().replace(':', "\\:"))
-        .collect();
     let report = fio(&[
         "--name=seglog-bench-data".to_owned(),
-        format!("--filename={}", names.join(":")),
+        filename_option(files),
         "--rw=randread".to_owned(),
         "--bs=4k".to_owned(),
         "--direct=1".to_owned(),
@@ -117,6 +115,41 @@ pub fn random_reads_per_s(files: &[PathBuf], queue_depth: usize) -> anyhow::Resu
         format!("--numjobs={queue_depth}"),
     ])?;
     number(&report, "read", "iops")
+}
+
+/// Sequential `O_DIRECT` 1 MiB reads over `files` (the engine's data set, after its fetch phase),
+/// the better of one read in flight (`psync`) and [`DATA_SET_READ_DEPTH`] (`io_uring`), about a
+/// second each, in MB/s.
+pub fn sequential_read_mb_per_s(files: &[PathBuf]) -> anyhow::Result<f64> {
+    let read = |engine: &[String]| -> anyhow::Result<f64> {
+        let mut arguments = vec![
+            "--name=seglog-bench-data".to_owned(),
+            filename_option(files),
+            "--rw=read".to_owned(),
+            "--bs=1m".to_owned(),
+            "--direct=1".to_owned(),
+            "--runtime=1".to_owned(),
+            "--time_based".to_owned(),
+            "--readonly".to_owned(),
+        ];
+        arguments.extend_from_slice(engine);
+        Ok(number(&fio(&arguments)?, "read", "bw_bytes")? / MB)
+    };
+    let one_in_flight = read(&[])?;
+    let deep = read(&[
+        "--ioengine=io_uring".to_owned(),
+        format!("--iodepth={DATA_SET_READ_DEPTH}"),
+    ])?;
+    Ok(one_in_flight.max(deep))
+}
+
+/// fio's `--filename` for several files (`:` separates them; one in a name is escaped).
+fn filename_option(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files
+        .iter()
+        .map(|path| path.display().to_string().replace(':', "\\:"))
+        .collect();
+    format!("--filename={}", names.join(":"))
 }
 
 /// `fdatasync` latency and write rate of `group.writers` jobs, each appending `group.block_bytes`

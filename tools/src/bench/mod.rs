@@ -102,6 +102,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_random_reads_per_s.take()) {
         disk.use_data_set_random_reads(measured);
     }
+    if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_read_mb_per_s.take()) {
+        disk.use_data_set_sequential_reads(measured);
+    }
     let report = Report {
         settings: &settings,
         phases: outcome.phases,
@@ -176,6 +179,8 @@ struct WorkloadOutcome {
     cache_drop: Option<CacheDrop>,
     /// `random-fetch` with `--vs-disk` and fio: the disk's random reads over the data set itself.
     data_set_random_reads_per_s: Option<anyhow::Result<f64>>,
+    /// `fetch-cold` with `--vs-disk` and fio: the disk's sequential reads over the data set.
+    data_set_read_mb_per_s: Option<anyhow::Result<f64>>,
 }
 
 fn run_workload(
@@ -227,6 +232,10 @@ fn run_workload(
             outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
             let read = fetch::sequential_phase(engine, &topic, settings, read_limit, AtEnd::Stop)?;
             outcome.phases = vec![written, read];
+            if measure_data_set && fio::installed() {
+                let files = log_files(dir)?;
+                outcome.data_set_read_mb_per_s = Some(fio::sequential_read_mb_per_s(&files));
+            }
         }
         Workload::RandomFetch => {
             let written = append(data_set_limit)?;
