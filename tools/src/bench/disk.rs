@@ -127,7 +127,9 @@ impl DiskFigures {
     /// [`DiskFigures::use_data_set_random_reads`] (the scratch file's rate swung from 987 to
     /// 2,879 MB/s between runs here, the data set's stayed near 1 GB/s).
     pub fn use_data_set_sequential_reads(&mut self, measured: anyhow::Result<f64>) {
-        let scratch = self.read_direct_mb_per_s.map_or("-".to_owned(), |mb| format!("{mb:.1}"));
+        let scratch = self
+            .read_direct_mb_per_s
+            .map_or("-".to_owned(), |mb| format!("{mb:.1}"));
         match measured {
             Ok(mb_per_s) => {
                 self.notes.push(format!(
