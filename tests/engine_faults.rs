@@ -2,13 +2,15 @@
 //! too many bytes in flight are typed errors, not unbounded memory; a shard whose thread panics
 //! fails its partitions closed with `ShardFailed` while the process and the other shards keep
 //! running; the handle is `Clone + Send + Sync`; a shard writes and answers while its sync
-//! threads hold a sync. The faults come from storage hooks that make a write or `fdatasync` block
+//! threads hold a sync, fails what was written behind a failed sync, and never syncs a file (a
+//! roll) while a sync thread may be syncing it. The faults come from storage hooks that make a write or `fdatasync` block
 //! on a gate, or `fdatasync` panic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashMap;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -38,6 +40,9 @@ struct Faults {
     /// (an operation is waiting, the gate is open)
     gate: Mutex<(bool, bool)>,
     changed: Condvar,
+    /// Syncs in progress per file, and whether two of one file ever ran at once.
+    syncing: Mutex<HashMap<PathBuf, usize>>,
+    overlapped: AtomicBool,
 }
 
 impl Faults {
@@ -88,14 +93,31 @@ impl Faults {
 }
 
 impl StorageHooks for Faults {
-    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
         match op {
-            StorageOp::SyncData => self.sync(),
+            StorageOp::SyncData => {
+                let mut syncing = self.syncing.lock().unwrap();
+                let count = syncing.entry(path.to_owned()).or_default();
+                *count += 1;
+                if *count > 1 {
+                    self.overlapped.store(true, Ordering::SeqCst);
+                }
+                drop(syncing);
+                self.sync()
+            }
             StorageOp::Write => {
                 self.write();
                 Ok(())
             }
             _ => Ok(()),
+        }
+    }
+
+    fn after(&self, op: StorageOp, path: &Path) {
+        if op == StorageOp::SyncData
+            && let Some(count) = self.syncing.lock().unwrap().get_mut(path)
+        {
+            *count -= 1;
         }
     }
 }
@@ -340,4 +362,41 @@ fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_
         .wait();
     assert!(after.is_err(), "the log stays failed: {after:?}");
     drop(engine);
+}
+
+#[test]
+fn a_roll_waits_for_the_sync_threads_so_one_file_is_never_synced_twice_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), faults.clone()));
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
+    // Room for one batch: the second append rolls, and the roll syncs the segment it seals.
+    let segment_bytes = batch("first").len() as u64 + 8;
+    let log_config = LogConfig {
+        segment_bytes,
+        ..LogConfig::default()
+    };
+    let topic = engine.create_topic("t", 1, log_config).unwrap();
+    faults.mode.store(SYNC_BLOCKS, Ordering::SeqCst);
+    let first = answered_later(engine.append(&topic, 0, batch("first"), Durability::Durable));
+    faults.wait_until_blocked();
+    let rolling = answered_later(engine.append(&topic, 0, batch("second"), Durability::Written));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !rolling.0.load(Ordering::SeqCst),
+        "the append that rolls waits for the held sync of the segment it seals"
+    );
+    faults.mode.store(NORMAL, Ordering::SeqCst);
+    faults.open_gate();
+    assert!(first.1.join().unwrap().unwrap().durable);
+    assert_eq!(rolling.1.join().unwrap().unwrap().first_offset, Offset(1));
+    let described = engine.describe_topic(topic.as_str()).unwrap();
+    assert_eq!(described.partitions[0].segment_count, 2);
+    assert!(!faults.overlapped.load(Ordering::SeqCst));
+    engine.close().unwrap();
 }

@@ -654,35 +654,26 @@ impl Shard {
         now: TimestampMs,
     ) -> Option<WrittenGroup> {
         let durable_requested = group.iter().any(|append| append.durable);
-        let log = match self.partition(&tp) {
-            Ok(log) => log,
+        let batches: Vec<ValidatedBatches> =
+            group.iter().map(|append| append.batches.clone()).collect();
+        let unknown = || AppendError::UnknownPartition {
+            topic: tp.topic.to_string(),
+            partition: tp.partition,
+        };
+        let may_roll = match self.partition(&tp) {
+            Ok(log) => log.may_roll(&batches, now),
             Err(error) => {
-                let first_error = lookup_error_into(&tp, error);
-                answer_all(group, first_error, |_| AppendError::UnknownPartition {
-                    topic: tp.topic.to_string(),
-                    partition: tp.partition,
-                });
+                answer_all(group, lookup_error_into(&tp, error), |_| unknown());
                 return None;
             }
         };
-        let batches: Vec<ValidatedBatches> =
-            group.iter().map(|append| append.batches.clone()).collect();
-        if log.may_roll(&batches, now) {
-            // The roll syncs the segment it seals: not while the syncer may be syncing it.
+        if may_roll {
+            // The roll syncs the segment it seals: not while a sync thread may be syncing it.
             self.settle_syncs();
         }
+        // Settling marks logs; it never closes one.
         let Some(log) = self.partitions.get_mut(&tp) else {
-            answer_all(
-                group,
-                AppendError::UnknownPartition {
-                    topic: tp.topic.to_string(),
-                    partition: tp.partition,
-                },
-                |_| AppendError::UnknownPartition {
-                    topic: tp.topic.to_string(),
-                    partition: tp.partition,
-                },
-            );
+            answer_all(group, unknown(), |_| unknown());
             return None;
         };
         match log.append_validated(&batches, now) {
