@@ -43,6 +43,8 @@ struct Faults {
     /// Syncs in progress per file, and whether two of one file ever ran at once.
     syncing: Mutex<HashMap<PathBuf, usize>>,
     overlapped: AtomicBool,
+    /// The name of the thread of each `fdatasync` of a `.log`.
+    log_sync_threads: Mutex<Vec<String>>,
 }
 
 impl Faults {
@@ -103,6 +105,10 @@ impl StorageHooks for Faults {
                     self.overlapped.store(true, Ordering::SeqCst);
                 }
                 drop(syncing);
+                if path.extension().is_some_and(|extension| extension == "log") {
+                    let thread = std::thread::current().name().unwrap_or("").to_owned();
+                    self.log_sync_threads.lock().unwrap().push(thread);
+                }
                 self.sync()
             }
             StorageOp::Write => {
@@ -294,7 +300,7 @@ fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running()
 fn a_shard_writes_and_answers_while_its_sync_threads_hold_a_sync() {
     let dir = tempfile::tempdir().unwrap();
     let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(dir.path(), &faults, EngineConfig::default());
+    let (engine, topic) = open(dir.path(), &faults, through_sync_threads());
     faults.mode.store(SYNC_BLOCKS, Ordering::SeqCst);
     let durable = answered_later(engine.append(&topic, 0, batch("durable"), Durability::Durable));
     faults.wait_until_blocked();
@@ -323,6 +329,14 @@ fn a_shard_writes_and_answers_while_its_sync_threads_hold_a_sync() {
     engine.close().unwrap();
 }
 
+/// Every group-commit sync through the sync threads, even a lone one the shard would sync itself.
+fn through_sync_threads() -> EngineConfig {
+    EngineConfig {
+        sync_inline_when_idle: false,
+        ..EngineConfig::default()
+    }
+}
+
 type Answer = Result<AppendInfo, AppendError>;
 
 /// Waits for `pending` on a thread of its own: whether it was answered, and the answer.
@@ -343,7 +357,7 @@ fn answered_later(
 fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(dir.path(), &faults, EngineConfig::default());
+    let (engine, topic) = open(dir.path(), &faults, through_sync_threads());
     faults
         .mode
         .store(SYNC_BLOCKS_THEN_FAILS_ONCE, Ordering::SeqCst);
@@ -372,7 +386,7 @@ fn a_roll_waits_for_the_sync_threads_so_one_file_is_never_synced_twice_at_once()
     let config = EngineConfig {
         shard_count: 1,
         pin_shards: false,
-        ..EngineConfig::default()
+        ..through_sync_threads()
     };
     let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
     // Room for one batch: the second append rolls, and the roll syncs the segment it seals.
@@ -399,4 +413,26 @@ fn a_roll_waits_for_the_sync_threads_so_one_file_is_never_synced_twice_at_once()
     assert_eq!(described.partitions[0].segment_count, 2);
     assert!(!faults.overlapped.load(Ordering::SeqCst));
     engine.close().unwrap();
+}
+
+#[test]
+fn a_lone_durable_append_is_synced_by_the_shard_unless_told_to_use_the_sync_threads() {
+    for (config, expected) in [
+        (EngineConfig::default(), "seglog-shard-0"),
+        (through_sync_threads(), "seglog-sync-0."),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(Faults::default());
+        let (engine, topic) = open(dir.path(), &faults, config);
+        faults.log_sync_threads.lock().unwrap().clear();
+        let info = engine
+            .append(&topic, 0, batch("lone"), Durability::Durable)
+            .wait()
+            .unwrap();
+        assert!(info.durable);
+        let threads = faults.log_sync_threads.lock().unwrap().clone();
+        assert_eq!(threads.len(), 1, "{threads:?}");
+        assert!(threads[0].starts_with(expected), "{threads:?}");
+        engine.close().unwrap();
+    }
 }

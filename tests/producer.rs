@@ -706,7 +706,12 @@ impl StorageHooks for StorageGate {
 fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<StorageGate>, TopicName, Producer) {
     let gate = Arc::new(StorageGate::new(StorageOp::SyncGroup));
     let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
-    let engine = Engine::open_with_storage(dir, engine_config(), storage).unwrap();
+    // Every sync through the sync threads' `sync_data_many` (the gated operation), none inline.
+    let config = EngineConfig {
+        sync_inline_when_idle: false,
+        ..engine_config()
+    };
+    let engine = Engine::open_with_storage(dir, config, storage).unwrap();
     let topic = engine
         .create_topic("bounded", 1, LogConfig::default())
         .unwrap();

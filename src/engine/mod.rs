@@ -105,6 +105,11 @@ pub struct EngineConfig {
     /// cache, so fetches of fresh data read from the device. Where the file system refuses
     /// `O_DIRECT` (tmpfs), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
+    /// When a shard's turn has one partition to sync, its sync threads hold nothing and no
+    /// request is waiting, the shard syncs it itself rather than through a sync thread (default:
+    /// on): a lone durable writer saves a hand-over. Off, every group-commit sync goes to the
+    /// sync threads.
+    pub sync_inline_when_idle: bool,
 }
 
 /// File descriptors kept for everything else in the host process (and for directory syncs).
@@ -168,6 +173,7 @@ impl Default for EngineConfig {
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
             direct_writes: false,
+            sync_inline_when_idle: true,
         }
     }
 }
@@ -350,6 +356,7 @@ impl Engine {
                 open_segments_max: config.open_segments_max.div_ceil(shard_count).max(1),
                 retention_check_interval_ms: config.retention_check_interval_ms,
                 direct_writes: config.direct_writes,
+                sync_inline_when_idle: config.sync_inline_when_idle,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }

@@ -180,6 +180,8 @@ pub(crate) struct ShardContext {
     pub retention_check_interval_ms: u64,
     /// `EngineConfig::direct_writes`, given to every partition this shard opens.
     pub direct_writes: bool,
+    /// `EngineConfig::sync_inline_when_idle`.
+    pub sync_inline_when_idle: bool,
 }
 
 struct PendingAppend {
@@ -618,18 +620,36 @@ impl Shard {
             self.release_inflight(append.batches.size_bytes());
             groups.entry(append.tp.clone()).or_default().push(append);
         }
+        let mut written = Vec::with_capacity(groups.len());
         for (tp, group) in groups {
             if let Some(group) = self.write_group(tp.clone(), group, now) {
                 touched.insert(tp);
-                self.hand_over(group);
+                written.push(group);
             }
+        }
+        let syncing = written.iter().filter(|group| group.must_sync).count();
+        let inline = syncing == 1
+            && self.context.sync_inline_when_idle
+            && self.syncer.is_idle()
+            && self.receiver.is_empty();
+        for group in written {
+            self.hand_over(group, inline);
         }
         self.note_flush_deadlines(touched);
     }
 
-    /// Answers a written group that need not sync; gives one that must to the syncer.
-    fn hand_over(&mut self, group: WrittenGroup) {
+    /// Answers a written group that need not sync; syncs one that must here when `inline` (the
+    /// sync threads hold nothing of it, so no sync of its file runs meanwhile), else gives it to
+    /// the sync threads.
+    fn hand_over(&mut self, group: WrittenGroup, inline: bool) {
         let dir = self.context.root.join(partition_dir_name(&group.tp));
+        if group.must_sync
+            && inline
+            && let Some(log) = self.partitions.get_mut(&group.tp)
+        {
+            let result = log.flush();
+            return answer_written(group.answers, Some(result), &dir);
+        }
         let log = self.partitions.get(&group.tp);
         let generation = self.generations.get(&group.tp).copied();
         match (group.must_sync, log, generation) {

@@ -160,6 +160,11 @@ impl Syncer {
             .collect()
     }
 
+    /// Whether every job sent has been reported (and the report taken).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.outstanding == 0
+    }
+
     /// Whether a sync thread panicked: the shard must stop.
     pub(crate) fn panicked(&self) -> bool {
         self.panicked
