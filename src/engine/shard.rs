@@ -819,7 +819,7 @@ impl Shard {
             .filter(|(_, deadline)| **deadline <= now)
             .map(|(tp, _)| tp.clone())
             .collect();
-        if !due.is_empty() || !self.retention_queue.is_empty() {
+        if !due.is_empty() {
             self.settle_syncs();
         }
         for tp in &due {
@@ -834,6 +834,9 @@ impl Shard {
         self.serve_parked(&touched, false);
         if Instant::now() >= self.next_retention_check {
             self.queue_periodic_retention();
+        }
+        if !self.retention_queue.is_empty() {
+            // Retention may roll or delete a log's segments.
             self.settle_syncs();
         }
         self.run_queued_retention();

@@ -186,6 +186,7 @@ impl Syncer {
             let _ = settled.recv();
         }
         let outcomes = self.take_outcomes();
+        // A lane that panicked reports none of its jobs: nothing is left to wait for either way.
         self.outstanding = 0;
         outcomes
     }
@@ -249,33 +250,24 @@ fn sync_jobs(
         .into_iter()
         .map(Some)
         .collect();
-    let mut file_failed = vec![false; files.len()];
     for (job, file_index) in jobs.into_iter().zip(file_of_job) {
-        let result = match file_index {
-            None => Err(StorageError::PreviousIo {
+        let key = (job.tp.clone(), job.generation);
+        let result = if failed.contains(&key) {
+            Err(StorageError::PreviousIo {
                 dir: job.dir.clone(),
-            }),
-            Some(index) => match results[index].take() {
-                Some(Ok(())) | None if !file_failed[index] => Ok(()),
-                Some(Err(source)) => {
-                    file_failed[index] = true;
-                    Err(StorageError::io("fdatasync", &job.path, source))
-                }
-                _ => Err(StorageError::PreviousIo {
-                    dir: job.dir.clone(),
-                }),
-            },
-        };
-        let result = match failed.contains(&(job.tp.clone(), job.generation)) {
-            true => result.and(Err(StorageError::PreviousIo {
-                dir: job.dir.clone(),
-            })),
-            false => result,
+            })
+        } else {
+            match file_index.and_then(|index| results[index].take()) {
+                Some(Err(source)) => Err(StorageError::io("fdatasync", &job.path, source)),
+                // Synced, for this job or an earlier one of the same file (whose failure would
+                // have failed the log above).
+                _ => Ok(()),
+            }
         };
         let synced = result.is_ok();
         if !synced {
             log::error!("sync of {} failed: {result:?}", job.path.display());
-            failed.insert((job.tp.clone(), job.generation));
+            failed.insert(key);
         }
         let outcome = SyncOutcome {
             tp: job.tp,
