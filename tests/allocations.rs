@@ -191,3 +191,34 @@ fn the_engine_appends_and_fetches_without_allocating_per_record() {
     );
     engine.close().unwrap();
 }
+
+#[test]
+fn reading_fetched_records_in_place_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_log(dir.path());
+    let now = TimestampMs(1_700_000_000_000);
+    log.append(batch(10), now).unwrap();
+    log.append(batch(1_000), now).unwrap();
+    let data = log.read(Offset(0), 1 << 20).unwrap();
+    let mut records = 0u64;
+    let mut value_bytes = 0usize;
+    let allocations = allocations_during(|| {
+        for batch in data.batches() {
+            let section = batch.unwrap().record_section().unwrap();
+            for record in section.iter() {
+                value_bytes += record.unwrap().value.map_or(0, <[u8]>::len);
+                records += 1;
+            }
+        }
+    });
+    assert_eq!(records, 1_010);
+    assert_eq!(value_bytes, 1_010 * 100);
+    assert_eq!(allocations, 0, "reading 1010 records in place allocated");
+    // The same batches as a checking iteration gives: `batches` only skips the second CRC.
+    let checked: Vec<_> = seglog::format::batch::BatchIter::new(data.records.clone(), u64::MAX)
+        .map(Result::unwrap)
+        .collect();
+    let unchecked: Vec<_> = data.batches().map(Result::unwrap).collect();
+    assert_eq!(checked, unchecked);
+}

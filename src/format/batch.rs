@@ -9,7 +9,7 @@
 use bytes::{BufMut, Bytes};
 
 use super::compression::{self, Compression};
-use super::record::{NewRecord, Record};
+use super::record::{NewRecord, Record, RecordView};
 use super::{DecodeError, Reader};
 use crate::limits::{
     BATCH_HEADER_BYTES, BATCH_HEADER_UP_TO_MAGIC_BYTES, BATCH_MAGIC_V2,
@@ -201,6 +201,22 @@ impl Batch {
     /// Decodes the batch at the start of `buffer`, checking its length against the buffer and
     /// `max_bytes`, its magic and its CRC. Returns the batch; its size is `batch.size_bytes()`.
     pub fn decode(buffer: &Bytes, max_bytes: u64) -> Result<Batch, DecodeError> {
+        let batch = Batch::decode_without_crc_check(buffer, max_bytes)?;
+        let computed = crc32c::crc32c(crc_covered(&batch.bytes)?);
+        if computed != batch.header.crc {
+            return Err(DecodeError::CrcMismatch {
+                stored: batch.header.crc,
+                computed,
+            });
+        }
+        Ok(batch)
+    }
+
+    /// Decodes like `decode` (length, header, magic: every byte still bounds-checked) but does
+    /// not compute the CRC again: for bytes whose CRC was already checked, such as an
+    /// `Engine::fetch` result (the engine serves no batch that fails its CRC). Kafka's consumer
+    /// with `check.crcs=false`, which its broker's own check makes safe.
+    pub fn decode_without_crc_check(buffer: &Bytes, max_bytes: u64) -> Result<Batch, DecodeError> {
         let prefix = BatchPrefix::parse(buffer)?;
         let size_bytes = prefix.size_bytes();
         if size_bytes > max_bytes {
@@ -218,13 +234,6 @@ impl Batch {
         }
         let bytes = buffer.slice(..size_bytes as usize);
         let header = BatchHeader::parse(&bytes)?;
-        let computed = crc32c::crc32c(crc_covered(&bytes)?);
-        if computed != header.crc {
-            return Err(DecodeError::CrcMismatch {
-                stored: header.crc,
-                computed,
-            });
-        }
         Ok(Batch { header, bytes })
     }
 
@@ -262,27 +271,19 @@ impl Batch {
         }
     }
 
+    /// The records section ready to be read in place (`RecordSection::iter`), decompressed when
+    /// the batch is compressed.
+    pub fn record_section(&self) -> Result<RecordSection, DecodeError> {
+        Ok(RecordSection {
+            bytes: self.records_section()?,
+            records_count: self.header.records_count,
+        })
+    }
+
     /// Decodes every record and checks their number against `recordsCount`. Offset deltas are not
     /// checked here (compaction leaves gaps); `validate_records` checks them for appends.
     pub fn records(&self) -> Result<Vec<Record>, DecodeError> {
-        let section = self.records_section()?;
-        let declared = i64::from(self.header.records_count);
-        // Each record takes at least 7 bytes, which bounds the allocation by the input's size.
-        let capacity = usize::try_from(declared)
-            .unwrap_or(0)
-            .min(section.len() / 7);
-        let mut records = Vec::with_capacity(capacity);
-        let mut reader = Reader::new(&section);
-        while reader.remaining() > 0 {
-            records.push(Record::decode(&mut reader, &section)?);
-        }
-        if records.len() as i64 != declared {
-            return Err(DecodeError::RecordCount {
-                declared,
-                found: records.len() as i64,
-            });
-        }
-        Ok(records)
+        self.record_section()?.to_records()
     }
 
     /// The record at `offset`, if the batch holds it, decoding only that one: the records before
@@ -329,6 +330,70 @@ impl Batch {
             }
         }
         Ok(records)
+    }
+}
+
+/// A batch's records section (decompressed), read in place by `iter`: each record borrows the
+/// section, so a scan allocates nothing per record.
+#[derive(Debug, Clone)]
+pub struct RecordSection {
+    bytes: Bytes,
+    records_count: i32,
+}
+
+impl RecordSection {
+    /// Every record in order; after the last, an error if their number is not the batch's
+    /// `recordsCount`. Stops after the first error.
+    pub fn iter(&self) -> RecordViews<'_> {
+        RecordViews {
+            reader: Reader::new(&self.bytes),
+            declared: i64::from(self.records_count),
+            found: 0,
+            done: false,
+        }
+    }
+
+    /// The records, owned (their bytes shared with the section).
+    pub fn to_records(&self) -> Result<Vec<Record>, DecodeError> {
+        // Each record takes at least 7 bytes, which bounds the allocation by the input's size.
+        let capacity = usize::try_from(self.records_count)
+            .unwrap_or(0)
+            .min(self.bytes.len() / 7);
+        let mut records = Vec::with_capacity(capacity);
+        for view in self.iter() {
+            records.push(view?.to_record(&self.bytes));
+        }
+        Ok(records)
+    }
+}
+
+/// The records of a `RecordSection`, decoded in place.
+#[derive(Debug, Clone)]
+pub struct RecordViews<'a> {
+    reader: Reader<'a>,
+    declared: i64,
+    found: i64,
+    done: bool,
+}
+
+impl<'a> Iterator for RecordViews<'a> {
+    type Item = Result<RecordView<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.reader.remaining() == 0 {
+            self.done = true;
+            return (self.found != self.declared).then_some(Err(DecodeError::RecordCount {
+                declared: self.declared,
+                found: self.found,
+            }));
+        }
+        let view = RecordView::decode(&mut self.reader);
+        self.found += 1;
+        self.done = view.is_err();
+        Some(view)
     }
 }
 
@@ -506,16 +571,28 @@ pub struct BatchIter {
     buffer: Bytes,
     position: usize,
     max_bytes: u64,
+    check_crc: bool,
     failed: bool,
 }
 
 impl BatchIter {
+    /// Checks each batch's CRC (`Batch::decode`).
     pub fn new(buffer: Bytes, max_bytes: u64) -> BatchIter {
         BatchIter {
             buffer,
             position: 0,
             max_bytes,
+            check_crc: true,
             failed: false,
+        }
+    }
+
+    /// Does not compute the CRCs again (`Batch::decode_without_crc_check`): for bytes whose
+    /// batches were checked already, an `Engine::fetch` result (`FetchData::batches`).
+    pub fn without_crc_check(buffer: Bytes, max_bytes: u64) -> BatchIter {
+        BatchIter {
+            check_crc: false,
+            ..BatchIter::new(buffer, max_bytes)
         }
     }
 
@@ -533,7 +610,12 @@ impl Iterator for BatchIter {
             return None;
         }
         let rest = self.buffer.slice(self.position..);
-        match Batch::decode(&rest, self.max_bytes) {
+        let batch = if self.check_crc {
+            Batch::decode(&rest, self.max_bytes)
+        } else {
+            Batch::decode_without_crc_check(&rest, self.max_bytes)
+        };
+        match batch {
             Ok(batch) => {
                 self.position += batch.size_bytes() as usize;
                 Some(Ok(batch))
@@ -638,6 +720,72 @@ mod tests {
         assert!(matches!(
             Batch::decode(&Bytes::from(bytes), u64::MAX),
             Err(DecodeError::CrcMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn without_the_crc_check_a_damaged_batch_still_decodes_and_with_it_fails() {
+        let mut bytes = sample_batch(0, 2).to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let bytes = Bytes::from(bytes);
+        let checked: Vec<_> = BatchIter::new(bytes.clone(), u64::MAX).collect();
+        assert!(matches!(
+            checked[..],
+            [Err(DecodeError::CrcMismatch { .. })]
+        ));
+        let unchecked: Vec<_> = BatchIter::without_crc_check(bytes.clone(), u64::MAX).collect();
+        assert!(matches!(&unchecked[..], [Ok(batch)] if batch.bytes() == &bytes));
+        // Framing is still checked: a cut batch is an error either way.
+        let cut = bytes.slice(..bytes.len() - 1);
+        assert!(matches!(
+            Batch::decode_without_crc_check(&cut, u64::MAX),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn records_read_in_place_borrow_the_batch_and_match_the_owned_records() {
+        let bytes = sample_batch(7, 3);
+        let batch = Batch::decode(&bytes, u64::MAX).unwrap();
+        let section = batch.record_section().unwrap();
+        let views: Vec<RecordView<'_>> = section.iter().map(Result::unwrap).collect();
+        let records = batch.records().unwrap();
+        assert_eq!(views.len(), 3);
+        let batch_memory = bytes.as_ptr_range();
+        for (view, record) in views.iter().zip(&records) {
+            assert_eq!(view.to_record(&bytes), *record);
+            let value = view.value.unwrap();
+            assert_eq!(Some(value), record.value.as_deref());
+            // In place: the value is the batch's own memory, and so is the owned record's.
+            assert!(batch_memory.contains(&value.as_ptr()));
+            assert_eq!(record.value.as_ref().unwrap().as_ptr(), value.as_ptr());
+        }
+        assert_eq!(views[2].value, Some(&b"value-2"[..]));
+    }
+
+    #[test]
+    fn a_records_count_above_the_records_present_fails_after_the_last_record() {
+        let mut bytes = sample_batch(0, 3).to_vec();
+        bytes[field::RECORDS_COUNT..field::RECORDS_COUNT + 4].copy_from_slice(&4i32.to_be_bytes());
+        write_crc(&mut bytes);
+        let batch = Batch::decode(&Bytes::from(bytes), u64::MAX).unwrap();
+        let section = batch.record_section().unwrap();
+        let mut views = section.iter();
+        for _ in 0..3 {
+            assert!(matches!(views.next(), Some(Ok(_))));
+        }
+        assert!(matches!(
+            views.next(),
+            Some(Err(DecodeError::RecordCount {
+                declared: 4,
+                found: 3
+            }))
+        ));
+        assert!(views.next().is_none());
+        assert!(matches!(
+            batch.records(),
+            Err(DecodeError::RecordCount { .. })
         ));
     }
 
@@ -847,6 +995,35 @@ mod tests {
         }
 
         proptest! {
+            #[test]
+            fn records_read_in_place_are_the_owned_records(
+                records in records_strategy(),
+                codec in prop_oneof![Just(Compression::None), Just(Compression::Gzip), Just(Compression::Lz4)],
+            ) {
+                let built = builder(3, &records).build_compressed(codec).unwrap().unwrap();
+                let batch = Batch::decode(&built, u64::MAX).unwrap();
+                let owned = batch.records().unwrap();
+                let section = batch.record_section().unwrap();
+                let mut count = 0;
+                for (view, record) in section.iter().zip(&owned) {
+                    let view = view.unwrap();
+                    prop_assert_eq!(view.offset_delta, record.offset_delta);
+                    prop_assert_eq!(view.timestamp_delta, record.timestamp_delta);
+                    prop_assert_eq!(view.key, record.key.as_deref());
+                    prop_assert_eq!(view.value, record.value.as_deref());
+                    let headers: Vec<(&str, Option<&[u8]>)> = view.headers.iter().collect();
+                    let owned_headers: Vec<(&str, Option<&[u8]>)> = record
+                        .headers
+                        .iter()
+                        .map(|header| (header.key.as_str(), header.value.as_deref()))
+                        .collect();
+                    prop_assert_eq!(view.headers.len(), owned_headers.len());
+                    prop_assert_eq!(headers, owned_headers);
+                    count += 1;
+                }
+                prop_assert_eq!(count, records.len());
+            }
+
             #[test]
             fn encode_then_decode_gives_back_every_field(base_offset in 0i64..1 << 40, records in records_strategy()) {
                 let bytes = build(base_offset, &records);

@@ -16,9 +16,9 @@ pub mod varint;
 
 use thiserror::Error;
 
-pub use batch::{Batch, BatchAttributes, BatchBuilder, BatchHeader, BatchPrefix};
+pub use batch::{Batch, BatchAttributes, BatchBuilder, BatchHeader, BatchPrefix, RecordSection};
 pub use compression::{Compression, DecompressError};
-pub use record::{NewRecord, Record, RecordHeader};
+pub use record::{HeadersView, NewRecord, Record, RecordHeader, RecordView};
 
 /// Why bytes are not a valid batch or record. Positions are relative to the decoded buffer.
 #[derive(Debug, Error)]
@@ -106,6 +106,11 @@ impl<'a> Reader<'a> {
         let array = array_at(self.bytes, self.position)?;
         self.position += N;
         Ok(array)
+    }
+
+    /// The bytes read since position `start` (empty if `start` is ahead).
+    pub(crate) fn consumed_since(&self, start: usize) -> &'a [u8] {
+        self.bytes.get(start..self.position).unwrap_or_default()
     }
 
     /// The bytes not read yet (`position` never passes the end, so this is never cut short).

@@ -11,6 +11,7 @@ use super::varint::{encode_varint, encode_varlong, varint_size, varlong_size};
 use super::{DecodeError, Reader};
 
 /// A decoded record. Key, value and header bytes share the batch's buffer: no copies.
+/// `RecordView` is the same record borrowed in place, for readers that want no allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub attributes: i8,
@@ -28,6 +29,27 @@ pub struct RecordHeader {
     pub value: Option<Bytes>,
 }
 
+/// A record decoded in place: key, value and headers borrow the records section they were read
+/// from, so decoding one allocates nothing (a consumer's scan; Kafka's streaming iterator). Every
+/// field was checked when it was decoded, headers included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: HeadersView<'a>,
+}
+
+/// A record's headers as they lie in the records section, checked when the record was decoded
+/// (each key UTF-8, every length within the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadersView<'a> {
+    bytes: &'a [u8],
+    count: usize,
+}
+
 /// A record to encode: what a producer supplies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NewRecord<'a> {
@@ -41,10 +63,28 @@ impl Record {
     /// Decodes one record starting at `reader`'s position; `buffer` is the bytes the reader walks,
     /// so that key and value can be sliced from it without copying.
     pub(crate) fn decode(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
+        RecordView::decode(reader).map(|view| view.to_record(buffer))
+    }
+
+    /// Reads one record's offset delta and moves `reader` past the record, decoding nothing
+    /// else (its key, value and headers are skipped by its length prefix).
+    pub(crate) fn skip(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
+        let length = record_length(reader)?;
+        let mut body = Reader::new(reader.take(length)?);
+        body.i8()?;
+        body.varlong()?;
+        body.varint()
+    }
+}
+
+impl<'a> RecordView<'a> {
+    /// Decodes one record starting at `reader`'s position, checking that its fields fill exactly
+    /// its length prefix.
+    pub(crate) fn decode(reader: &mut Reader<'a>) -> Result<RecordView<'a>, DecodeError> {
         let at = reader.position();
-        let length = Record::length(reader)?;
+        let length = record_length(reader)?;
         let body_start = reader.position();
-        let record = Record::decode_body(reader, buffer)?;
+        let record = RecordView::decode_body(reader)?;
         let consumed = reader.position() - body_start;
         if consumed != length {
             return Err(DecodeError::RecordSize {
@@ -56,38 +96,14 @@ impl Record {
         Ok(record)
     }
 
-    /// Reads one record's offset delta and moves `reader` past the record, decoding nothing
-    /// else (its key, value and headers are skipped by its length prefix).
-    pub(crate) fn skip(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
-        let length = Record::length(reader)?;
-        let mut body = Reader::new(reader.take(length)?);
-        body.i8()?;
-        body.varlong()?;
-        body.varint()
-    }
-
-    /// The record's length prefix, checked against the bytes left.
-    fn length(reader: &mut Reader<'_>) -> Result<usize, DecodeError> {
-        let at = reader.position();
-        let length = reader.varint()?;
-        usize::try_from(length)
-            .ok()
-            .filter(|length| *length <= reader.remaining())
-            .ok_or(DecodeError::Length {
-                field: "record",
-                length: i64::from(length),
-                at,
-            })
-    }
-
-    fn decode_body(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
+    fn decode_body(reader: &mut Reader<'a>) -> Result<RecordView<'a>, DecodeError> {
         let attributes = reader.i8()?;
         let timestamp_delta = reader.varlong()?;
         let offset_delta = reader.varint()?;
-        let key = nullable_bytes(reader, buffer, "key")?;
-        let value = nullable_bytes(reader, buffer, "value")?;
-        let headers = decode_headers(reader, buffer)?;
-        Ok(Record {
+        let key = nullable_bytes(reader, "key")?;
+        let value = nullable_bytes(reader, "value")?;
+        let headers = HeadersView::decode(reader)?;
+        Ok(RecordView {
             attributes,
             timestamp_delta,
             offset_delta,
@@ -96,13 +112,107 @@ impl Record {
             headers,
         })
     }
+
+    /// The owned record; key, value and header values are slices of `buffer`, the bytes this
+    /// view was decoded from (copied only if the view does not lie inside it).
+    pub fn to_record(&self, buffer: &Bytes) -> Record {
+        let share = |part: Option<&[u8]>| part.map(|part| slice_of(buffer, part));
+        Record {
+            attributes: self.attributes,
+            timestamp_delta: self.timestamp_delta,
+            offset_delta: self.offset_delta,
+            key: share(self.key),
+            value: share(self.value),
+            headers: self
+                .headers
+                .iter()
+                .map(|(key, value)| RecordHeader {
+                    key: key.to_owned(),
+                    value: share(value),
+                })
+                .collect(),
+        }
+    }
 }
 
-fn nullable_bytes(
-    reader: &mut Reader<'_>,
-    buffer: &Bytes,
+/// `part` as a slice of `buffer` sharing its memory when it lies inside it, else a copy.
+fn slice_of(buffer: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(buffer.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if end <= buffer.len() => buffer.slice(start..end),
+        _ => Bytes::copy_from_slice(part),
+    }
+}
+
+impl<'a> HeadersView<'a> {
+    /// Reads the headers count and walks every header, checking it, without copying.
+    fn decode(reader: &mut Reader<'a>) -> Result<HeadersView<'a>, DecodeError> {
+        let at = reader.position();
+        let count = reader.varint()?;
+        // Each header takes at least two bytes.
+        let count = usize::try_from(count)
+            .ok()
+            .filter(|count| *count <= reader.remaining() / 2)
+            .ok_or(DecodeError::Length {
+                field: "headers count",
+                length: i64::from(count),
+                at,
+            })?;
+        let start = reader.position();
+        for _ in 0..count {
+            decode_header(reader)?;
+        }
+        let bytes = reader.consumed_since(start);
+        Ok(HeadersView { bytes, count })
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Each header's key and nullable value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + use<'a> {
+        let mut reader = Reader::new(self.bytes);
+        // Checked at decode: a header that fails here cannot occur, and ends the iteration.
+        (0..self.count).map_while(move |_| decode_header(&mut reader).ok())
+    }
+}
+
+/// One header: a non-null UTF-8 key and a nullable value.
+fn decode_header<'a>(reader: &mut Reader<'a>) -> Result<(&'a str, Option<&'a [u8]>), DecodeError> {
+    let at = reader.position();
+    let key = nullable_bytes(reader, "header key")?.ok_or(DecodeError::Length {
+        field: "header key",
+        length: -1,
+        at,
+    })?;
+    let key = std::str::from_utf8(key).map_err(|_| DecodeError::HeaderKeyNotUtf8 { at })?;
+    let value = nullable_bytes(reader, "header value")?;
+    Ok((key, value))
+}
+
+/// A record's length prefix, checked against the bytes left.
+fn record_length(reader: &mut Reader<'_>) -> Result<usize, DecodeError> {
+    let at = reader.position();
+    let length = reader.varint()?;
+    usize::try_from(length)
+        .ok()
+        .filter(|length| *length <= reader.remaining())
+        .ok_or(DecodeError::Length {
+            field: "record",
+            length: i64::from(length),
+            at,
+        })
+}
+
+fn nullable_bytes<'a>(
+    reader: &mut Reader<'a>,
     field: &'static str,
-) -> Result<Option<Bytes>, DecodeError> {
+) -> Result<Option<&'a [u8]>, DecodeError> {
     let at = reader.position();
     let length = reader.varint()?;
     if length == -1 {
@@ -116,40 +226,7 @@ fn nullable_bytes(
             length: i64::from(length),
             at,
         })?;
-    let start = reader.position();
-    reader.take(length)?;
-    Ok(Some(buffer.slice(start..start + length)))
-}
-
-fn decode_headers(
-    reader: &mut Reader<'_>,
-    buffer: &Bytes,
-) -> Result<Vec<RecordHeader>, DecodeError> {
-    let at = reader.position();
-    let count = reader.varint()?;
-    // Each header takes at least two bytes, which bounds the allocation by the input's size.
-    let count = usize::try_from(count)
-        .ok()
-        .filter(|count| *count <= reader.remaining() / 2)
-        .ok_or(DecodeError::Length {
-            field: "headers count",
-            length: i64::from(count),
-            at,
-        })?;
-    let mut headers = Vec::with_capacity(count);
-    for _ in 0..count {
-        let key_at = reader.position();
-        let key = nullable_bytes(reader, buffer, "header key")?.ok_or(DecodeError::Length {
-            field: "header key",
-            length: -1,
-            at: key_at,
-        })?;
-        let key = String::from_utf8(key.to_vec())
-            .map_err(|_| DecodeError::HeaderKeyNotUtf8 { at: key_at })?;
-        let value = nullable_bytes(reader, buffer, "header value")?;
-        headers.push(RecordHeader { key, value });
-    }
-    Ok(headers)
+    reader.take(length).map(Some)
 }
 
 impl NewRecord<'_> {

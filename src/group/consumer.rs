@@ -758,7 +758,7 @@ impl Consumer {
     ) -> Result<bool, PollError> {
         match result {
             Ok(data) => {
-                let decoded = decode_fetched(tp, offset, data.records)?;
+                let decoded = decode_fetched(tp, offset, data.batches())?;
                 let Some(state) = self.partitions.get_mut(tp) else {
                     return Ok(false);
                 };

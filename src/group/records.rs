@@ -59,13 +59,13 @@ pub(crate) struct Decoded {
 pub(crate) fn decode_fetched(
     tp: &TopicPartition,
     from: Offset,
-    fetched: Bytes,
+    fetched: BatchIter,
 ) -> Result<Decoded, PollError> {
     let mut decoded = Decoded {
         records: Vec::new(),
         next_offset: from,
     };
-    for batch in BatchIter::new(fetched, u64::MAX) {
+    for batch in fetched {
         let corrupt = |source| PollError::Corrupt {
             partition: tp.clone(),
             offset: decoded.next_offset,

@@ -213,7 +213,7 @@ fn load_partition(
                 source,
             })?;
         let fetched_from = next_offset;
-        next_offset = apply_batches(tp, data.records, fetched_from, offsets)?;
+        next_offset = apply_batches(tp, data.batches(), fetched_from, offsets)?;
         if next_offset <= fetched_from {
             return Err(CoordinatorError::NoProgress {
                 partition: tp.clone(),
@@ -228,12 +228,12 @@ fn load_partition(
 /// Applies the records at or after `from` of whole batches; returns the offset after the last.
 fn apply_batches(
     tp: &TopicPartition,
-    records: Bytes,
+    batches: BatchIter,
     from: Offset,
     offsets: &mut CommittedOffsets,
 ) -> Result<Offset, CoordinatorError> {
     let mut next_offset = from;
-    for batch in BatchIter::new(records, u64::MAX) {
+    for batch in batches {
         let batch = batch.map_err(|source| CoordinatorError::Batch {
             partition: tp.clone(),
             offset: next_offset,

@@ -5,7 +5,8 @@
 //! Single operations are submitted and waited for at once. The gain is in groups:
 //! [`Storage::sync_data_many`] submits one `fdatasync` per file in a single `io_uring_enter` and
 //! waits for all of them, so the syncs of a group commit run concurrently in the kernel instead of
-//! one after another. Files are opened buffered: with at most one operation in flight per file the
+//! one after another. A lone file's sync is a plain `fdatasync`: the ring would punt it to an io-wq
+//! worker, which only adds a hand-over. Files are opened buffered: with at most one operation in flight per file the
 //! kernel completes cached reads inline and does not punt to io-wq workers
 //! (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of machine). A
 //! buffered write, though, is punted to an io-wq worker and the shard waits for it, so buffered
@@ -211,7 +212,7 @@ impl StorageFile for UringFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        sync_files(&[&self.file]).pop().unwrap_or(Ok(()))
+        self.file.sync_data()
     }
 
     fn sync_all(&self) -> io::Result<()> {
@@ -235,8 +236,13 @@ impl StorageFile for UringFile {
     }
 }
 
-/// `fdatasync`s every file in one submission; one result per file.
+/// `fdatasync`s every file in one submission; one result per file. A lone file is synced by a
+/// plain `fdatasync` on the calling thread: the ring punts every fsync to an io-wq worker, and the
+/// hand-over to it and back costs a lone durable writer 10-15 % of its appends/s (BENCHMARKS.md).
 fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
+    if let [file] = files {
+        return vec![file.sync_data()];
+    }
     let entries: Vec<squeue::Entry> = files
         .iter()
         .map(|file| {

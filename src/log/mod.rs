@@ -16,6 +16,7 @@ mod segments;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::format::batch::BatchIter;
 use bytes::Bytes;
 
 use crate::config::{FlushPolicy, LogConfig};
@@ -47,6 +48,12 @@ pub struct FetchData {
 }
 
 impl FetchData {
+    /// The fetched batches, in order. The engine checked each one's CRC before serving it, so
+    /// they are not checked again (`BatchIter::without_crc_check`); framing and headers are.
+    pub fn batches(&self) -> BatchIter {
+        BatchIter::without_crc_check(self.records.clone(), u64::MAX)
+    }
+
     /// Keeps only the batches that end below `visible_end` (a durable-only read).
     pub fn trim_to(mut self, visible_end: Offset) -> FetchData {
         let mut length = 0usize;

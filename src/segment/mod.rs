@@ -12,7 +12,7 @@ pub mod scan;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::config::LogConfig;
 use crate::error::StorageError;
@@ -377,14 +377,13 @@ impl Segment {
     ) -> Result<Bytes, StorageError> {
         let end = max_position.min(self.size_bytes);
         let length = max_bytes.max(first.size_bytes).min(end - first.position);
-        let mut buffer = BytesMut::zeroed(length as usize);
-        let read = self
-            .log
-            .read_at(&mut buffer, first.position)
-            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        buffer.truncate(read);
-        self.prefetch_after(first.position + read as u64, read as u64, end);
-        let bytes = buffer.freeze();
+        let bytes = Bytes::from(
+            self.log
+                .read_to_vec(length as usize, first.position)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?,
+        );
+        let read = bytes.len() as u64;
+        self.prefetch_after(first.position + read, read, end);
         let valid_length = self.checked_batches_length(&bytes, first.position, offset, dense)?;
         Ok(bytes.slice(..valid_length))
     }

@@ -20,7 +20,6 @@ use bytes::Bytes;
 use seglog::engine::{Engine, FetchOptions};
 use seglog::error::ReadError;
 use seglog::format::Batch;
-use seglog::format::batch::BatchIter;
 use seglog::group::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerRecord, GroupCoordinator, PollOptions,
 };
@@ -155,7 +154,7 @@ fn print_records(reader: &PartitionReader<'_>, args: &ConsumeArgs) -> anyhow::Re
             return Ok(());
         }
         let fetched_from = next_offset;
-        for batch in BatchIter::new(fetch.records, u64::MAX) {
+        for batch in fetch.batches() {
             let batch = batch
                 .with_context(|| format!("corrupt batch in the fetch at offset {fetched_from}"))?;
             printed += print_batch(&mut out, &batch, range, printed, args.format)?;

@@ -6,9 +6,8 @@ use std::thread;
 use std::time::Instant;
 
 use anyhow::Context;
-use bytes::Bytes;
 use seglog::engine::{Engine, FetchOptions, Isolation};
-use seglog::format::batch::BatchIter;
+use seglog::log::FetchData;
 use seglog::types::{Offset, PartitionId, TopicName};
 
 use super::progress::{Limit, Phase, Shared, WorkerStats, merge, micros, progress_bar, watch};
@@ -35,10 +34,10 @@ pub fn fetch_options(max_bytes: u64) -> FetchOptions {
     }
 }
 
-/// Records in the whole batches of a fetch result.
-pub fn count_records(records: Bytes) -> anyhow::Result<u64> {
+/// Records in the whole batches of a fetch result (the engine checked their CRCs).
+pub fn count_records(data: &FetchData) -> anyhow::Result<u64> {
     let mut count = 0;
-    for batch in BatchIter::new(records, u64::MAX) {
+    for batch in data.batches() {
         let batch = batch.context("a fetched batch does not decode")?;
         count += u64::try_from(batch.header().records_count).unwrap_or(0);
     }
@@ -113,7 +112,7 @@ fn read_partitions(
                 .context("fetch failed")?;
             stats.latency.saturating_record(micros(sent.elapsed()));
             let bytes = data.records.len() as u64;
-            let records = count_records(data.records)?;
+            let records = count_records(&data)?;
             stats.records += records;
             stats.bytes += bytes;
             shared.fetched.fetch_add(records, Ordering::Relaxed);

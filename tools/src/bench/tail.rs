@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use seglog::engine::Engine;
-use seglog::format::batch::BatchIter;
 use seglog::types::{Offset, PartitionId, TopicName};
 
 use super::fetch::{consumer_partitions, fetch_options};
@@ -90,12 +89,15 @@ fn follow(
                 .context("fetch failed")?;
             let now_us = now_micros();
             stats.bytes += data.records.len() as u64;
-            for batch in BatchIter::new(data.records, u64::MAX) {
+            for batch in data.batches() {
                 let batch = batch.context("a fetched batch does not decode")?;
-                for record in batch.records().context("a fetched batch does not decode")? {
+                let section = batch
+                    .record_section()
+                    .context("a fetched batch does not decode")?;
+                for record in section.iter() {
+                    let record = record.context("a fetched batch does not decode")?;
                     if let Some(stamp) = record
                         .value
-                        .as_deref()
                         .and_then(|value| value.get(..8))
                         .and_then(|stamp| <[u8; 8]>::try_from(stamp).ok())
                     {

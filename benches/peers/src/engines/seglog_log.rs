@@ -1,6 +1,7 @@
 //! seglog through its public engine API: one topic with one partition on one shard; appends of
 //! prebuilt RecordBatch v2 batches of 100 records (`Durability::Written` without sync,
-//! `Durability::Durable` with); reads through `Engine::fetch` and `Batch::records`.
+//! `Durability::Durable` with); reads through `Engine::fetch`, `FetchData::batches` and records decoded in place
+//! (`RecordSection::iter`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -10,8 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::batch::BatchIter;
-use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::log::FetchData;
 use seglog::types::{Offset, TopicName};
 
 use super::LogStore;
@@ -145,17 +146,15 @@ impl SeglogLog {
         Ok(latencies_us)
     }
 
-    fn fetch(&self, offset: u64, max_bytes: u64) -> PeerResult<Bytes> {
+    fn fetch(&self, offset: u64, max_bytes: u64) -> PeerResult<FetchData> {
         let options = FetchOptions {
             max_bytes,
             ..FetchOptions::default()
         };
-        let data = self
-            .engine
+        self.engine
             .fetch(&self.topic, 0, Offset(offset), options)
             .wait()
-            .map_err(context("fetch"))?;
-        Ok(data.records)
+            .map_err(context("fetch"))
     }
 }
 
@@ -232,14 +231,16 @@ impl LogStore for SeglogLog {
         let mut totals = ScanTotals::default();
         let mut offset = 0u64;
         while offset < payloads.record_count {
-            let records = self.fetch(offset, SCAN_FETCH_BYTES)?;
-            if records.is_empty() {
+            let data = self.fetch(offset, SCAN_FETCH_BYTES)?;
+            if data.records.is_empty() {
                 break;
             }
-            for batch in BatchIter::new(records, u64::MAX) {
+            for batch in data.batches() {
                 let batch = batch.map_err(context("decoding a fetched batch"))?;
-                for record in batch.records().map_err(context("decoding records"))? {
-                    totals.add(record.value.as_ref().map_or(0, Bytes::len));
+                let section = batch.record_section().map_err(context("decoding records"))?;
+                for record in section.iter() {
+                    let record = record.map_err(context("decoding a record"))?;
+                    totals.add(record.value.map_or(0, <[u8]>::len));
                 }
                 offset = batch.last_offset() as u64 + 1;
             }
@@ -249,8 +250,12 @@ impl LogStore for SeglogLog {
 
     fn lookup(&mut self, payloads: &Payloads, offset: u64) -> PeerResult<()> {
         // max_bytes 1: the one whole batch holding `offset`.
-        let records = self.fetch(offset, 1)?;
-        let batch = Batch::decode(&records, u64::MAX).map_err(context("decoding the batch"))?;
+        let data = self.fetch(offset, 1)?;
+        let batch = data
+            .batches()
+            .next()
+            .ok_or_else(|| PeerError(format!("no batch fetched at {offset}")))?
+            .map_err(context("decoding the batch"))?;
         let record = batch
             .record_at(offset as i64)
             .map_err(context("decoding the record"))?
