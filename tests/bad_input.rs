@@ -7,7 +7,7 @@
 //! checks that the log's offsets and files are as before. Inconsistent batches are assembled in
 //! the test from records encoded with `NewRecord::encode` and a header written field by field,
 //! with a correct CRC so that the record-level checks (not the CRC) must catch them. Two
-//! proptests feed `Batch::decode`, `records()`, `validate_records()` and `BatchIter` arbitrary
+//! proptests feed `Batch::decode`, `records()`, `validate_records(|_| {})` and `BatchIter` arbitrary
 //! bytes and arbitrary mutations of a valid batch (with the CRC recomputed, so that mutated
 //! records and attributes reach the record and decompression decoders), and append the
 //! mutated batches to a log, which must accept them whole or refuse them with `InvalidBatch`.
@@ -565,7 +565,7 @@ fn decode_everything(bytes: &Bytes) -> bool {
         Ok(batch) => {
             let _ = batch.records_section();
             let records = batch.records();
-            batch.validate_records().is_ok() && records.is_ok()
+            batch.validate_records(|_| {}).is_ok() && records.is_ok()
         }
         Err(_) => false,
     }

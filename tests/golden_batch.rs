@@ -305,7 +305,7 @@ fn kafkas_bytes_decode_to_the_records_they_hold() {
     let records = mixed_records();
     let bytes = Bytes::from(kafka_batch(42, &records));
     let batch = Batch::decode(&bytes, u64::MAX).unwrap();
-    batch.validate_records().unwrap();
+    batch.validate_records(|_| {}).unwrap();
     let header = batch.header();
     assert_eq!(header.base_offset, 42);
     assert_eq!(header.last_offset(), 46);

@@ -65,7 +65,7 @@ fn check_batch(batch: &Batch) {
         crc32c::crc32c(&batch.bytes()[field::ATTRIBUTES..]),
         header.crc
     );
-    let validated = batch.validate_records();
+    let validated = batch.validate_records(|_| {});
     let Ok(records) = batch.records() else {
         assert!(
             validated.is_err(),

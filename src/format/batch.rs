@@ -308,28 +308,36 @@ impl Batch {
     }
 
     /// Full validation of a batch handed in by a producer: records decode, the count matches
-    /// `lastOffsetDelta + 1`, and offset deltas are dense from zero.
-    /// Returns the decoded records, so a caller with further checks decodes them once.
-    pub fn validate_records(&self) -> Result<Vec<Record>, DecodeError> {
+    /// `lastOffsetDelta + 1`, and offset deltas are dense from zero. `visit` sees each record,
+    /// read in place, so a caller with further checks decodes them once and allocates nothing.
+    pub fn validate_records(
+        &self,
+        mut visit: impl FnMut(&RecordView<'_>),
+    ) -> Result<(), DecodeError> {
         if self.header.records_count <= 0 {
             return Err(DecodeError::EmptyBatch);
         }
-        let records = self.records()?;
+        let section = self.record_section()?;
+        let mut first_offset_delta_error = None;
+        for (record_index, record) in section.iter().enumerate() {
+            let record = record?;
+            if first_offset_delta_error.is_none()
+                && i64::from(record.offset_delta) != record_index as i64
+            {
+                first_offset_delta_error = Some(DecodeError::OffsetDelta {
+                    record_index: record_index as i64,
+                    offset_delta: record.offset_delta,
+                });
+            }
+            visit(&record);
+        }
         if i64::from(self.header.last_offset_delta) + 1 != i64::from(self.header.records_count) {
             return Err(DecodeError::LastOffsetDelta {
                 last_offset_delta: self.header.last_offset_delta,
                 records_count: self.header.records_count,
             });
         }
-        for (record_index, record) in records.iter().enumerate() {
-            if i64::from(record.offset_delta) != record_index as i64 {
-                return Err(DecodeError::OffsetDelta {
-                    record_index: record_index as i64,
-                    offset_delta: record.offset_delta,
-                });
-            }
-        }
-        Ok(records)
+        first_offset_delta_error.map_or(Ok(()), Err)
     }
 }
 
@@ -689,7 +697,7 @@ mod tests {
         assert_eq!(batch.last_offset(), 44);
         assert_eq!(batch.header().records_count, 3);
         assert_eq!(batch.header().max_timestamp, 1_700_000_000_002);
-        batch.validate_records().unwrap();
+        batch.validate_records(|_| {}).unwrap();
         let records = batch.records().unwrap();
         assert_eq!(records[2].value.as_deref(), Some(&b"value-2"[..]));
         assert_eq!(records[2].timestamp_delta, 2);
@@ -866,7 +874,7 @@ mod tests {
                     "{codec} shrinks repeated values"
                 );
                 let batch = Batch::decode(&bytes, u64::MAX).unwrap();
-                batch.validate_records().unwrap();
+                batch.validate_records(|_| {}).unwrap();
                 let records = batch.records().unwrap();
                 assert_eq!(records.len(), 10);
                 assert_eq!(records[9].timestamp_delta, 90);
@@ -1033,7 +1041,7 @@ mod tests {
                 prop_assert_eq!(batch.last_offset(), base_offset + records.len() as i64 - 1);
                 let max_timestamp = records.iter().map(|record| 1_700_000_000_000 + record.0).max().unwrap();
                 prop_assert_eq!(batch.header().max_timestamp, max_timestamp);
-                batch.validate_records().unwrap();
+                batch.validate_records(|_| {}).unwrap();
                 assert_records_equal(&batch, &records)?;
             }
 
@@ -1049,7 +1057,7 @@ mod tests {
                 };
                 prop_assert_eq!(&built, &expected);
                 let batch = Batch::decode(&built, u64::MAX).unwrap();
-                batch.validate_records().unwrap();
+                batch.validate_records(|_| {}).unwrap();
                 assert_records_equal(&batch, &records)?;
             }
 
@@ -1060,7 +1068,7 @@ mod tests {
             ) {
                 let batch = Batch::decode(&compressed(&build(7, &records), codec), u64::MAX).unwrap();
                 prop_assert_eq!(batch.header().attributes.compression().unwrap(), codec);
-                batch.validate_records().unwrap();
+                batch.validate_records(|_| {}).unwrap();
                 assert_records_equal(&batch, &records)?;
             }
         }

@@ -71,10 +71,11 @@ impl ValidatedBatches {
                     max_bytes,
                 });
             }
-            let records = batch.validate_records().map_err(invalid)?;
-            if config.cleanup_policy != CleanupPolicy::Delete
-                && records.iter().any(|record| record.key.is_none())
-            {
+            let mut null_key = false;
+            batch
+                .validate_records(|record| null_key |= record.key.is_none())
+                .map_err(invalid)?;
+            if config.cleanup_policy != CleanupPolicy::Delete && null_key {
                 return Err(AppendError::NullKeyInCompactedTopic { position });
             }
             batches.push(IncomingBatch {

@@ -563,7 +563,7 @@ mod engine_tests {
             for batch in batches {
                 let codec = batch.header().attributes.compression().unwrap();
                 assert_eq!(codec, seglog::format::Compression::Zstd);
-                batch.validate_records().unwrap();
+                batch.validate_records(|_| {}).unwrap();
             }
         }
         engine.close().unwrap();
