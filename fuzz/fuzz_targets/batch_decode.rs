@@ -77,6 +77,19 @@ fn check_batch(batch: &Batch) {
     let Ok(section) = batch.records_section() else {
         unreachable!("records() succeeded, so the section decompressed");
     };
+    // Read in place, the same records (`to_record` shares or copies from `section`).
+    let Ok(in_place) = batch.record_section() else {
+        unreachable!("records() succeeded, so the section decompressed");
+    };
+    let mut views = 0;
+    for (view, record) in in_place.iter().zip(&records) {
+        let Ok(view) = view else {
+            panic!("records() succeeded but a record read in place failed");
+        };
+        assert_eq!(&view.to_record(&section), record);
+        views += 1;
+    }
+    assert_eq!(views, records.len());
     let reencoded = encode_records(&records);
     assert!(
         reencoded.len() <= section.len(),
