@@ -1,7 +1,7 @@
 //! seglog through its public engine API: one topic with one partition on one shard; appends of
 //! prebuilt RecordBatch v2 batches of 100 records (`Durability::Written` without sync,
-//! `Durability::Durable` with); reads through `Engine::fetch`, `FetchData::batches` and records decoded in place
-//! (`RecordSection::iter`).
+//! `Durability::Durable` with); reads through `Engine::fetch`, `FetchData::batches` and records
+//! decoded in place (`RecordSection::iter`), a scan keeping the next fetch in flight.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Pending};
+use seglog::error::ReadError;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::log::FetchData;
 use seglog::types::{Offset, TopicName};
@@ -146,6 +147,14 @@ impl SeglogLog {
         Ok(latencies_us)
     }
 
+    fn fetch_async(&self, offset: u64) -> Pending<FetchData, ReadError> {
+        let options = FetchOptions {
+            max_bytes: SCAN_FETCH_BYTES,
+            ..FetchOptions::default()
+        };
+        self.engine.fetch(&self.topic, 0, Offset(offset), options)
+    }
+
     fn fetch(&self, offset: u64, max_bytes: u64) -> PeerResult<FetchData> {
         let options = FetchOptions {
             max_bytes,
@@ -158,10 +167,20 @@ impl SeglogLog {
     }
 }
 
+/// The offset after the last batch of `data`, from the batch headers alone; `None` if empty.
+fn next_offset(data: &FetchData) -> PeerResult<Option<u64>> {
+    let mut after = None;
+    for batch in data.batches() {
+        let batch = batch.map_err(context("decoding a fetched batch"))?;
+        after = Some(batch.last_offset() as u64 + 1);
+    }
+    Ok(after)
+}
+
 type InFlight = VecDeque<(
     Instant,
     u64,
-    seglog::engine::Pending<seglog::log::AppendInfo, seglog::error::AppendError>,
+    Pending<seglog::log::AppendInfo, seglog::error::AppendError>,
 )>;
 
 fn wait_one(in_flight: &mut InFlight, latencies_us: &mut Vec<u64>) -> PeerResult<()> {
@@ -227,22 +246,28 @@ impl LogStore for SeglogLog {
         }
     }
 
+    /// Reads ahead as Kafka's consumer does (it sends the next fetch while the application
+    /// processes the last): the next fetch, from the offset after the last batch header, is sent
+    /// before this one's records are read, so the shard copies and checks the next MiB while the
+    /// caller reads these records.
     fn scan(&mut self, payloads: &Payloads) -> PeerResult<ScanTotals> {
         let mut totals = ScanTotals::default();
-        let mut offset = 0u64;
-        while offset < payloads.record_count {
-            let data = self.fetch(offset, SCAN_FETCH_BYTES)?;
-            if data.records.is_empty() {
-                break;
+        let mut next = Some(self.fetch_async(0));
+        while let Some(pending) = next.take() {
+            let data = pending.wait().map_err(context("fetch"))?;
+            let after = next_offset(&data)?;
+            if let Some(after) = after.filter(|after| *after < payloads.record_count) {
+                next = Some(self.fetch_async(after));
             }
             for batch in data.batches() {
                 let batch = batch.map_err(context("decoding a fetched batch"))?;
-                let section = batch.record_section().map_err(context("decoding records"))?;
+                let section = batch
+                    .record_section()
+                    .map_err(context("decoding records"))?;
                 for record in section.iter() {
                     let record = record.map_err(context("decoding a record"))?;
                     totals.add(record.value.map_or(0, <[u8]>::len));
                 }
-                offset = batch.last_offset() as u64 + 1;
             }
         }
         Ok(totals)
