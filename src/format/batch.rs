@@ -214,8 +214,9 @@ impl Batch {
 
     /// Decodes like `decode` (length, header, magic: every byte still bounds-checked) but does
     /// not compute the CRC again: for bytes whose CRC was already checked, such as an
-    /// `Engine::fetch` result (the engine serves no batch that fails its CRC). Kafka's consumer
-    /// with `check.crcs=false`, which its broker's own check makes safe.
+    /// `Engine::fetch` result (the engine checks every batch's CRC on its read path and serves
+    /// none that fails). What Kafka's consumer does with `check.crcs=false`; Kafka's broker, unlike
+    /// seglog's read path, does not check CRCs when it serves a fetch.
     pub fn decode_without_crc_check(buffer: &Bytes, max_bytes: u64) -> Result<Batch, DecodeError> {
         let prefix = BatchPrefix::parse(buffer)?;
         let size_bytes = prefix.size_bytes();
