@@ -88,6 +88,15 @@ fn open_log(dir: &std::path::Path) -> PartitionLog {
         .0
 }
 
+/// A log holding a batch of 10 records, then one of 1,000.
+fn log_of_10_and_1000_records(dir: &std::path::Path) -> PartitionLog {
+    let mut log = open_log(dir);
+    let now = TimestampMs(1_700_000_000_000);
+    log.append(batch(10), now).unwrap();
+    log.append(batch(1_000), now).unwrap();
+    log
+}
+
 #[test]
 fn appending_allocates_per_batch_not_per_record() {
     let _serial = SERIAL.lock().unwrap();
@@ -117,10 +126,7 @@ fn appending_allocates_per_batch_not_per_record() {
 fn fetching_allocates_per_fetch_not_per_record() {
     let _serial = SERIAL.lock().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut log = open_log(dir.path());
-    let now = TimestampMs(1_700_000_000_000);
-    log.append(batch(10), now).unwrap();
-    log.append(batch(1_000), now).unwrap();
+    let mut log = log_of_10_and_1000_records(dir.path());
     for _ in 0..3 {
         log.read(Offset(0), 1 << 20).unwrap();
     }
@@ -196,10 +202,7 @@ fn the_engine_appends_and_fetches_without_allocating_per_record() {
 fn reading_fetched_records_in_place_allocates_nothing() {
     let _serial = SERIAL.lock().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut log = open_log(dir.path());
-    let now = TimestampMs(1_700_000_000_000);
-    log.append(batch(10), now).unwrap();
-    log.append(batch(1_000), now).unwrap();
+    let mut log = log_of_10_and_1000_records(dir.path());
     let data = log.read(Offset(0), 1 << 20).unwrap();
     let mut records = 0u64;
     let mut value_bytes = 0usize;
