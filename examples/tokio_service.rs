@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, TopicDescription};
-use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::types::{Offset, TimestampMs, TopicName};
 use tokio::task::{JoinSet, spawn_blocking};
@@ -208,7 +207,7 @@ async fn consume(
             if asked.elapsed() >= Duration::from_millis(1) {
                 consumed.fetches_that_waited += 1;
             }
-            for batch in BatchIter::new(fetched.records, u64::MAX) {
+            for batch in fetched.batches() {
                 let batch = batch?;
                 for record in batch.records()? {
                     let offset = batch.base_offset() + i64::from(record.offset_delta);
