@@ -37,7 +37,16 @@
 //! let appended = log.append(batch.build().unwrap(), TimestampMs::now())?;
 //! assert_eq!(appended.first_offset, Offset(0));
 //! let fetched = log.read(Offset(0), 1024 * 1024)?;
-//! assert!(!fetched.records.is_empty());
+//! let mut records = 0;
+//! for batch in fetched.batches() {
+//!     let batch = batch?;
+//!     for record in batch.record_section()?.iter() {
+//!         let record = record?; // read in place: key and value borrow the fetched bytes
+//!         assert_eq!((record.key, record.value), (Some(&b"k"[..]), Some(&b"v"[..])));
+//!         records += 1;
+//!     }
+//! }
+//! assert_eq!(records, 1);
 //! log_dir.close()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
