@@ -342,6 +342,9 @@ impl WriterSpec {
     }
 }
 
+/// Set to `1` for a writer whose appends are `O_DIRECT` writes (`EngineConfig::direct_writes`).
+const DIRECT_WRITES_ENV: &str = "SEGLOG_KERNEL_DIRECT_WRITES";
+
 /// The child side: runs a role when `SEGLOG_KERNEL_ROLE` names one; a no-op in a normal run.
 #[test]
 fn kernel_child_role() {
@@ -360,6 +363,7 @@ fn write_until_done(spec: &WriterSpec) {
         shard_count: 1,
         pin_shards: false,
         cleaner_core: None,
+        direct_writes: std::env::var(DIRECT_WRITES_ENV).is_ok_and(|value| value == "1"),
         ..EngineConfig::default()
     };
     let engine = match Engine::open(&spec.data_dir, config) {
@@ -1241,7 +1245,10 @@ fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
             ..WriterSpec::new(&data_dir, &work.path().join(format!("{errno}.acks")), errno)
         };
         let log = work.path().join(format!("{errno}.out"));
-        writer.run_to_end(&wrapper, &[("SEGLOG_IO_BACKEND", "uring")], &log);
+        // O_DIRECT writes go through the ring (buffered writes and a lone file's sync do not),
+        // so every append's write is an `io_uring_enter` that may be interrupted.
+        let env = [("SEGLOG_IO_BACKEND", "uring"), (DIRECT_WRITES_ENV, "1")];
+        writer.run_to_end(&wrapper, &env, &log);
         let mut run_acks = AckLog::default();
         run_acks.add_writer(&writer.ack_log);
         let injected = fs::read_to_string(&strace_log)
