@@ -5,10 +5,11 @@
 //! Single operations are submitted and waited for at once. The gain is in groups:
 //! [`Storage::sync_data_many`] submits one `fdatasync` per file in a single `io_uring_enter` and
 //! waits for all of them, so the syncs of a group commit run concurrently in the kernel instead of
-//! one after another. A lone file's sync is a plain `fdatasync`: the ring would punt it to an io-wq
-//! worker, which only adds a hand-over. Files are opened buffered: with at most one operation in flight per file the
-//! kernel completes cached reads inline and does not punt to io-wq workers
-//! (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of machine). A
+//! one after another. A lone file's sync is a plain `fdatasync`: the ring would punt it to an
+//! io-wq worker, which only adds a hand-over. Files are opened buffered: with at most one
+//! operation in flight per file the kernel completes cached reads inline and does not punt to
+//! io-wq workers (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of
+//! machine). A
 //! buffered write, though, is punted to an io-wq worker and the shard waits for it, so buffered
 //! writes are plain `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md);
 //! writes to files opened `O_DIRECT` go through the ring.
