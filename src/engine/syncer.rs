@@ -1,10 +1,10 @@
-//! A shard's syncer: the thread that makes the shard's written appends durable and acknowledges
-//! them, so that the shard writes the next turn's appends while this turn's `fdatasync` runs and
-//! the disk is not idle between group commits.
+//! A shard's syncer: the threads ([`LANES`] per shard) that make the shard's written appends
+//! durable and acknowledge them, so that the shard writes the next turn's appends while this
+//! turn's `fdatasync` runs and the disk is not idle between group commits.
 //!
 //! The shard writes a turn's appends, then hands each partition that must sync to the syncer as a
 //! [`SyncJob`]: the log's active `.log` file, the offset the sync covers, and the appends'
-//! answers. The syncer takes every job queued, syncs each file once (together, through
+//! answers. A sync thread takes every job queued for it, syncs each file once (together, through
 //! [`Storage::sync_data_many`]), answers the appends, and reports a [`SyncOutcome`] per job back
 //! to the shard, which moves the log's recovery point (or fails the log).
 //!
@@ -121,7 +121,7 @@ impl Syncer {
 
     /// Hands a written group to the sync thread of its partition's open.
     pub(crate) fn submit(&mut self, job: SyncJob) {
-        let Some(lane) = self.lanes.get(job.generation as usize % LANES.max(1)) else {
+        let Some(lane) = self.lanes.get(job.generation as usize % LANES) else {
             return fail_job(job);
         };
         match lane.messages.send(Message::Job(job)) {

@@ -16,12 +16,12 @@ mod segments;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::batch::BatchIter;
 use bytes::Bytes;
 
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{DeleteRecordsError, ReadError, StorageError};
 use crate::failpoint::failpoint;
+use crate::format::batch::BatchIter;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;

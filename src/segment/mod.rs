@@ -303,11 +303,6 @@ impl Segment {
         self.bytes_since_last_index_entry += size_bytes;
     }
 
-    /// The `.log` file, for syncs the caller groups with other partitions' (group commit).
-    pub fn log_file(&self) -> &dyn StorageFile {
-        self.log.as_ref()
-    }
-
     /// The `.log`, for a sync that may outlive this segment (a shard's syncer).
     pub fn shared_log_file(&self) -> Arc<dyn StorageFile> {
         Arc::clone(&self.log)
