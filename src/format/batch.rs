@@ -388,6 +388,7 @@ pub struct RecordViews<'a> {
 impl<'a> Iterator for RecordViews<'a> {
     type Item = Result<RecordView<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;

@@ -69,18 +69,71 @@ impl Record {
     /// Reads one record's offset delta and moves `reader` past the record, decoding nothing
     /// else (its key, value and headers are skipped by its length prefix).
     pub(crate) fn skip(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
-        let length = record_length(reader)?;
-        let mut body = Reader::new(reader.take(length)?);
-        body.i8()?;
-        body.varlong()?;
-        body.varint()
+        match skip_short(reader) {
+            Some(offset_delta) => Ok(offset_delta),
+            None => skip_exact(reader),
+        }
     }
+}
+
+/// `Record::skip` for every record: reads and checks the length prefix, timestamp and offset
+/// delta with their reasons for failing.
+fn skip_exact(reader: &mut Reader<'_>) -> Result<i32, DecodeError> {
+    let length = record_length(reader)?;
+    let mut body = Reader::new(reader.take(length)?);
+    body.i8()?;
+    body.varlong()?;
+    body.varint()
 }
 
 impl<'a> RecordView<'a> {
     /// Decodes one record starting at `reader`'s position, checking that its fields fill exactly
     /// its length prefix.
+    #[inline]
     pub(crate) fn decode(reader: &mut Reader<'a>) -> Result<RecordView<'a>, DecodeError> {
+        match RecordView::decode_short(reader) {
+            Some(view) => Ok(view),
+            None => RecordView::decode_exact(reader),
+        }
+    }
+
+    /// The common record, read without building errors: no headers and every varint at most
+    /// four bytes (lengths below 128 MiB), all within its length prefix. `None`, with `reader`
+    /// unmoved, for anything else, which `decode_exact` reads or rejects with its reason. What
+    /// this accepts, `decode_exact` accepts with the same fields and end.
+    #[inline]
+    fn decode_short(reader: &mut Reader<'a>) -> Option<RecordView<'a>> {
+        let bytes = reader.rest();
+        let mut body_start = 0;
+        let length = usize::try_from(short_varint(bytes, &mut body_start)?).ok()?;
+        let body = bytes.get(body_start..body_start.checked_add(length)?)?;
+        let attributes = i8::from_be_bytes([*body.first()?]);
+        let mut at = 1;
+        let timestamp_delta = i64::from(short_varint(body, &mut at)?);
+        let offset_delta = short_varint(body, &mut at)?;
+        let key = short_nullable(body, &mut at)?;
+        let value = short_nullable(body, &mut at)?;
+        let headers_count = short_varint(body, &mut at)?;
+        if headers_count != 0 || at != length {
+            return None;
+        }
+        reader.position += body_start + length;
+        Some(RecordView {
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers: HeadersView {
+                bytes: &[],
+                count: 0,
+            },
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn decode_exact(reader: &mut Reader<'a>) -> Result<RecordView<'a>, DecodeError> {
         let at = reader.position();
         let length = record_length(reader)?;
         let body_start = reader.position();
@@ -193,6 +246,51 @@ fn decode_header<'a>(reader: &mut Reader<'a>) -> Result<(&'a str, Option<&'a [u8
     let key = std::str::from_utf8(key).map_err(|_| DecodeError::HeaderKeyNotUtf8 { at })?;
     let value = nullable_bytes(reader, "header value")?;
     Ok((key, value))
+}
+
+/// `Record::skip` for a record whose length, timestamp delta and offset delta take at most four
+/// bytes each and lie within its length prefix; `None`, with `reader` unmoved, otherwise.
+fn skip_short(reader: &mut Reader<'_>) -> Option<i32> {
+    let bytes = reader.rest();
+    let mut body_start = 0;
+    let length = usize::try_from(short_varint(bytes, &mut body_start)?).ok()?;
+    let body = bytes.get(body_start..body_start.checked_add(length)?)?;
+    let mut at = 1;
+    body.first()?;
+    short_varint(body, &mut at)?;
+    let offset_delta = short_varint(body, &mut at)?;
+    reader.position += body_start + length;
+    Some(offset_delta)
+}
+
+/// A zig-zag varint of at most four bytes at `bytes[*at]`, moving `at` past it; `None` if it is
+/// longer or cut short (the exact decoders handle both: a five-byte varint is valid).
+#[inline(always)]
+fn short_varint(bytes: &[u8], at: &mut usize) -> Option<i32> {
+    let mut raw: u32 = 0;
+    for index in 0..4 {
+        let byte = *bytes.get(*at + index)?;
+        raw |= u32::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            *at += index + 1;
+            return Some(((raw >> 1) as i32) ^ -((raw & 1) as i32));
+        }
+    }
+    None
+}
+
+/// A nullable byte string (varint length, -1 = null) within `bytes`, moving `at` past it; `None`
+/// if its length is not short, is negative other than -1, or runs past `bytes`.
+#[inline(always)]
+fn short_nullable<'a>(bytes: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
+    let length = short_varint(bytes, at)?;
+    if length == -1 {
+        return Some(None);
+    }
+    let length = usize::try_from(length).ok()?;
+    let taken = bytes.get(*at..at.checked_add(length)?)?;
+    *at += length;
+    Some(Some(taken))
 }
 
 /// A record's length prefix, checked against the bytes left.
@@ -316,6 +414,123 @@ mod tests {
         assert_eq!(decoded.headers.len(), 2);
         assert_eq!(decoded.headers[0].key, "trace");
         assert_eq!(decoded.headers[1].value, None);
+    }
+
+    fn encoded(record: &NewRecord<'_>, offset_delta: i32, timestamp_delta: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        record.encode(offset_delta, timestamp_delta, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_record_without_headers_is_read_the_short_way_and_one_with_headers_the_exact_way() {
+        let plain = encoded(
+            &NewRecord {
+                value: Some(&[7; 300]),
+                ..NewRecord::default()
+            },
+            99,
+            12,
+        );
+        let mut reader = Reader::new(&plain);
+        let view = RecordView::decode_short(&mut reader).unwrap();
+        assert_eq!((view.offset_delta, view.timestamp_delta), (99, 12));
+        assert_eq!(view.value, Some(&[7; 300][..]));
+        assert_eq!(reader.remaining(), 0);
+
+        let headers = [("h", None)];
+        let with_headers = encoded(
+            &NewRecord {
+                headers: &headers,
+                ..NewRecord::default()
+            },
+            0,
+            0,
+        );
+        let mut reader = Reader::new(&with_headers);
+        assert!(RecordView::decode_short(&mut reader).is_none());
+        assert_eq!(reader.position(), 0);
+        assert_eq!(RecordView::decode(&mut reader).unwrap().headers.len(), 1);
+    }
+
+    mod short_path {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::format::varint::decode_varint;
+
+        /// A record's bytes, valid or damaged (its length prefix off by a little, one byte
+        /// overwritten, the end cut), then a few bytes after it (the next record's). Deltas are
+        /// mostly small, as in real batches.
+        fn record_bytes() -> impl Strategy<Value = Vec<u8>> {
+            let bytes = || proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300));
+            let delta = || prop_oneof![-300_i64..300, any::<i32>().prop_map(i64::from)];
+            let damage = (-2..4_i32, any::<usize>(), any::<u8>(), 0..3_usize);
+            (
+                (bytes(), bytes(), any::<bool>()),
+                (delta(), prop_oneof![delta(), any::<i64>()]),
+                proptest::option::of(damage),
+                proptest::collection::vec(any::<u8>(), 0..4),
+            )
+                .prop_map(|((key, value, headers), deltas, damage, after)| {
+                    let header = [("k", Some(&b"v"[..]))];
+                    let record = NewRecord {
+                        timestamp_ms: 0,
+                        key: key.as_deref(),
+                        value: value.as_deref(),
+                        headers: if headers { &header } else { &[] },
+                    };
+                    let mut out = encoded(&record, deltas.0 as i32, deltas.1);
+                    if let Some((length_off_by, at, byte, cut)) = damage {
+                        let (length, length_bytes) = decode_varint(&out).unwrap();
+                        let mut damaged = Vec::new();
+                        encode_varint(length + length_off_by, &mut damaged);
+                        damaged.extend_from_slice(&out[length_bytes..]);
+                        out = damaged;
+                        if byte % 2 == 0 {
+                            let at = at % out.len();
+                            out[at] = byte;
+                        }
+                        out.truncate(out.len() - cut);
+                    }
+                    out.extend(after);
+                    out
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// The short path accepts only what the exact decoder accepts, with the same record
+            /// and the same end; it leaves the reader where it was when it declines.
+            #[test]
+            fn agrees_with_the_exact_decoder(bytes in prop_oneof![
+                record_bytes(),
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ]) {
+                let mut short_reader = Reader::new(&bytes);
+                let mut exact_reader = Reader::new(&bytes);
+                let exact = RecordView::decode_exact(&mut exact_reader);
+                match RecordView::decode_short(&mut short_reader) {
+                    Some(view) => {
+                        prop_assert_eq!(exact.ok(), Some(view));
+                        prop_assert_eq!(short_reader.position(), exact_reader.position());
+                    }
+                    None => prop_assert_eq!(short_reader.position(), 0),
+                }
+
+                let mut short_reader = Reader::new(&bytes);
+                let mut exact_reader = Reader::new(&bytes);
+                let exact = skip_exact(&mut exact_reader);
+                match skip_short(&mut short_reader) {
+                    Some(offset_delta) => {
+                        prop_assert_eq!(exact.ok(), Some(offset_delta));
+                        prop_assert_eq!(short_reader.position(), exact_reader.position());
+                    }
+                    None => prop_assert_eq!(short_reader.position(), 0),
+                }
+            }
+        }
     }
 
     #[test]
