@@ -6,13 +6,13 @@
 //! [`Storage::sync_data_many`] submits one `fdatasync` per file in a single `io_uring_enter` and
 //! waits for all of them, so the syncs of a group commit run concurrently in the kernel instead of
 //! one after another. A lone file's sync is a plain `fdatasync`: the ring would punt it to an
-//! io-wq worker, which only adds a hand-over. Files are opened buffered: with at most one
-//! operation in flight per file the kernel completes cached reads inline and does not punt to
-//! io-wq workers (PERFORMANCE-NOTES.md: deep queues on buffered files are slow on this kind of
-//! machine). A
-//! buffered write, though, is punted to an io-wq worker and the shard waits for it, so buffered
-//! writes are plain `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md);
-//! writes to files opened `O_DIRECT` go through the ring.
+//! io-wq worker, which only adds a hand-over. Files are opened buffered (PERFORMANCE-NOTES.md:
+//! deep queues on buffered files are slow on this kind of machine). Reads are plain `pread`s:
+//! each is waited for at once and a cached read completes inline either way, so the ring only
+//! added its submit and reap (a fifth of a point lookup, BENCHMARKS.md). A buffered write is
+//! punted to an io-wq worker and the shard would wait for it, so buffered writes are plain
+//! `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md); writes to files
+//! opened `O_DIRECT` go through the ring.
 //!
 //! Directory operations (create, list, rename, remove, dir fsync) are rare and go through std.
 //!
@@ -160,21 +160,6 @@ struct UringFile {
 }
 
 impl UringFile {
-    fn read_once(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        let fd = types::Fd(self.file.as_raw_fd());
-        let length = buf.len().min(u32::MAX as usize) as u32;
-        let entry = opcode::Read::new(fd, buf.as_mut_ptr(), length)
-            .offset(position)
-            .build();
-        // SAFETY: `buf` is borrowed mutably for this whole call, and `submit_and_reap` returns
-        // only after the read completed.
-        let result = with_ring(|ring| unsafe { submit_and_reap(ring, &[entry]) }[0]);
-        match result {
-            Some(result) => result_to_io(result),
-            None => self.file.read_at(buf, position),
-        }
-    }
-
     fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
         if !self.direct {
             return self.file.write_at(buf, position);
@@ -196,7 +181,11 @@ impl UringFile {
 
 impl StorageFile for UringFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        super::read_fully(buf, position, |buf, position| self.read_once(buf, position))
+        // A plain `pread`: nothing waits on a read but the caller, and a cached read completes
+        // inline through the ring as well, after a submit and a reap (DESIGN.md § I/O backends).
+        super::read_fully(buf, position, |buf, position| {
+            self.file.read_at(buf, position)
+        })
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
@@ -316,7 +305,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_direct_writes_and_group_syncs_go_through_the_ring() {
+    fn direct_writes_and_group_syncs_go_through_the_ring_and_reads_see_them() {
         if let Err(error) = UringIo::probe() {
             eprintln!("skipped: io_uring unavailable here: {error}");
             return;
