@@ -78,7 +78,7 @@ impl<T, E: From<EngineUnavailable>> Pending<T, E> {
         let answer = loop {
             match receiver.try_recv() {
                 Ok(Some(result)) => break Some(result),
-                Ok(None) if started.elapsed() < ANSWER_SPIN => std::thread::yield_now(),
+                Ok(None) if started.elapsed() < ANSWER_SPIN => super::pause(started),
                 Ok(None) => break None,
                 Err(oneshot::Canceled) => {
                     break Some(Err(EngineUnavailable::ShardFailed { shard: *shard }.into()));

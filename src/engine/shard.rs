@@ -356,7 +356,7 @@ impl Shard {
             if started.elapsed() >= IDLE_SPIN || !self.syncer.reports().is_empty() {
                 return None;
             }
-            std::thread::yield_now();
+            super::pause(started);
         }
     }
 
