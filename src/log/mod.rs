@@ -197,14 +197,8 @@ impl PartitionLog {
             let dense = index + 1 == segment_count
                 || self.segments.slots()[index].base_offset() >= self.cleaned_end;
             let segment = self.open_segment(index)?;
-            if let Some(location) = segment.locate(offset, segment.size_bytes())? {
-                records = segment.read_batches(
-                    location,
-                    offset,
-                    max_bytes,
-                    segment.size_bytes(),
-                    dense,
-                )?;
+            if let Some(read) = segment.read_from(offset, max_bytes, dense)? {
+                records = read;
                 break;
             }
         }

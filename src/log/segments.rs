@@ -23,7 +23,7 @@ pub const SEALED_OPEN_MAX: usize = 2;
 /// One segment of the list.
 #[derive(Debug)]
 pub(crate) enum SegmentSlot {
-    Open(Segment),
+    Open(Box<Segment>),
     Released(ReleasedSegment),
 }
 
@@ -117,7 +117,10 @@ impl SegmentList {
     /// Takes freshly loaded segments (all open) and releases the sealed ones beyond the bound.
     pub(crate) fn new(segments: Vec<Segment>) -> SegmentList {
         let mut list = SegmentList {
-            slots: segments.into_iter().map(SegmentSlot::Open).collect(),
+            slots: segments
+                .into_iter()
+                .map(|segment| SegmentSlot::Open(Box::new(segment)))
+                .collect(),
             open_sealed: VecDeque::new(),
         };
         let sealed_count = list.slots.len().saturating_sub(1);
@@ -183,7 +186,7 @@ impl SegmentList {
             let mode = LoadMode::Trusted;
             let loaded =
                 Segment::load(storage, dir, base_offset, config, mode, TimestampMs::now())?;
-            self.slots[index] = SegmentSlot::Open(loaded.segment);
+            self.slots[index] = SegmentSlot::Open(Box::new(loaded.segment));
         }
         if !is_active {
             self.touch_sealed(self.slots[index].base_offset());
@@ -207,7 +210,8 @@ impl SegmentList {
     pub(crate) fn insert_sealed(&mut self, index: usize, segment: Segment) {
         let base_offset = segment.base_offset();
         let index = index.min(self.slots.len().saturating_sub(1));
-        self.slots.insert(index, SegmentSlot::Open(segment));
+        self.slots
+            .insert(index, SegmentSlot::Open(Box::new(segment)));
         self.touch_sealed(base_offset);
     }
 
@@ -217,7 +221,7 @@ impl SegmentList {
             let base_offset = previous.base_offset();
             self.touch_sealed(base_offset);
         }
-        self.slots.push(SegmentSlot::Open(segment));
+        self.slots.push(SegmentSlot::Open(Box::new(segment)));
     }
 
     /// Removes the first `count` segments (never the active one).
@@ -250,7 +254,7 @@ impl SegmentList {
     pub(crate) fn replace_all(&mut self, segment: Segment) -> Vec<SegmentSlot> {
         self.open_sealed.clear();
         let removed = std::mem::take(&mut self.slots);
-        self.slots.push(SegmentSlot::Open(segment));
+        self.slots.push(SegmentSlot::Open(Box::new(segment)));
         removed
     }
 

@@ -85,6 +85,9 @@ pub struct Segment {
     created_ms: TimestampMs,
     /// Where the last prefetch (readahead advice) ended.
     prefetched_to: std::cell::Cell<u64>,
+    /// Size of the last batch a fetch started with: the next fetch reads that much beyond its
+    /// index entry at once, so the header it looks for and the batch come in one read.
+    batch_bytes_hint: std::cell::Cell<u64>,
 }
 
 impl Segment {
@@ -134,6 +137,7 @@ impl Segment {
             first_batch_timestamp: None,
             created_ms: now,
             prefetched_to: Default::default(),
+            batch_bytes_hint: Default::default(),
         })
     }
 
@@ -321,6 +325,59 @@ impl Segment {
         })
     }
 
+    /// Whole batches from the one holding `offset` (the first whose last offset is `>= offset`),
+    /// up to `max_bytes` but at least that batch; `None` if no batch of this segment ends at or
+    /// after `offset`.
+    ///
+    /// Reads: a page at the offset's index entry, which usually holds the header of the batch
+    /// before the one wanted (an entry is keyed by its batch's last offset); the read past that
+    /// batch takes `max_bytes`, or the size of the last batch served, at once, so it brings the
+    /// wanted batch whole and serves it (two reads). Only when the batch is larger than that is
+    /// it read again from its start.
+    pub fn read_from(
+        &self,
+        offset: Offset,
+        max_bytes: u64,
+        dense: bool,
+    ) -> Result<Option<Bytes>, StorageError> {
+        let start = u64::from(self.offset_index.lookup(offset).position);
+        let end = self.size_bytes;
+        let batch_bytes = max_bytes.max(self.batch_bytes_hint.get());
+        let mut scanner = LogScanner::with_window(
+            self.log.as_ref(),
+            &self.log_path,
+            start,
+            end,
+            scan::LOOKUP_WINDOW_BYTES,
+        )
+        .then_window(
+            usize::try_from(batch_bytes)
+                .map_or(usize::MAX, |bytes| bytes.max(scan::LOOKUP_WINDOW_BYTES)),
+        );
+        let Some(first) = self.find_batch(&mut scanner, |header| {
+            header.last_offset() >= offset.0 as i64
+        })?
+        else {
+            return Ok(None);
+        };
+        self.batch_bytes_hint.set(first.size_bytes);
+        // What `read_batches` would read: served from the window when it holds all of it.
+        let wanted = max_bytes.max(first.size_bytes).min(end - first.position);
+        let Some(window) = scanner
+            .window_from(first.position)
+            .filter(|window| window.len() as u64 >= wanted)
+        else {
+            return self
+                .read_batches(first, offset, max_bytes, end, dense)
+                .map(Some);
+        };
+        let served = window.slice(..wanted as usize);
+        let read = wanted;
+        self.prefetch_after(first.position + read, read, end);
+        let valid_length = self.checked_batches_length(&served, first.position, offset, dense)?;
+        Ok(Some(served.slice(..valid_length)))
+    }
+
     fn scan_for(
         &self,
         from_position: u64,
@@ -335,6 +392,15 @@ impl Segment {
             end,
             scan::LOOKUP_WINDOW_BYTES,
         );
+        self.find_batch(&mut scanner, found)
+    }
+
+    /// The first batch from `scanner`'s position whose header satisfies `found`.
+    fn find_batch(
+        &self,
+        scanner: &mut LogScanner<'_>,
+        found: impl Fn(&crate::format::BatchHeader) -> bool,
+    ) -> Result<Option<BatchLocation>, StorageError> {
         loop {
             match scanner.next_header()? {
                 ScanStep::Item { position, item } if found(&item) => {

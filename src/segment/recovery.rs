@@ -144,6 +144,7 @@ impl Segment {
             first_batch_timestamp: None,
             created_ms: now,
             prefetched_to: Default::default(),
+            batch_bytes_hint: Default::default(),
         };
         if needs_recovery {
             let recovery = segment.recover(config, invalid_tail, dense)?;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::error::StorageError;
 use crate::format::batch::field;
@@ -43,6 +43,10 @@ pub struct LogScanner<'a> {
     window: Bytes,
     window_start: u64,
     window_bytes: usize,
+    /// What reads after the first take at least (`window_bytes` unless `then_window` set it).
+    later_window_bytes: usize,
+    /// Whether the file was read yet.
+    read_once: bool,
 }
 
 impl<'a> LogScanner<'a> {
@@ -67,7 +71,23 @@ impl<'a> LogScanner<'a> {
             window: Bytes::new(),
             window_start: 0,
             window_bytes,
+            later_window_bytes: window_bytes,
+            read_once: false,
         }
+    }
+
+    /// After its first read, reads at least `window_bytes` at a time: a fetch reads its index
+    /// entry's page first and, once it has to read past it, what the batch it wants takes.
+    pub fn then_window(mut self, window_bytes: usize) -> Self {
+        self.later_window_bytes = window_bytes;
+        self
+    }
+
+    /// The bytes read so far from `position` to the end of what was read, if `position` lies in
+    /// it (a caller that found a batch serves it from here rather than reading it again).
+    pub fn window_from(&self, position: u64) -> Option<Bytes> {
+        let start = usize::try_from(position.checked_sub(self.window_start)?).ok()?;
+        (start < self.window.len()).then(|| self.window.slice(start..))
     }
 
     /// Position of the next batch.
@@ -201,15 +221,18 @@ impl<'a> LogScanner<'a> {
     }
 
     fn fill_window(&mut self, position: u64, length: usize) -> Result<(), StorageError> {
-        let wanted = length.max(self.window_bytes) as u64;
+        let window_bytes = match self.read_once {
+            true => self.later_window_bytes,
+            false => self.window_bytes,
+        };
+        self.read_once = true;
+        let wanted = length.max(window_bytes) as u64;
         let available = self.end - position;
-        let mut buffer = BytesMut::zeroed(wanted.min(available) as usize);
-        let read = self
+        let buffer = self
             .file
-            .read_at(&mut buffer, position)
+            .read_to_vec(wanted.min(available) as usize, position)
             .map_err(|source| StorageError::io("read", self.path, source))?;
-        buffer.truncate(read);
-        self.window = buffer.freeze();
+        self.window = Bytes::from(buffer);
         self.window_start = position;
         Ok(())
     }
