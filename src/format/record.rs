@@ -255,8 +255,9 @@ fn skip_short(reader: &mut Reader<'_>) -> Option<i32> {
     let mut body_start = 0;
     let length = usize::try_from(short_varint(bytes, &mut body_start)?).ok()?;
     let body = bytes.get(body_start..body_start.checked_add(length)?)?;
-    let mut at = 1;
+    // The attributes byte, then the timestamp delta: skipped, but they must be there.
     body.first()?;
+    let mut at = 1;
     short_varint(body, &mut at)?;
     let offset_delta = short_varint(body, &mut at)?;
     reader.position += body_start + length;

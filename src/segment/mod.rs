@@ -85,8 +85,8 @@ pub struct Segment {
     created_ms: TimestampMs,
     /// Where the last prefetch (readahead advice) ended.
     prefetched_to: std::cell::Cell<u64>,
-    /// Size of the last batch a fetch started with: the next fetch reads that much beyond its
-    /// index entry at once, so the header it looks for and the batch come in one read.
+    /// Size of the last batch a fetch started with: a fetch's read past its index entry's batch
+    /// takes at least that much, so it brings the batch wanted whole (`read_from`).
     batch_bytes_hint: std::cell::Cell<u64>,
 }
 
