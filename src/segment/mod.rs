@@ -343,14 +343,7 @@ impl Segment {
         let start = u64::from(self.offset_index.lookup(offset).position);
         let end = self.size_bytes;
         let batch_bytes = max_bytes.max(self.batch_bytes_hint.get());
-        let mut scanner = LogScanner::with_window(
-            self.log.as_ref(),
-            &self.log_path,
-            start,
-            end,
-            scan::LOOKUP_WINDOW_BYTES,
-        )
-        .then_window(
+        let mut scanner = self.lookup_scanner(start, end).then_window(
             usize::try_from(batch_bytes)
                 .map_or(usize::MAX, |bytes| bytes.max(scan::LOOKUP_WINDOW_BYTES)),
         );
@@ -385,14 +378,19 @@ impl Segment {
         found: impl Fn(&crate::format::BatchHeader) -> bool,
     ) -> Result<Option<BatchLocation>, StorageError> {
         let end = max_position.min(self.size_bytes);
-        let mut scanner = LogScanner::with_window(
+        let mut scanner = self.lookup_scanner(from_position, end);
+        self.find_batch(&mut scanner, found)
+    }
+
+    /// A scanner for a few hops between headers from an index entry: a page at a time.
+    fn lookup_scanner(&self, from_position: u64, end: u64) -> LogScanner<'_> {
+        LogScanner::with_window(
             self.log.as_ref(),
             &self.log_path,
             from_position,
             end,
             scan::LOOKUP_WINDOW_BYTES,
-        );
-        self.find_batch(&mut scanner, found)
+        )
     }
 
     /// The first batch from `scanner`'s position whose header satisfies `found`.
