@@ -364,11 +364,14 @@ impl Segment {
                 .read_batches(first, offset, max_bytes, end, dense)
                 .map(Some);
         };
-        let served = window.slice(..wanted as usize);
-        let read = wanted;
-        self.prefetch_after(first.position + read, read, end);
-        let valid_length = self.checked_batches_length(&served, first.position, offset, dense)?;
-        Ok(Some(served.slice(..valid_length)))
+        self.serve_batches(
+            window.slice(..wanted as usize),
+            first.position,
+            offset,
+            end,
+            dense,
+        )
+        .map(Some)
     }
 
     fn scan_for(
@@ -441,9 +444,22 @@ impl Segment {
                 .read_to_vec(length as usize, first.position)
                 .map_err(|source| StorageError::io("read", &self.log_path, source))?,
         );
+        self.serve_batches(bytes, first.position, offset, end, dense)
+    }
+
+    /// `bytes`, read from `position`, as served: the reads after them prefetched, cut to the
+    /// whole batches that pass their checks (`checked_batches_length`).
+    fn serve_batches(
+        &self,
+        bytes: Bytes,
+        position: u64,
+        offset: Offset,
+        end: u64,
+        dense: bool,
+    ) -> Result<Bytes, StorageError> {
         let read = bytes.len() as u64;
-        self.prefetch_after(first.position + read, read, end);
-        let valid_length = self.checked_batches_length(&bytes, first.position, offset, dense)?;
+        self.prefetch_after(position + read, read, end);
+        let valid_length = self.checked_batches_length(&bytes, position, offset, dense)?;
         Ok(bytes.slice(..valid_length))
     }
 

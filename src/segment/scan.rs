@@ -43,10 +43,9 @@ pub struct LogScanner<'a> {
     window: Bytes,
     window_start: u64,
     window_bytes: usize,
-    /// What reads after the first take at least (`window_bytes` unless `then_window` set it).
+    /// What reads after the first take at least (`window_bytes` unless `then_window` set it);
+    /// it becomes `window_bytes` once the file was read.
     later_window_bytes: usize,
-    /// Whether the file was read yet.
-    read_once: bool,
 }
 
 impl<'a> LogScanner<'a> {
@@ -72,7 +71,6 @@ impl<'a> LogScanner<'a> {
             window_start: 0,
             window_bytes,
             later_window_bytes: window_bytes,
-            read_once: false,
         }
     }
 
@@ -221,12 +219,8 @@ impl<'a> LogScanner<'a> {
     }
 
     fn fill_window(&mut self, position: u64, length: usize) -> Result<(), StorageError> {
-        let window_bytes = match self.read_once {
-            true => self.later_window_bytes,
-            false => self.window_bytes,
-        };
-        self.read_once = true;
-        let wanted = length.max(window_bytes) as u64;
+        let wanted = length.max(self.window_bytes) as u64;
+        self.window_bytes = self.later_window_bytes;
         let available = self.end - position;
         let buffer = self
             .file
