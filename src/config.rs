@@ -96,6 +96,10 @@ pub struct LogConfig {
     /// partition opens (never saved with the topic). The active segment's `.log` is then written
     /// with `O_DIRECT` where the file system allows it.
     pub direct_writes: bool,
+    /// Not a topic setting: the engine's `EngineConfig::prewrite_synced_logs`, copied in when a
+    /// partition opens. A log whose syncs each cover little writes zeros ahead of its appends, so
+    /// that its `fdatasync`s rewrite allocated blocks instead of growing the file.
+    pub prewrite_synced: bool,
 }
 
 /// Two configurations are equal when every setting is; how `retention_ms` was given is not a
@@ -152,6 +156,7 @@ impl Default for LogConfig {
             retention_precedence: RetentionPrecedence::Default,
             preallocate: false,
             direct_writes: false,
+            prewrite_synced: true,
         }
     }
 }

@@ -19,7 +19,7 @@
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
 use std::fs;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -1627,4 +1627,256 @@ fn preallocated_segments_hold_only_their_batches_after_close_and_after_a_crash()
     let (mut log, report) = open(true);
     assert_eq!(report, RecoveryReport::default());
     assert_serves(&mut log, &batches);
+}
+
+/// Appends `batches` batches, syncing after each (a lone durable writer's pattern).
+fn populate_synced(log: &mut PartitionLog, batches: usize) {
+    for _ in 0..batches {
+        populate(log, 1);
+        log.flush().unwrap();
+    }
+}
+
+#[test]
+fn a_log_synced_in_small_steps_prewrites_ahead_and_holds_only_its_batches_after_a_crash_and_close()
+{
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let prewriteing = LogConfig {
+        segment_bytes: 1024 * 1024,
+        ..config()
+    };
+    assert!(prewriteing.prewrite_synced, "on by default");
+    let open = |clean: bool| {
+        let options = LogOpenOptions {
+            had_clean_shutdown: clean,
+            recovery_point: Offset(0),
+            log_start_offset: None,
+            now: now(),
+        };
+        let opened = PartitionLog::open(
+            storage_from_env(),
+            &dir,
+            topic_partition(),
+            prewriteing.clone(),
+            options,
+        );
+        opened.unwrap()
+    };
+    let (mut log, _) = open(false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    let active = segment_logs(&dir).pop().unwrap();
+    let length = fs::metadata(&active).unwrap().len();
+    assert!(
+        length > payload && length >= 128 * 1024,
+        "prewritten ahead of the {payload} bytes of batches: the file holds {length}"
+    );
+    let tail = fs::read(&active).unwrap().split_off(payload as usize);
+    let stamps = tail
+        .windows(8)
+        .filter(|window| window == b"SGLGPRE1")
+        .count();
+    assert!(
+        stamps >= 100,
+        "stamped zeros (FORMAT.md §7.5): {stamps} stamps"
+    );
+    drop(log); // a crash: the prewritten space stays
+    let (mut log, report) = open(false);
+    assert_eq!(report.bytes_truncated, length - payload);
+    assert_serves(&mut log, &batches);
+    populate_synced(&mut log, 20);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    assert!(
+        log_file_bytes(&dir) > payload,
+        "prewriting again after reopening"
+    );
+    log.close().unwrap();
+    assert_eq!(
+        log_file_bytes(&dir),
+        payload,
+        "close cut the prewritten space"
+    );
+    let (mut log, report) = open(true);
+    assert_eq!(report, RecoveryReport::default());
+    assert_serves(&mut log, &batches);
+}
+
+#[test]
+fn a_log_prewrites_nothing_unsynced_with_large_syncs_or_when_told_not_to() {
+    let open = |dir: &Path, config: LogConfig| {
+        let options = LogOpenOptions {
+            had_clean_shutdown: false,
+            recovery_point: Offset(0),
+            log_start_offset: None,
+            now: now(),
+        };
+        let opened =
+            PartitionLog::open(storage_from_env(), dir, topic_partition(), config, options);
+        opened.unwrap().0
+    };
+    let large = LogConfig {
+        segment_bytes: 64 * 1024 * 1024,
+        ..config()
+    };
+    type Case = (&'static str, LogConfig, fn(&mut PartitionLog));
+    let cases: [Case; 3] = [
+        ("never synced", large.clone(), |log| populate(log, 200)),
+        ("syncs of 200 KiB", large.clone(), |log| {
+            for _ in 0..4 {
+                append_bytes(log, 200 * 1024);
+                log.flush().unwrap();
+            }
+        }),
+        (
+            "prewrite_synced off",
+            LogConfig {
+                prewrite_synced: false,
+                ..large
+            },
+            |log| populate_synced(log, 50),
+        ),
+    ];
+    for (case, config, fill) in cases {
+        let root = scratch();
+        let dir = partition_dir(root.path());
+        let mut log = open(&dir, config);
+        fill(&mut log);
+        let payload = payload_bytes(&served_batches(&mut log));
+        assert_eq!(
+            log_file_bytes(&dir),
+            payload,
+            "{case}: the file holds its batches"
+        );
+    }
+}
+
+/// Appends batches of 200 records (about 10 KiB) until `bytes` more are in the log.
+fn append_bytes(log: &mut PartitionLog, bytes: u64) {
+    let target = log.size_bytes() + bytes;
+    while log.size_bytes() < target {
+        let first = log.log_end_offset().0;
+        log.append(batch(first, 200), now()).unwrap();
+    }
+}
+
+/// A log synced in small steps, crashed: its active `.log` and the bytes of its batches.
+fn crashed_prewriting_log(dir: &Path) -> (PathBuf, u64) {
+    let mut log = open_plain(dir, false);
+    populate_synced(&mut log, 50);
+    let payload = payload_bytes(&served_batches(&mut log));
+    drop(log);
+    (segment_logs(dir).pop().unwrap(), payload)
+}
+
+fn open_plain(dir: &Path, clean: bool) -> PartitionLog {
+    try_open_plain(dir, clean).unwrap()
+}
+
+fn try_open_plain(dir: &Path, clean: bool) -> Result<PartitionLog, String> {
+    let options = LogOpenOptions {
+        had_clean_shutdown: clean,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    let config = LogConfig {
+        segment_bytes: 1024 * 1024,
+        ..config()
+    };
+    PartitionLog::open(storage_from_env(), dir, topic_partition(), config, options)
+        .map(|(log, _)| log)
+        .map_err(|error| error.to_string())
+}
+
+#[test]
+fn a_prewrite_that_landed_over_synced_batches_is_reported_not_cut_as_a_torn_tail() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let (active, payload) = crashed_prewriting_log(&dir);
+    // A misdirected prewrite: stamped zeros meant for past the batches land on all of them.
+    let mut bytes = fs::read(&active).unwrap();
+    let prewritten = bytes[payload as usize..].to_vec();
+    bytes[..payload as usize].copy_from_slice(&prewritten[..payload as usize]);
+    fs::write(&active, &bytes).unwrap();
+    let error = try_open_plain(&dir, false).unwrap_err();
+    assert!(
+        error.contains("prewritten space stamped for position"),
+        "reported, not cut: {error}"
+    );
+    assert_eq!(fs::read(&active).unwrap(), bytes, "nothing was cut");
+}
+
+#[test]
+fn data_in_the_prewritten_space_is_reported_when_the_segment_stops_being_active() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let mut log = open_plain(&dir, false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    // A misdirected write of the first batch lands past the log end, in the prewritten space.
+    let active = segment_logs(&dir).pop().unwrap();
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&batches[0].bytes, payload + 4096)
+        .unwrap();
+    let error = log.close().unwrap_err().to_string();
+    assert!(
+        error.contains("where only prewritten space belongs"),
+        "reported, not cut: {error}"
+    );
+    assert!(
+        fs::metadata(&active).unwrap().len() > payload + 4096,
+        "nothing was cut"
+    );
+}
+
+/// A one-record batch of exactly `size_bytes` (its value padded to fit).
+fn batch_of_size(size_bytes: usize) -> Bytes {
+    (0..size_bytes)
+        .map(|value_bytes| {
+            let value = vec![7u8; value_bytes];
+            let mut builder = BatchBuilder::new(0);
+            builder.push(&NewRecord {
+                timestamp_ms: T0,
+                key: None,
+                value: Some(&value),
+                headers: &[],
+            });
+            builder.build().unwrap()
+        })
+        .find(|batch| batch.len() == size_bytes)
+        .unwrap()
+}
+
+#[test]
+fn an_append_that_ends_inside_a_stamp_leaves_the_segment_to_seal_and_reopen() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let mut log = open_plain(&dir, false);
+    log.append(batch_of_size(300), now()).unwrap();
+    log.flush().unwrap(); // small syncs: the next append prewrites past its end
+    let prewrite_start = log.size_bytes() + 400;
+    log.append(batch_of_size(400), now()).unwrap();
+    log.flush().unwrap();
+    // Stamps lie every 512 bytes from the prewrite's start: end 7 bytes into the second one.
+    let stamp_start = prewrite_start + 512;
+    log.append(
+        batch_of_size((stamp_start + 7 - log.size_bytes()) as usize),
+        now(),
+    )
+    .unwrap();
+    assert_eq!(log.size_bytes(), stamp_start + 7);
+    log.roll(now()).unwrap(); // seals: checks the space past the end, then cuts it
+    log.close().unwrap();
+    let mut log = open_plain(&dir, true);
+    assert_eq!(log.log_end_offset(), Offset(3));
+    assert_eq!(log.size_bytes(), stamp_start + 7);
+    for offset in 0..3 {
+        let fetched = log.read(Offset(offset), 1).unwrap().records;
+        let batch = Batch::decode(&fetched, u64::MAX).unwrap();
+        assert_eq!(batch.base_offset(), offset as i64);
+    }
 }

@@ -79,16 +79,19 @@ fn config(regime: Regime) -> LogConfig {
 }
 
 /// A run's configuration: its regime's, and by seed one of the three write paths: through the
-/// page cache, `O_DIRECT` (aligned blocks, the tail block rewritten, padding cut when a segment
-/// stops being active), or preallocated `.log` files. Misdirected writes run on the page cache
-/// path only: with padding or a reservation past the log end, a write that lands there is cut
-/// with it, leaving a hole of zeros that recovery cannot tell from a crash's unwritten page
-/// (RELIABILITY.md, R14).
+/// page cache (prewriting the space ahead of the appends while the syncs are small, the
+/// default), `O_DIRECT` (aligned blocks, the tail block rewritten, padding cut when a segment
+/// stops being active), or preallocated `.log` files (`fallocate`, no prewrite). Misdirected
+/// writes run on the page cache path only: with padding or a `fallocate` reservation past the
+/// log end, a write that lands there is cut with it, leaving a hole of zeros that recovery
+/// cannot tell from a crash's unwritten page (RELIABILITY.md, R14); prewritten space is stamped
+/// with its positions, so a misdirected prewrite is found.
 fn config_for_seed(regime: Regime, faults: Faults, seed: u64) -> LogConfig {
     let mut config = config(regime);
     if faults != Faults::Misdirected {
         config.direct_writes = seed % 3 == 1;
         config.preallocate = seed % 3 == 2;
+        config.prewrite_synced = seed.is_multiple_of(3);
     }
     config
 }
@@ -464,6 +467,7 @@ impl Run {
             self.fail(cycle, error);
         }
         self.tally.reported_corruptions += 1;
+        self.note(&format!("reported: {error}"));
         // Start over on a fresh directory: this one is reported broken.
         let fresh = Run::new(self.rng.next_u64(), self.regime, self.faults);
         fresh.sim.set_trace(self.trace);

@@ -110,6 +110,11 @@ pub struct EngineConfig {
     /// on): a lone durable writer saves a hand-over. Off, every group-commit sync goes to the
     /// sync threads.
     pub sync_inline_when_idle: bool,
+    /// Write zeros ahead of the appends of a partition whose syncs each cover little (default:
+    /// on): its `fdatasync`s then rewrite blocks the file already has, with no block allocation
+    /// or length change to journal, at the cost of writing those blocks twice. Measured here,
+    /// 10 KiB appends each synced: 1.4–1.7× the syncs per second (DESIGN.md § The write path).
+    pub prewrite_synced_logs: bool,
 }
 
 /// File descriptors kept for everything else in the host process (and for directory syncs).
@@ -174,6 +179,7 @@ impl Default for EngineConfig {
                 .and_then(|cores| cores.len().checked_sub(1)),
             direct_writes: false,
             sync_inline_when_idle: true,
+            prewrite_synced_logs: true,
         }
     }
 }
@@ -357,6 +363,7 @@ impl Engine {
                 retention_check_interval_ms: config.retention_check_interval_ms,
                 direct_writes: config.direct_writes,
                 sync_inline_when_idle: config.sync_inline_when_idle,
+                prewrite_synced_logs: config.prewrite_synced_logs,
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }

@@ -182,6 +182,8 @@ pub(crate) struct ShardContext {
     pub direct_writes: bool,
     /// `EngineConfig::sync_inline_when_idle`.
     pub sync_inline_when_idle: bool,
+    /// `EngineConfig::prewrite_synced_logs`, given to every partition this shard opens.
+    pub prewrite_synced_logs: bool,
 }
 
 struct PendingAppend {
@@ -582,6 +584,7 @@ impl Shard {
                 .ok_or(LookupError::Unknown)?
         };
         config.direct_writes = self.context.direct_writes;
+        config.prewrite_synced = self.context.prewrite_synced_logs;
         let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
             had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),

@@ -193,6 +193,10 @@ impl PartitionLog {
             infos.push(info);
         }
         self.write_pending(&mut pending)?;
+        self.written_bytes += appends
+            .iter()
+            .map(|append| append.size_bytes() as u64)
+            .sum::<u64>();
         self.unflushed_records += total_records;
         self.first_unflushed_at.get_or_insert(now);
         Ok(infos)
@@ -277,6 +281,8 @@ impl PartitionLog {
         )
         .inspect_err(|_| self.failed = true)?;
         self.segments.push_active(segment);
+        let prewrite_bytes = self.prewrite_bytes;
+        self.active_mut().set_prewrite_bytes(prewrite_bytes);
         failpoint!("roll.after_create");
         self.sync_dir()
     }

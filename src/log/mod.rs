@@ -92,6 +92,13 @@ pub struct PartitionLog {
     recovery_point: Offset,
     unflushed_records: u64,
     first_unflushed_at: Option<TimestampMs>,
+    /// Bytes appended since the log opened, and as of the last sync: what each sync covered.
+    written_bytes: u64,
+    written_bytes_at_sync: u64,
+    /// What the syncs covered, a moving average (the last sync weighs a quarter).
+    sync_bytes_average: u64,
+    /// How far ahead of its appends the active segment writes zeros (`prewrite_bytes_for`).
+    prewrite_bytes: u64,
     failed: bool,
     /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
     pending_deletions: Vec<retention::PendingDeletion>,
@@ -312,6 +319,26 @@ impl PartitionLog {
         self.active().shared_log_file()
     }
 
+    /// After a sync: zero-fills ahead of the appends while the syncs cover little on average
+    /// (`EngineConfig::prewrite_synced_logs`), not while they are large or absent.
+    fn adapt_prewrite(&mut self) {
+        let synced_bytes = self.written_bytes - self.written_bytes_at_sync;
+        if synced_bytes == 0 {
+            return;
+        }
+        self.written_bytes_at_sync = self.written_bytes;
+        self.sync_bytes_average = match self.sync_bytes_average {
+            0 => synced_bytes,
+            average => (average * 3 + synced_bytes) / 4,
+        };
+        self.prewrite_bytes = match self.config.prewrite_synced {
+            true => prewrite_bytes_for(self.sync_bytes_average, self.config.segment_bytes),
+            false => 0,
+        };
+        let prewrite_bytes = self.prewrite_bytes;
+        self.active_mut().set_prewrite_bytes(prewrite_bytes);
+    }
+
     /// Records the outcome of a sync of the active `.log` that covered every offset below
     /// `through`: success moves the recovery point; failure fails the log until it is reopened,
     /// so nothing is acknowledged as durable after a failed sync.
@@ -325,6 +352,7 @@ impl PartitionLog {
             return Err(error);
         }
         self.recovery_point = self.recovery_point.max(through);
+        self.adapt_prewrite();
         if through >= self.log_end_offset() {
             self.unflushed_records = 0;
             self.first_unflushed_at = None;
@@ -401,6 +429,30 @@ impl PartitionLog {
         }
         result
     }
+}
+
+/// Logs whose syncs cover more than this on average grow their files. Zeros cost a second
+/// write of every block; a sync into written blocks saves the journal commit of the blocks'
+/// allocation (≈ 100 µs here). Past about this much data per sync, the second write takes the
+/// disk longer than the commit it saves (measured: 16 producers on 4 partitions, 65–590 KiB per
+/// sync, ran 10 % slower with zeros).
+const PREWRITE_SYNC_BYTES_MAX: u64 = 128 * 1024;
+/// Zeros are written this many syncs' worth ahead (within the bounds below): each chunk's
+/// allocation is paid by the one sync that first covers it, and a larger chunk makes that sync
+/// slower (its zeros are written back with it).
+const PREWRITE_SYNCS_AHEAD: u64 = 4;
+const PREWRITE_BYTES_MIN: u64 = 128 * 1024;
+const PREWRITE_BYTES_MAX: u64 = 512 * 1024;
+
+/// How far ahead of its appends a log whose syncs cover `sync_bytes` on average writes zeros
+/// (`0`: not at all), never more than a segment holds.
+fn prewrite_bytes_for(sync_bytes: u64, segment_bytes: u64) -> u64 {
+    if sync_bytes > PREWRITE_SYNC_BYTES_MAX {
+        return 0;
+    }
+    (sync_bytes * PREWRITE_SYNCS_AHEAD)
+        .clamp(PREWRITE_BYTES_MIN, PREWRITE_BYTES_MAX)
+        .min(segment_bytes)
 }
 
 /// `segments` is never empty; this names the invariant where it is relied on.

@@ -6,6 +6,7 @@
 //! other segment is sealed: its indexes trimmed to their entries and its data synced.
 
 mod direct;
+mod prewrite;
 pub mod recovery;
 pub mod scan;
 
@@ -31,6 +32,8 @@ const PREFETCH_READS: u64 = 4;
 /// The first preallocation of an active `.log`; each next one doubles what the file holds, up to
 /// `segment.bytes`, so a partition reserves at most as much again as it wrote.
 const PREALLOCATE_BYTES_MIN: u64 = 64 * 1024;
+/// Space past the log end is checked this much at a time (`check_prewritten`).
+const CHECK_CHUNK_BYTES: u64 = 256 * 1024;
 
 /// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +78,11 @@ pub struct Segment {
     preallocated_bytes: u64,
     /// While active: the most to preallocate (`segment.bytes`), `0` for none.
     preallocate_max_bytes: u64,
+    /// While active: how far past an append's end to prewrite (`prewrite.rs`), `0` for none
+    /// (the log decides: [`Segment::set_prewrite_bytes`]).
+    prewrite_bytes: u64,
+    /// Whether the space past the log end was prewritten (and is checked before it is cut).
+    prewritten: bool,
     next_offset: Offset,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -121,6 +129,8 @@ impl Segment {
             size_bytes: 0,
             preallocated_bytes: 0,
             preallocate_max_bytes: preallocate_max_bytes(config),
+            prewrite_bytes: 0,
+            prewritten: false,
             next_offset: base_offset,
             offset_index: OffsetIndex::create(
                 &index_path,
@@ -273,11 +283,17 @@ impl Segment {
         Ok(())
     }
 
-    /// Preallocates the `.log` ahead of an append ending at `end`: the writes then fill blocks
-    /// the file already has, below its length (no block allocation or length change per write).
-    /// Refused (`ENOSPC`, no `fallocate`), the append writes without it.
+    /// Reserves the `.log` ahead of an append ending at `end`, so that the write fills blocks
+    /// the file already has, below its length: by writing zeros when the log asks for it
+    /// ([`Segment::set_prewrite_bytes`]), else by `fallocate` when `preallocate` is set.
     fn preallocate_for(&mut self, end: u64) -> Result<(), StorageError> {
-        if end <= self.preallocated_bytes || self.preallocate_max_bytes == 0 {
+        if end <= self.preallocated_bytes {
+            return Ok(());
+        }
+        if self.prewrite_bytes > 0 && self.direct.is_none() {
+            return self.prewrite_for(end);
+        }
+        if self.preallocate_max_bytes == 0 {
             return Ok(());
         }
         let from = self.preallocated_bytes.max(self.size_bytes);
@@ -292,6 +308,30 @@ impl Segment {
             Err(source) => return Err(StorageError::io("fallocate", &self.log_path, source)),
         }
         Ok(())
+    }
+
+    /// Prewrites the space from `end` to `prewrite_bytes` past it (stamped zeros,
+    /// `prewrite.rs`). `fallocate` leaves unwritten extents, whose conversion each later
+    /// `fdatasync` still journals; blocks written once are only rewritten, so a sync of an append
+    /// into them flushes its data alone. The sync that first covers a prewrite pays for its
+    /// allocation, once per prewrite.
+    fn prewrite_for(&mut self, end: u64) -> Result<(), StorageError> {
+        let position = self.preallocated_bytes.max(end);
+        let to = end + self.prewrite_bytes;
+        self.check_prewritten(position, to)?;
+        let bytes = prewrite::prewrite_bytes(position, (to - position) as usize);
+        self.log
+            .write_all_at(&bytes, position)
+            .map_err(|source| StorageError::io("prewrite", &self.log_path, source))?;
+        self.preallocated_bytes = to;
+        self.prewritten = true;
+        Ok(())
+    }
+
+    /// Sets how far ahead of its appends the active `.log` is prewritten (`0`: not at all;
+    /// space already prewritten stays). Ignored with direct writes, which pad their own tail.
+    pub fn set_prewrite_bytes(&mut self, bytes: u64) {
+        self.prewrite_bytes = bytes;
     }
 
     fn maybe_index(&mut self, last_offset: Offset, position: u64, size_bytes: u64, interval: u64) {
@@ -689,6 +729,7 @@ impl Segment {
             .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
         self.size_bytes = size_bytes;
         self.preallocated_bytes = 0;
+        self.prewritten = false;
         self.prefetched_to.set(0);
         if let Some(direct) = &mut self.direct {
             direct.load_tail(self.log.as_ref(), &self.log_path, size_bytes)?;
@@ -723,9 +764,12 @@ impl Segment {
     /// syncing: the files then reopen as trusted in this process. Ends direct writes and
     /// preallocation, cutting the `.log` back to the log's bytes.
     pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
+        self.check_reserve()?;
         let padded = self.direct.take().is_some() || self.preallocated_bytes > self.size_bytes;
         self.preallocated_bytes = 0;
         self.preallocate_max_bytes = 0;
+        self.prewrite_bytes = 0;
+        self.prewritten = false;
         if padded {
             self.log
                 .set_length_bytes(self.size_bytes)
@@ -737,6 +781,48 @@ impl Segment {
         }
         self.offset_index.trim_to_valid_size()?;
         self.time_index.trim_to_valid_size()
+    }
+
+    /// Before the space reserved past the log end is cut: it must hold only prewritten space
+    /// (zeros, or stamps at their own positions, the first perhaps cut by the last append).
+    fn check_reserve(&self) -> Result<(), StorageError> {
+        if !self.prewritten {
+            return Ok(());
+        }
+        let head = self
+            .log
+            .read_to_vec(prewrite::STAMP_BYTES, self.size_bytes)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        let remainder = prewrite::stamp_remainder_bytes(&head, self.size_bytes) as u64;
+        self.check_prewritten(self.size_bytes + remainder, self.preallocated_bytes)
+    }
+
+    /// Past the log end, `from..to` holds prewritten space or nothing (past the end of the
+    /// file). A write the device put there instead of where it was sent (a misdirected write,
+    /// R14) left a hole in the log; prewriting over it, or cutting it, would make that hole look
+    /// like a torn tail. It is reported instead, and nothing is written or cut.
+    fn check_prewritten(&self, from: u64, to: u64) -> Result<(), StorageError> {
+        let mut position = from;
+        while position < to {
+            let length = (to - position).min(CHECK_CHUNK_BYTES);
+            let bytes = self
+                .log
+                .read_to_vec(length as usize, position)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            let more_follows = bytes.len() as u64 == length && position + length < to;
+            let checked = prewrite::check_prewritten(&bytes, position, more_follows).map_err(
+                |misplaced| StorageError::Corrupt {
+                    file: self.log_path.clone(),
+                    position: misplaced.position(),
+                    reason: misplaced.describe(),
+                },
+            )?;
+            if !more_follows {
+                return Ok(());
+            }
+            position += checked as u64;
+        }
+        Ok(())
     }
 
     /// True when both indexes hold exactly their entries, as sealing leaves them.

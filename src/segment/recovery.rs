@@ -22,6 +22,7 @@ use crate::limits::RELATIVE_OFFSET_MAX;
 use crate::limits::{BATCH_HEADER_BYTES, BATCH_MAGIC_V2, LOG_OVERHEAD_BYTES};
 use crate::types::{Offset, TimestampMs};
 
+use super::prewrite::{self, Misplaced, STAMP_BYTES};
 use super::scan::{LogScanner, ScanStep};
 use super::{Segment, observe_timestamp};
 
@@ -135,6 +136,8 @@ impl Segment {
             direct: None,
             preallocated_bytes: 0,
             preallocate_max_bytes: 0,
+            prewrite_bytes: 0,
+            prewritten: false,
             size_bytes,
             next_offset: base_offset,
             offset_index,
@@ -425,6 +428,9 @@ impl Segment {
                 .any(|byte| *byte != 0);
             successor && (position < claimed_end || in_sector)
         };
+        if let Some(misplaced) = self.misplaced_stamp(invalid_at)? {
+            return Ok(Some(misplaced.describe()));
+        }
         if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end, None, evidence)? {
             return Ok(Some(format!(
                 "the next batch passes its CRC at position {position}, inside their sector or \
@@ -438,6 +444,33 @@ impl Segment {
                 self.next_offset
             )
         }))
+    }
+
+    /// The first stamp of prewritten space at or after `from` that lies away from the position
+    /// it was written for (`prewrite.rs`): a misdirected prewrite, which may have landed over
+    /// synced batches and left only zeros and stamps where they were.
+    fn misplaced_stamp(&self, from: u64) -> Result<Option<Misplaced>, StorageError> {
+        let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + STAMP_BYTES];
+        let mut start = from;
+        while start < self.size_bytes {
+            let read = self
+                .log
+                .read_at(&mut chunk, start)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            let bytes = chunk.get(..read).unwrap_or_default();
+            // Stamps starting in the last `STAMP_BYTES` are found whole by the next read.
+            let owned = read.min(SCAN_CHUNK_BYTES);
+            if let Some(misplaced) = prewrite::misplaced_stamp(bytes, start)
+                .filter(|misplaced| misplaced.position() < start + owned as u64)
+            {
+                return Ok(Some(misplaced));
+            }
+            if read <= SCAN_CHUNK_BYTES {
+                break;
+            }
+            start += SCAN_CHUNK_BYTES as u64;
+        }
+        Ok(None)
     }
 
     /// The batch header at `position`, if the bytes there parse as one with magic 2 and a

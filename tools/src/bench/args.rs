@@ -143,6 +143,10 @@ pub struct BenchArgs {
     /// through the page cache.
     #[arg(long)]
     pub direct_io: bool,
+    /// Do not write zeros ahead of the appends of partitions whose syncs each cover little
+    /// (`EngineConfig::prewrite_synced_logs`, on by default): each sync then grows the file.
+    #[arg(long)]
+    pub no_prewrite: bool,
     /// Data directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub dir: Option<PathBuf>,

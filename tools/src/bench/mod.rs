@@ -88,6 +88,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         pin_shards: false,
         backend: settings.backend,
         direct_writes: settings.direct_io,
+        prewrite_synced_logs: settings.prewrite,
         shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
         ..EngineConfig::default()
     };

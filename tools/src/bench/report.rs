@@ -90,7 +90,8 @@ impl Report<'_> {
         writeln!(
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
-             linger_ms={} key_space={} compression={} backend={} direct_io={}",
+             linger_ms={} key_space={} compression={} backend={} direct_io={} \
+             prewrite={}",
             settings.workload.name(),
             settings.producers,
             settings.consumers,
@@ -106,6 +107,7 @@ impl Report<'_> {
             settings.compression,
             settings.backend_name,
             settings.direct_io,
+            settings.prewrite,
         )?;
         write!(
             out,
@@ -307,6 +309,7 @@ impl Report<'_> {
             "shards": settings.shards,
             "backend": settings.backend_name,
             "direct_io": settings.direct_io,
+            "prewrite": settings.prewrite,
         })
     }
 

@@ -36,6 +36,7 @@ pub struct Settings {
     pub backend_name: &'static str,
     pub shards: Option<usize>,
     pub direct_io: bool,
+    pub prewrite: bool,
 }
 
 impl Settings {
@@ -89,6 +90,7 @@ impl Settings {
             backend_name,
             shards: args.shards,
             direct_io: args.direct_io,
+            prewrite: !args.no_prewrite,
         })
     }
 

@@ -1,0 +1,233 @@
+//! Prewritten space: what a synced log's active `.log` holds past its batches (FORMAT.md §7.5).
+//!
+//! A sync of an append into blocks the file already has flushes the data alone; a sync of an
+//! append that grows the file also commits the new blocks' allocation and the new length to the
+//! journal. So a log whose syncs each cover little writes the space ahead of its appends once,
+//! and its appends then overwrite it (`Segment::prewrite_for`).
+//!
+//! The space is zeros with a *stamp* every [`STAMP_INTERVAL_BYTES`] from the start of each
+//! write: a magic, the file position the stamp was written for, and a CRC-32C of the two. Zeros
+//! alone would make a misdirected write of them (R14) indistinguishable from a lost tail: landed
+//! over synced batches, they would read as a torn tail and be cut. A stamp away from its own
+//! position shows that a write landed in the wrong place, and recovery reports it.
+
+/// Marks a stamp. Not a batch: a batch's magic byte (offset 16) is 2, a stamp's bytes there are
+/// its CRC, and a stamp is 20 bytes, shorter than any batch header.
+const STAMP_MAGIC: [u8; 8] = *b"SGLGPRE1";
+/// Magic, position (big-endian `u64`), CRC-32C of both (big-endian `u32`).
+pub const STAMP_BYTES: usize = 20;
+/// One stamp every this many bytes of a prewrite: at least one per device sector.
+pub const STAMP_INTERVAL_BYTES: u64 = 512;
+
+/// The bytes to prewrite at `position`: `length` zeros stamped from their first byte on.
+pub fn prewrite_bytes(position: u64, length: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; length];
+    let mut offset = 0usize;
+    while offset + STAMP_BYTES <= length {
+        let stamp = stamp_for(position + offset as u64);
+        bytes[offset..offset + STAMP_BYTES].copy_from_slice(&stamp);
+        offset += STAMP_INTERVAL_BYTES as usize;
+    }
+    bytes
+}
+
+fn stamp_for(position: u64) -> [u8; STAMP_BYTES] {
+    let mut stamp = [0u8; STAMP_BYTES];
+    stamp[..8].copy_from_slice(&STAMP_MAGIC);
+    stamp[8..16].copy_from_slice(&position.to_be_bytes());
+    let crc = crc32c::crc32c(&stamp[..16]);
+    stamp[16..].copy_from_slice(&crc.to_be_bytes());
+    stamp
+}
+
+/// The position a stamp at the start of `bytes` was written for, if one is there intact.
+fn stamp_position(bytes: &[u8]) -> Option<u64> {
+    let stamp = bytes.get(..STAMP_BYTES)?;
+    if stamp[..8] != STAMP_MAGIC {
+        return None;
+    }
+    let crc = u32::from_be_bytes([stamp[16], stamp[17], stamp[18], stamp[19]]);
+    if crc32c::crc32c(&stamp[..16]) != crc {
+        return None;
+    }
+    let mut position = [0u8; 8];
+    position.copy_from_slice(&stamp[8..16]);
+    Some(u64::from_be_bytes(position))
+}
+
+/// What a look at bytes past a log's batches found that a prewrite cannot explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misplaced {
+    /// An intact stamp at `at` written for `written_for`: a write landed in the wrong place.
+    Stamp { at: u64, written_for: u64 },
+    /// A non-zero byte outside any stamp at `at`, where only prewritten space should be.
+    Data { at: u64 },
+}
+
+impl Misplaced {
+    pub fn position(&self) -> u64 {
+        match self {
+            Misplaced::Stamp { at, .. } | Misplaced::Data { at } => *at,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Misplaced::Stamp { at, written_for } => format!(
+                "prewritten space stamped for position {written_for} lies at {at}: a write \
+                 landed in the wrong place (a misdirected write)"
+            ),
+            Misplaced::Data { at } => {
+                format!("data at {at} where only prewritten space belongs (a misdirected write?)")
+            }
+        }
+    }
+}
+
+/// The first stamp in `bytes` (the file's bytes from `position`) that lies away from the
+/// position it was written for. Other bytes may be anything (a torn tail's).
+pub fn misplaced_stamp(bytes: &[u8], position: u64) -> Option<Misplaced> {
+    stamp_starts(bytes).find_map(|index| {
+        let at = position + index as u64;
+        let written_for = stamp_position(&bytes[index..])?;
+        (written_for != at).then_some(Misplaced::Stamp { at, written_for })
+    })
+}
+
+/// Where the stamp magic starts in `bytes`.
+fn stamp_starts(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let magic = STAMP_MAGIC.as_slice();
+    bytes
+        .windows(magic.len())
+        .enumerate()
+        .filter(move |(_, window)| *window == magic)
+        .map(|(index, _)| index)
+}
+
+/// How many bytes at the start of `bytes` (the file's bytes from `position`) end a stamp that
+/// began before `position`: an append that ends inside a stamp leaves the stamp's last bytes
+/// just past the log end.
+pub fn stamp_remainder_bytes(bytes: &[u8], position: u64) -> usize {
+    (1..STAMP_BYTES as u64)
+        .filter_map(|before| {
+            let start = position.checked_sub(before)?;
+            let remainder = &stamp_for(start)[before as usize..];
+            bytes.starts_with(remainder).then_some(remainder.len())
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+/// Checks that `bytes` (the file's bytes from `position`) hold only prewritten space: zeros,
+/// and stamps each at its own position. Returns how many bytes were checked: all of them, or,
+/// when `more_follows`, up to a stamp cut off by their end (check it with the bytes after).
+pub fn check_prewritten(
+    bytes: &[u8],
+    position: u64,
+    more_follows: bool,
+) -> Result<usize, Misplaced> {
+    let mut index = 0usize;
+    while index < bytes.len() {
+        if bytes[index] == 0 {
+            index += 1;
+            continue;
+        }
+        if more_follows && index + STAMP_BYTES > bytes.len() {
+            return Ok(index);
+        }
+        let at = position + index as u64;
+        match stamp_position(&bytes[index..]) {
+            Some(written_for) if written_for == at => index += STAMP_BYTES,
+            Some(written_for) => return Err(Misplaced::Stamp { at, written_for }),
+            None => return Err(Misplaced::Data { at }),
+        }
+    }
+    Ok(bytes.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prewritten_bytes_are_stamped_zeros_that_check_at_their_own_position_only() {
+        let bytes = prewrite_bytes(1000, 4096);
+        assert_eq!(bytes.len(), 4096);
+        let stamps = stamp_starts(&bytes).count();
+        assert_eq!(stamps, 8, "one per 512 bytes");
+        assert_eq!(check_prewritten(&bytes, 1000, false), Ok(4096));
+        assert_eq!(misplaced_stamp(&bytes, 1000), None);
+        let landed_at = 1512;
+        let expected = Misplaced::Stamp {
+            at: landed_at,
+            written_for: 1000,
+        };
+        assert_eq!(check_prewritten(&bytes, landed_at, false), Err(expected));
+        assert_eq!(misplaced_stamp(&bytes, landed_at), Some(expected));
+    }
+
+    #[test]
+    fn a_short_prewrite_has_no_stamp_and_damaged_stamps_are_not_stamps() {
+        assert!(
+            prewrite_bytes(0, STAMP_BYTES - 1)
+                .iter()
+                .all(|byte| *byte == 0)
+        );
+        let mut bytes = prewrite_bytes(0, 1024);
+        bytes[10] ^= 1; // the first stamp's position
+        assert_eq!(
+            misplaced_stamp(&bytes, 4096),
+            Some(Misplaced::Stamp {
+                at: 4096 + 512,
+                written_for: 512
+            })
+        );
+        assert_eq!(
+            check_prewritten(&bytes, 0, false),
+            Err(Misplaced::Data { at: 0 })
+        );
+    }
+
+    #[test]
+    fn a_stamp_cut_off_by_the_end_of_the_bytes_is_checked_with_the_bytes_after() {
+        let bytes = prewrite_bytes(0, 2048);
+        let cut = 512 + 10;
+        assert_eq!(check_prewritten(&bytes[..cut], 0, true), Ok(512));
+        assert_eq!(check_prewritten(&bytes[512..], 512, false), Ok(2048 - 512));
+        assert_eq!(
+            check_prewritten(&bytes[..cut], 0, false),
+            Err(Misplaced::Data { at: 512 }),
+            "at the end of the file, a partial stamp is not one"
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_stamp_an_append_cut_is_recognised_and_nothing_else() {
+        let bytes = prewrite_bytes(4096, 1024);
+        let log_end = 4096 + 512 + 7;
+        let past_end = &bytes[519..];
+        assert_eq!(stamp_remainder_bytes(past_end, log_end), STAMP_BYTES - 7);
+        assert_eq!(
+            stamp_remainder_bytes(past_end, log_end + 1),
+            0,
+            "another position"
+        );
+        assert_eq!(
+            stamp_remainder_bytes(&bytes[512..], 4096 + 512),
+            0,
+            "a whole stamp"
+        );
+        assert_eq!(stamp_remainder_bytes(&[0u8; 64], log_end), 0);
+    }
+
+    #[test]
+    fn batch_bytes_past_the_log_end_are_not_prewritten_space() {
+        let mut bytes = prewrite_bytes(0, 2048);
+        bytes[700] = 2;
+        assert_eq!(
+            check_prewritten(&bytes, 0, false),
+            Err(Misplaced::Data { at: 700 })
+        );
+        assert_eq!(misplaced_stamp(&bytes, 0), None, "stamps are all in place");
+    }
+}
