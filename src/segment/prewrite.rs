@@ -11,11 +11,12 @@
 //! over synced batches, they would read as a torn tail and be cut. A stamp away from its own
 //! position shows that a write landed in the wrong place, and recovery reports it.
 
-/// Marks a stamp. Not a batch: a batch's magic byte (offset 16) is 2, a stamp's bytes there are
-/// its CRC, and a stamp is 20 bytes, shorter than any batch header.
+/// Marks a stamp.
 const STAMP_MAGIC: [u8; 8] = *b"SGLGPRE1";
-/// Magic, position (big-endian `u64`), CRC-32C of both (big-endian `u32`).
-pub const STAMP_BYTES: usize = 20;
+/// Magic, the position as 16 lowercase hex digits, a CRC-32C of both as 8: all ASCII, so no
+/// byte of prewritten space is 2, a batch's magic: a scan that reads a header anywhere in it
+/// (a torn tail's, recovery's search for the next batch) never takes it for a batch.
+pub const STAMP_BYTES: usize = 32;
 /// One stamp every this many bytes of a prewrite: at least one per device sector.
 pub const STAMP_INTERVAL_BYTES: u64 = 512;
 
@@ -34,10 +35,30 @@ pub fn prewrite_bytes(position: u64, length: usize) -> Vec<u8> {
 fn stamp_for(position: u64) -> [u8; STAMP_BYTES] {
     let mut stamp = [0u8; STAMP_BYTES];
     stamp[..8].copy_from_slice(&STAMP_MAGIC);
-    stamp[8..16].copy_from_slice(&position.to_be_bytes());
-    let crc = crc32c::crc32c(&stamp[..16]);
-    stamp[16..].copy_from_slice(&crc.to_be_bytes());
+    write_hex(&mut stamp[8..24], position);
+    let crc = crc32c::crc32c(&stamp[..24]);
+    write_hex(&mut stamp[24..], u64::from(crc));
     stamp
+}
+
+/// `value`'s low `digits.len()` hex digits, most significant first, lowercase.
+fn write_hex(digits: &mut [u8], value: u64) {
+    let count = digits.len();
+    for (index, digit) in digits.iter_mut().enumerate() {
+        let nibble = (value >> (4 * (count - 1 - index))) & 0xf;
+        *digit = b"0123456789abcdef"[nibble as usize];
+    }
+}
+
+fn read_hex(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |value, digit| {
+        let nibble = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u64::from(nibble))
+    })
 }
 
 /// The position a stamp at the start of `bytes` was written for, if one is there intact.
@@ -46,13 +67,11 @@ fn stamp_position(bytes: &[u8]) -> Option<u64> {
     if stamp[..8] != STAMP_MAGIC {
         return None;
     }
-    let crc = u32::from_be_bytes([stamp[16], stamp[17], stamp[18], stamp[19]]);
-    if crc32c::crc32c(&stamp[..16]) != crc {
+    let crc = read_hex(&stamp[24..])?;
+    if u64::from(crc32c::crc32c(&stamp[..24])) != crc {
         return None;
     }
-    let mut position = [0u8; 8];
-    position.copy_from_slice(&stamp[8..16]);
-    Some(u64::from_be_bytes(position))
+    read_hex(&stamp[8..24])
 }
 
 /// What a look at bytes past a log's batches found that a prewrite cannot explain.
@@ -167,6 +186,13 @@ mod tests {
     }
 
     #[test]
+    fn no_byte_of_prewritten_space_is_a_batch_magic() {
+        let bytes = prewrite_bytes(0x0202_0202_0202, 64 * 1024);
+        assert!(bytes.iter().all(|byte| *byte != 2));
+        assert_eq!(stamp_position(&bytes), Some(0x0202_0202_0202));
+    }
+
+    #[test]
     fn a_short_prewrite_has_no_stamp_and_damaged_stamps_are_not_stamps() {
         assert!(
             prewrite_bytes(0, STAMP_BYTES - 1)
@@ -174,7 +200,7 @@ mod tests {
                 .all(|byte| *byte == 0)
         );
         let mut bytes = prewrite_bytes(0, 1024);
-        bytes[10] ^= 1; // the first stamp's position
+        bytes[10] = b'7'; // the first stamp's position
         assert_eq!(
             misplaced_stamp(&bytes, 4096),
             Some(Misplaced::Stamp {
