@@ -50,6 +50,7 @@ use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
+use pending::DURABLE_ANSWER_SPIN;
 pub use pending::Pending;
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
@@ -443,7 +444,10 @@ impl Engine {
                 .inflight_bytes
                 .fetch_sub(size_bytes, Ordering::AcqRel);
         }
-        pending.into_pending()
+        match durable {
+            true => pending.into_pending().with_answer_spin(DURABLE_ANSWER_SPIN),
+            false => pending.into_pending(),
+        }
     }
 
     fn validate(
