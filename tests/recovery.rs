@@ -1642,27 +1642,8 @@ fn a_log_synced_in_small_steps_prewrites_ahead_and_holds_only_its_batches_after_
 {
     let root = scratch();
     let dir = partition_dir(root.path());
-    let prewriteing = LogConfig {
-        segment_bytes: 1024 * 1024,
-        ..config()
-    };
-    assert!(prewriteing.prewrite_synced, "on by default");
-    let open = |clean: bool| {
-        let options = LogOpenOptions {
-            had_clean_shutdown: clean,
-            recovery_point: Offset(0),
-            log_start_offset: None,
-            now: now(),
-        };
-        let opened = PartitionLog::open(
-            storage_from_env(),
-            &dir,
-            topic_partition(),
-            prewriteing.clone(),
-            options,
-        );
-        opened.unwrap()
-    };
+    assert!(LogConfig::default().prewrite_synced, "on by default");
+    let open = |clean: bool| try_open_plain(&dir, clean).unwrap();
     let (mut log, _) = open(false);
     populate_synced(&mut log, 50);
     let batches = served_batches(&mut log);
@@ -1772,10 +1753,11 @@ fn crashed_prewriting_log(dir: &Path) -> (PathBuf, u64) {
 }
 
 fn open_plain(dir: &Path, clean: bool) -> PartitionLog {
-    try_open_plain(dir, clean).unwrap()
+    try_open_plain(dir, clean).unwrap().0
 }
 
-fn try_open_plain(dir: &Path, clean: bool) -> Result<PartitionLog, String> {
+/// The log in `dir` (1 MiB segments, recovery point 0), after a clean or an unclean shutdown.
+fn try_open_plain(dir: &Path, clean: bool) -> Result<(PartitionLog, RecoveryReport), String> {
     let options = LogOpenOptions {
         had_clean_shutdown: clean,
         recovery_point: Offset(0),
@@ -1787,7 +1769,6 @@ fn try_open_plain(dir: &Path, clean: bool) -> Result<PartitionLog, String> {
         ..config()
     };
     PartitionLog::open(storage_from_env(), dir, topic_partition(), config, options)
-        .map(|(log, _)| log)
         .map_err(|error| error.to_string())
 }
 
