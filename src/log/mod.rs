@@ -97,7 +97,7 @@ pub struct PartitionLog {
     written_bytes_at_sync: u64,
     /// What the syncs covered, a moving average (the last sync weighs a quarter).
     sync_bytes_average: u64,
-    /// How far ahead of its appends the active segment writes zeros (`prewrite_bytes_for`).
+    /// How far ahead of its appends the active segment prewrites (`prewrite_bytes_for`).
     prewrite_bytes: u64,
     failed: bool,
     /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
@@ -319,7 +319,7 @@ impl PartitionLog {
         self.active().shared_log_file()
     }
 
-    /// After a sync: zero-fills ahead of the appends while the syncs cover little on average
+    /// After a sync: prewrites ahead of the appends while the syncs cover little on average
     /// (`EngineConfig::prewrite_synced_logs`), not while they are large or absent.
     fn adapt_prewrite(&mut self) {
         let synced_bytes = self.written_bytes - self.written_bytes_at_sync;
@@ -431,20 +431,20 @@ impl PartitionLog {
     }
 }
 
-/// Logs whose syncs cover more than this on average grow their files. Zeros cost a second
+/// Logs whose syncs cover more than this on average grow their files. Prewriting costs a second
 /// write of every block; a sync into written blocks saves the journal commit of the blocks'
 /// allocation (≈ 100 µs here). Past about this much data per sync, the second write takes the
 /// disk longer than the commit it saves (measured: 16 producers on 4 partitions, 65–590 KiB per
-/// sync, ran 10 % slower with zeros).
+/// sync, ran 10 % slower prewriting).
 const PREWRITE_SYNC_BYTES_MAX: u64 = 128 * 1024;
-/// Zeros are written this many syncs' worth ahead (within the bounds below): each chunk's
-/// allocation is paid by the one sync that first covers it, and a larger chunk makes that sync
-/// slower (its zeros are written back with it).
+/// Space is prewritten this many syncs' worth ahead (within the bounds below): each prewrite's
+/// allocation is paid by the one sync that first covers it, and a larger prewrite makes that
+/// sync slower (it is written back with it).
 const PREWRITE_SYNCS_AHEAD: u64 = 4;
 const PREWRITE_BYTES_MIN: u64 = 128 * 1024;
 const PREWRITE_BYTES_MAX: u64 = 512 * 1024;
 
-/// How far ahead of its appends a log whose syncs cover `sync_bytes` on average writes zeros
+/// How far ahead of its appends a log whose syncs cover `sync_bytes` on average prewrites
 /// (`0`: not at all), never more than a segment holds.
 fn prewrite_bytes_for(sync_bytes: u64, segment_bytes: u64) -> u64 {
     if sync_bytes > PREWRITE_SYNC_BYTES_MAX {
