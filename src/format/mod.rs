@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod compression;
 pub mod file_name;
 pub mod index_entry;
+pub mod prewrite;
 pub mod record;
 pub mod topics;
 pub mod varint;

@@ -6,7 +6,6 @@
 //! other segment is sealed: its indexes trimmed to their entries and its data synced.
 
 mod direct;
-mod prewrite;
 pub mod recovery;
 pub mod scan;
 
@@ -18,6 +17,7 @@ use bytes::Bytes;
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName, segment_path};
+use crate::format::prewrite;
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage, StorageFile};
@@ -78,7 +78,7 @@ pub struct Segment {
     preallocated_bytes: u64,
     /// While active: the most to preallocate (`segment.bytes`), `0` for none.
     preallocate_max_bytes: u64,
-    /// While active: how far past an append's end to prewrite (`prewrite.rs`), `0` for none
+    /// While active: how far past an append's end to prewrite (`format/prewrite.rs`), `0` for none
     /// (the log decides: [`Segment::set_prewrite_bytes`]).
     prewrite_bytes: u64,
     /// Whether the space past the log end was prewritten (and is checked before it is cut).
@@ -311,7 +311,7 @@ impl Segment {
     }
 
     /// Prewrites the space from `end` to `prewrite_bytes` past it (stamped zeros,
-    /// `prewrite.rs`). `fallocate` leaves unwritten extents, whose conversion each later
+    /// `format/prewrite.rs`). `fallocate` leaves unwritten extents, whose conversion each later
     /// `fdatasync` still journals; blocks written once are only rewritten, so a sync of an append
     /// into them flushes its data alone. The sync that first covers a prewrite pays for its
     /// allocation, once per prewrite.

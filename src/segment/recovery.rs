@@ -14,6 +14,7 @@ use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::batch::field;
 use crate::format::file_name::{SegmentFileKind, segment_path};
+use crate::format::prewrite::{self, Misplaced, STAMP_BYTES};
 use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
@@ -22,7 +23,6 @@ use crate::limits::RELATIVE_OFFSET_MAX;
 use crate::limits::{BATCH_HEADER_BYTES, BATCH_MAGIC_V2, LOG_OVERHEAD_BYTES};
 use crate::types::{Offset, TimestampMs};
 
-use super::prewrite::{self, Misplaced, STAMP_BYTES};
 use super::scan::{LogScanner, ScanStep};
 use super::{Segment, observe_timestamp};
 
@@ -447,7 +447,7 @@ impl Segment {
     }
 
     /// The first stamp of prewritten space at or after `from` that lies away from the position
-    /// it was written for (`prewrite.rs`): a misdirected prewrite, which may have landed over
+    /// it was written for (`format/prewrite.rs`): a misdirected prewrite, which may have landed over
     /// synced batches and left only zeros and stamps where they were.
     fn misplaced_stamp(&self, from: u64) -> Result<Option<Misplaced>, StorageError> {
         let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + STAMP_BYTES];

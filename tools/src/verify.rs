@@ -14,6 +14,8 @@ use anyhow::Context;
 use seglog::format::file_name::{
     FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
+use seglog::format::prewrite;
+use seglog::io::StorageFile;
 
 use crate::Outcome;
 use crate::args::VerifyArgs;
@@ -194,6 +196,19 @@ fn verify_log(
                 report.problem(path, position, reason);
                 BatchSpan::new(position, &header)
             }
+            WalkStep::Stop { position, .. }
+                if is_prewritten_tail(&file, position, size_bytes - position)? =>
+            {
+                let unread = size_bytes - position;
+                report.note(
+                    path,
+                    format!(
+                        "the last {unread} bytes are space prewritten ahead of the appends (the \
+                         segment was not closed; recovery cuts them)"
+                    ),
+                );
+                return Ok(layout);
+            }
             WalkStep::Stop { position, reason } => {
                 let unread = size_bytes - position;
                 report.problem(
@@ -210,6 +225,22 @@ fn verify_log(
         check_batch_offsets(path, &span, &mut floor, report);
         layout.batches.push(span);
     }
+}
+
+/// At most this much past the last batch is read to tell prewritten space from damage (a log
+/// prewrites at most 512 KiB ahead of its appends).
+const PREWRITTEN_TAIL_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// Whether the `unread` bytes at `position`, where the batches stopped, are space a log synced in
+/// small steps prewrote ahead of its appends (FORMAT.md §7.4), not damage.
+fn is_prewritten_tail(file: &ReadOnlyFile, position: u64, unread: u64) -> anyhow::Result<bool> {
+    if unread > PREWRITTEN_TAIL_BYTES_MAX {
+        return Ok(false);
+    }
+    let bytes = file
+        .read_to_vec(unread as usize, position)
+        .with_context(|| format!("cannot read {}", file.path().display()))?;
+    Ok(prewrite::is_prewritten_space(&bytes, position))
 }
 
 /// A batch must not start below the segment's base offset nor below the end of what came before,

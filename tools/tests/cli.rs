@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use seglog::format::batch::{field, set_log_append_time};
 use seglog::format::compression::compress;
+use seglog::format::prewrite::prewrite_bytes;
 use seglog::format::{BatchBuilder, Compression, NewRecord};
 use seglog::partitioner::partition_for_key;
 
@@ -561,6 +562,48 @@ fn verify_and_dump_stop_at_a_torn_last_batch_naming_its_position() {
         stdout_lines(&output)
             .iter()
             .any(|line| line.starts_with(&problem)),
+        "{:#?}",
+        stdout_lines(&output)
+    );
+}
+
+#[test]
+fn verify_notes_space_prewritten_past_the_batches_and_flags_it_misplaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = produce_large_records(dir.path(), 12, 2000);
+    let partition = data.join("big-0");
+    let log = partition.join(FIRST_LOG);
+    let length = fs::metadata(&log).unwrap().len();
+    let append = |bytes: &[u8]| {
+        use std::os::unix::fs::FileExt;
+        let file = fs::OpenOptions::new().write(true).open(&log).unwrap();
+        file.set_len(length).unwrap();
+        file.write_all_at(bytes, length).unwrap();
+    };
+
+    // A crash of a log synced in small steps leaves its prewritten space past the batches.
+    append(&prewrite_bytes(length, 64 * 1024));
+    let output = run(&["verify", "--dir", path_arg(&partition)]);
+    assert_success(&output);
+    let note = format!(
+        "note: {}: the last {} bytes are space prewritten",
+        log.display(),
+        64 * 1024
+    );
+    assert!(
+        stdout_lines(&output)
+            .iter()
+            .any(|line| line.starts_with(&note)),
+        "{:#?}",
+        stdout_lines(&output)
+    );
+
+    // Stamped for another position: a misdirected write, a problem.
+    append(&prewrite_bytes(length + 512, 64 * 1024));
+    let output = run(&["verify", "--dir", path_arg(&partition)]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
         "{:#?}",
         stdout_lines(&output)
     );

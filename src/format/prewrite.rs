@@ -23,30 +23,37 @@ pub const STAMP_INTERVAL_BYTES: u64 = 512;
 /// The bytes to prewrite at `position`: `length` zeros stamped from their first byte on.
 pub fn prewrite_bytes(position: u64, length: usize) -> Vec<u8> {
     let mut bytes = vec![0u8; length];
-    let mut offset = 0usize;
-    while offset + STAMP_BYTES <= length {
-        let stamp = stamp_for(position + offset as u64);
-        bytes[offset..offset + STAMP_BYTES].copy_from_slice(&stamp);
-        offset += STAMP_INTERVAL_BYTES as usize;
+    let interval = STAMP_INTERVAL_BYTES as usize;
+    for (offset, chunk) in (0u64..).step_by(interval).zip(bytes.chunks_mut(interval)) {
+        if let Some(head) = chunk.get_mut(..STAMP_BYTES) {
+            head.copy_from_slice(&stamp_for(position + offset));
+        }
     }
     bytes
 }
 
 fn stamp_for(position: u64) -> [u8; STAMP_BYTES] {
     let mut stamp = [0u8; STAMP_BYTES];
-    stamp[..8].copy_from_slice(&STAMP_MAGIC);
-    write_hex(&mut stamp[8..24], position);
-    let crc = crc32c::crc32c(&stamp[..24]);
-    write_hex(&mut stamp[24..], u64::from(crc));
+    let (head, crc_digits) = stamp.split_at_mut(STAMP_CRC_AT);
+    let (magic, position_digits) = head.split_at_mut(STAMP_MAGIC.len());
+    magic.copy_from_slice(&STAMP_MAGIC);
+    write_hex(position_digits, position);
+    write_hex(crc_digits, u64::from(crc32c::crc32c(head)));
     stamp
 }
+
+/// Where a stamp's CRC digits start: after the magic and the position's 16 digits.
+const STAMP_CRC_AT: usize = 24;
 
 /// `value`'s low `digits.len()` hex digits, most significant first, lowercase.
 fn write_hex(digits: &mut [u8], value: u64) {
     let count = digits.len();
     for (index, digit) in digits.iter_mut().enumerate() {
-        let nibble = (value >> (4 * (count - 1 - index))) & 0xf;
-        *digit = b"0123456789abcdef"[nibble as usize];
+        let nibble = ((value >> (4 * (count - 1 - index))) & 0xf) as u8;
+        *digit = match nibble {
+            0..=9 => b'0' + nibble,
+            _ => b'a' + nibble - 10,
+        };
     }
 }
 
@@ -64,14 +71,38 @@ fn read_hex(digits: &[u8]) -> Option<u64> {
 /// The position a stamp at the start of `bytes` was written for, if one is there intact.
 fn stamp_position(bytes: &[u8]) -> Option<u64> {
     let stamp = bytes.get(..STAMP_BYTES)?;
-    if stamp[..8] != STAMP_MAGIC {
+    let (head, crc_digits) = stamp.split_at(STAMP_CRC_AT);
+    let (magic, position_digits) = head.split_at(STAMP_MAGIC.len());
+    if magic != STAMP_MAGIC || read_hex(crc_digits)? != u64::from(crc32c::crc32c(head)) {
         return None;
     }
-    let crc = read_hex(&stamp[24..])?;
-    if u64::from(crc32c::crc32c(&stamp[..24])) != crc {
-        return None;
-    }
-    read_hex(&stamp[8..24])
+    read_hex(position_digits)
+}
+
+/// How many bytes at the start of `bytes` (the file's bytes from `position`) end a stamp that
+/// began before `position`: an append that ends inside a stamp leaves the stamp's last bytes
+/// just past the log end.
+pub fn stamp_remainder_bytes(bytes: &[u8], position: u64) -> usize {
+    (1..STAMP_BYTES)
+        .filter_map(|before| {
+            let start = position.checked_sub(before as u64)?;
+            let stamp = stamp_for(start);
+            let remainder = stamp.get(before..)?;
+            bytes.starts_with(remainder).then_some(remainder.len())
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+/// Whether `bytes` (the file's bytes from `position`, where a scan of batches stopped, to the
+/// end of the file) are prewritten space: zeros and stamps each at its own position, at least
+/// one stamp, the first bytes perhaps the end of a stamp the last append cut. What a log synced
+/// in small steps leaves past its batches when it was not closed; recovery cuts it.
+pub fn is_prewritten_space(bytes: &[u8], position: u64) -> bool {
+    let remainder = stamp_remainder_bytes(bytes, position);
+    let rest = bytes.get(remainder..).unwrap_or_default();
+    stamp_starts(rest).next().is_some()
+        && check_prewritten(rest, position + remainder as u64, false).is_ok()
 }
 
 /// What a look at bytes past a log's batches found that a prewrite cannot explain.
@@ -108,7 +139,7 @@ impl Misplaced {
 pub fn misplaced_stamp(bytes: &[u8], position: u64) -> Option<Misplaced> {
     stamp_starts(bytes).find_map(|index| {
         let at = position + index as u64;
-        let written_for = stamp_position(&bytes[index..])?;
+        let written_for = stamp_position(bytes.get(index..)?)?;
         (written_for != at).then_some(Misplaced::Stamp { at, written_for })
     })
 }
@@ -123,20 +154,6 @@ fn stamp_starts(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
         .map(|(index, _)| index)
 }
 
-/// How many bytes at the start of `bytes` (the file's bytes from `position`) end a stamp that
-/// began before `position`: an append that ends inside a stamp leaves the stamp's last bytes
-/// just past the log end.
-pub fn stamp_remainder_bytes(bytes: &[u8], position: u64) -> usize {
-    (1..STAMP_BYTES as u64)
-        .filter_map(|before| {
-            let start = position.checked_sub(before)?;
-            let remainder = &stamp_for(start)[before as usize..];
-            bytes.starts_with(remainder).then_some(remainder.len())
-        })
-        .next()
-        .unwrap_or(0)
-}
-
 /// Checks that `bytes` (the file's bytes from `position`) hold only prewritten space: zeros,
 /// and stamps each at its own position. Returns how many bytes were checked: all of them, or,
 /// when `more_follows`, up to a stamp cut off by their end (check it with the bytes after).
@@ -146,16 +163,17 @@ pub fn check_prewritten(
     more_follows: bool,
 ) -> Result<usize, Misplaced> {
     let mut index = 0usize;
-    while index < bytes.len() {
-        if bytes[index] == 0 {
-            index += 1;
+    while let Some(rest) = bytes.get(index..).filter(|rest| !rest.is_empty()) {
+        let zeros = rest.iter().take_while(|byte| **byte == 0).count();
+        if zeros > 0 {
+            index += zeros;
             continue;
         }
-        if more_follows && index + STAMP_BYTES > bytes.len() {
+        if more_follows && rest.len() < STAMP_BYTES {
             return Ok(index);
         }
         let at = position + index as u64;
-        match stamp_position(&bytes[index..]) {
+        match stamp_position(rest) {
             Some(written_for) if written_for == at => index += STAMP_BYTES,
             Some(written_for) => return Err(Misplaced::Stamp { at, written_for }),
             None => return Err(Misplaced::Data { at }),
@@ -166,6 +184,11 @@ pub fn check_prewritten(
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::indexing_slicing,
+        reason = "test code: an index out of range fails the test"
+    )]
+
     use super::*;
 
     #[test]
@@ -244,6 +267,21 @@ mod tests {
             "a whole stamp"
         );
         assert_eq!(stamp_remainder_bytes(&[0u8; 64], log_end), 0);
+    }
+
+    #[test]
+    fn prewritten_space_is_told_from_zeros_and_from_a_torn_batch() {
+        let bytes = prewrite_bytes(4096, 2048);
+        assert!(is_prewritten_space(&bytes, 4096));
+        assert!(
+            is_prewritten_space(&bytes[7..], 4096 + 7),
+            "after a cut stamp"
+        );
+        assert!(!is_prewritten_space(&bytes, 4096 + 512), "stamps elsewhere");
+        assert!(!is_prewritten_space(&[0u8; 2048], 0), "zeros alone");
+        let mut torn = bytes.clone();
+        torn[600] = 2;
+        assert!(!is_prewritten_space(&torn, 4096));
     }
 
     #[test]
