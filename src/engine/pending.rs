@@ -79,9 +79,9 @@ impl<T, E: From<EngineUnavailable>> Pending<T, E> {
     }
 
     /// Blocks the calling thread until the shard answers. One waiting thread at a time polls
-    /// for [`ANSWER_SPIN`] first ([`DURABLE_ANSWER_SPIN`] for a durable append when no other
-    /// thread waits), so a quick answer to a lone caller costs no sleep and wake-up
-    /// (tens of µs in a VM), while many waiters do not burn the cores the shards need.
+    /// for the answer first — 50 µs, or up to 1 ms for a durable append when no other thread
+    /// waits — so a quick answer to a lone caller costs no sleep and wake-up (tens of µs in a
+    /// VM), while many waiters do not burn the cores the shards need.
     pub fn wait(mut self) -> Result<T, E> {
         let alone = WAITERS.fetch_add(1, Ordering::Relaxed) == 0;
         let result = match self.spin_for_answer(alone) {
