@@ -1861,3 +1861,62 @@ fn an_append_that_ends_inside_a_stamp_leaves_the_segment_to_seal_and_reopen() {
         assert_eq!(batch.base_offset(), offset as i64);
     }
 }
+
+/// Fails the next write to a `.log` with `ENOSPC`, once armed.
+#[derive(Debug, Default)]
+struct FullDiskOnce {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl seglog::io::hooked::StorageHooks for FullDiskOnce {
+    fn before(&self, op: seglog::io::hooked::StorageOp, path: &Path) -> std::io::Result<()> {
+        let log = path.extension().is_some_and(|ext| ext == "log");
+        let write = matches!(op, seglog::io::hooked::StorageOp::Write);
+        if log && write && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_prewrite_refused_for_a_full_disk_leaves_the_append_to_go_ahead_without_it() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let hooks = std::sync::Arc::new(FullDiskOnce::default());
+    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
+        storage_from_env(),
+        hooks.clone(),
+    ));
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    let config = LogConfig {
+        segment_bytes: 1024 * 1024,
+        ..config()
+    };
+    let (mut log, _) =
+        PartitionLog::open(storage, &dir, topic_partition(), config, options).unwrap();
+    populate_synced(&mut log, 1); // small syncs: the next append prewrites first
+    hooks.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    populate_synced(&mut log, 1);
+    assert!(
+        !hooks.armed.load(std::sync::atomic::Ordering::SeqCst),
+        "the prewrite was refused"
+    );
+    let batches = served_batches(&mut log);
+    assert_eq!(batches.len(), 2, "the append went ahead");
+    assert_eq!(
+        log_file_bytes(&dir),
+        payload_bytes(&batches),
+        "nothing prewritten"
+    );
+    populate_synced(&mut log, 3); // and prewriting resumes
+    assert!(log_file_bytes(&dir) > payload_bytes(&served_batches(&mut log)));
+    let batches = served_batches(&mut log);
+    log.close().unwrap();
+    assert_serves(&mut open_plain(&dir, true), &batches);
+}

@@ -320,12 +320,23 @@ impl Segment {
         let to = end + self.prewrite_bytes;
         self.check_prewritten(position, to)?;
         let bytes = prewrite::prewrite_bytes(position, (to - position) as usize);
-        self.log
-            .write_all_at(&bytes, position)
-            .map_err(|source| StorageError::io("prewrite", &self.log_path, source))?;
-        self.preallocated_bytes = to;
-        self.prewritten = true;
-        Ok(())
+        match self.log.write_all_at(&bytes, position) {
+            Ok(()) => {
+                self.preallocated_bytes = to;
+                self.prewritten = true;
+                Ok(())
+            }
+            // A full disk: the append itself may still fit. Cut what the prewrite left and
+            // append without it, as a refused `fallocate` does.
+            Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
+                self.prewrite_bytes = 0;
+                let length = self.preallocated_bytes.max(self.size_bytes);
+                self.log
+                    .set_length_bytes(length)
+                    .map_err(|source| StorageError::io("truncate", &self.log_path, source))
+            }
+            Err(source) => Err(StorageError::io("prewrite", &self.log_path, source)),
+        }
     }
 
     /// Sets how far ahead of its appends the active `.log` is prewritten (`0`: not at all;
