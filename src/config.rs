@@ -97,8 +97,9 @@ pub struct LogConfig {
     /// with `O_DIRECT` where the file system allows it.
     pub direct_writes: bool,
     /// Not a topic setting: the engine's `EngineConfig::prewrite_synced_logs`, copied in when a
-    /// partition opens. A log whose syncs each cover little writes zeros ahead of its appends, so
-    /// that its `fdatasync`s rewrite allocated blocks instead of growing the file.
+    /// partition opens. A log whose syncs each cover little prewrites the space ahead of its
+    /// appends (stamped zeros, `format::prewrite`), so that its `fdatasync`s rewrite allocated
+    /// blocks instead of growing the file.
     pub prewrite_synced: bool,
 }
 

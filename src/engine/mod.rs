@@ -111,10 +111,11 @@ pub struct EngineConfig {
     /// on): a lone durable writer saves a hand-over. Off, every group-commit sync goes to the
     /// sync threads.
     pub sync_inline_when_idle: bool,
-    /// Write zeros ahead of the appends of a partition whose syncs each cover little (default:
-    /// on): its `fdatasync`s then rewrite blocks the file already has, with no block allocation
-    /// or length change to journal, at the cost of writing those blocks twice. Measured here,
-    /// 10 KiB appends each synced: 1.4–1.7× the syncs per second (DESIGN.md § The write path).
+    /// Prewrite the space ahead of the appends of a partition whose syncs each cover little
+    /// (stamped zeros, `format::prewrite`; default: on): its `fdatasync`s then rewrite blocks
+    /// the file already has, with no block allocation or length change to journal, at the cost
+    /// of writing those blocks twice. Measured here, 10 KiB appends each synced: 1.4–1.7× the
+    /// syncs per second (DESIGN.md § The append path).
     pub prewrite_synced_logs: bool,
 }
 
