@@ -1758,6 +1758,15 @@ fn open_plain(dir: &Path, clean: bool) -> PartitionLog {
 
 /// The log in `dir` (1 MiB segments, recovery point 0), after a clean or an unclean shutdown.
 fn try_open_plain(dir: &Path, clean: bool) -> Result<(PartitionLog, RecoveryReport), String> {
+    try_open_on(storage_from_env(), dir, clean)
+}
+
+/// [`try_open_plain`] through `storage`.
+fn try_open_on(
+    storage: std::sync::Arc<dyn seglog::io::Storage>,
+    dir: &Path,
+    clean: bool,
+) -> Result<(PartitionLog, RecoveryReport), String> {
     let options = LogOpenOptions {
         had_clean_shutdown: clean,
         recovery_point: Offset(0),
@@ -1768,7 +1777,7 @@ fn try_open_plain(dir: &Path, clean: bool) -> Result<(PartitionLog, RecoveryRepo
         segment_bytes: 1024 * 1024,
         ..config()
     };
-    PartitionLog::open(storage_from_env(), dir, topic_partition(), config, options)
+    PartitionLog::open(storage, dir, topic_partition(), config, options)
         .map_err(|error| error.to_string())
 }
 
@@ -1888,18 +1897,7 @@ fn a_prewrite_refused_for_a_full_disk_leaves_the_append_to_go_ahead_without_it()
         storage_from_env(),
         hooks.clone(),
     ));
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
-    let config = LogConfig {
-        segment_bytes: 1024 * 1024,
-        ..config()
-    };
-    let (mut log, _) =
-        PartitionLog::open(storage, &dir, topic_partition(), config, options).unwrap();
+    let (mut log, _) = try_open_on(storage, &dir, false).unwrap();
     populate_synced(&mut log, 1); // small syncs: the next append prewrites first
     hooks.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     populate_synced(&mut log, 1);

@@ -193,7 +193,7 @@ impl PartitionLog {
             infos.push(info);
         }
         self.write_pending(&mut pending)?;
-        self.written_bytes += appends
+        self.bytes_since_sync += appends
             .iter()
             .map(|append| append.size_bytes() as u64)
             .sum::<u64>();

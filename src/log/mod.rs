@@ -92,9 +92,8 @@ pub struct PartitionLog {
     recovery_point: Offset,
     unflushed_records: u64,
     first_unflushed_at: Option<TimestampMs>,
-    /// Bytes appended since the log opened, and as of the last sync: what each sync covered.
-    written_bytes: u64,
-    written_bytes_at_sync: u64,
+    /// Bytes appended since the last sync (or the log opened): what the next sync covers.
+    bytes_since_sync: u64,
     /// What the syncs covered, a moving average (the last sync weighs a quarter).
     sync_bytes_average: u64,
     /// How far ahead of its appends the active segment prewrites (`prewrite_bytes_for`).
@@ -322,11 +321,10 @@ impl PartitionLog {
     /// After a sync: prewrites ahead of the appends while the syncs cover little on average
     /// (`EngineConfig::prewrite_synced_logs`), not while they are large or absent.
     fn adapt_prewrite(&mut self) {
-        let synced_bytes = self.written_bytes - self.written_bytes_at_sync;
+        let synced_bytes = std::mem::take(&mut self.bytes_since_sync);
         if synced_bytes == 0 {
             return;
         }
-        self.written_bytes_at_sync = self.written_bytes;
         self.sync_bytes_average = match self.sync_bytes_average {
             0 => synced_bytes,
             average => (average * 3 + synced_bytes) / 4,
