@@ -166,8 +166,8 @@ fn recovery_refuses_a_batch_whose_offsets_overflow_and_one_that_goes_back() {
 
 /// recovery_scan (found the same way): a trusted segment whose tail holds a batch based at
 /// `i64::MAX` overflows computing its next offset (`last_offset() + 1` in `load_tail`): a panic
-/// with overflow checks, a next offset of 0 without. Open: the fix belongs in
-/// `src/segment/recovery.rs` (`load_tail`).
+/// with overflow checks, a next offset of 0 without. Fixed in `src/segment/recovery.rs`
+/// (`load_tail` computes the next offset in `u64`).
 #[test]
 fn trusted_load_of_a_batch_at_the_largest_offset_does_not_overflow() {
     let log = batch_with_offsets(i64::MAX, 0);

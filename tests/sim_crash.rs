@@ -31,6 +31,7 @@ use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
 use seglog::error::{PartitionError, ReadError};
 use seglog::format::batch::BatchIter;
+use seglog::format::file_name::{SegmentFileKind, segment_path};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::Storage;
 use seglog::io::sim::{CrashMode, Fault, SimRng, SimStorage};
@@ -781,6 +782,42 @@ fn restart_after_a_failed_fsync_reads_the_device_not_the_page_cache() {
         log.log_end_offset().0,
         "a hole in the offsets"
     );
+}
+
+/// R10 at a seal: a roll cuts the active segment's prewritten space and its fsync fails, so the
+/// cut never reaches the device though the file reads as cut. Recovery after the restart must
+/// take the length from the device too (fuzz finding, `sim_ops`): else the segment keeps the
+/// prewritten space on disk, the next roll seals it so, and after a power cut a sealed segment
+/// ends in stamps, which no recovery may cut.
+#[test]
+fn restart_after_a_failed_fsync_of_a_seal_cuts_the_prewritten_space_again() {
+    let (dir, sim, mut log_dir) = fresh(3);
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert!(append_and_flush(log, 0, 2), "a small sync");
+    assert!(
+        append_and_flush(log, 2, 1),
+        "a small sync after a small sync"
+    );
+    let prewritten = |log: &PartitionLog| {
+        let info = log.segments().last().unwrap();
+        let path = segment_path(log.dir(), info.base_offset, SegmentFileKind::Log);
+        std::fs::metadata(path).unwrap().len() > info.size_bytes
+    };
+    assert!(prewritten(log), "the space past the batches is prewritten");
+    sim.schedule(Fault::SyncError, 1);
+    assert!(log.roll(TimestampMs(T0)).is_err(), "the seal's fsync fails");
+    drop(log_dir);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let mut log_dir = LogDir::open(dir.path(), storage.clone(), config(Regime::Delete)).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
+    log.roll(TimestampMs(T0)).unwrap();
+    assert!(append_and_flush(log, 3, 2), "the reopened log acknowledges");
+    drop(log_dir);
+    sim.crash_with(CrashMode::DropVolatile).unwrap();
+    let mut log_dir = LogDir::open(dir.path(), storage, config(Regime::Delete)).unwrap();
+    let served = values(log_dir.partition(&topic(), 0).unwrap()).unwrap();
+    assert_eq!(served, (0..5).collect::<Vec<u8>>());
 }
 
 /// R14: a write that lands at the wrong place may destroy acknowledged records; the engine must

@@ -257,6 +257,12 @@ impl Segment {
                 self.log_path.display()
             );
         }
+        // Its length too: a failed fsync may have lost a cut (a prewrite's, at a seal) or a
+        // growth that the length read at open still showed.
+        self.size_bytes = self
+            .log
+            .length_bytes()
+            .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
         self.offset_index.reset();
         self.time_index.reset();
         self.offset_index
