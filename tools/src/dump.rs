@@ -15,7 +15,7 @@ use crate::index_check::{
     sibling_log,
 };
 use crate::kafka_text::{batch_line, record_line};
-use crate::log_scan::{BatchWalker, LogLayout, WalkStep};
+use crate::log_scan::{BatchWalker, LogLayout, WalkStep, is_prewritten_tail};
 use crate::read_only::ReadOnlyFile;
 
 /// What to print for each record of a `.log`.
@@ -110,6 +110,18 @@ fn dump_log(out: &mut impl Write, path: &Path, detail: RecordDetail) -> anyhow::
                 writeln!(out, "{}", batch_line(&header, position, false))?;
                 return stop_at(out, path, position, size_bytes, &reason);
             }
+            WalkStep::Stop { position, .. }
+                if is_prewritten_tail(&file, position, size_bytes - position)? =>
+            {
+                let unread = size_bytes - position;
+                writeln!(
+                    out,
+                    "Found {unread} bytes of space prewritten ahead of the appends at the end of \
+                     {} (the segment was not closed; recovery cuts them)",
+                    file_name(path)
+                )?;
+                return Ok(Outcome::Clean);
+            }
             WalkStep::Stop { position, reason } => {
                 return stop_at(out, path, position, size_bytes, &reason);
             }
@@ -139,20 +151,23 @@ fn stop_at(
     size_bytes: u64,
     reason: &str,
 ) -> anyhow::Result<Outcome> {
-    let name = path
-        .file_name()
-        .map(|name| name.to_string_lossy())
-        .unwrap_or_default();
     writeln!(
         out,
         "Invalid batch at position {position}: {reason}; stopping"
     )?;
     writeln!(
         out,
-        "Found {} invalid bytes at the end of {name}",
-        size_bytes - position
+        "Found {} invalid bytes at the end of {}",
+        size_bytes - position,
+        file_name(path)
     )?;
     Ok(Outcome::Findings)
+}
+
+fn file_name(path: &Path) -> std::borrow::Cow<'_, str> {
+    path.file_name()
+        .map(|name| name.to_string_lossy())
+        .unwrap_or_default()
 }
 
 /// The layout of the `.log` next to an index, or a note that there is none to check against.

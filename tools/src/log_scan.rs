@@ -7,7 +7,10 @@
 
 use std::path::Path;
 
+use anyhow::Context;
+use seglog::format::prewrite;
 use seglog::format::{Batch, BatchHeader, DecodeError};
+use seglog::io::StorageFile;
 use seglog::segment::scan::{LogScanner, ScanStep};
 
 use crate::read_only::ReadOnlyFile;
@@ -193,4 +196,20 @@ impl LogLayout {
             .last()
             .map_or(base_offset, |batch| batch.last_offset.saturating_add(1))
     }
+}
+
+/// At most this much past the last batch is read to tell prewritten space from damage (a log
+/// prewrites at most 512 KiB ahead of its appends).
+const PREWRITTEN_TAIL_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// Whether the `unread` bytes at `position`, where the batches stopped, are space a log synced in
+/// small steps prewrote ahead of its appends (FORMAT.md §7.4), not damage.
+pub fn is_prewritten_tail(file: &ReadOnlyFile, position: u64, unread: u64) -> anyhow::Result<bool> {
+    if unread > PREWRITTEN_TAIL_BYTES_MAX {
+        return Ok(false);
+    }
+    let bytes = file
+        .read_to_vec(unread as usize, position)
+        .with_context(|| format!("cannot read {}", file.path().display()))?;
+    Ok(prewrite::is_prewritten_space(&bytes, position))
 }

@@ -14,15 +14,13 @@ use anyhow::Context;
 use seglog::format::file_name::{
     FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
-use seglog::format::prewrite;
-use seglog::io::StorageFile;
 
 use crate::Outcome;
 use crate::args::VerifyArgs;
 use crate::index_check::{
     IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
 };
-use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep};
+use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep, is_prewritten_tail};
 use crate::read_only::ReadOnlyFile;
 
 /// Everything verification found, and what it covered.
@@ -225,22 +223,6 @@ fn verify_log(
         check_batch_offsets(path, &span, &mut floor, report);
         layout.batches.push(span);
     }
-}
-
-/// At most this much past the last batch is read to tell prewritten space from damage (a log
-/// prewrites at most 512 KiB ahead of its appends).
-const PREWRITTEN_TAIL_BYTES_MAX: u64 = 4 * 1024 * 1024;
-
-/// Whether the `unread` bytes at `position`, where the batches stopped, are space a log synced in
-/// small steps prewrote ahead of its appends (FORMAT.md §7.4), not damage.
-fn is_prewritten_tail(file: &ReadOnlyFile, position: u64, unread: u64) -> anyhow::Result<bool> {
-    if unread > PREWRITTEN_TAIL_BYTES_MAX {
-        return Ok(false);
-    }
-    let bytes = file
-        .read_to_vec(unread as usize, position)
-        .with_context(|| format!("cannot read {}", file.path().display()))?;
-    Ok(prewrite::is_prewritten_space(&bytes, position))
 }
 
 /// A batch must not start below the segment's base offset nor below the end of what came before,

@@ -568,7 +568,7 @@ fn verify_and_dump_stop_at_a_torn_last_batch_naming_its_position() {
 }
 
 #[test]
-fn verify_notes_space_prewritten_past_the_batches_and_flags_it_misplaced() {
+fn verify_and_dump_note_space_prewritten_past_the_batches_and_flag_it_misplaced() {
     let dir = tempfile::tempdir().unwrap();
     let data = produce_large_records(dir.path(), 12, 2000);
     let partition = data.join("big-0");
@@ -597,6 +597,16 @@ fn verify_notes_space_prewritten_past_the_batches_and_flags_it_misplaced() {
         "{:#?}",
         stdout_lines(&output)
     );
+    let output = dump(&[&log], &[]);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output).last().unwrap(),
+        &format!(
+            "Found {} bytes of space prewritten ahead of the appends at the end of {FIRST_LOG} \
+             (the segment was not closed; recovery cuts them)",
+            64 * 1024
+        )
+    );
 
     // Stamped for another position: a misdirected write, a problem.
     append(&prewrite_bytes(length + 512, 64 * 1024));
@@ -604,6 +614,16 @@ fn verify_notes_space_prewritten_past_the_batches_and_flags_it_misplaced() {
     assert_eq!(
         output.status.code(),
         Some(1),
+        "{:#?}",
+        stdout_lines(&output)
+    );
+    let output = dump(&[&log], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout_lines(&output)
+            .last()
+            .unwrap()
+            .starts_with("Found 65536 invalid bytes at the end of"),
         "{:#?}",
         stdout_lines(&output)
     );
