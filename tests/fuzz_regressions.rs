@@ -243,3 +243,53 @@ fn a_batch_with_new_bytes_in_the_torn_sector_is_damage_not_a_torn_tail() {
         "{error}"
     );
 }
+
+/// sim_ops (F7, a local run of the CI smoke's seeds, 2026-12-01; input
+/// `AwAAAAAAAAACAGdGAgQAAUYwMDAwMDAwMDAwMDAwMDAwMDAzMC5pbmRleFdXPzBXV1dXAAIJAA0=`): an unsynced
+/// batch at 504 spans a sector boundary; a power cut kept its second sector and lost its first,
+/// which held only the base offset (outside the CRC) and reads as zeros. The batch passes its
+/// CRC with base offset 0 where 1 is next, and recovery refused the partition as damage. Its
+/// first sector holds what was there before, so it is a torn write: cut.
+#[test]
+fn a_batch_whose_first_sector_reverted_to_zeros_is_a_torn_tail() {
+    let synced = batch_of_size(0, 504);
+    let mut torn = batch_of_size(1, 73);
+    torn[..8].fill(0);
+    let log = [synced.clone(), torn].concat();
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
+    assert_eq!(loaded.segment.next_offset().0, 1);
+}
+
+/// The same with prewritten space there before: the first sector reverted to the end of a stamp.
+#[test]
+fn a_batch_whose_first_sector_reverted_to_prewritten_space_is_a_torn_tail() {
+    use seglog::format::prewrite::prewrite_bytes;
+    let mut log = vec![0u8; 490];
+    log.extend(prewrite_bytes(490, 2000));
+    // The batch at 1016 kept all but its base offset, where the stamp written for 1002 was.
+    let synced = batch_of_size(0, 1016);
+    log[..1016].copy_from_slice(&synced);
+    let torn = batch_of_size(1, 100);
+    log[1024..1116].copy_from_slice(&torn[1024 - 1016..]);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), 1016);
+    assert_eq!(loaded.segment.next_offset().0, 1);
+}
+
+/// A batch whose first sector holds a base offset other than the next one (not zeros, not
+/// prewritten space) was written whole there: damage, refused.
+#[test]
+fn a_batch_spanning_sectors_with_a_wrong_base_offset_is_refused() {
+    let synced = batch_of_size(0, 504);
+    let wrong = batch_of_size(7, 73);
+    let log = [synced, wrong].concat();
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let error = loaded.unwrap_err();
+    assert!(
+        matches!(error, seglog::error::StorageError::Corrupt { .. }),
+        "{error}"
+    );
+}

@@ -81,14 +81,15 @@ fn stamp_position(bytes: &[u8]) -> Option<u64> {
 
 /// How many bytes at the start of `bytes` (the file's bytes from `position`) end a stamp that
 /// began before `position`: an append that ends inside a stamp leaves the stamp's last bytes
-/// just past the log end.
+/// just past the log end. All of `bytes` when they are shorter than that end and match it.
 pub fn stamp_remainder_bytes(bytes: &[u8], position: u64) -> usize {
     (1..STAMP_BYTES)
         .filter_map(|before| {
             let start = position.checked_sub(before as u64)?;
             let stamp = stamp_for(start);
             let remainder = stamp.get(before..)?;
-            bytes.starts_with(remainder).then_some(remainder.len())
+            let matched = remainder.len().min(bytes.len());
+            (matched > 0 && bytes.get(..matched) == remainder.get(..matched)).then_some(matched)
         })
         .next()
         .unwrap_or(0)
@@ -103,6 +104,19 @@ pub fn is_prewritten_space(bytes: &[u8], position: u64) -> bool {
     let rest = bytes.get(remainder..).unwrap_or_default();
     stamp_starts(rest).next().is_some()
         && check_prewritten(rest, position + remainder as u64, false).is_ok()
+}
+
+/// Whether `bytes` (the file's bytes from `position`) may be prewritten space or zeros: zeros
+/// and stamps at their own positions, the first bytes perhaps the end of a stamp begun before
+/// `position`, the last perhaps the start of one cut off by the end of `bytes`.
+pub fn may_be_prewritten(bytes: &[u8], position: u64) -> bool {
+    let remainder = stamp_remainder_bytes(bytes, position);
+    let rest = bytes.get(remainder..).unwrap_or_default();
+    let checked = check_prewritten(rest, position + remainder as u64, true);
+    checked.is_ok_and(|checked| {
+        let cut = rest.get(checked..).unwrap_or_default();
+        cut.is_empty() || stamp_for(position + (remainder + checked) as u64).starts_with(cut)
+    })
 }
 
 /// What a look at bytes past a log's batches found that a prewrite cannot explain.
@@ -206,6 +220,27 @@ mod tests {
         };
         assert_eq!(check_prewritten(&bytes, landed_at, false), Err(expected));
         assert_eq!(misplaced_stamp(&bytes, landed_at), Some(expected));
+    }
+
+    #[test]
+    fn a_sector_head_may_be_prewritten_space_with_stamps_cut_at_either_end() {
+        let bytes = prewrite_bytes(490, 2000);
+        // From 1010 to the sector's end at 1024: the last bytes of the stamp written for 1002.
+        let head = &bytes[1010 - 490..1024 - 490];
+        assert!(may_be_prewritten(head, 1010));
+        assert!(
+            !may_be_prewritten(head, 1010 + 512),
+            "away from its position"
+        );
+        // From 990 to 1024: zeros, then the first bytes of the stamp for 1002, cut.
+        assert!(may_be_prewritten(&bytes[990 - 490..1024 - 490], 990));
+        assert!(may_be_prewritten(&[0u8; 8], 504));
+        let mut base_offset = [0u8; 8];
+        base_offset[7] = 11;
+        assert!(
+            !may_be_prewritten(&base_offset, 504),
+            "a batch's base offset"
+        );
     }
 
     #[test]

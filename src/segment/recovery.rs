@@ -5,7 +5,9 @@
 //! base offset never goes below the previous batch's next offset nor the segment's base offset,
 //! and equals it in a log that is never compacted). The first batch whose framing or CRC fails
 //! ends the valid data: the `.log` is truncated there (a torn tail). A batch that passes its CRC
-//! but breaks the offsets is damage, never a torn write: recovery refuses it (`Corrupt`). Index entries
+//! but breaks the offsets is damage, never a torn write: recovery refuses it (`Corrupt`) — unless
+//! it reaches past its first sector and that sector holds only what a lost write leaves there
+//! (zeros or prewritten space), so the base offset read is not the one written. Index entries
 //! are rebuilt with the same `index.interval.bytes` rule the append path uses.
 
 use std::path::Path;
@@ -300,6 +302,16 @@ impl Segment {
                 }
             };
             if let Err(reason) = check_offsets(&header, self.base_offset, self.next_offset, dense) {
+                if self.first_sector_reverted(position, header.size_bytes())? {
+                    truncated_at = Some((
+                        position,
+                        format!(
+                            "{reason}, and its first sector holds only what was there before \
+                             (zeros or prewritten space): a torn write"
+                        ),
+                    ));
+                    break;
+                }
                 // The batch passed its CRC, so a crash did not tear it: its offsets (outside the
                 // CRC) were damaged, or a misdirected write landed it here. Never cut it as a
                 // torn tail: acknowledged records may follow or be the ones overwritten.
@@ -450,6 +462,25 @@ impl Segment {
                 self.next_offset
             )
         }))
+    }
+
+    /// Whether the batch of `size_bytes` at `position`, which passes its CRC but not the offset
+    /// checks, is a torn write whose first sector kept its old bytes: the batch reaches past that
+    /// sector, and the sector's bytes from `position` on are what a crash leaves there when the
+    /// sector's write is lost (zeros past the old end, or prewritten space). The CRC does not
+    /// cover the base offset, which such a sector holds (fuzz finding F7, `sim_ops`).
+    fn first_sector_reverted(&self, position: u64, size_bytes: u64) -> Result<bool, StorageError> {
+        let sector_end = (position / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        if position + size_bytes <= sector_end {
+            return Ok(false);
+        }
+        let mut head = vec![0u8; (sector_end - position) as usize];
+        let read = self
+            .log
+            .read_at(&mut head, position)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        let head = head.get(..read).unwrap_or_default();
+        Ok(read as u64 == sector_end - position && prewrite::may_be_prewritten(head, position))
     }
 
     /// The first stamp of prewritten space at or after `from` that lies away from the position
