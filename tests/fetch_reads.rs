@@ -1,7 +1,9 @@
-//! How many reads a fetch costs, and what it serves: a page at the offset's index entry (which,
-//! keyed by its batch's last offset, usually points at the batch before the one wanted), then one
-//! read past that batch as large as `max_bytes` or the last batch served, which brings the wanted
-//! batch whole. Either way a fetch serves whole batches from the one holding its offset.
+//! How many reads a fetch costs, and what it serves. The index has an entry per batch when
+//! batches are larger than `index.interval.bytes`, each keyed by its batch's last offset: once
+//! the size of a batch is known (the last one served), a lookup reads the batch holding its
+//! offset whole where the entry after the offset's places it, in one read. Otherwise one read
+//! from the offset's entry through the next entry and a batch past it finds the batch. Either
+//! way a fetch serves whole batches from the one holding its offset.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -35,9 +37,13 @@ impl StorageHooks for CountLogReads {
 
 /// A batch of 100 records of 100 B: about 11 KB, so each batch has its own index entry.
 fn batch() -> bytes::Bytes {
+    batch_of(RECORDS_PER_BATCH)
+}
+
+fn batch_of(records: u64) -> bytes::Bytes {
     let value = [b'v'; 100];
     let mut builder = BatchBuilder::new(0);
-    for _ in 0..RECORDS_PER_BATCH {
+    for _ in 0..records {
         builder.push(&NewRecord {
             timestamp_ms: 1_700_000_000_000,
             key: None,
@@ -49,6 +55,15 @@ fn batch() -> bytes::Bytes {
 }
 
 fn log_of_batches(dir: &Path, hooks: Arc<CountLogReads>) -> PartitionLog {
+    log_of(dir, hooks, |_| batch())
+}
+
+/// A log of `BATCHES` batches, the `n`th `batch_at(n)`.
+fn log_of(
+    dir: &Path,
+    hooks: Arc<CountLogReads>,
+    batch_at: impl Fn(u64) -> bytes::Bytes,
+) -> PartitionLog {
     let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks));
     let tp = TopicPartition {
         topic: TopicName::parse("reads").unwrap(),
@@ -61,8 +76,9 @@ fn log_of_batches(dir: &Path, hooks: Arc<CountLogReads>) -> PartitionLog {
         now: TimestampMs(1_700_000_000_000),
     };
     let (mut log, _) = PartitionLog::open(storage, dir, tp, LogConfig::default(), options).unwrap();
-    for _ in 0..BATCHES {
-        log.append(batch(), TimestampMs(1_700_000_000_000)).unwrap();
+    for n in 0..BATCHES {
+        log.append(batch_at(n), TimestampMs(1_700_000_000_000))
+            .unwrap();
     }
     log
 }
@@ -75,7 +91,7 @@ fn served_bases(records: bytes::Bytes) -> Vec<i64> {
 }
 
 #[test]
-fn a_lookup_reads_the_entry_page_then_its_batch_whole_once_the_batch_size_is_known() {
+fn a_lookup_reads_its_batch_whole_at_its_index_entry_once_the_batch_size_is_known() {
     let dir = tempfile::tempdir().unwrap();
     let reads = Arc::new(CountLogReads::default());
     let mut log = log_of_batches(dir.path(), reads.clone());
@@ -87,16 +103,19 @@ fn a_lookup_reads_the_entry_page_then_its_batch_whole_once_the_batch_size_is_kno
             reads.0.load(Ordering::SeqCst) - before,
         )
     };
-    // The first fetch knows no batch size: the entry's page, the next batch's page, then the
-    // batch.
-    assert_eq!(lookup(1_234), (vec![1_200], 3));
-    // Later ones: the entry's page, then the wanted batch in one read.
-    assert_eq!(lookup(4_950), (vec![4_900], 2));
-    assert_eq!(lookup(2_550), (vec![2_500], 2));
-    // An offset that keys an entry (a batch's last): its own batch at the entry, then the rest.
-    assert_eq!(lookup(2_599), (vec![2_500], 2));
-    // The first batch has no entry: the segment's start, whose page holds its header.
-    assert_eq!(lookup(0), (vec![0], 2));
+    // The first fetch knows no batch size: from the entry's batch through a page past the next
+    // entry in one read, which holds the wanted batch's header; then that batch.
+    assert_eq!(lookup(1_234), (vec![1_200], 2));
+    // Later ones: every batch has its entry, one batch apart, so the wanted batch starts at the
+    // entry after the offset's: one read of a batch's size there.
+    assert_eq!(lookup(4_950), (vec![4_900], 1));
+    assert_eq!(lookup(2_550), (vec![2_500], 1));
+    // An offset that keys an entry (a batch's last): its own batch, read at that entry.
+    assert_eq!(lookup(2_599), (vec![2_500], 1));
+    // The first batch has no entry: the segment's start holds it.
+    assert_eq!(lookup(0), (vec![0], 1));
+    // The log's last batch.
+    assert_eq!(lookup(4_999).0, vec![4_900]);
 }
 
 #[test]
@@ -109,11 +128,50 @@ fn a_fetch_serves_whole_batches_from_the_one_holding_its_offset_up_to_max_bytes(
     let data = log.read(Offset(1_050), 3 * batch_bytes + 10).unwrap();
     assert_eq!(served_bases(data.records), [1_000, 1_100, 1_200]);
     let reads_taken = reads.0.load(Ordering::SeqCst) - before;
-    assert_eq!(reads_taken, 2, "the entry's page, then max_bytes at once");
+    assert_eq!(
+        reads_taken, 1,
+        "from the entry's batch through max_bytes past the next entry, at once"
+    );
     let data = log.read(Offset(4_800), 10 * batch_bytes).unwrap();
     assert_eq!(
         served_bases(data.records),
         [4_800, 4_900],
         "up to the log end"
     );
+}
+
+/// Batches of 100 and of 3 records in turn: some entries are one batch apart and some two, and
+/// the last batch's size (the guess) is often wrong. Every lookup still serves the batch holding
+/// its offset, in at most the reads of a lookup without the guess.
+#[test]
+fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(CountLogReads::default());
+    let records_in = |n: u64| {
+        if n.is_multiple_of(2) {
+            RECORDS_PER_BATCH
+        } else {
+            3
+        }
+    };
+    let mut log = log_of(dir.path(), reads.clone(), |n| batch_of(records_in(n)));
+    let mut bases = vec![0u64];
+    for n in 0..BATCHES {
+        bases.push(bases[n as usize] + records_in(n));
+    }
+    let end = *bases.last().unwrap();
+    for offset in (0..end).step_by(7).chain([end - 1]) {
+        let before = reads.0.load(Ordering::SeqCst);
+        let data = log.read(Offset(offset), 1).unwrap();
+        let holding = bases.partition_point(|base| *base <= offset) - 1;
+        assert_eq!(
+            served_bases(data.records),
+            vec![bases[holding] as i64],
+            "offset {offset}"
+        );
+        assert!(
+            reads.0.load(Ordering::SeqCst) - before <= 3,
+            "offset {offset}"
+        );
+    }
 }

@@ -1823,6 +1823,36 @@ fn data_in_the_prewritten_space_is_reported_when_the_segment_stops_being_active(
     );
 }
 
+/// F8 (`sim_ops`): a misdirected write lands just past the log end, in the prewritten space, and
+/// the next append is written over part of it: what is left of the landed batch no longer
+/// passes its CRC, and after a crash its records would read as a torn tail. The append checks
+/// the space it overwrites first: reported, the log failed, nothing written there.
+#[test]
+fn an_append_over_data_in_the_prewritten_space_is_refused_and_reported() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let mut log = open_plain(&dir, false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    let active = segment_logs(&dir).pop().unwrap();
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&batches[0].bytes, payload + 100).unwrap();
+    let landed = fs::read(&active).unwrap();
+    let error = log.append(batch(log.log_end_offset().0, 10), now());
+    let error = error.unwrap_err().to_string();
+    assert!(
+        error.contains("where only prewritten space belongs"),
+        "reported: {error}"
+    );
+    assert_eq!(
+        fs::read(&active).unwrap(),
+        landed,
+        "nothing written over it"
+    );
+    assert!(log.flush().is_err(), "the log failed");
+}
+
 /// A one-record batch of exactly `size_bytes` (its value padded to fit).
 fn batch_of_size(size_bytes: usize) -> Bytes {
     (0..size_bytes)

@@ -123,10 +123,15 @@ impl<E: IndexEntry> IndexFile<E> {
 
     /// The greatest entry whose key is at most `target`.
     pub fn greatest_at_most(&self, target: i64) -> Option<E> {
+        self.greatest_at_most_index(target)
+            .and_then(|entry_index| self.entry(entry_index))
+    }
+
+    /// The index of the greatest entry whose key is at most `target`.
+    pub fn greatest_at_most_index(&self, target: i64) -> Option<usize> {
         let entries = self.entries_bytes();
         let key_at = |entry_index| E::decode_at(entries, entry_index).map_or(i64::MAX, |e| e.key());
         search::greatest_at_most(self.entry_count, E::BYTES, target, key_at)
-            .and_then(|entry_index| self.entry(entry_index))
     }
 
     /// Appends an entry; the caller has checked `!is_full()` and the ordering rules.

@@ -80,6 +80,25 @@ impl OffsetIndex {
             .map_or(self.start(), |entry| self.to_offset_position(entry))
     }
 
+    /// [`OffsetIndex::lookup`]'s entry, and the entry after it (the first one when no entry is
+    /// at or below `target`): the batch holding `target` starts after the first and at or
+    /// before the second.
+    pub fn lookup_with_next(&self, target: Offset) -> (OffsetPosition, Option<OffsetPosition>) {
+        let relative = target
+            .0
+            .checked_sub(self.base_offset.0)
+            .map(|relative| i64::try_from(relative).unwrap_or(i64::MAX));
+        let at_most = relative.and_then(|relative| self.file.greatest_at_most_index(relative));
+        let entry_at = |entry_index| {
+            self.file
+                .entry(entry_index)
+                .map(|entry| self.to_offset_position(entry))
+        };
+        let next_index = at_most.map_or(0, |entry_index| entry_index + 1);
+        let found = at_most.and_then(entry_at).unwrap_or(self.start());
+        (found, entry_at(next_index))
+    }
+
     /// Appends `(offset, position)`. The caller guarantees offsets and positions increase and
     /// that `offset - base_offset` fits 31 bits.
     pub fn append(&mut self, offset: Offset, position: u32) {

@@ -18,9 +18,12 @@ use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName, segment_path};
 use crate::format::prewrite;
+use crate::format::{BatchHeader, BatchPrefix};
+use crate::index::offset_index::OffsetPosition;
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::io::{OpenMode, Storage, StorageFile};
+use crate::limits::BATCH_HEADER_BYTES;
 use crate::types::{Offset, TimestampMs};
 use direct::DirectWriter;
 use scan::{LogScanner, ScanStep};
@@ -34,6 +37,9 @@ const PREFETCH_READS: u64 = 4;
 const PREALLOCATE_BYTES_MIN: u64 = 64 * 1024;
 /// Space past the log end is checked this much at a time (`check_prewritten`).
 const CHECK_CHUNK_BYTES: u64 = 256 * 1024;
+/// A lookup reads at most this much between two index entries at once (Kafka's 4 KiB
+/// `index.interval.bytes` keeps entries a batch or a few kilobytes apart).
+const LOOKUP_GAP_BYTES_MAX: u64 = 64 * 1024;
 
 /// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +261,7 @@ impl Segment {
         assert!(first.last_offset >= self.next_offset);
         assert_eq!(last.position_in_write + last.size_bytes, bytes.len() as u64);
         let position = self.size_bytes;
+        self.check_overwritten(position, position + bytes.len() as u64)?;
         self.preallocate_for(position + bytes.len() as u64)?;
         match &mut self.direct {
             Some(direct) => direct.append(bytes, position),
@@ -339,6 +346,32 @@ impl Segment {
         }
     }
 
+    /// Before an append overwrites `position..end`: the part of it in prewritten space still
+    /// holds only prewritten space (a stamp the append cuts checked whole). A write the device put
+    /// there instead of where it was sent (a misdirected write, R14), once overwritten in part,
+    /// would leave nothing for recovery to find, and the records it held would read as a torn
+    /// tail (fuzz finding F8). One read of the append's size, in logs synced in small steps only.
+    fn check_overwritten(&self, position: u64, end: u64) -> Result<(), StorageError> {
+        if !self.prewritten || position >= self.preallocated_bytes {
+            return Ok(());
+        }
+        let check_to = (end + prewrite::STAMP_BYTES as u64).min(self.preallocated_bytes);
+        let bytes = self
+            .log
+            .read_to_vec((check_to - position) as usize, position)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        let remainder = prewrite::stamp_remainder_bytes(&bytes, position);
+        let rest = bytes.get(remainder..).unwrap_or_default();
+        let more_follows = check_to < self.preallocated_bytes;
+        prewrite::check_prewritten(rest, position + remainder as u64, more_follows)
+            .map(|_| ())
+            .map_err(|misplaced| StorageError::Corrupt {
+                file: self.log_path.clone(),
+                position: misplaced.position(),
+                reason: misplaced.describe(),
+            })
+    }
+
     /// Sets how far ahead of its appends the active `.log` is prewritten (`0`: not at all;
     /// space already prewritten stays). Ignored with direct writes, which pad their own tail.
     pub fn set_prewrite_bytes(&mut self, bytes: u64) {
@@ -380,21 +413,42 @@ impl Segment {
     /// up to `max_bytes` but at least that batch; `None` if no batch of this segment ends at or
     /// after `offset`.
     ///
-    /// Reads: a page at the offset's index entry, which usually holds the header of the batch
-    /// before the one wanted (an entry is keyed by its batch's last offset); the read past that
-    /// batch takes `max_bytes`, or the size of the last batch served, at once, so it brings the
-    /// wanted batch whole and serves it (two reads). Only when the batch is larger than that is
-    /// it read again from its start.
+    /// Reads: where the index places the batch holding `offset` (`read_indexed_batch`), one read
+    /// of `max_bytes` or the size of the last batch served, which brings that batch whole. Else
+    /// one read from the offset's index entry (keyed by its batch's last offset, so usually the
+    /// batch before the one wanted) through the next entry and a batch's worth past it, and
+    /// the hops between headers in it; only a batch larger than what was read is read again.
     pub fn read_from(
         &self,
         offset: Offset,
         max_bytes: u64,
         dense: bool,
     ) -> Result<Option<Bytes>, StorageError> {
-        let start = u64::from(self.offset_index.lookup(offset).position);
+        let (entry, next_entry) = self.offset_index.lookup_with_next(offset);
         let end = self.size_bytes;
         let batch_bytes = max_bytes.max(self.batch_bytes_hint.get());
-        let mut scanner = self.lookup_scanner(start, end).then_window(
+        if let Some(served) =
+            self.read_indexed_batch(offset, entry, next_entry, batch_bytes, max_bytes, dense)?
+        {
+            return Ok(Some(served));
+        }
+        let start = u64::from(entry.position);
+        // Through the next entry's batch, which ends at or after `offset`: the hops in one read
+        // (a sparser index than Kafka's 4 KiB interval is scanned a window at a time).
+        let header_window = batch_bytes.max(scan::LOOKUP_WINDOW_BYTES as u64);
+        let first_window = next_entry.map_or(scan::LOOKUP_WINDOW_BYTES as u64, |next| {
+            (u64::from(next.position).saturating_sub(start))
+                .min(LOOKUP_GAP_BYTES_MAX)
+                .saturating_add(header_window)
+        });
+        let mut scanner = LogScanner::with_window(
+            self.log.as_ref(),
+            &self.log_path,
+            start,
+            end,
+            usize::try_from(first_window).unwrap_or(usize::MAX),
+        )
+        .then_window(
             usize::try_from(batch_bytes)
                 .map_or(usize::MAX, |bytes| bytes.max(scan::LOOKUP_WINDOW_BYTES)),
         );
@@ -423,6 +477,68 @@ impl Segment {
             dense,
         )
         .map(Some)
+    }
+
+    /// The batch holding `offset` read where the index places it, in one read of `batch_bytes`:
+    /// at `entry` when it is keyed by `offset` itself (its batch ends there), else at
+    /// `next_entry` when the two entries are one batch apart (every batch indexed, as when
+    /// batches are larger than `index.interval.bytes`): the batch after `entry`'s. `None` when
+    /// neither applies or the batch read there does not hold `offset` (its header, checked
+    /// before anything is served, says so): the caller scans from `entry`.
+    fn read_indexed_batch(
+        &self,
+        offset: Offset,
+        entry: OffsetPosition,
+        next_entry: Option<OffsetPosition>,
+        batch_bytes: u64,
+        max_bytes: u64,
+        dense: bool,
+    ) -> Result<Option<Bytes>, StorageError> {
+        let end = self.size_bytes;
+        // Batches of about the size of the last one served: the gap holds one batch, not two.
+        let hint = self.batch_bytes_hint.get();
+        let one_batch_apart = |next: &OffsetPosition| {
+            next.position > entry.position
+                && u64::from(next.position - entry.position) <= hint + hint / 2
+        };
+        let position = match next_entry {
+            _ if entry.offset == offset => u64::from(entry.position),
+            Some(next) if one_batch_apart(&next) => u64::from(next.position),
+            _ => return Ok(None),
+        };
+        let length = batch_bytes.min(end.saturating_sub(position));
+        if length < BATCH_HEADER_BYTES as u64 {
+            return Ok(None);
+        }
+        let bytes = Bytes::from(
+            self.log
+                .read_to_vec(length as usize, position)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?,
+        );
+        let Some(header) = BatchPrefix::parse(&bytes)
+            .and_then(|_| BatchHeader::parse(&bytes))
+            .ok()
+            .filter(|header| {
+                header.base_offset <= offset.0 as i64 && header.last_offset() >= offset.0 as i64
+            })
+        else {
+            return Ok(None);
+        };
+        let first = BatchLocation {
+            position,
+            size_bytes: header.size_bytes(),
+            base_offset: Offset(header.base_offset.max(0) as u64),
+            last_offset: Offset(header.last_offset().max(0) as u64),
+        };
+        self.batch_bytes_hint.set(first.size_bytes);
+        let wanted = max_bytes.max(first.size_bytes).min(end - position);
+        if (bytes.len() as u64) < wanted {
+            return self
+                .read_batches(first, offset, max_bytes, end, dense)
+                .map(Some);
+        }
+        self.serve_batches(bytes.slice(..wanted as usize), position, offset, end, dense)
+            .map(Some)
     }
 
     fn scan_for(
