@@ -293,3 +293,45 @@ fn a_batch_spanning_sectors_with_a_wrong_base_offset_is_refused() {
         "{error}"
     );
 }
+
+/// sim_ops (F9, a local CI-like run, 2026-12-01; input
+/// `AwAAAAAAAADnNjE1LmluZDAwMFsAMDI5LmluMDAwMDAwMDD//////////////zAw//////9kZXhXVz9XV3hleD8wV1dXVwACCQAN`):
+/// a misdirected write of the batch for offset 2 landed at 512, over the synced batch for offset
+/// 1 at 504 (all but its base offset). The batch at 504 failed its CRC, its header (across two
+/// sectors) did not parse, and no batch for offset 1 was anywhere: recovery cut offset 1, which
+/// was acknowledged. A batch starting inside the header that belongs at 504 was never written
+/// there by a torn write: refused.
+#[test]
+fn a_batch_found_inside_the_header_of_the_invalid_one_is_damage_not_a_torn_tail() {
+    let synced = batch_of_size(0, 504);
+    let overwritten = batch_of_size(1, 73);
+    let landed = batch_of_size(2, 82);
+    let mut log = [synced, overwritten].concat();
+    log.truncate(512);
+    log.extend(&landed);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let error = loaded.unwrap_err();
+    assert!(
+        matches!(error, seglog::error::StorageError::Corrupt { .. }),
+        "{error}"
+    );
+}
+
+/// The same further on: the batch for offset 2 landed at 1024, inside the batch for offset 1
+/// (504 to 1104), whose header crosses a sector boundary but is intact and names offset 1: the
+/// extent it claims holds the batch that follows it, so it was written whole and then damaged.
+#[test]
+fn a_batch_found_inside_the_extent_a_header_across_sectors_claims_is_damage() {
+    let synced = batch_of_size(0, 504);
+    let overwritten = batch_of_size(1, 600);
+    let landed = batch_of_size(2, 82);
+    let mut log = [synced, overwritten].concat();
+    log.truncate(1024);
+    log.extend(&landed);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let error = loaded.unwrap_err();
+    assert!(
+        matches!(error, seglog::error::StorageError::Corrupt { .. }),
+        "{error}"
+    );
+}

@@ -397,6 +397,8 @@ impl Segment {
     ///   P's intact header claims (only P's own bytes were written there), nor in P's sector with
     ///   a non-zero byte in that sector (the sector then holds new bytes, so P's bytes before it
     ///   were written whole);
+    /// - no batch that passes its CRC starts inside the header that belongs at P (its first 61
+    ///   bytes): only that header's bytes or older ones were ever there;
     /// - the batch for the expected offset does not lie further on (a misdirected write, R14).
     ///
     /// The offsets that follow are P's last offset + 1 when P's header is intact, else above the
@@ -410,9 +412,9 @@ impl Segment {
     ) -> Result<Option<String>, StorageError> {
         let expected = self.next_offset.0 as i64;
         let sector = |position: u64| position / SECTOR_BYTES;
-        let header = self
-            .header_at(invalid_at)?
-            .filter(|_| sector(invalid_at) == sector(invalid_at + field::MAGIC as u64));
+        let parsed = self.header_at(invalid_at)?;
+        let one_sector = sector(invalid_at) == sector(invalid_at + field::MAGIC as u64);
+        let header = parsed.filter(|_| one_sector);
         if let Some(header) = &header
             && header.base_offset != expected
             && (dense || header.base_offset < expected)
@@ -424,9 +426,13 @@ impl Segment {
             )));
         }
         // P's own header, when intact: the extent it claims (a length beyond `max.message.bytes`
-        // was never written) and the offset that follows it.
-        let own = header.filter(|header| {
-            header.base_offset == expected && header.size_bytes() <= max_batch_bytes
+        // was never written) and the offset that follows it. Across two sectors only when it
+        // names the (non-zero) expected offset: the first sector was written then, and a lost
+        // second one reads as zeros or stamps, no plausible length.
+        let own = parsed.filter(|header| {
+            (one_sector || expected != 0)
+                && header.base_offset == expected
+                && header.size_bytes() <= max_batch_bytes
         });
         let claimed_end = own.map_or(0, |header| invalid_at + header.size_bytes());
         let follows = own.map(|header| header.last_offset().saturating_add(1));
@@ -448,6 +454,18 @@ impl Segment {
         };
         if let Some(misplaced) = self.misplaced_stamp(invalid_at)? {
             return Ok(Some(misplaced.describe()));
+        }
+        // Where a batch header belongs, a torn write leaves that header's bytes or older ones
+        // (zeros, prewritten space), never the start of another batch (fuzz finding F9).
+        let header_end = (invalid_at + BATCH_HEADER_BYTES as u64).min(self.size_bytes);
+        if let Some(position) =
+            self.valid_batch_in(invalid_at + 1, header_end, None, |_, _| true)?
+        {
+            return Ok(Some(format!(
+                "a batch passes its CRC at position {position}, inside the header of the batch \
+                 that belongs at {invalid_at}: it was written over that batch (a misdirected \
+                 write)"
+            )));
         }
         if let Some(position) = self.valid_batch_in(invalid_at + 1, region_end, None, evidence)? {
             return Ok(Some(format!(
