@@ -231,6 +231,10 @@ struct State {
     trace: bool,
     /// Every fault injected, with the file or directory it hit.
     fired: Vec<(Fault, PathBuf)>,
+    /// Where each misdirected write landed: file, start, end.
+    landings: Vec<(FileId, u64, u64)>,
+    /// A misdirected write landed over (part of) an earlier one's landing in the same file.
+    landing_overwritten: bool,
 }
 
 /// The simulated disk: a [`Storage`] over the real directory `root`. Cloning shares the disk.
@@ -321,6 +325,8 @@ impl SimStorage {
             stats: SimStats::default(),
             trace: false,
             fired: Vec::new(),
+            landings: Vec::new(),
+            landing_overwritten: false,
         };
         state.adopt_tree(root)?;
         Ok(SimStorage {
@@ -350,6 +356,13 @@ impl SimStorage {
     /// Every fault injected so far, with the path of the file or directory it hit.
     pub fn faults_fired(&self) -> Vec<(Fault, PathBuf)> {
         self.lock().fired.clone()
+    }
+
+    /// Whether a misdirected write landed over (part of) where an earlier one had landed in the
+    /// same file: the earlier batch then survives nowhere whole, and its loss reads like a torn
+    /// tail (RELIABILITY.md, R14's residual limit).
+    pub fn misdirected_over_misdirected(&self) -> bool {
+        self.lock().landing_overwritten
     }
 
     /// Prints every mutation, fault and crash decision to stderr from now on.
@@ -854,7 +867,13 @@ impl State {
         Ok(id)
     }
 
-    fn misdirect(&mut self, file: &File, buf: &[u8], position: u64) -> io::Result<Vec<FileOp>> {
+    fn misdirect(
+        &mut self,
+        id: FileId,
+        file: &File,
+        buf: &[u8],
+        position: u64,
+    ) -> io::Result<Vec<FileOp>> {
         let length = file.metadata()?.len();
         let span = position.max(length) / SECTOR_BYTES;
         let mut landing = self.rng.below(span + 1) * SECTOR_BYTES;
@@ -872,6 +891,12 @@ impl State {
             ops.push(FileOp::SetLength(intended_end));
         }
         file.write_all_at(buf, landing)?;
+        let landing_end = landing + buf.len() as u64;
+        let over_earlier = self.landings.iter().any(|(earlier_id, start, end)| {
+            *earlier_id == id && landing < *end && *start < landing_end
+        });
+        self.landing_overwritten |= over_earlier;
+        self.landings.push((id, landing, landing_end));
         ops.push(FileOp::Write {
             position: landing,
             bytes: buf.to_vec(),
@@ -959,7 +984,7 @@ impl StorageFile for SimFile {
                 Ok(())
             }
             Some(Fault::MisdirectedWrite) => {
-                let ops = state.misdirect(&self.file, buf, position)?;
+                let ops = state.misdirect(self.id, &self.file, buf, position)?;
                 SimFile::record(&mut state, self.id, ops);
                 Ok(())
             }
@@ -1376,6 +1401,20 @@ mod tests {
         assert_eq!(bytes.len(), 1536);
         assert_eq!(&bytes[1024..], &[0u8; 512][..]);
         assert_eq!(bytes.iter().filter(|byte| **byte == 2).count(), 512);
+    }
+
+    #[test]
+    fn a_misdirected_write_over_an_earlier_ones_landing_is_recorded() {
+        let (dir, sim) = disk(10);
+        let path = dir.path().join("f");
+        let file = write(&sim, &path, &[1u8; 100]);
+        // Below one sector, a misdirected write can only land at 0.
+        sim.schedule(Fault::MisdirectedWrite, 1);
+        file.write_all_at(&[2u8; 50], 100).unwrap();
+        assert!(!sim.misdirected_over_misdirected());
+        sim.schedule(Fault::MisdirectedWrite, 1);
+        file.write_all_at(&[3u8; 50], 150).unwrap();
+        assert!(sim.misdirected_over_misdirected());
     }
 
     #[test]
