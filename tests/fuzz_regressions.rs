@@ -236,12 +236,7 @@ fn a_batch_with_new_bytes_in_the_torn_sector_is_damage_not_a_torn_tail() {
     let mut log = synced.clone();
     log.extend(std::iter::repeat_n(0u8, lost.len()));
     log.extend(&survived);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let error = loaded.unwrap_err();
-    assert!(
-        matches!(error, seglog::error::StorageError::Corrupt { .. }),
-        "{error}"
-    );
+    assert_refused(&log);
 }
 
 /// sim_ops (F7, a local run of the CI smoke's seeds, 2026-12-01; input
@@ -286,12 +281,7 @@ fn a_batch_spanning_sectors_with_a_wrong_base_offset_is_refused() {
     let synced = batch_of_size(0, 504);
     let wrong = batch_of_size(7, 73);
     let log = [synced, wrong].concat();
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let error = loaded.unwrap_err();
-    assert!(
-        matches!(error, seglog::error::StorageError::Corrupt { .. }),
-        "{error}"
-    );
+    assert_refused(&log);
 }
 
 /// sim_ops (F9, a local CI-like run, 2026-12-01; input
@@ -309,12 +299,7 @@ fn a_batch_found_inside_the_header_of_the_invalid_one_is_damage_not_a_torn_tail(
     let mut log = [synced, overwritten].concat();
     log.truncate(512);
     log.extend(&landed);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let error = loaded.unwrap_err();
-    assert!(
-        matches!(error, seglog::error::StorageError::Corrupt { .. }),
-        "{error}"
-    );
+    assert_refused(&log);
 }
 
 /// The same further on: the batch for offset 2 landed at 1024, inside the batch for offset 1
@@ -328,7 +313,12 @@ fn a_batch_found_inside_the_extent_a_header_across_sectors_claims_is_damage() {
     let mut log = [synced, overwritten].concat();
     log.truncate(1024);
     log.extend(&landed);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    assert_refused(&log);
+}
+
+/// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.
+fn assert_refused(log: &[u8]) {
+    let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);
     let error = loaded.unwrap_err();
     assert!(
         matches!(error, seglog::error::StorageError::Corrupt { .. }),
