@@ -316,6 +316,52 @@ fn a_batch_found_inside_the_extent_a_header_across_sectors_claims_is_damage() {
     assert_refused(&log);
 }
 
+/// sim_ops (F11, a local CI-like run, 2026-12-01; input
+/// `A4AAAAMAAABGAAAATQQCAiAgIAEEIAFGAgRjNTg5/zBGAgQAKQIATgQAAyYCBEwAAAAAAAAA//8wMDBkYsMEHgIBHgAB//8=`):
+/// a misdirected write of the batch for offset 3 landed at 512, over the end of the synced batch
+/// for offset 1 (342 to 553) and the start of the one for offset 2. The batch at 342 failed its
+/// CRC; the one that landed carries neither the offset expected nor the one after the batch at
+/// 342, so recovery cut offsets 1-3, which were acknowledged. A batch that starts inside the
+/// extent the invalid batch's intact header claims and reaches past it is neither that batch's
+/// own bytes nor what a crash leaves there: refused.
+#[test]
+fn a_batch_reaching_past_the_extent_the_invalid_one_claims_is_damage() {
+    let synced = batch_of_size(0, 342);
+    let overwritten = batch_of_size(1, 211);
+    let destroyed = batch_of_size(2, 73);
+    let landed = batch_of_size(3, 73);
+    let mut log = [synced, overwritten, destroyed].concat();
+    log[512..585].copy_from_slice(&landed);
+    assert_refused(&log);
+}
+
+/// A batch stored in a record's value lies inside its batch's extent: when that batch is torn
+/// (its second sector lost), the stored batch passes its CRC with later offsets and is no
+/// evidence of damage. The tail is cut.
+#[test]
+fn a_batch_stored_in_a_torn_batchs_value_does_not_make_it_damage() {
+    use seglog::format::batch::field;
+    use seglog::format::{BatchBuilder, NewRecord};
+    let synced = batch_of_size(0, 100);
+    let mut value = batch_of_size(9, 73);
+    value.resize(600, b'v');
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: 1_700_000_000_000,
+        key: None,
+        value: Some(&value),
+        headers: &[],
+    });
+    let mut torn = builder.build().unwrap().to_vec();
+    torn[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&1i64.to_be_bytes());
+    let mut log = [synced.clone(), torn].concat();
+    log[512..].fill(0);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
+    assert_eq!(loaded.segment.next_offset().0, 1);
+}
+
 /// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.
 fn assert_refused(log: &[u8]) {
     let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);

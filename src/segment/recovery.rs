@@ -396,7 +396,8 @@ impl Segment {
     /// - no batch that passes its CRC and carries the offsets that follow starts inside the extent
     ///   P's intact header claims (only P's own bytes were written there), nor in P's sector with
     ///   a non-zero byte in that sector (the sector then holds new bytes, so P's bytes before it
-    ///   were written whole);
+    ///   were written whole); nor one of later offsets that starts inside that extent and
+    ///   reaches past it (P's own bytes end there, older ones hold no batch);
     /// - no batch that passes its CRC starts inside the header that belongs at P (its first 61
     ///   bytes): only that header's bytes or older ones were ever there;
     /// - the batch for the expected offset does not lie further on (a misdirected write, R14).
@@ -450,7 +451,12 @@ impl Segment {
                 .iter()
                 .take(sector_end.saturating_sub(position) as usize)
                 .any(|byte| *byte != 0);
-            successor && (position < claimed_end || in_sector)
+            // A batch reaching past the claimed extent from inside it is neither P's own bytes
+            // (a batch stored in a record's value ends inside P) nor older ones (zeros,
+            // prewritten space): one written later landed over P (fuzz finding F11).
+            let straddles = follows.is_some_and(|follows| base >= follows)
+                && position + batch.size_bytes() > claimed_end;
+            (position < claimed_end && (successor || straddles)) || (successor && in_sector)
         };
         if let Some(misplaced) = self.misplaced_stamp(invalid_at)? {
             return Ok(Some(misplaced.describe()));
