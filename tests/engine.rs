@@ -279,6 +279,105 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
     engine.close().unwrap();
 }
 
+/// Hooks that hold every `fdatasync` of a `.log` until `open` is set, counting those begun.
+#[derive(Debug, Default)]
+struct HeldLogSyncs {
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+    begun: AtomicUsize,
+}
+
+impl StorageHooks for HeldLogSyncs {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
+        if op == StorageOp::SyncData && path.extension().is_some_and(|e| e == "log") {
+            self.begun.fetch_add(1, Ordering::SeqCst);
+            let open = self.open.lock().unwrap();
+            drop(self.opened.wait_while(open, |open| !*open).unwrap());
+        }
+        Ok(())
+    }
+}
+
+/// With `background_sync_bytes` set, a partition with that much appended and unsynced is synced
+/// by the sync threads while its appends are answered without waiting for it; the syncs move
+/// the durable offset with no flush asked for.
+#[test]
+fn appends_past_background_sync_bytes_are_synced_in_the_background_and_answered_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Arc::new(HeldLogSyncs::default());
+    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), hooks.clone()));
+    let engine_config = EngineConfig {
+        background_sync_bytes: 64 * 1024,
+        ..config(1)
+    };
+    let engine = Engine::open_with_storage(dir.path(), engine_config, storage).unwrap();
+    let topic = engine
+        .create_topic("bulk", 1, LogConfig::default())
+        .unwrap();
+    let value = "v".repeat(4000);
+    let appends = 40u64;
+    // Every append is answered while the background sync is held: none waits for it.
+    for _ in 0..appends {
+        let info = engine
+            .append(&topic, 0, batch(&value), Durability::Written)
+            .wait()
+            .unwrap();
+        assert!(!info.durable);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while hooks.begun.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background sync after {appends} appends of 4 KB"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    *hooks.open.lock().unwrap() = true;
+    hooks.opened.notify_all();
+    // No flush was asked for; the background syncs made the offsets durable all the same (up to
+    // the last 64 KiB or less).
+    let description = engine.describe_topic("bulk").unwrap();
+    let partition = &description.partitions[0];
+    assert_eq!(partition.log_end_offset, Offset(appends));
+    assert!(
+        partition.durable_offset.0 >= appends - 64 * 1024 / 4000,
+        "durable through {} of {appends}",
+        partition.durable_offset
+    );
+    engine.close().unwrap();
+}
+
+/// By default (`background_sync_bytes` 0) appends answered once written are synced only by the
+/// flush policy, a roll or a close.
+#[test]
+fn by_default_nothing_is_synced_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let (storage, counter) = counting_storage();
+    assert_eq!(EngineConfig::default().background_sync_bytes, 0);
+    let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+    let topic = engine
+        .create_topic("bulk", 1, LogConfig::default())
+        .unwrap();
+    let value = "v".repeat(4000);
+    for _ in 0..40 {
+        engine
+            .append(&topic, 0, batch(&value), Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let description = engine.describe_topic("bulk").unwrap();
+    assert_eq!(description.partitions[0].durable_offset, Offset(0));
+    let log_syncs = counter
+        .syncs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path.extension().is_some_and(|e| e == "log"))
+        .count();
+    assert_eq!(log_syncs, 0);
+    engine.close().unwrap();
+}
+
 #[test]
 fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
     let dir = tempfile::tempdir().unwrap();

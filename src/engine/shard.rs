@@ -184,6 +184,8 @@ pub(crate) struct ShardContext {
     pub sync_inline_when_idle: bool,
     /// `EngineConfig::prewrite_synced_logs`, given to every partition this shard opens.
     pub prewrite_synced_logs: bool,
+    /// `EngineConfig::background_sync_bytes`.
+    pub background_sync_bytes: u64,
 }
 
 struct PendingAppend {
@@ -205,7 +207,11 @@ struct ParkedFetch {
 struct WrittenGroup {
     tp: TopicPartition,
     answers: WrittenAnswers,
+    /// The appends wait for a sync (durable, or the flush policy).
     must_sync: bool,
+    /// The appends are answered now and the log is synced in the background
+    /// (`EngineConfig::background_sync_bytes`).
+    background_sync: bool,
 }
 
 /// What woke the shard.
@@ -643,8 +649,9 @@ impl Shard {
 
     /// Answers a written group that need not sync; syncs one that must here when `inline` (the
     /// sync threads hold nothing of it, so no sync of its file runs meanwhile), else gives it to
-    /// the sync threads.
-    fn hand_over(&mut self, group: WrittenGroup, inline: bool) {
+    /// the sync threads. A group whose log is due a background sync is answered at once and its
+    /// log given to the sync threads without answers.
+    fn hand_over(&mut self, mut group: WrittenGroup, inline: bool) {
         let dir = self.context.root.join(partition_dir_name(&group.tp));
         if group.must_sync
             && inline
@@ -653,9 +660,13 @@ impl Shard {
             let result = log.flush();
             return answer_written(group.answers, Some(result), &dir);
         }
+        if group.background_sync {
+            answer_written(std::mem::take(&mut group.answers), None, &dir);
+        }
         let log = self.partitions.get(&group.tp);
         let generation = self.generations.get(&group.tp).copied();
-        match (group.must_sync, log, generation) {
+        let sync = group.must_sync || group.background_sync;
+        match (sync, log, generation) {
             (true, Some(log), Some(generation)) => self.syncer.submit(SyncJob {
                 file: log.active_log_file(),
                 path: log.active_log_path().to_owned(),
@@ -702,6 +713,8 @@ impl Shard {
         match log.append_validated(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
+                let background_sync =
+                    !must_sync && log.take_background_sync(self.context.background_sync_bytes);
                 let answers = group
                     .into_iter()
                     .map(|append| append.reply)
@@ -711,6 +724,7 @@ impl Shard {
                     tp,
                     answers,
                     must_sync,
+                    background_sync,
                 })
             }
             Err(error) => {

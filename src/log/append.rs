@@ -193,10 +193,12 @@ impl PartitionLog {
             infos.push(info);
         }
         self.write_pending(&mut pending)?;
-        self.bytes_since_sync += appends
+        let appended_bytes = appends
             .iter()
             .map(|append| append.size_bytes() as u64)
             .sum::<u64>();
+        self.bytes_since_sync += appended_bytes;
+        self.bytes_since_background_sync += appended_bytes;
         self.unflushed_records += total_records;
         self.first_unflushed_at.get_or_insert(now);
         Ok(infos)

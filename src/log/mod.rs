@@ -96,6 +96,9 @@ pub struct PartitionLog {
     bytes_since_sync: u64,
     /// What the syncs covered, a moving average (the last sync weighs a quarter).
     sync_bytes_average: u64,
+    /// Bytes appended since a sync covered the log end or was asked for in the background
+    /// ([`PartitionLog::take_background_sync`]).
+    bytes_since_background_sync: u64,
     /// How far ahead of its appends the active segment prewrites (`prewrite_bytes_for`).
     prewrite_bytes: u64,
     failed: bool,
@@ -354,8 +357,21 @@ impl PartitionLog {
         if through >= self.log_end_offset() {
             self.unflushed_records = 0;
             self.first_unflushed_at = None;
+            self.bytes_since_background_sync = 0;
         }
         Ok(())
+    }
+
+    /// Whether `threshold_bytes` (> 0) or more were appended since a sync covered the log end or
+    /// was last asked for here: the caller then syncs the active `.log` in the background, so that
+    /// the dirty pages a roll's sync (or the kernel's writeback) must write at once stay bounded.
+    /// Counts from zero again when it answers yes.
+    pub fn take_background_sync(&mut self, threshold_bytes: u64) -> bool {
+        let due = threshold_bytes > 0 && self.bytes_since_background_sync >= threshold_bytes;
+        if due {
+            self.bytes_since_background_sync = 0;
+        }
+        due
     }
 
     /// Whether the flush policy asks for a sync now.

@@ -116,6 +116,7 @@ impl PartitionLog {
             unflushed_records: 0,
             first_unflushed_at: None,
             bytes_since_sync: 0,
+            bytes_since_background_sync: 0,
             sync_bytes_average: 0,
             prewrite_bytes: 0,
             failed: false,

@@ -147,6 +147,10 @@ pub struct BenchArgs {
     /// (`EngineConfig::prewrite_synced_logs`, on by default): each sync then grows the file.
     #[arg(long)]
     pub no_prewrite: bool,
+    /// Sync a partition in the background once this many MiB were appended to it unsynced
+    /// (`EngineConfig::background_sync_bytes`) [default: 0, never].
+    #[arg(long, value_name = "MIB")]
+    pub background_sync_mb: Option<u64>,
     /// Data directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub dir: Option<PathBuf>,

@@ -89,6 +89,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         backend: settings.backend,
         direct_writes: settings.direct_io,
         prewrite_synced_logs: settings.prewrite,
+        background_sync_bytes: settings.background_sync_bytes,
         shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
         ..EngineConfig::default()
     };

@@ -91,7 +91,7 @@ impl Report<'_> {
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
              linger_ms={} key_space={} compression={} backend={} direct_io={} \
-             prewrite={}",
+             prewrite={} background_sync_bytes={}",
             settings.workload.name(),
             settings.producers,
             settings.consumers,
@@ -108,6 +108,7 @@ impl Report<'_> {
             settings.backend_name,
             settings.direct_io,
             settings.prewrite,
+            settings.background_sync_bytes,
         )?;
         write!(
             out,
@@ -310,6 +311,7 @@ impl Report<'_> {
             "backend": settings.backend_name,
             "direct_io": settings.direct_io,
             "prewrite": settings.prewrite,
+            "background_sync_bytes": settings.background_sync_bytes,
         })
     }
 

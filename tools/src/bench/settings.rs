@@ -37,6 +37,7 @@ pub struct Settings {
     pub shards: Option<usize>,
     pub direct_io: bool,
     pub prewrite: bool,
+    pub background_sync_bytes: u64,
 }
 
 impl Settings {
@@ -91,6 +92,10 @@ impl Settings {
             shards: args.shards,
             direct_io: args.direct_io,
             prewrite: !args.no_prewrite,
+            background_sync_bytes: args
+                .background_sync_mb
+                .unwrap_or(0)
+                .saturating_mul(1024 * 1024),
         })
     }
 
