@@ -181,25 +181,29 @@ fn trusted_load_of_a_batch_at_the_largest_offset_does_not_overflow() {
 
 /// A batch of one record at `base_offset` whose encoding is exactly `size_bytes` long.
 fn batch_of_size(base_offset: i64, size_bytes: usize) -> Vec<u8> {
-    use seglog::format::batch::field;
-    use seglog::format::{BatchBuilder, NewRecord};
     for value_bytes in 0..size_bytes {
-        let value = vec![b'v'; value_bytes];
-        let mut builder = BatchBuilder::new(0);
-        builder.push(&NewRecord {
-            timestamp_ms: 1_700_000_000_000,
-            key: None,
-            value: Some(&value),
-            headers: &[],
-        });
-        let mut batch = builder.build().unwrap().to_vec();
+        let batch = batch_with_value(base_offset, &vec![b'v'; value_bytes]);
         if batch.len() == size_bytes {
-            batch[field::BASE_OFFSET..field::BASE_OFFSET + 8]
-                .copy_from_slice(&base_offset.to_be_bytes());
             return batch;
         }
     }
     panic!("no one-record batch of {size_bytes} bytes");
+}
+
+/// A batch of one unkeyed record holding `value`, at `base_offset`.
+fn batch_with_value(base_offset: i64, value: &[u8]) -> Vec<u8> {
+    use seglog::format::batch::field;
+    use seglog::format::{BatchBuilder, NewRecord};
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: 1_700_000_000_000,
+        key: None,
+        value: Some(value),
+        headers: &[],
+    });
+    let mut batch = builder.build().unwrap().to_vec();
+    batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+    batch
 }
 
 /// sim_ops (helper run, 2026-11-30; minimised input
@@ -340,20 +344,10 @@ fn a_batch_reaching_past_the_extent_the_invalid_one_claims_is_damage() {
 /// evidence of damage. The tail is cut.
 #[test]
 fn a_batch_stored_in_a_torn_batchs_value_does_not_make_it_damage() {
-    use seglog::format::batch::field;
-    use seglog::format::{BatchBuilder, NewRecord};
     let synced = batch_of_size(0, 100);
     let mut value = batch_of_size(9, 73);
     value.resize(600, b'v');
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(&value),
-        headers: &[],
-    });
-    let mut torn = builder.build().unwrap().to_vec();
-    torn[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&1i64.to_be_bytes());
+    let torn = batch_with_value(1, &value);
     let mut log = [synced.clone(), torn].concat();
     log[512..].fill(0);
     let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
