@@ -1823,6 +1823,34 @@ fn data_in_the_prewritten_space_is_reported_when_the_segment_stops_being_active(
     );
 }
 
+/// F12 (`sim_ops`): a misdirected write lands at the end of the prewritten space and past it,
+/// growing the file; its batch, acknowledged by the next sync, is then only there. Cutting the
+/// space when the segment stops being active would leave prewritten space where the batch
+/// belongs, which reads as a torn tail after a crash: the whole file past the log end is checked
+/// before the cut, not only the space prewritten.
+#[test]
+fn data_written_past_the_prewritten_space_is_reported_when_the_segment_stops_being_active() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let mut log = open_plain(&dir, false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let active = segment_logs(&dir).pop().unwrap();
+    let length = fs::metadata(&active).unwrap().len();
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&batches[0].bytes, length).unwrap();
+    let error = log.close().unwrap_err().to_string();
+    assert!(
+        error.contains("where only prewritten space belongs"),
+        "reported, not cut: {error}"
+    );
+    assert_eq!(
+        fs::metadata(&active).unwrap().len(),
+        length + batches[0].bytes.len() as u64,
+        "nothing was cut"
+    );
+}
+
 /// F8 (`sim_ops`): a misdirected write lands just past the log end, in the prewritten space, and
 /// the next append is written over part of it: what is left of the landed batch no longer
 /// passes its CRC, and after a crash its records would read as a torn tail. The append checks

@@ -911,7 +911,9 @@ impl Segment {
     }
 
     /// Before the space reserved past the log end is cut: it must hold only prewritten space
-    /// (zeros, or stamps at their own positions, the first perhaps cut by the last append).
+    /// (zeros, or stamps at their own positions, the first perhaps cut by the last append), and
+    /// so must anything past it up to the file's end, which only a write the device put in the
+    /// wrong place can have grown (fuzz finding F12).
     fn check_reserve(&self) -> Result<(), StorageError> {
         if !self.prewritten {
             return Ok(());
@@ -921,7 +923,14 @@ impl Segment {
             .read_to_vec(prewrite::STAMP_BYTES, self.size_bytes)
             .map_err(|source| StorageError::io("read", &self.log_path, source))?;
         let remainder = prewrite::stamp_remainder_bytes(&head, self.size_bytes) as u64;
-        self.check_prewritten(self.size_bytes + remainder, self.preallocated_bytes)
+        let file_end = self
+            .log
+            .length_bytes()
+            .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
+        self.check_prewritten(
+            self.size_bytes + remainder,
+            self.preallocated_bytes.max(file_end),
+        )
     }
 
     /// Past the log end, `from..to` holds prewritten space or nothing (past the end of the
