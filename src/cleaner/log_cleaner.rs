@@ -170,7 +170,11 @@ impl LogCleaner<'_> {
         now: TimestampMs,
         mut swap: impl FnMut(&CleanedGroup) -> Result<SwapOutcome, StorageError>,
     ) -> Result<CompactionOutcome, StorageError> {
-        let first_dirty = first_dirty_offset.max(log.log_start_offset);
+        // Not raised to the log start (Kafka raises it): a tombstone below the log start must
+        // still remove its key's older values, or they outlive it, and the log start offset,
+        // checkpointed lazily, may fall back after a crash and serve them again (fuzz finding
+        // F13). Segments wholly below the log start are retention's, and go anyway.
+        let first_dirty = first_dirty_offset;
         let cleanable_end = log.cleanable_end(now).max(first_dirty);
         let mapped = match self.build_map(log, first_dirty, cleanable_end)? {
             Some(mapped) => mapped,
