@@ -356,6 +356,24 @@ fn a_batch_stored_in_a_torn_batchs_value_does_not_make_it_damage() {
     assert_eq!(loaded.segment.next_offset().0, 1);
 }
 
+/// sim_ops (F14, a CI-like local run, 2026-12-01; input
+/// `AwAAAAAAADAKgAA1TQIATgQAJgP/LgA5YmQ3NDk5ZDBmZGLDAQAAAAAAAAQEHgIBXgAB//8=`): three unsynced
+/// batches, the last at 504 across a sector boundary; a crash lost the first sector and kept the
+/// second. The last batch then passes its CRC with its base offset (in the lost sector) read as
+/// 0, the offset expected at the empty segment's start, and recovery took it for the batch for
+/// offset 0 written to the wrong place, refusing the partition. A batch whose bytes in its first
+/// sector are what a crash leaves there says nothing of its offset: the tail is cut.
+#[test]
+fn a_batch_whose_lost_first_sector_held_only_its_base_offset_is_not_misplaced() {
+    let mut torn = batch_of_size(5, 73);
+    torn[..8].fill(0);
+    let log = [vec![0u8; 504], torn].concat();
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), 0);
+    assert_eq!(loaded.segment.next_offset().0, 0);
+}
+
 /// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.
 fn assert_refused(log: &[u8]) {
     let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);

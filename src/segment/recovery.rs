@@ -498,13 +498,16 @@ impl Segment {
         if position + size_bytes <= sector_end {
             return Ok(false);
         }
-        let mut head = vec![0u8; (sector_end - position) as usize];
+        // The first sector's bytes and one past them: enough for `first_sector_lost`.
+        let mut head = vec![0u8; (sector_end - position + 1) as usize];
         let read = self
             .log
             .read_at(&mut head, position)
             .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        let head = head.get(..read).unwrap_or_default();
-        Ok(read as u64 == sector_end - position && prewrite::may_be_prewritten(head, position))
+        Ok(first_sector_lost(
+            position,
+            head.get(..read).unwrap_or_default(),
+        ))
     }
 
     /// The first stamp of prewritten space at or after `from` that lies away from the position
@@ -614,9 +617,15 @@ impl Segment {
     /// offset recovery expects. Invalid bytes followed by such a batch are not a torn tail: in a
     /// torn tail every later batch that survived holds later offsets, so this batch was written
     /// to the wrong place (R14) and the data it carries was acknowledged.
+    ///
+    /// A batch whose bytes in its first sector are what a crash leaves there (zeros, prewritten
+    /// space) is not taken: that sector's write was lost with the base offset in it, so the
+    /// offset it reads as says nothing (fuzz finding F14: 0 read as the empty segment's first).
     fn misplaced_batch(&self, from: u64) -> Result<Option<u64>, StorageError> {
         let expected = self.next_offset.0 as i64;
-        self.valid_batch_in(from, self.size_bytes, Some(expected), |_, _| true)
+        self.valid_batch_in(from, self.size_bytes, Some(expected), |position, batch| {
+            !first_sector_lost(position, batch.bytes())
+        })
     }
 
     /// The largest timestamp recorded, if any batch carried one.
@@ -628,6 +637,17 @@ impl Segment {
 /// A recovered batch must start at or after the previous batch's end (exactly there when `dense`:
 /// a log that is never compacted has no offset gaps), inside this segment, and its offsets must
 /// fit the index's relative offsets.
+/// Whether `bytes`, a batch's from `position`, reach past their first 512-byte sector and hold
+/// there only what a crash that lost that sector's write leaves (zeros past the old end, or
+/// prewritten space): the fields the batch keeps in that sector were never stored.
+fn first_sector_lost(position: u64, bytes: &[u8]) -> bool {
+    let in_first_sector = (SECTOR_BYTES - position % SECTOR_BYTES) as usize;
+    match bytes.get(..in_first_sector) {
+        Some(head) if bytes.len() > in_first_sector => prewrite::may_be_prewritten(head, position),
+        _ => false,
+    }
+}
+
 fn check_offsets(
     header: &BatchHeader,
     base_offset: Offset,
