@@ -634,9 +634,6 @@ impl Segment {
     }
 }
 
-/// A recovered batch must start at or after the previous batch's end (exactly there when `dense`:
-/// a log that is never compacted has no offset gaps), inside this segment, and its offsets must
-/// fit the index's relative offsets.
 /// Whether `bytes`, a batch's from `position`, reach past their first 512-byte sector and hold
 /// there only what a crash that lost that sector's write leaves (zeros past the old end, or
 /// prewritten space): the fields the batch keeps in that sector were never stored.
@@ -648,6 +645,9 @@ fn first_sector_lost(position: u64, bytes: &[u8]) -> bool {
     }
 }
 
+/// A recovered batch must start at or after the previous batch's end (exactly there when `dense`:
+/// a log that is never compacted has no offset gaps), inside this segment, and its offsets must
+/// fit the index's relative offsets.
 fn check_offsets(
     header: &BatchHeader,
     base_offset: Offset,
