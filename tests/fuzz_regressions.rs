@@ -374,6 +374,38 @@ fn a_batch_whose_lost_first_sector_held_only_its_base_offset_is_not_misplaced() 
     assert_eq!(loaded.segment.next_offset().0, 0);
 }
 
+/// sim_ops (F15, a CI-like local run, 2026-12-01; input
+/// `AwAAAAAAAADnNjGbm5ubm5ubm5ubWwAwMjkuaW4wMP////////8wMP//AAAA/wD/////////MDD//wAAAP8AAAD/`):
+/// a misdirected prewrite of zeros landed over the synced batch for offset 1 (448 to 529, across
+/// a sector boundary), and the next batch was written right after it; a crash put back the first
+/// sector. The batch at 448 failed its CRC with its second sector's bytes zeros, which reads as a
+/// torn tail, but the next batch, intact, starts in that same sector: the sector was kept, so the
+/// batch's bytes there were written whole and then damaged. Refused.
+#[test]
+fn a_batch_whose_last_sector_holds_the_next_batch_is_damage_not_a_torn_tail() {
+    let synced = batch_of_size(0, 448);
+    let damaged = batch_of_size(1, 81);
+    let next = batch_of_size(2, 85);
+    let mut log = [synced, damaged, next].concat();
+    log[512..529].fill(0);
+    assert_refused(&log);
+}
+
+/// The same with the batch ending at a sector boundary: the next batch starts in a sector of its
+/// own, which a crash may keep while losing the one before. A torn tail, cut.
+#[test]
+fn a_next_batch_in_a_sector_of_its_own_does_not_make_a_torn_batch_damage() {
+    let synced = batch_of_size(0, 448);
+    let torn = batch_of_size(1, 576);
+    let next = batch_of_size(2, 85);
+    let mut log = [synced.clone(), torn, next].concat();
+    log[512..1024].fill(0);
+    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let loaded = loaded.unwrap();
+    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
+    assert_eq!(loaded.segment.next_offset().0, 1);
+}
+
 /// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.
 fn assert_refused(log: &[u8]) {
     let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);

@@ -1881,6 +1881,37 @@ fn an_append_over_data_in_the_prewritten_space_is_refused_and_reported() {
     assert!(log.flush().is_err(), "the log failed");
 }
 
+/// F16 (`sim_ops`): the same, with the next append overwriting only the first bytes of the
+/// landed batch, zeros (the top of its base offset), so the space it overwrote read as
+/// prewritten. The check reads far enough past the append's end to see the bytes after them
+/// whole: reported.
+#[test]
+fn an_append_over_the_zero_bytes_of_data_in_the_prewritten_space_is_refused_and_reported() {
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let mut log = open_plain(&dir, false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    let append = batch(log.log_end_offset().0, 10);
+    let landed = batches[0].bytes.clone();
+    assert_eq!(
+        &landed[..8],
+        &[0u8; 8],
+        "a base offset of 0: eight zero bytes"
+    );
+    let active = segment_logs(&dir).pop().unwrap();
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&landed, payload + append.len() as u64 - 3)
+        .unwrap();
+    let error = log.append(append, now()).unwrap_err().to_string();
+    assert!(
+        error.contains("where only prewritten space belongs"),
+        "reported: {error}"
+    );
+    assert!(log.flush().is_err(), "the log failed");
+}
+
 /// A one-record batch of exactly `size_bytes` (its value padded to fit).
 fn batch_of_size(size_bytes: usize) -> Bytes {
     (0..size_bytes)

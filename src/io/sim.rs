@@ -892,6 +892,12 @@ impl State {
         }
         file.write_all_at(buf, landing)?;
         let landing_end = landing + buf.len() as u64;
+        if self.trace {
+            eprintln!(
+                "sim: misdirected write {position}+{} landed at {landing}",
+                buf.len()
+            );
+        }
         let over_earlier = self.landings.iter().any(|(earlier_id, start, end)| {
             *earlier_id == id && landing < *end && *start < landing_end
         });

@@ -350,12 +350,15 @@ impl Segment {
     /// holds only prewritten space (a stamp the append cuts checked whole). A write the device put
     /// there instead of where it was sent (a misdirected write, R14), once overwritten in part,
     /// would leave nothing for recovery to find, and the records it held would read as a torn
-    /// tail (fuzz finding F8). One read of the append's size, in logs synced in small steps only.
+    /// tail (fuzz finding F8). One read of the append's size and 64 bytes, in logs synced in
+    /// small steps only.
     fn check_overwritten(&self, position: u64, end: u64) -> Result<(), StorageError> {
         if !self.prewritten || position >= self.preallocated_bytes {
             return Ok(());
         }
-        let check_to = (end + prewrite::STAMP_BYTES as u64).min(self.preallocated_bytes);
+        // Two stamps' worth past the end: a non-zero byte within the first is then checked
+        // whole, not passed as the start of a stamp cut off by the read (fuzz finding F16).
+        let check_to = (end + 2 * prewrite::STAMP_BYTES as u64).min(self.preallocated_bytes);
         let bytes = self
             .log
             .read_to_vec((check_to - position) as usize, position)

@@ -396,8 +396,10 @@ impl Segment {
     /// - no batch that passes its CRC and carries the offsets that follow starts inside the extent
     ///   P's intact header claims (only P's own bytes were written there), nor in P's sector with
     ///   a non-zero byte in that sector (the sector then holds new bytes, so P's bytes before it
-    ///   were written whole); nor one of later offsets that starts inside that extent and
-    ///   reaches past it (P's own bytes end there, older ones hold no batch);
+    ///   were written whole), nor at P's end in P's last sector with a non-zero byte there when
+    ///   P spans at most two sectors (both were kept then); nor one of later offsets that starts
+    ///   inside that extent and reaches past it (P's own bytes end there, older ones hold no
+    ///   batch);
     /// - no batch that passes its CRC starts inside the header that belongs at P (its first 61
     ///   bytes): only that header's bytes or older ones were ever there;
     /// - the batch for the expected offset does not lie further on (a misdirected write, R14).
@@ -438,7 +440,12 @@ impl Segment {
         let claimed_end = own.map_or(0, |header| invalid_at + header.size_bytes());
         let follows = own.map(|header| header.last_offset().saturating_add(1));
         let sector_end = (sector(invalid_at) + 1) * SECTOR_BYTES;
-        let region_end = sector_end.max(claimed_end).min(self.size_bytes);
+        // P's extent in at most two sectors: a successor starting right where it ends, with a
+        // non-zero byte in P's last sector, shows that sector was kept too, and with it P's bytes
+        // there, so P was written whole (fuzz finding F15).
+        let last_sector_end = claimed_end.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+        let two_sectors = own.is_some() && sector(claimed_end - 1) <= sector(invalid_at) + 1;
+        let region_end = sector_end.max(claimed_end + 1).min(self.size_bytes);
         let evidence = |position: u64, batch: &Batch| {
             let base = batch.base_offset();
             let records_between = ((position - invalid_at) / RECORD_BYTES_MIN) as i64;
@@ -456,7 +463,15 @@ impl Segment {
             // prewritten space): one written later landed over P (fuzz finding F11).
             let straddles = follows.is_some_and(|follows| base >= follows)
                 && position + batch.size_bytes() > claimed_end;
-            (position < claimed_end && (successor || straddles)) || (successor && in_sector)
+            let in_last_sector = two_sectors
+                && position == claimed_end
+                && batch
+                    .bytes()
+                    .iter()
+                    .take(last_sector_end.saturating_sub(position) as usize)
+                    .any(|byte| *byte != 0);
+            (position < claimed_end && (successor || straddles))
+                || (successor && (in_sector || in_last_sector))
         };
         if let Some(misplaced) = self.misplaced_stamp(invalid_at)? {
             return Ok(Some(misplaced.describe()));
