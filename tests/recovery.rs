@@ -1752,6 +1752,18 @@ fn crashed_prewriting_log(dir: &Path) -> (PathBuf, u64) {
     (segment_logs(dir).pop().unwrap(), payload)
 }
 
+/// A log synced in small steps, so prewritten past its batches; its batches, their bytes in
+/// all, its active `.log`, and that file opened for writing (a test's misdirected write).
+fn prewriting_log(dir: &Path) -> (PartitionLog, Vec<StoredBatch>, u64, PathBuf, fs::File) {
+    let mut log = open_plain(dir, false);
+    populate_synced(&mut log, 50);
+    let batches = served_batches(&mut log);
+    let payload = payload_bytes(&batches);
+    let active = segment_logs(dir).pop().unwrap();
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    (log, batches, payload, active, file)
+}
+
 fn open_plain(dir: &Path, clean: bool) -> PartitionLog {
     try_open_plain(dir, clean).unwrap().0
 }
@@ -1803,13 +1815,8 @@ fn a_prewrite_that_landed_over_synced_batches_is_reported_not_cut_as_a_torn_tail
 fn data_in_the_prewritten_space_is_reported_when_the_segment_stops_being_active() {
     let root = scratch();
     let dir = partition_dir(root.path());
-    let mut log = open_plain(&dir, false);
-    populate_synced(&mut log, 50);
-    let batches = served_batches(&mut log);
-    let payload = payload_bytes(&batches);
+    let (log, batches, payload, active, file) = prewriting_log(&dir);
     // A misdirected write of the first batch lands past the log end, in the prewritten space.
-    let active = segment_logs(&dir).pop().unwrap();
-    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
     file.write_all_at(&batches[0].bytes, payload + 4096)
         .unwrap();
     let error = log.close().unwrap_err().to_string();
@@ -1832,12 +1839,8 @@ fn data_in_the_prewritten_space_is_reported_when_the_segment_stops_being_active(
 fn data_written_past_the_prewritten_space_is_reported_when_the_segment_stops_being_active() {
     let root = scratch();
     let dir = partition_dir(root.path());
-    let mut log = open_plain(&dir, false);
-    populate_synced(&mut log, 50);
-    let batches = served_batches(&mut log);
-    let active = segment_logs(&dir).pop().unwrap();
+    let (log, batches, _, active, file) = prewriting_log(&dir);
     let length = fs::metadata(&active).unwrap().len();
-    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
     file.write_all_at(&batches[0].bytes, length).unwrap();
     let error = log.close().unwrap_err().to_string();
     assert!(
@@ -1859,12 +1862,7 @@ fn data_written_past_the_prewritten_space_is_reported_when_the_segment_stops_bei
 fn an_append_over_data_in_the_prewritten_space_is_refused_and_reported() {
     let root = scratch();
     let dir = partition_dir(root.path());
-    let mut log = open_plain(&dir, false);
-    populate_synced(&mut log, 50);
-    let batches = served_batches(&mut log);
-    let payload = payload_bytes(&batches);
-    let active = segment_logs(&dir).pop().unwrap();
-    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    let (mut log, batches, payload, active, file) = prewriting_log(&dir);
     file.write_all_at(&batches[0].bytes, payload + 100).unwrap();
     let landed = fs::read(&active).unwrap();
     let error = log.append(batch(log.log_end_offset().0, 10), now());
@@ -1889,10 +1887,7 @@ fn an_append_over_data_in_the_prewritten_space_is_refused_and_reported() {
 fn an_append_over_the_zero_bytes_of_data_in_the_prewritten_space_is_refused_and_reported() {
     let root = scratch();
     let dir = partition_dir(root.path());
-    let mut log = open_plain(&dir, false);
-    populate_synced(&mut log, 50);
-    let batches = served_batches(&mut log);
-    let payload = payload_bytes(&batches);
+    let (mut log, batches, payload, _, file) = prewriting_log(&dir);
     let append = batch(log.log_end_offset().0, 10);
     let landed = batches[0].bytes.clone();
     assert_eq!(
@@ -1900,8 +1895,6 @@ fn an_append_over_the_zero_bytes_of_data_in_the_prewritten_space_is_refused_and_
         &[0u8; 8],
         "a base offset of 0: eight zero bytes"
     );
-    let active = segment_logs(&dir).pop().unwrap();
-    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
     file.write_all_at(&landed, payload + append.len() as u64 - 3)
         .unwrap();
     let error = log.append(append, now()).unwrap_err().to_string();
