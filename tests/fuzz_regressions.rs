@@ -406,6 +406,24 @@ fn a_next_batch_in_a_sector_of_its_own_does_not_make_a_torn_batch_damage() {
     assert_eq!(loaded.segment.next_offset().0, 1);
 }
 
+/// sim_ops (F18, a CI-like local run, 2026-12-01): the batch for offset 2 landed at 512, a byte
+/// before the synced batch for offset 1 (513 to 586), over that batch and the last byte of the
+/// one before, a zero like the landed batch's first (the top of its base offset). The batch
+/// before still passed its CRC, the one at 513 failed, and nothing after it did: recovery cut
+/// offsets 1 and 2, acknowledged. A batch of the expected offset or later that passes its CRC,
+/// starts in the invalid bytes' sector before them and reaches past their start was written over
+/// them: refused.
+#[test]
+fn a_batch_starting_just_before_the_invalid_one_and_reaching_into_it_is_damage() {
+    let synced = batch_of_size(0, 513);
+    let overwritten = batch_of_size(1, 73);
+    let landed = batch_of_size(2, 73);
+    let mut log = [synced.clone(), overwritten].concat();
+    assert_eq!((synced[512], landed[0]), (0, 0));
+    log[512..585].copy_from_slice(&landed);
+    assert_refused(&log);
+}
+
 /// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.
 fn assert_refused(log: &[u8]) {
     let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);

@@ -1953,6 +1953,57 @@ fn an_append_that_ends_inside_a_stamp_leaves_the_segment_to_seal_and_reopen() {
     }
 }
 
+/// Once armed with `(position, bytes)`, puts `bytes` at `position` of the `.log` next written,
+/// beside that write: a prewrite that also landed where the append after it goes.
+#[derive(Debug, Default)]
+struct PrewriteLandsAlsoAt {
+    armed: std::sync::Mutex<Option<(u64, Vec<u8>)>>,
+}
+
+impl seglog::io::hooked::StorageHooks for PrewriteLandsAlsoAt {
+    fn before(&self, op: seglog::io::hooked::StorageOp, path: &Path) -> std::io::Result<()> {
+        let log = path.extension().is_some_and(|ext| ext == "log");
+        if log
+            && matches!(op, seglog::io::hooked::StorageOp::Write)
+            && let Some((position, bytes)) = self.armed.lock().unwrap().take()
+        {
+            let file = fs::OpenOptions::new().write(true).open(path)?;
+            file.write_all_at(&bytes, position)?;
+        }
+        Ok(())
+    }
+}
+
+/// F17 (`sim_ops`): an append prewrites the space past its end first, then writes its batches,
+/// and the prewrite landed in the wrong place, over where the batches then went; the check of the
+/// space an append overwrites ran before the prewrite and saw nothing. It runs after it now: the
+/// stamp away from its position is reported and nothing is written.
+#[test]
+fn an_append_whose_prewrite_landed_where_its_batches_go_is_refused() {
+    use seglog::format::prewrite::prewrite_bytes;
+    let root = scratch();
+    let dir = partition_dir(root.path());
+    let hooks = std::sync::Arc::new(PrewriteLandsAlsoAt::default());
+    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
+        storage_from_env(),
+        hooks.clone(),
+    ));
+    let (mut log, _) = try_open_on(storage, &dir, false).unwrap();
+    populate_synced(&mut log, 1); // small syncs: the next append prewrites first
+    let end = log_file_bytes(&dir);
+    *hooks.armed.lock().unwrap() = Some((end, prewrite_bytes(end + 100_000, 32)));
+    let error = log
+        .append(batch(log.log_end_offset().0, 10), now())
+        .unwrap_err()
+        .to_string();
+    assert!(hooks.armed.lock().unwrap().is_none(), "the prewrite ran");
+    assert!(
+        error.contains("a write landed in the wrong place"),
+        "reported: {error}"
+    );
+    assert!(log.flush().is_err(), "the log failed");
+}
+
 /// Fails the next write to a `.log` with `ENOSPC`, once armed.
 #[derive(Debug, Default)]
 struct FullDiskOnce {

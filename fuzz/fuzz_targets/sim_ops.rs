@@ -32,8 +32,8 @@
 //! Misdirected writes (R14 in docs/RELIABILITY.md, as `tests/sim_crash.rs` checks them; in
 //! delete-policy runs only while `MISDIRECTED_WRITES_IN_COMPACTED_TOPICS` is off): once one
 //! fired on the directory, acknowledged data may be destroyed, and an error from the library
-//! (open, partition open, read, or the append after recovery) is accepted as the report of it: the
-//! run starts over on a fresh directory. Wrong records, bad-CRC batches, out-of-order offsets and
+//! (open, partition open, read, an append refused as `Corrupt`, or the append after recovery) is
+//! accepted as the report of it: the run starts over on a fresh directory. Wrong records, bad-CRC batches, out-of-order offsets and
 //! acknowledged records missing from a log the library serves without error still fail.
 #![no_main]
 
@@ -46,7 +46,7 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
-use seglog::error::PartitionError;
+use seglog::error::{AppendError, PartitionError, StorageError};
 use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::sim::{Fault, SimStorage};
@@ -316,6 +316,9 @@ struct Run {
     compacted: bool,
     /// A write or fsync of the partition failed since the last reopen: no flush may succeed.
     partition_failed: bool,
+    /// An append failed with `Corrupt`: the library reported damage (after a misdirected write,
+    /// the promise; without one, a false report).
+    damage_reported: Option<String>,
     /// `SIM_OPS_TRACE` is set: the operations, the checks and the simulator's trace go to stderr
     /// (for replaying a finding: `cargo fuzz run sim_ops <input>`).
     trace: bool,
@@ -359,6 +362,7 @@ impl Run {
             appended: 0,
             compacted: false,
             partition_failed: false,
+            damage_reported: None,
             trace: trace_requested(),
         };
         run.sim.set_trace(run.trace);
@@ -476,6 +480,10 @@ impl Run {
             self.partition_failed = true;
         }
         self.model.log_start_floor = self.model.log_start_floor.max(log.log_start_offset().0);
+        if let Some(error) = self.damage_reported.take() {
+            drop(log_dir);
+            return self.on_reported("an append", &error);
+        }
         self.log_dir = Some(log_dir);
     }
 
@@ -582,7 +590,11 @@ impl Run {
                 self.model.written.insert(first + index as u64, record);
             }
         }
-        log.append(batch, now).map(drop).map_err(drop)
+        log.append(batch, now).map(drop).map_err(|error| {
+            if let AppendError::Storage(StorageError::Corrupt { .. }) = &error {
+                self.damage_reported = Some(error.to_string());
+            }
+        })
     }
 
     /// A clean close and a reopen on the same "kernel" (no power cut); a failure on the way is

@@ -261,8 +261,9 @@ impl Segment {
         assert!(first.last_offset >= self.next_offset);
         assert_eq!(last.position_in_write + last.size_bytes, bytes.len() as u64);
         let position = self.size_bytes;
-        self.check_overwritten(position, position + bytes.len() as u64)?;
         self.preallocate_for(position + bytes.len() as u64)?;
+        // After the prewrite, which may itself have landed in the wrong place (fuzz finding F17).
+        self.check_overwritten(position, position + bytes.len() as u64)?;
         match &mut self.direct {
             Some(direct) => direct.append(bytes, position),
             None => self.log.write_all_at(bytes, position),

@@ -401,7 +401,8 @@ impl Segment {
     ///   inside that extent and reaches past it (P's own bytes end there, older ones hold no
     ///   batch);
     /// - no batch that passes its CRC starts inside the header that belongs at P (its first 61
-    ///   bytes): only that header's bytes or older ones were ever there;
+    ///   bytes): only that header's bytes or older ones were ever there; nor one of the expected
+    ///   offset or later in P's sector before P and reaching past it;
     /// - the batch for the expected offset does not lie further on (a misdirected write, R14).
     ///
     /// The offsets that follow are P's last offset + 1 when P's header is intact, else above the
@@ -475,6 +476,20 @@ impl Segment {
         };
         if let Some(misplaced) = self.misplaced_stamp(invalid_at)? {
             return Ok(Some(misplaced.describe()));
+        }
+        // A batch of the expected offset or later that starts in P's sector before P and
+        // reaches past it was written over P's start, its first bytes the same as the ones it
+        // covered (fuzz finding F18): a torn write leaves P's bytes or older ones from P on.
+        let sector_start = sector(invalid_at) * SECTOR_BYTES;
+        if let Some(position) =
+            self.valid_batch_in(sector_start, invalid_at, None, |position, batch| {
+                batch.base_offset() >= expected && position + batch.size_bytes() > invalid_at
+            })?
+        {
+            return Ok(Some(format!(
+                "a batch of offset {expected} or later passes its CRC at position {position}, \
+                 across their start: it was written over them (a misdirected write)"
+            )));
         }
         // Where a batch header belongs, a torn write leaves that header's bytes or older ones
         // (zeros, prewritten space), never the start of another batch (fuzz finding F9).
