@@ -708,13 +708,19 @@ impl Run {
         let served: BTreeMap<u64, &Rec> = served.iter().map(|(o, r)| (*o, r)).collect();
         if let Err(lost) = self.check_acked(&served, log_start, log_end) {
             // R14's residual limit (RELIABILITY.md): a batch whose misdirected copy a later
-            // misdirected write landed over survives nowhere, and its loss reads as a torn
-            // tail. Taken as reported: the run goes on over a fresh directory.
-            return Err(match self.sim.misdirected_over_misdirected() {
-                true => Failure::Reported(format!(
-                    "{lost} (a misdirected write landed over an earlier one's landing)"
-                )),
-                false => Failure::Broken(lost),
+            // misdirected write landed over survives nowhere, and synced bytes a misdirected
+            // write damaged, the rest of it cut away by a power cut, read as a torn tail. Taken
+            // as reported: the run goes on over a fresh directory.
+            let residual = if self.sim.misdirected_over_misdirected() {
+                Some("a misdirected write landed over an earlier one's landing")
+            } else if self.sim.misdirected_landing_cut() {
+                Some("a power cut cut away the rest of a misdirected write over synced bytes")
+            } else {
+                None
+            };
+            return Err(match residual {
+                Some(why) => Failure::Reported(format!("{lost} ({why})")),
+                None => Failure::Broken(lost),
             });
         }
         self.check_no_resurrection(&served, log_start)

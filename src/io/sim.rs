@@ -235,6 +235,9 @@ struct State {
     landings: Vec<(FileId, u64, u64)>,
     /// A misdirected write landed over (part of) an earlier one's landing in the same file.
     landing_overwritten: bool,
+    /// A power cut cut the file back to a length short of a misdirected write's landing that
+    /// reached over durable bytes.
+    landing_cut: bool,
 }
 
 /// The simulated disk: a [`Storage`] over the real directory `root`. Cloning shares the disk.
@@ -327,6 +330,7 @@ impl SimStorage {
             fired: Vec::new(),
             landings: Vec::new(),
             landing_overwritten: false,
+            landing_cut: false,
         };
         state.adopt_tree(root)?;
         Ok(SimStorage {
@@ -363,6 +367,14 @@ impl SimStorage {
     /// tail (RELIABILITY.md, R14's residual limit).
     pub fn misdirected_over_misdirected(&self) -> bool {
         self.lock().landing_overwritten
+    }
+
+    /// Whether a power cut cut a file back to a length short of where a misdirected write that
+    /// reached over its durable bytes landed: the durable bytes it overwrote are damaged, and
+    /// the rest of it, which would show where it came from, is gone, so the damage reads like a
+    /// torn tail (RELIABILITY.md, R14's residual limit; fuzz finding F19).
+    pub fn misdirected_landing_cut(&self) -> bool {
+        self.lock().landing_cut
     }
 
     /// Prints every mutation, fault and crash decision to stderr from now on.
@@ -753,6 +765,7 @@ impl State {
                 "sim: crash file {id}: {file_mode:?}, durable {durable_bytes}, written {target_bytes}"
             );
         }
+        let durable_length = durable.len() as u64;
         let bytes = match file_mode {
             CrashMode::DropVolatile | CrashMode::Random => durable,
             CrashMode::KeepVolatile => target,
@@ -765,6 +778,10 @@ impl State {
                 bytes
             }
         };
+        let length = bytes.len() as u64;
+        self.landing_cut |= self.landings.iter().any(|(landing_id, start, end)| {
+            *landing_id == id && *start < durable_length && length < *end
+        });
         Ok(Some(bytes))
     }
 
@@ -1421,6 +1438,30 @@ mod tests {
         sim.schedule(Fault::MisdirectedWrite, 1);
         file.write_all_at(&[3u8; 50], 150).unwrap();
         assert!(sim.misdirected_over_misdirected());
+    }
+
+    #[test]
+    fn a_misdirected_write_over_synced_bytes_cut_back_by_a_power_cut_is_recorded() {
+        let (dir, sim) = disk(10);
+        let path = dir.path().join("f");
+        let file = write(&sim, &path, &[1u8; 100]);
+        file.sync_data().unwrap();
+        // Below one sector, it lands at 0: over the synced bytes, and past their end.
+        sim.schedule(Fault::MisdirectedWrite, 1);
+        file.write_all_at(&[2u8; 150], 100).unwrap();
+        drop(file);
+        sim.crash_with(CrashMode::KeepVolatile).unwrap();
+        assert!(!sim.misdirected_landing_cut(), "0 to 150, kept whole");
+        let file = sim.open(&path, OpenMode::CreateOrOpen).unwrap();
+        file.sync_data().unwrap();
+        sim.schedule(Fault::MisdirectedWrite, 1);
+        file.write_all_at(&[3u8; 300], 250).unwrap();
+        drop(file);
+        sim.crash_with(CrashMode::DropVolatile).unwrap();
+        assert!(
+            sim.misdirected_landing_cut(),
+            "0 to 300, cut back to 250 bytes"
+        );
     }
 
     #[test]
