@@ -33,8 +33,9 @@
 //! delete-policy runs only while `MISDIRECTED_WRITES_IN_COMPACTED_TOPICS` is off): once one
 //! fired on the directory, acknowledged data may be destroyed, and an error from the library
 //! (open, partition open, read, an append refused as `Corrupt`, or the append after recovery) is
-//! accepted as the report of it: the run starts over on a fresh directory. Wrong records, bad-CRC batches, out-of-order offsets and
-//! acknowledged records missing from a log the library serves without error still fail.
+//! accepted as the report of it: the run starts over on a fresh directory. Wrong records,
+//! bad-CRC batches, out-of-order offsets and acknowledged records missing from a log the library
+//! serves without error still fail.
 #![no_main]
 
 use std::collections::BTreeMap;

@@ -279,8 +279,8 @@ impl Segment {
         let mut valid_bytes = 0u64;
         let mut truncated_at = None;
         loop {
-            let (position, header) = match scanner.next_batch()? {
-                ScanStep::Item { position, item } => (position, *item.header()),
+            let (position, batch) = match scanner.next_batch()? {
+                ScanStep::Item { position, item } => (position, item),
                 ScanStep::End => break,
                 ScanStep::Invalid {
                     position,
@@ -301,8 +301,11 @@ impl Segment {
                     break;
                 }
             };
+            let header = *batch.header();
             if let Err(reason) = check_offsets(&header, self.base_offset, self.next_offset, dense) {
-                if self.first_sector_reverted(position, header.size_bytes())? {
+                // The CRC does not cover the base offset: a lost first sector took it with it
+                // (a torn write; fuzz finding F7).
+                if first_sector_lost(position, batch.bytes()) {
                     truncated_at = Some((
                         position,
                         format!(
@@ -516,28 +519,6 @@ impl Segment {
                 self.next_offset
             )
         }))
-    }
-
-    /// Whether the batch of `size_bytes` at `position`, which passes its CRC but not the offset
-    /// checks, is a torn write whose first sector kept its old bytes: the batch reaches past that
-    /// sector, and the sector's bytes from `position` on are what a crash leaves there when the
-    /// sector's write is lost (zeros past the old end, or prewritten space). The CRC does not
-    /// cover the base offset, which such a sector holds (fuzz finding F7, `sim_ops`).
-    fn first_sector_reverted(&self, position: u64, size_bytes: u64) -> Result<bool, StorageError> {
-        let sector_end = (position / SECTOR_BYTES + 1) * SECTOR_BYTES;
-        if position + size_bytes <= sector_end {
-            return Ok(false);
-        }
-        // The first sector's bytes and one past them: enough for `first_sector_lost`.
-        let mut head = vec![0u8; (sector_end - position + 1) as usize];
-        let read = self
-            .log
-            .read_at(&mut head, position)
-            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        Ok(first_sector_lost(
-            position,
-            head.get(..read).unwrap_or_default(),
-        ))
     }
 
     /// The first stamp of prewritten space at or after `from` that lies away from the position

@@ -148,9 +148,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_prewrite: bool,
     /// Sync a partition in the background once this many MiB were appended to it unsynced
-    /// (`EngineConfig::background_sync_bytes`) [default: 0, never].
-    #[arg(long, value_name = "MIB")]
-    pub background_sync_mb: Option<u64>,
+    /// (`EngineConfig::background_sync_bytes`; 0: never).
+    #[arg(long, value_name = "MIB", default_value_t = 0)]
+    pub background_sync_mb: u64,
     /// Data directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub dir: Option<PathBuf>,

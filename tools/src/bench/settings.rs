@@ -92,10 +92,7 @@ impl Settings {
             shards: args.shards,
             direct_io: args.direct_io,
             prewrite: !args.no_prewrite,
-            background_sync_bytes: args
-                .background_sync_mb
-                .unwrap_or(0)
-                .saturating_mul(1024 * 1024),
+            background_sync_bytes: args.background_sync_mb.saturating_mul(1024 * 1024),
         })
     }
 
