@@ -6,7 +6,8 @@
 //! the owning shard and back, finds the batch through the offset index, reads it and checks its
 //! CRC and offsets; `engine_fetch_decode` also decodes the one record asked for
 //! (`FetchData::batches`, which does not check the CRC again, then `Batch::record_at`), as a
-//! caller reading one record would.
+//! caller reading one record would; `engine_fetch_record` asks the engine for that record
+//! (`Engine::fetch_record`), which the shard decodes from the batch it has just checked.
 //!
 //! Expected before measuring: the `pread` floor is a few microseconds (a 10 KiB copy); the
 //! engine adds a channel round trip and a thread wake-up (tens of microseconds when the shard
@@ -89,6 +90,12 @@ fn lookups(c: &mut Criterion) {
                 batch.record_at(offset as i64).ok().flatten()
             });
             black_box(record)
+        })
+    });
+    group.bench_function("engine_fetch_record", |b| {
+        b.iter(|| {
+            let offset = Offset(random.below(records));
+            black_box(engine.fetch_record(&topic, 0, offset).wait().ok().flatten())
         })
     });
     let file = pread_file(dir.path(), &batch);

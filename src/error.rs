@@ -172,6 +172,16 @@ pub enum ReadError {
         #[source]
         source: Box<OpenError>,
     },
+    /// A record of a batch that passed its CRC check does not decode (a point lookup decodes it
+    /// on the shard).
+    #[error("the record at offset {offset} of {topic}-{partition} does not decode: {source}")]
+    InvalidRecord {
+        topic: String,
+        partition: u32,
+        offset: Offset,
+        #[source]
+        source: DecodeError,
+    },
     #[error(transparent)]
     Unavailable(#[from] EngineUnavailable),
 }

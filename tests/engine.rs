@@ -16,7 +16,7 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Isolation};
 use seglog::error::{AppendError, EngineUnavailable, ReadError};
-use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::format::{Batch, BatchBuilder, Compression, NewRecord};
 use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
 use seglog::types::{Offset, TimestampMs, TopicName};
@@ -602,5 +602,100 @@ fn coalesced_appends_index_exactly_as_recovery_rebuilds_even_across_index_full_r
         index_files(&partition_dir),
         appended,
         "rebuilt indexes equal the appended ones"
+    );
+}
+
+/// Five records per batch, keyed `k<offset>` with values `v<offset>` and create times
+/// `1_000 + offset`, for offsets `first..first + 5`, the records section compressed by `codec`.
+fn five_record_batch(first: u64, codec: Compression) -> Bytes {
+    let mut builder = BatchBuilder::new(0);
+    let texts: Vec<(String, String)> = (first..first + 5)
+        .map(|offset| (format!("k{offset}"), format!("v{offset}")))
+        .collect();
+    for (index, (key, value)) in texts.iter().enumerate() {
+        builder.push(&NewRecord {
+            timestamp_ms: 1_000 + first as i64 + index as i64,
+            key: Some(key.as_bytes()),
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+    }
+    builder.build_compressed(codec).unwrap().unwrap()
+}
+
+#[test]
+fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_compressed_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let topic = engine
+        .create_topic("lookups", 1, LogConfig::default())
+        .unwrap();
+    let codecs = [
+        Compression::None,
+        Compression::Lz4,
+        Compression::None,
+        Compression::Zstd,
+    ];
+    for (first, codec) in [0, 5, 10, 15].into_iter().zip(codecs) {
+        engine
+            .append(
+                &topic,
+                0,
+                five_record_batch(first, codec),
+                Durability::Written,
+            )
+            .wait()
+            .unwrap();
+    }
+    for offset in 0..20u64 {
+        let record = engine
+            .fetch_record(&topic, 0, Offset(offset))
+            .wait()
+            .unwrap()
+            .unwrap_or_else(|| panic!("no record at {offset}"));
+        assert_eq!(record.offset, Offset(offset));
+        assert_eq!(record.key.as_deref(), Some(format!("k{offset}").as_bytes()));
+        assert_eq!(
+            record.value.as_deref(),
+            Some(format!("v{offset}").as_bytes())
+        );
+        assert_eq!(record.timestamp, TimestampMs(1_000 + offset as i64));
+        assert_eq!(record.partition, 0);
+    }
+}
+
+#[test]
+fn fetch_record_is_none_at_the_log_end_and_out_of_range_past_it_or_below_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let topic = engine
+        .create_topic("lookups", 1, LogConfig::default())
+        .unwrap();
+    for first in [0, 5] {
+        let batch = five_record_batch(first, Compression::None);
+        engine
+            .append(&topic, 0, batch, Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let at_end = engine.fetch_record(&topic, 0, Offset(10)).wait().unwrap();
+    assert!(at_end.is_none(), "the log end holds no record yet");
+    let past_end = engine.fetch_record(&topic, 0, Offset(11)).wait();
+    assert!(
+        matches!(past_end, Err(ReadError::OffsetOutOfRange { .. })),
+        "{past_end:?}"
+    );
+    engine.delete_records(&topic, 0, Offset(7)).wait().unwrap();
+    let deleted = engine.fetch_record(&topic, 0, Offset(6)).wait();
+    assert!(
+        matches!(deleted, Err(ReadError::OffsetOutOfRange { .. })),
+        "{deleted:?}"
+    );
+    let kept = engine.fetch_record(&topic, 0, Offset(7)).wait().unwrap();
+    assert_eq!(kept.map(|record| record.offset), Some(Offset(7)));
+    let unknown = engine.fetch_record(&topic, 1, Offset(0)).wait();
+    assert!(
+        matches!(unknown, Err(ReadError::UnknownPartition { .. })),
+        "{unknown:?}"
     );
 }

@@ -37,6 +37,7 @@ use crate::format::file_name::{
     CLEAN_SHUTDOWN_MARKER, CLEANER_OFFSET_CHECKPOINT, DELETE_DIR_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, partition_dir_name,
 };
+use crate::group::ConsumerRecord;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{IoBackend, Storage};
 use crate::log::{AppendInfo, FetchData, ValidatedBatches};
@@ -516,6 +517,32 @@ impl Engine {
             tp: tp.clone(),
             offset,
             options,
+            reply,
+        })
+        .into_pending()
+    }
+
+    /// The record at `offset` (a point lookup): the shard reads the batch holding it, checks
+    /// its CRC and decodes just that record, so the caller walks no batch. `None` where the log
+    /// holds no data record at `offset` (compaction removed it, a transaction marker, or
+    /// `offset` is the log end); `OffsetOutOfRange` outside `[log start, log end]`. Reads up to
+    /// the log end, as [`Isolation::LogEnd`].
+    pub fn fetch_record(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Pending<Option<ConsumerRecord>, ReadError> {
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
+        if let Err(error) = self.check_known(&tp) {
+            return Pending::ready(Err(error));
+        }
+        self.send(&tp, |reply| Request::FetchRecord {
+            tp: tp.clone(),
+            offset,
             reply,
         })
         .into_pending()

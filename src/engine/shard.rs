@@ -27,6 +27,7 @@ use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
 };
 use crate::format::file_name::partition_dir_name;
+use crate::group::records::{ConsumerRecord, consumer_record};
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
@@ -58,6 +59,11 @@ pub(crate) enum Request {
         offset: Offset,
         options: FetchOptions,
         reply: Reply<FetchData, ReadError>,
+    },
+    FetchRecord {
+        tp: TopicPartition,
+        offset: Offset,
+        reply: Reply<Option<ConsumerRecord>, ReadError>,
     },
     FetchByTimestamp {
         tp: TopicPartition,
@@ -454,6 +460,9 @@ impl Shard {
                 options,
                 reply,
             } => self.fetch(tp, offset, options, reply),
+            Request::FetchRecord { tp, offset, reply } => {
+                let _ = reply.send(self.fetch_record(&tp, offset));
+            }
             Request::FetchByTimestamp {
                 tp,
                 timestamp,
@@ -780,6 +789,38 @@ impl Shard {
                 let _ = reply.send(result);
             }
         }
+    }
+
+    /// The record at `offset`, decoded here: the shard has just checked its batch's CRC, so the
+    /// batch is in this core's cache and the caller receives one record, not the batch to walk.
+    /// `None` where the log holds no data record at `offset` (compacted away, a control batch, or
+    /// the log end).
+    fn fetch_record(
+        &mut self,
+        tp: &TopicPartition,
+        offset: Offset,
+    ) -> Result<Option<ConsumerRecord>, ReadError> {
+        let options = FetchOptions {
+            max_bytes: 1,
+            ..FetchOptions::default()
+        };
+        let data = self.read(tp, offset, &options)?;
+        let invalid = |source| ReadError::InvalidRecord {
+            topic: tp.topic.to_string(),
+            partition: tp.partition,
+            offset,
+            source,
+        };
+        let Some(batch) = data.batches().next() else {
+            return Ok(None);
+        };
+        let batch = batch.map_err(invalid)?;
+        if batch.header().attributes.is_control() {
+            return Ok(None);
+        }
+        let wanted = i64::try_from(offset.0).unwrap_or(i64::MAX);
+        let record = batch.record_at(wanted).map_err(invalid)?;
+        Ok(record.and_then(|record| consumer_record(tp, batch.header(), record)))
     }
 
     fn read(

@@ -49,7 +49,7 @@ mod coordinator;
 mod describe;
 mod error;
 pub mod offset_record;
-mod records;
+pub(crate) mod records;
 mod store;
 
 pub use assignor::{Assignment, AssignmentStrategy, MemberId, MemberSubscription};

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use crate::config::TimestampType;
 use crate::format::batch::BatchIter;
-use crate::format::{Batch, RecordHeader};
+use crate::format::{Batch, BatchHeader, Record, RecordHeader};
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 use super::error::PollError;
@@ -87,36 +87,42 @@ fn push_records(
     from: Offset,
     out: &mut Vec<ConsumerRecord>,
 ) -> Result<(), crate::format::DecodeError> {
-    let header = batch.header();
-    let log_append_time = header.attributes.is_log_append_time();
     for record in batch.records()? {
-        let offset = header
-            .base_offset
-            .saturating_add(i64::from(record.offset_delta));
-        let Ok(offset) = u64::try_from(offset) else {
-            continue;
-        };
-        if offset < from.0 {
-            continue;
+        match consumer_record(tp, batch.header(), record) {
+            Some(record) if record.offset >= from => out.push(record),
+            _ => {}
         }
-        let (timestamp, timestamp_type) = if log_append_time {
-            (header.max_timestamp, TimestampType::LogAppendTime)
-        } else {
-            (
-                header.base_timestamp.wrapping_add(record.timestamp_delta),
-                TimestampType::CreateTime,
-            )
-        };
-        out.push(ConsumerRecord {
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-            offset: Offset(offset),
-            timestamp: TimestampMs(timestamp),
-            timestamp_type,
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
-        });
     }
     Ok(())
+}
+
+/// `record` of the batch with `header`, with its absolute offset and timestamp (the batch's max
+/// timestamp for `LogAppendTime` batches). `None` for a negative offset.
+pub(crate) fn consumer_record(
+    tp: &TopicPartition,
+    header: &BatchHeader,
+    record: Record,
+) -> Option<ConsumerRecord> {
+    let offset = header
+        .base_offset
+        .saturating_add(i64::from(record.offset_delta));
+    let offset = u64::try_from(offset).ok()?;
+    let (timestamp, timestamp_type) = if header.attributes.is_log_append_time() {
+        (header.max_timestamp, TimestampType::LogAppendTime)
+    } else {
+        (
+            header.base_timestamp.wrapping_add(record.timestamp_delta),
+            TimestampType::CreateTime,
+        )
+    };
+    Some(ConsumerRecord {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        offset: Offset(offset),
+        timestamp: TimestampMs(timestamp),
+        timestamp_type,
+        key: record.key,
+        value: record.value,
+        headers: record.headers,
+    })
 }

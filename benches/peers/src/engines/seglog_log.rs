@@ -1,7 +1,8 @@
 //! seglog through its public engine API: one topic with one partition on one shard; appends of
 //! prebuilt RecordBatch v2 batches of 100 records (`Durability::Written` without sync,
-//! `Durability::Durable` with); reads through `Engine::fetch`, `FetchData::batches` and records
-//! decoded in place (`RecordSection::iter`), a scan keeping the next fetch in flight.
+//! `Durability::Durable` with); scans through `Engine::fetch`, `FetchData::batches` and records
+//! decoded in place (`RecordSection::iter`), keeping the next fetch in flight; lookups through
+//! `Engine::fetch_record`.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -154,17 +155,6 @@ impl SeglogLog {
         };
         self.engine.fetch(&self.topic, 0, Offset(offset), options)
     }
-
-    fn fetch(&self, offset: u64, max_bytes: u64) -> PeerResult<FetchData> {
-        let options = FetchOptions {
-            max_bytes,
-            ..FetchOptions::default()
-        };
-        self.engine
-            .fetch(&self.topic, 0, Offset(offset), options)
-            .wait()
-            .map_err(context("fetch"))
-    }
 }
 
 /// The offset after the last batch of `data`, from the batch headers alone; `None` if empty.
@@ -274,17 +264,13 @@ impl LogStore for SeglogLog {
     }
 
     fn lookup(&mut self, payloads: &Payloads, offset: u64) -> PeerResult<()> {
-        // max_bytes 1: the one whole batch holding `offset`.
-        let data = self.fetch(offset, 1)?;
-        let batch = data
-            .batches()
-            .next()
-            .ok_or_else(|| PeerError(format!("no batch fetched at {offset}")))?
-            .map_err(context("decoding the batch"))?;
-        let record = batch
-            .record_at(offset as i64)
-            .map_err(context("decoding the record"))?
-            .ok_or_else(|| PeerError(format!("record {offset} not in its batch")))?;
+        // The engine's point lookup: the shard decodes the one record out of its batch.
+        let record = self
+            .engine
+            .fetch_record(&self.topic, 0, Offset(offset))
+            .wait()
+            .map_err(context("fetch_record"))?
+            .ok_or_else(|| PeerError(format!("record {offset} missing")))?;
         payloads.check(offset, record.value.as_deref().unwrap_or_default())
     }
 
