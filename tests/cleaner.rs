@@ -574,3 +574,41 @@ fn a_dedupe_buffer_too_small_for_one_key_is_refused_at_open() {
         "{error}"
     );
 }
+
+#[test]
+fn fetch_record_after_compaction_is_none_for_a_removed_offset_and_the_record_for_a_kept_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = engine
+        .create_topic("latest", 1, compacted_config())
+        .unwrap();
+    append_rounds(&engine, &topic, 0, 5, 20);
+    let before = read_all(&engine, &topic, 0);
+    let reports = engine.compact(None).unwrap();
+    assert!(reports[0].outcome.as_ref().unwrap().segments_cleaned > 0);
+    let kept: BTreeMap<u64, (String, String)> = read_all(&engine, &topic, 0)
+        .into_iter()
+        .map(|(offset, key, value)| (offset, (key, value)))
+        .collect();
+    let mut removed = 0;
+    for (offset, _, _) in &before {
+        let record = engine
+            .fetch_record(&topic, 0, Offset(*offset))
+            .wait()
+            .unwrap();
+        match kept.get(offset) {
+            Some((key, value)) => {
+                let record = record.unwrap_or_else(|| panic!("kept offset {offset} not found"));
+                assert_eq!(record.offset, Offset(*offset));
+                assert_eq!(record.key.as_deref(), Some(key.as_bytes()));
+                assert_eq!(record.value.as_deref(), Some(value.as_bytes()));
+            }
+            None => {
+                assert!(record.is_none(), "offset {offset} was compacted away");
+                removed += 1;
+            }
+        }
+    }
+    assert!(removed > 0, "compaction removed older values of the keys");
+    engine.close().unwrap();
+}
