@@ -51,8 +51,8 @@ use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
-use pending::DURABLE_ANSWER_SPIN;
 pub use pending::Pending;
+use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN};
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
@@ -546,6 +546,7 @@ impl Engine {
             reply,
         })
         .into_pending()
+        .with_answer_spin(LOOKUP_ANSWER_SPIN)
     }
 
     /// The first offset whose record has a timestamp `>= timestamp` (Kafka's ListOffsets).
