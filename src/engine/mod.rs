@@ -52,7 +52,7 @@ use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 pub use pending::Pending;
-use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN};
+use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
@@ -506,20 +506,12 @@ impl Engine {
         offset: Offset,
         options: FetchOptions,
     ) -> Pending<FetchData, ReadError> {
-        let tp = TopicPartition {
-            topic: topic.clone(),
-            partition,
-        };
-        if let Err(error) = self.check_known(&tp) {
-            return Pending::ready(Err(error));
-        }
-        self.send(&tp, |reply| Request::Fetch {
-            tp: tp.clone(),
+        self.read_request(topic, partition, |tp, reply| Request::Fetch {
+            tp,
             offset,
             options,
             reply,
         })
-        .into_pending()
     }
 
     /// The record at `offset` (a point lookup): the shard reads the batch holding it, checks
@@ -533,19 +525,11 @@ impl Engine {
         partition: PartitionId,
         offset: Offset,
     ) -> Pending<Option<ConsumerRecord>, ReadError> {
-        let tp = TopicPartition {
-            topic: topic.clone(),
-            partition,
-        };
-        if let Err(error) = self.check_known(&tp) {
-            return Pending::ready(Err(error));
-        }
-        self.send(&tp, |reply| Request::FetchRecord {
-            tp: tp.clone(),
+        self.read_request(topic, partition, |tp, reply| Request::FetchRecord {
+            tp,
             offset,
             reply,
         })
-        .into_pending()
         .with_answer_spin(LOOKUP_ANSWER_SPIN)
     }
 
@@ -556,19 +540,11 @@ impl Engine {
         partition: PartitionId,
         timestamp: TimestampMs,
     ) -> Pending<Option<TimestampOffset>, ReadError> {
-        let tp = TopicPartition {
-            topic: topic.clone(),
-            partition,
-        };
-        if let Err(error) = self.check_known(&tp) {
-            return Pending::ready(Err(error));
-        }
-        self.send(&tp, |reply| Request::FetchByTimestamp {
-            tp: tp.clone(),
+        self.read_request(topic, partition, |tp, reply| Request::FetchByTimestamp {
+            tp,
             timestamp,
             reply,
         })
-        .into_pending()
     }
 
     /// Moves the partition's log start offset to `offset` (Kafka's DeleteRecords).
@@ -626,6 +602,25 @@ impl Engine {
             return Err(EngineUnavailable::Closed);
         }
         Ok(())
+    }
+
+    /// Sends the read `request` makes for `topic`-`partition` to its shard, or answers at once
+    /// when the partition is unknown or the engine closed.
+    fn read_request<T>(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        request: impl FnOnce(TopicPartition, Reply<T, ReadError>) -> Request,
+    ) -> Pending<T, ReadError> {
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
+        if let Err(error) = self.check_known(&tp) {
+            return Pending::ready(Err(error));
+        }
+        self.send(&tp, |reply| request(tp.clone(), reply))
+            .into_pending()
     }
 
     fn check_known(&self, tp: &TopicPartition) -> Result<(), ReadError> {
