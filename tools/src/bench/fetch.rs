@@ -146,9 +146,10 @@ pub fn partition_ranges(
         .collect()
 }
 
-/// `random-fetch`: `settings.consumers` threads, one fetch in flight each (the queue depth),
-/// each fetch asking for one record at a uniformly random offset of a random partition (the
-/// engine answers with the whole batch that holds it). A record count limits the fetches.
+/// `random-fetch`: `settings.consumers` threads, one lookup in flight each (the queue depth),
+/// each asking for the record at a uniformly random offset of a random partition
+/// (`Engine::fetch_record`: the shard reads and checks the batch that holds it and answers with
+/// the record). A record count limits the lookups; bytes are the records' keys and values.
 pub fn random_phase(
     engine: &Engine,
     topic: &TopicName,
@@ -171,13 +172,14 @@ pub fn random_phase(
                         let (partition, start, end) = ranges[rng.usize(..ranges.len())];
                         let offset = Offset(rng.u64(start..end));
                         let sent = Instant::now();
-                        let data = engine
-                            .fetch(topic, partition, offset, fetch_options(1))
+                        let record = engine
+                            .fetch_record(topic, partition, offset)
                             .wait()
-                            .context("fetch failed")?;
+                            .context("fetch failed")?
+                            .with_context(|| format!("no record at {partition}/{offset}"))?;
                         stats.latency.saturating_record(micros(sent.elapsed()));
                         stats.records += 1;
-                        stats.bytes += data.records.len() as u64;
+                        stats.bytes += record.size_bytes();
                         shared.fetched.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(stats)
