@@ -91,6 +91,7 @@ use thiserror::Error;
 use super::offset_map::OffsetMap;
 use crate::format::batch::field;
 use crate::format::compression::{self, Compression};
+use crate::format::crc::crc32c;
 use crate::format::{Batch, BatchHeader, DecodeError, NewRecord, Record};
 use crate::limits::{BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
 
@@ -539,7 +540,7 @@ fn put_field(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 /// Writes the CRC-32C of bytes 21 to the end into bytes 17..21.
 fn seal_crc(bytes: &mut [u8]) {
-    let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+    let crc = crc32c(&bytes[field::ATTRIBUTES..]);
     put_field(bytes, field::CRC, &crc.to_be_bytes());
 }
 

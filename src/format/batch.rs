@@ -9,6 +9,7 @@
 use bytes::{BufMut, Bytes};
 
 use super::compression::{self, Compression};
+use super::crc::crc32c;
 use super::record::{NewRecord, Record, RecordView};
 use super::{DecodeError, Reader};
 use crate::limits::{
@@ -202,7 +203,7 @@ impl Batch {
     /// `max_bytes`, its magic and its CRC. Returns the batch; its size is `batch.size_bytes()`.
     pub fn decode(buffer: &Bytes, max_bytes: u64) -> Result<Batch, DecodeError> {
         let batch = Batch::decode_without_crc_check(buffer, max_bytes)?;
-        let computed = crc32c::crc32c(crc_covered(&batch.bytes)?);
+        let computed = crc32c(crc_covered(&batch.bytes)?);
         if computed != batch.header.crc {
             return Err(DecodeError::CrcMismatch {
                 stored: batch.header.crc,
@@ -450,7 +451,7 @@ fn write_crc(batch: &mut [u8]) {
     else {
         return;
     };
-    let crc = crc32c::crc32c(covered);
+    let crc = crc32c(covered);
     before_attributes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
@@ -856,7 +857,7 @@ mod tests {
                 assert_eq!(header.batch_length as usize, bytes.len() - 12, "{codec}");
                 assert_eq!(header.partition_leader_epoch, -1, "{codec}");
                 assert_eq!(header.magic, 2, "{codec}");
-                assert_eq!(header.crc, crc32c::crc32c(&bytes[21..]), "{codec}");
+                assert_eq!(header.crc, ::crc32c::crc32c(&bytes[21..]), "{codec}");
                 assert_eq!(
                     header.attributes.0,
                     u16::from(codec.attribute_bits()),
@@ -971,7 +972,7 @@ mod tests {
             let attributes = u16::from(codec.attribute_bits());
             bytes[field::ATTRIBUTES..field::ATTRIBUTES + 2]
                 .copy_from_slice(&attributes.to_be_bytes());
-            let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+            let crc = ::crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
             bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
             Bytes::from(bytes)
         }

@@ -8,6 +8,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod compression;
+pub mod crc;
 pub mod file_name;
 pub mod index_entry;
 pub mod prewrite;

@@ -11,6 +11,8 @@
 //! over synced batches, they would read as a torn tail and be cut. A stamp away from its own
 //! position shows that a write landed in the wrong place, and recovery reports it.
 
+use super::crc::crc32c;
+
 /// Marks a stamp.
 const STAMP_MAGIC: [u8; 8] = *b"SGLGPRE1";
 /// Magic, the position as 16 lowercase hex digits, a CRC-32C of both as 8: all ASCII, so no
@@ -38,7 +40,7 @@ fn stamp_for(position: u64) -> [u8; STAMP_BYTES] {
     let (magic, position_digits) = head.split_at_mut(STAMP_MAGIC.len());
     magic.copy_from_slice(&STAMP_MAGIC);
     write_hex(position_digits, position);
-    write_hex(crc_digits, u64::from(crc32c::crc32c(head)));
+    write_hex(crc_digits, u64::from(crc32c(head)));
     stamp
 }
 
@@ -73,7 +75,7 @@ fn stamp_position(bytes: &[u8]) -> Option<u64> {
     let stamp = bytes.get(..STAMP_BYTES)?;
     let (head, crc_digits) = stamp.split_at(STAMP_CRC_AT);
     let (magic, position_digits) = head.split_at(STAMP_MAGIC.len());
-    if magic != STAMP_MAGIC || read_hex(crc_digits)? != u64::from(crc32c::crc32c(head)) {
+    if magic != STAMP_MAGIC || read_hex(crc_digits)? != u64::from(crc32c(head)) {
         return None;
     }
     read_hex(position_digits)
