@@ -1,5 +1,5 @@
 //! CRC-32C (Castagnoli; `CRC-32/ISCSI` in the Rocksoft catalogue): the checksum of a RecordBatch
-//! v2 and of a prewrite stamp (FORMAT.md §2 and §7.4).
+//! v2 and of a prewrite stamp (FORMAT.md §2.3 and §7.4).
 //!
 //! Computed by `crc-fast`, which folds with carry-less multiplication (`VPCLMULQDQ` on AVX-512,
 //! `PCLMULQDQ` otherwise) beside the `crc32` instruction, choosing at run time: about 57 GiB/s on

@@ -1,4 +1,4 @@
-//! Prewritten space: what a synced log's active `.log` holds past its batches (FORMAT.md §7.5).
+//! Prewritten space: what a synced log's active `.log` holds past its batches (FORMAT.md §7.4).
 //!
 //! A sync of an append into blocks the file already has flushes the data alone; a sync of an
 //! append that grows the file also commits the new blocks' allocation and the new length to the
