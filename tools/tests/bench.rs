@@ -100,6 +100,8 @@ fn append_by_record_count_with_vs_disk_reports_disk_rates() {
     assert_eq!(disk["block_bytes"], 8192);
     assert_eq!(disk["sync_each"], false);
     assert_eq!(disk["queue_depth"], 2);
+    // A record count has no phase length to match: the buffered write runs one second.
+    assert_eq!(disk["write_buffered_seconds"], 1);
     let buffered = number(&report, &["disk", "write_buffered_mb_per_s"]);
     assert!(buffered > 0.0, "{report:#}");
     assert!(number(&report, &["disk", "write_mb_per_s"]) >= buffered);
@@ -134,6 +136,21 @@ fn fetch_hot_reports_append_and_fetch() {
     assert_throughput(&report, "append");
     assert_throughput(&report, "fetch");
     assert_latency(&report, "fetch");
+}
+
+#[test]
+fn vs_disk_writes_buffered_for_as_long_as_the_phase_runs() {
+    let report = bench_json(&[
+        "--duration",
+        "2",
+        "--partitions",
+        "1",
+        "--producers",
+        "1",
+        "--vs-disk",
+    ]);
+    assert_eq!(report["disk"]["write_buffered_seconds"], 2, "{report:#}");
+    assert!(number(&report, &["append", "vs_disk"]) > 0.0, "{report:#}");
 }
 
 #[test]

@@ -20,8 +20,13 @@ use super::progress::{MB, micros, new_histogram};
 
 /// How long each write and random-read measurement runs.
 const PHASE_TIME: Duration = Duration::from_secs(1);
-/// A scratch file cannot grow past this.
-const FILE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// A scratch file cannot grow past this, but for the buffered write's (below); reads read at most
+/// this much of a file.
+pub(crate) const FILE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// The buffered write runs as long as the engine's phase ([`DiskPattern::buffered_write_time`])
+/// and may write this much per second of it: more than the page cache takes at once, so that a
+/// long phase is compared with the disk's sustained rate, not with a burst into memory.
+pub(crate) const BUFFERED_WRITE_BYTES_PER_SECOND_MAX: u64 = 4 * 1024 * 1024 * 1024;
 /// Block size of the sequential reads.
 const READ_BLOCK_BYTES: usize = 1024 * 1024;
 /// Block size and alignment of the random reads and of `O_DIRECT` buffers.
@@ -35,6 +40,18 @@ pub struct DiskPattern {
     pub queue_depth: usize,
     /// Durable appends by several producers: the engine's sync pattern, measured too (fio only).
     pub group_sync: Option<GroupSyncPattern>,
+    /// How long the buffered sequential write runs: the engine's phase's (`--duration`), so that
+    /// both write about as much — past the kernel's dirty limit when the phase does, where every
+    /// writer runs at the writeback's pace —; one second for a record count.
+    pub buffered_write_time: Duration,
+}
+
+impl DiskPattern {
+    /// Bytes the buffered sequential write may write.
+    pub fn buffered_write_bytes_max(&self) -> u64 {
+        let seconds = self.buffered_write_time.as_secs().max(1);
+        (seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX).max(FILE_MAX_BYTES)
+    }
 }
 
 /// Group commit on the bare disk: `writers` files (one per partition) appended at once, each in
@@ -204,15 +221,27 @@ pub fn measure_memcpy() -> f64 {
 fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
     let mut notes = Vec::new();
     let buffered_path = dir.join("buffered.tmp");
+    let buffered_limits = (
+        pattern.buffered_write_time,
+        pattern.buffered_write_bytes_max(),
+    );
     let buffered = write_sequential(
         &buffered_path,
         pattern.block_bytes,
         pattern.sync_each,
         false,
+        buffered_limits,
     )?;
     let direct_path = dir.join("direct.tmp");
     let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-    let direct = match write_sequential(&direct_path, direct_block, pattern.sync_each, true) {
+    let direct_limits = (PHASE_TIME, FILE_MAX_BYTES);
+    let direct = match write_sequential(
+        &direct_path,
+        direct_block,
+        pattern.sync_each,
+        true,
+        direct_limits,
+    ) {
         Ok(direct) => Some(direct),
         Err(error) => {
             notes.push(format!("O_DIRECT refused here: {error:#}"));
@@ -278,13 +307,15 @@ struct WriteFigures {
     latency: Histogram<u64>,
 }
 
-/// `pwrite`s of `block_bytes` at increasing offsets for [`PHASE_TIME`], each followed by
-/// `fdatasync` when `sync_each`, else one `fdatasync` at the end (timed too).
+/// `pwrite`s of `block_bytes` at increasing offsets for `limits.0` or until `limits.1` bytes,
+/// each followed by `fdatasync` when `sync_each`; else an `O_DIRECT` write syncs once at the end
+/// (timed too) and a buffered one not at all.
 fn write_sequential(
     path: &Path,
     block_bytes: usize,
     sync_each: bool,
     direct: bool,
+    (time, bytes_max): (Duration, u64),
 ) -> anyhow::Result<WriteFigures> {
     let file = open(path, true, direct)?;
     let mut storage = Vec::new();
@@ -293,7 +324,7 @@ fn write_sequential(
     let mut latency = new_histogram()?;
     let started = Instant::now();
     let mut written = 0u64;
-    while started.elapsed() < PHASE_TIME && written < FILE_MAX_BYTES {
+    while started.elapsed() < time && written < bytes_max {
         let sent = Instant::now();
         file.write_all_at(block, written)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -303,7 +334,9 @@ fn write_sequential(
         latency.saturating_record(micros(sent.elapsed()));
         written += block_bytes as u64;
     }
-    if !sync_each {
+    // Without a sync per write the buffered write does not sync at all, as the engine's phase
+    // does not; `O_DIRECT` data is synced once at the end (the device's cache).
+    if !sync_each && direct {
         file.sync_data()?;
     }
     Ok(WriteFigures {
@@ -319,7 +352,7 @@ fn read_sequential(path: &Path, direct: bool) -> anyhow::Result<f64> {
     let buffer = aligned(&mut storage, READ_BLOCK_BYTES);
     let started = Instant::now();
     let mut position = 0u64;
-    loop {
+    while position < FILE_MAX_BYTES {
         let read = file
             .read_at(buffer, position)
             .with_context(|| format!("cannot read {}", path.display()))?;

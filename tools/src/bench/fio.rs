@@ -1,5 +1,6 @@
 //! `--vs-disk` through `fio` (`--output-format=json`) when it is installed: the same four
-//! measurements as the built-in loop, each a `fio` job of about a second.
+//! measurements as the built-in loop, each a `fio` job of about a second but the buffered write,
+//! which runs as long as the engine's phase ([`DiskPattern::buffered_write_time`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,12 +9,10 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::disk::{
-    DiskFigures, DiskPattern, GroupSync, GroupSyncPattern, PAGE_BYTES, WriteLatency,
+    DiskFigures, DiskPattern, FILE_MAX_BYTES, GroupSync, GroupSyncPattern, PAGE_BYTES, WriteLatency,
 };
 use super::progress::MB;
 
-/// Bytes each write job may write, at most.
-const FILE_MAX: &str = "1g";
 /// Reads in flight for the deep sequential read over the engine's data set.
 const DATA_SET_READ_DEPTH: usize = 16;
 
@@ -30,28 +29,34 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
     let buffered = dir.join("buffered.tmp");
     let direct = dir.join("direct.tmp");
     let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-    let sync = if pattern.sync_each {
-        "--fdatasync=1"
-    } else {
-        "--end_fsync=1"
+    // Without a sync per write the buffered job does not sync at all, as the engine's phase
+    // does not: both then run into the page cache's dirty limit alike.
+    let sync = |direct: bool| match (pattern.sync_each, direct) {
+        (true, _) => "--fdatasync=1",
+        (false, true) => "--end_fsync=1",
+        (false, false) => "--end_fsync=0",
     };
-    let write = |path: &Path, block: usize, direct: bool| {
+    let write = |path: &Path, block: usize, direct: bool, (seconds, bytes_max): (u64, u64)| {
         run(
             path,
             &[
                 "--rw=write",
                 &format!("--bs={block}"),
-                &format!("--size={FILE_MAX}"),
-                "--runtime=1",
+                &format!("--size={bytes_max}"),
+                &format!("--runtime={seconds}"),
                 &format!("--direct={}", u8::from(direct)),
-                sync,
+                sync(direct),
             ],
         )
     };
-    let buffered_write = write(&buffered, pattern.block_bytes, false)?;
-    let direct_write = write(&direct, direct_block, true)?;
+    let buffered_limits = (
+        pattern.buffered_write_time.as_secs().max(1),
+        pattern.buffered_write_bytes_max(),
+    );
+    let buffered_write = write(&buffered, pattern.block_bytes, false, buffered_limits)?;
+    let direct_write = write(&direct, direct_block, true, (1, FILE_MAX_BYTES))?;
     let read = |path: &Path, direct: bool| -> anyhow::Result<Value> {
-        let size = std::fs::metadata(path)?.len();
+        let size = std::fs::metadata(path)?.len().min(FILE_MAX_BYTES);
         run(
             path,
             &[
@@ -160,7 +165,7 @@ fn group_sync(dir: &Path, group: GroupSyncPattern) -> anyhow::Result<GroupSync> 
         format!("--directory={}", dir.display()),
         "--rw=write".to_owned(),
         "--fdatasync=1".to_owned(),
-        format!("--size={FILE_MAX}"),
+        format!("--size={FILE_MAX_BYTES}"),
         "--group_reporting".to_owned(),
         "--runtime=1".to_owned(),
         "--time_based".to_owned(),

@@ -39,6 +39,7 @@ mod tail;
 use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use seglog::config::LogConfig;
@@ -50,7 +51,7 @@ use cache::{CacheDrop, drop_page_cache};
 use compaction::CompactionFigures;
 use disk::{DiskFigures, DiskPattern};
 use fetch::AtEnd;
-use progress::Phase;
+use progress::{Limit, Phase};
 use report::Report;
 use settings::Settings;
 
@@ -120,6 +121,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Clean)
 }
 
+/// The disk's buffered write runs as long as the phase, up to this.
+const BUFFERED_WRITE_TIME_MAX: Duration = Duration::from_secs(30);
+
 /// The disk's limits, in a scratch directory beside the data directory (same file system).
 fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> {
     let parent = match dir.parent() {
@@ -134,11 +138,16 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
             writers,
             block_bytes: settings.producers * settings.batch_bytes / writers,
         });
+    let buffered_write_time = match settings.limit {
+        Limit::Time(duration) => duration.clamp(Duration::from_secs(1), BUFFERED_WRITE_TIME_MAX),
+        Limit::Records(_) => Duration::from_secs(1),
+    };
     let pattern = DiskPattern {
         block_bytes: settings.batch_bytes,
         sync_each: settings.durable_appends(),
         queue_depth: settings.consumers,
         group_sync,
+        buffered_write_time,
     };
     disk::measure(&parent, pattern)
 }

@@ -173,7 +173,7 @@ impl Report<'_> {
         };
         writeln!(
             out,
-            "disk ({}, measured before the engine, {} B blocks, {}): write {:.1} MB/s buffered, {} MB/s O_DIRECT; \
+            "disk ({}, measured before the engine, {} B blocks, {}): write {:.1} MB/s buffered (over {} s), {} MB/s O_DIRECT; \
              read {:.1} MB/s buffered, {} MB/s O_DIRECT; {:.0} random 4 KiB reads/s at queue depth {}; \
              memcpy {:.1} MB/s on one core",
             disk.tool,
@@ -181,9 +181,10 @@ impl Report<'_> {
             if disk.pattern.sync_each {
                 "fdatasync each"
             } else {
-                "fdatasync at the end"
+                "buffered without sync, O_DIRECT with fdatasync at the end"
             },
             disk.write_buffered_mb_per_s,
+            disk.pattern.buffered_write_time.as_secs(),
             optional(disk.write_direct_mb_per_s),
             disk.read_buffered_mb_per_s,
             optional(disk.read_direct_mb_per_s),
@@ -377,6 +378,7 @@ fn disk_json(disk: &DiskFigures) -> Value {
         "queue_depth": disk.pattern.queue_depth,
         "write_mb_per_s": disk.write_mb_per_s(),
         "write_buffered_mb_per_s": disk.write_buffered_mb_per_s,
+        "write_buffered_seconds": disk.pattern.buffered_write_time.as_secs(),
         "write_direct_mb_per_s": disk.write_direct_mb_per_s,
         "read_mb_per_s": disk.read_mb_per_s(),
         "read_buffered_mb_per_s": disk.read_buffered_mb_per_s,
