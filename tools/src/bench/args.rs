@@ -165,9 +165,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// First measure the disk's own limits (sequential buffered and O_DIRECT writes of the batch
-    /// size with the same sync policy, sequential reads, 4 KiB random reads at the consumers'
-    /// queue depth; with fio when installed) in a separate directory, and print the engine's
-    /// figures as a ratio of them.
+    /// size with the same sync policy, the buffered one as long as the phase; sequential reads;
+    /// 4 KiB random reads at the consumers' queue depth; with fio when installed) in a separate
+    /// directory, and print the engine's figures as a ratio of them.
     #[arg(long)]
     pub vs_disk: bool,
 }
