@@ -26,7 +26,7 @@ pub(crate) const FILE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 /// The buffered write runs as long as the engine's phase ([`DiskPattern::buffered_write_time`])
 /// and may write this much per second of it: more than the page cache takes at once, so that a
 /// long phase is compared with the disk's sustained rate, not with a burst into memory.
-pub(crate) const BUFFERED_WRITE_BYTES_PER_SECOND_MAX: u64 = 4 * 1024 * 1024 * 1024;
+const BUFFERED_WRITE_BYTES_PER_SECOND_MAX: u64 = 4 * 1024 * 1024 * 1024;
 /// Block size of the sequential reads.
 const READ_BLOCK_BYTES: usize = 1024 * 1024;
 /// Block size and alignment of the random reads and of `O_DIRECT` buffers.
@@ -47,10 +47,12 @@ pub struct DiskPattern {
 }
 
 impl DiskPattern {
-    /// Bytes the buffered sequential write may write.
-    pub fn buffered_write_bytes_max(&self) -> u64 {
+    /// How long the buffered sequential write runs (whole seconds, at least one) and the bytes
+    /// it may write in that time.
+    pub fn buffered_write_limits(&self) -> (Duration, u64) {
         let seconds = self.buffered_write_time.as_secs().max(1);
-        (seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX).max(FILE_MAX_BYTES)
+        let bytes_max = seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX;
+        (Duration::from_secs(seconds), bytes_max)
     }
 }
 
@@ -221,26 +223,21 @@ pub fn measure_memcpy() -> f64 {
 fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
     let mut notes = Vec::new();
     let buffered_path = dir.join("buffered.tmp");
-    let buffered_limits = (
-        pattern.buffered_write_time,
-        pattern.buffered_write_bytes_max(),
-    );
     let buffered = write_sequential(
         &buffered_path,
         pattern.block_bytes,
         pattern.sync_each,
         false,
-        buffered_limits,
+        pattern.buffered_write_limits(),
     )?;
     let direct_path = dir.join("direct.tmp");
     let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-    let direct_limits = (PHASE_TIME, FILE_MAX_BYTES);
     let direct = match write_sequential(
         &direct_path,
         direct_block,
         pattern.sync_each,
         true,
-        direct_limits,
+        (PHASE_TIME, FILE_MAX_BYTES),
     ) {
         Ok(direct) => Some(direct),
         Err(error) => {

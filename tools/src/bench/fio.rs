@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -36,25 +37,23 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         (false, true) => "--end_fsync=1",
         (false, false) => "--end_fsync=0",
     };
-    let write = |path: &Path, block: usize, direct: bool, (seconds, bytes_max): (u64, u64)| {
+    let write = |path: &Path, block: usize, direct: bool, (time, bytes_max): (Duration, u64)| {
         run(
             path,
             &[
                 "--rw=write",
                 &format!("--bs={block}"),
                 &format!("--size={bytes_max}"),
-                &format!("--runtime={seconds}"),
+                &format!("--runtime={}", time.as_secs()),
                 &format!("--direct={}", u8::from(direct)),
                 sync(direct),
             ],
         )
     };
-    let buffered_limits = (
-        pattern.buffered_write_time.as_secs().max(1),
-        pattern.buffered_write_bytes_max(),
-    );
+    let buffered_limits = pattern.buffered_write_limits();
     let buffered_write = write(&buffered, pattern.block_bytes, false, buffered_limits)?;
-    let direct_write = write(&direct, direct_block, true, (1, FILE_MAX_BYTES))?;
+    let direct_limits = (Duration::from_secs(1), FILE_MAX_BYTES);
+    let direct_write = write(&direct, direct_block, true, direct_limits)?;
     let read = |path: &Path, direct: bool| -> anyhow::Result<Value> {
         let size = std::fs::metadata(path)?.len().min(FILE_MAX_BYTES);
         run(
