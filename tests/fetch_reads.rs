@@ -3,7 +3,8 @@
 //! the size of a batch is known (the last one served), a lookup reads the batch holding its
 //! offset whole where the entry after the offset's places it, in one read. Otherwise one read
 //! from the offset's entry through the next entry and a batch past it finds the batch. Either
-//! way a fetch serves whole batches from the one holding its offset.
+//! way a fetch serves whole batches from the one holding its offset. A point lookup
+//! (`read_record`) in a large batch it read before reads only the chunks holding its record.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +17,7 @@ use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::log::{LogOpenOptions, PartitionLog, RecordRead};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 const RECORDS_PER_BATCH: u64 = 100;
@@ -173,5 +174,93 @@ fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
             reads.0.load(Ordering::SeqCst) - before <= 3,
             "offset {offset}"
         );
+    }
+}
+
+/// A batch of 100 records of 1 KiB, each value `byte` repeated: about 100 KiB.
+fn kib_batch(byte: u8) -> bytes::Bytes {
+    let value = [byte; 1024];
+    let mut builder = BatchBuilder::new(0);
+    for _ in 0..RECORDS_PER_BATCH {
+        builder.push(&NewRecord {
+            timestamp_ms: 1_700_000_000_000,
+            key: None,
+            value: Some(&value),
+            headers: &[],
+        });
+    }
+    builder.build().unwrap()
+}
+
+/// The value of the record at `offset`, which must be there.
+fn looked_up_value(log: &mut PartitionLog, offset: u64) -> Result<bytes::Bytes, String> {
+    match log.read_record(Offset(offset)) {
+        Ok(RecordRead::Found(header, record)) => {
+            assert_eq!(
+                header.base_offset + i64::from(record.offset_delta),
+                offset as i64
+            );
+            Ok(record.value.unwrap())
+        }
+        Ok(other) => panic!("offset {offset}: {other:?}"),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Flips one byte of the `.log` in place, as a disk returning other bytes would.
+fn flip_log_byte(dir: &Path, position: u64) {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(format!("{:020}.log", 0));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, position).unwrap();
+    file.write_all_at(&[byte[0] ^ 0xff], position).unwrap();
+}
+
+#[test]
+fn a_second_lookup_in_a_large_batch_reads_and_checks_only_the_chunks_of_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(CountLogReads::default());
+    let mut log = log_of(dir.path(), reads, |_| kib_batch(b'v'));
+    let batch_bytes = kib_batch(b'v').len() as u64;
+    let record_bytes = (batch_bytes - 61) / RECORDS_PER_BATCH;
+    // The first lookup reads the batch 1_100..=1_199 whole and checks its CRC.
+    assert_eq!(looked_up_value(&mut log, 1_150).unwrap(), vec![b'v'; 1024]);
+    // The value of record 1_190 changes on disk, 78 KiB from record 1_150.
+    let changed = 11 * batch_bytes + 61 + 90 * record_bytes + 500;
+    flip_log_byte(dir.path(), changed);
+    // Record 1_150's chunks are unchanged and pass their CRCs: the batch is not read whole.
+    assert_eq!(looked_up_value(&mut log, 1_150).unwrap(), vec![b'v'; 1024]);
+    // Record 1_190's chunk fails its CRC: the batch is read whole again, and fails its own.
+    let error = looked_up_value(&mut log, 1_190).unwrap_err();
+    assert!(error.contains("CRC"), "{error}");
+    // Without the digest, record 1_150 is read with the whole batch too.
+    let error = looked_up_value(&mut log, 1_150).unwrap_err();
+    assert!(error.contains("CRC"), "{error}");
+    // Other batches are untouched.
+    assert_eq!(looked_up_value(&mut log, 1_250).unwrap(), vec![b'v'; 1024]);
+}
+
+#[test]
+fn a_lookup_after_a_truncation_reads_the_batch_appended_in_the_truncated_ones_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(CountLogReads::default());
+    let mut log = log_of(dir.path(), reads, |_| kib_batch(b'v'));
+    for offset in [4_950, 4_951, 4_999] {
+        assert_eq!(looked_up_value(&mut log, offset).unwrap(), vec![b'v'; 1024]);
+    }
+    log.truncate_to(Offset(4_900)).unwrap();
+    assert!(matches!(
+        log.read_record(Offset(4_900)),
+        Ok(RecordRead::Absent)
+    ));
+    log.append(kib_batch(b'w'), TimestampMs(1_700_000_000_000))
+        .unwrap();
+    for offset in [4_950, 4_951, 4_999] {
+        assert_eq!(looked_up_value(&mut log, offset).unwrap(), vec![b'w'; 1024]);
     }
 }

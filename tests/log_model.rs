@@ -24,17 +24,20 @@ use proptest::prelude::*;
 use seglog::config::LogConfig;
 use seglog::error::{AppendError, DeleteRecordsError, ReadError};
 use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
+use seglog::format::{BatchBuilder, BatchHeader, NewRecord, Record};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
+use seglog::log::{LogOpenOptions, PartitionLog, RecordRead, RecoveryReport};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 const T0: i64 = 1_700_000_000_000;
 const SEGMENT_BYTES: u64 = 1024;
+/// `segment.bytes` of the large-batch runs: batches of up to 40 records of up to 4 KB, so point
+/// lookups meet batches large enough to digest (`segment/lookup.rs`).
+const LARGE_SEGMENT_BYTES: u64 = 512 * 1024;
 
-fn config() -> LogConfig {
+fn config(segment_bytes: u64) -> LogConfig {
     LogConfig {
-        segment_bytes: SEGMENT_BYTES,
+        segment_bytes,
         segment_index_bytes: 96,
         index_interval_bytes: 32,
         ..LogConfig::default()
@@ -93,6 +96,8 @@ enum Op {
         pick: u32,
         max_bytes: u64,
     },
+    /// A point lookup (`read_record`) of the offset `pick` chooses, twice.
+    ReadRecord(u32),
     ReadByTimestamp(i64),
     DeleteRecords(u32),
     TruncateTo(u32),
@@ -102,10 +107,10 @@ enum Op {
     UncleanReopen,
 }
 
-fn record_spec() -> impl Strategy<Value = RecordSpec> {
+fn record_spec(value_bytes_max: u16) -> impl Strategy<Value = RecordSpec> {
     (
         proptest::option::weighted(0.8, 0u16..500),
-        proptest::option::weighted(0.9, (0u16..160, any::<u8>())),
+        proptest::option::weighted(0.9, (0u16..value_bytes_max, any::<u8>())),
         0u16..1000,
         proptest::option::weighted(0.2, any::<u8>()),
     )
@@ -117,12 +122,15 @@ fn record_spec() -> impl Strategy<Value = RecordSpec> {
         })
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Appends of one or two batches of up to `records_max` records, values up to
+/// `value_bytes_max` bytes, and the other operations.
+fn op(records_max: usize, value_bytes_max: u16) -> impl Strategy<Value = Op> {
+    let batch = proptest::collection::vec(record_spec(value_bytes_max), 1..=records_max);
     prop_oneof![
-        6 => proptest::collection::vec(proptest::collection::vec(record_spec(), 1..=5), 1..=2)
-            .prop_map(Op::Append),
+        6 => proptest::collection::vec(batch, 1..=2).prop_map(Op::Append),
         4 => (any::<u32>(), prop_oneof![Just(1u64), 1u64..2048, Just(u64::MAX)])
             .prop_map(|(pick, max_bytes)| Op::Read { pick, max_bytes }),
+        4 => any::<u32>().prop_map(Op::ReadRecord),
         2 => (-20i64..1020).prop_map(Op::ReadByTimestamp),
         1 => any::<u32>().prop_map(Op::DeleteRecords),
         1 => any::<u32>().prop_map(Op::TruncateTo),
@@ -206,17 +214,23 @@ fn encode_batch(records: &[ModelRecord]) -> Bytes {
 struct Harness {
     _root: tempfile::TempDir,
     dir: PathBuf,
+    segment_bytes: u64,
     log: Option<PartitionLog>,
     model: Model,
 }
 
 impl Harness {
     fn new() -> Harness {
+        Harness::with_segment_bytes(SEGMENT_BYTES)
+    }
+
+    fn with_segment_bytes(segment_bytes: u64) -> Harness {
         let root = scratch();
         let dir = root.path().join("model-0");
         let mut harness = Harness {
             _root: root,
             dir,
+            segment_bytes,
             log: None,
             model: Model::default(),
         };
@@ -241,8 +255,14 @@ impl Harness {
             log_start_offset: log_start,
             now: now(),
         };
-        let (log, report) =
-            PartitionLog::open(storage_from_env(), &self.dir, tp, config(), options).unwrap();
+        let (log, report) = PartitionLog::open(
+            storage_from_env(),
+            &self.dir,
+            tp,
+            config(self.segment_bytes),
+            options,
+        )
+        .unwrap();
         self.log = Some(log);
         report
     }
@@ -258,6 +278,13 @@ impl Harness {
                 let (start, end) = (self.model.log_start, self.model.log_end());
                 let offset = Model::pick(*pick, start.saturating_sub(2), end + 2);
                 check_read(self.log.as_mut().unwrap(), &self.model, offset, *max_bytes)
+            }
+            Op::ReadRecord(pick) => {
+                let (start, end) = (self.model.log_start, self.model.log_end());
+                let offset = Model::pick(*pick, start.saturating_sub(2), end + 2);
+                let log = self.log.as_mut().unwrap();
+                check_read_record(log, &self.model, offset)?;
+                check_read_record(log, &self.model, offset)
             }
             Op::ReadByTimestamp(delta) => {
                 let target = T0 + delta;
@@ -375,14 +402,14 @@ impl Harness {
         let size = bytes.len() as u64;
         let end = self.model.log_end();
         let result = self.log().append(Bytes::from(bytes), now());
-        if size > SEGMENT_BYTES {
+        if size > self.segment_bytes {
             match result {
                 Err(AppendError::AppendTooLarge {
                     size_bytes,
                     segment_bytes,
                 }) => {
                     prop_assert_eq!(size_bytes, size);
-                    prop_assert_eq!(segment_bytes, SEGMENT_BYTES);
+                    prop_assert_eq!(segment_bytes, self.segment_bytes);
                 }
                 other => prop_assert!(false, "append of {} bytes gave {:?}", size, other),
             }
@@ -423,7 +450,7 @@ impl Harness {
             );
         }
         for segment in &segments {
-            prop_assert!(segment.size_bytes <= SEGMENT_BYTES, "{:?}", segment);
+            prop_assert!(segment.size_bytes <= self.segment_bytes, "{:?}", segment);
             prop_assert!(segment.offset_index_entries <= 12);
             prop_assert!(segment.time_index_entries <= 8);
         }
@@ -441,8 +468,19 @@ impl Harness {
         let mut offset = self.model.log_start;
         while offset < self.model.log_end() {
             check_read(log, &self.model, offset, 1)?;
-            offset = self.model.batch_holding(offset).unwrap().last() + 1;
+            let batch = self.model.batch_holding(offset).unwrap();
+            // The first lookup in a large batch reads it whole, the later ones its chunks.
+            for lookup in [
+                batch.last(),
+                offset,
+                (offset + batch.last()) / 2,
+                batch.last(),
+            ] {
+                check_read_record(log, &self.model, lookup)?;
+            }
+            offset = batch.last() + 1;
         }
+        check_read_record(log, &self.model, self.model.log_end())?;
         check_read(log, &self.model, self.model.log_start, u64::MAX)?;
         let mut targets: Vec<i64> = self
             .model
@@ -466,6 +504,67 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// The model's view of `record` in the batch with `header`.
+fn model_record(header: &BatchHeader, record: &Record) -> Result<ModelRecord, TestCaseError> {
+    prop_assert!(record.headers.iter().all(|h| h.key == "h"));
+    Ok(ModelRecord {
+        key: record.key.as_ref().map(|key| key.to_vec()),
+        value: record.value.as_ref().map(|value| value.to_vec()),
+        timestamp: header.base_timestamp + record.timestamp_delta,
+        header: record
+            .headers
+            .first()
+            .and_then(|h| h.value.as_ref().map(|v| v.to_vec())),
+    })
+}
+
+/// Checks one point lookup against the model: the record at `offset`, nothing at the log end,
+/// the range outside the log.
+fn check_read_record(
+    log: &mut PartitionLog,
+    model: &Model,
+    offset: u64,
+) -> Result<(), TestCaseError> {
+    let (start, end) = (model.log_start, model.log_end());
+    let result = log.read_record(Offset(offset));
+    if offset < start || offset > end {
+        prop_assert!(
+            matches!(result, Err(ReadError::OffsetOutOfRange { requested, .. }) if requested == Offset(offset)),
+            "read_record({}) outside [{}, {}] gave {:?}",
+            offset,
+            start,
+            end,
+            result
+        );
+        return Ok(());
+    }
+    let read = result.unwrap();
+    if offset == end {
+        prop_assert!(
+            matches!(read, RecordRead::Absent),
+            "read_record at the log end: {:?}",
+            read
+        );
+        return Ok(());
+    }
+    let RecordRead::Found(header, record) = read else {
+        return Err(TestCaseError::fail(format!(
+            "read_record({offset}) gave {read:?}"
+        )));
+    };
+    let batch = model.batch_holding(offset).unwrap();
+    prop_assert_eq!(header.base_offset, batch.base as i64);
+    prop_assert_eq!(i64::from(record.offset_delta), (offset - batch.base) as i64);
+    let want = &batch.records[(offset - batch.base) as usize];
+    prop_assert_eq!(
+        &model_record(&header, &record)?,
+        want,
+        "read_record({})",
+        offset
+    );
+    Ok(())
 }
 
 /// Checks one read against the model.
@@ -547,17 +646,7 @@ fn check_read(
         let records = batch.records().unwrap();
         prop_assert_eq!(records.len(), model_batch.records.len());
         for (record, want) in records.iter().zip(&model_batch.records) {
-            let got = ModelRecord {
-                key: record.key.as_ref().map(|key| key.to_vec()),
-                value: record.value.as_ref().map(|value| value.to_vec()),
-                timestamp: header.base_timestamp + record.timestamp_delta,
-                header: record
-                    .headers
-                    .first()
-                    .and_then(|h| h.value.as_ref().map(|v| v.to_vec())),
-            };
-            prop_assert_eq!(&got, want);
-            prop_assert!(record.headers.iter().all(|h| h.key == "h"));
+            prop_assert_eq!(&model_record(header, record)?, want);
         }
         expected_base = batch.last_offset() as u64 + 1;
     }
@@ -665,20 +754,34 @@ fn read_by_timestamp_looks_past_a_batch_whose_late_records_are_below_the_log_sta
     assert_eq!(find(harness.log(), T0 + 600), Some((T0 + 989, 7)));
 }
 
+/// `ops` applied to the log and the model, then a check of everything, before and after an
+/// unclean reopen.
+fn run_against_the_model(mut harness: Harness, ops: &[Op]) -> Result<(), TestCaseError> {
+    for op in ops {
+        harness.apply(op)?;
+    }
+    harness.check_everything()?;
+    let recovery_point = harness.log().recovery_point();
+    drop(harness.log.take());
+    let start = Offset(harness.model.log_start);
+    harness.open(false, recovery_point, Some(start));
+    harness.check_everything()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_log_behaves_like_the_model(ops in proptest::collection::vec(op(), 1..=40)) {
-        let mut harness = Harness::new();
-        for op in &ops {
-            harness.apply(op)?;
-        }
-        harness.check_everything()?;
-        let recovery_point = harness.log().recovery_point();
-        drop(harness.log.take());
-        let start = Offset(harness.model.log_start);
-        harness.open(false, recovery_point, Some(start));
-        harness.check_everything()?;
+    fn the_log_behaves_like_the_model(ops in proptest::collection::vec(op(5, 160), 1..=40)) {
+        run_against_the_model(Harness::new(), &ops)?;
+    }
+
+    /// Batches of up to 160 KB: point lookups read digested batches' chunks (`segment/lookup.rs`)
+    /// across rolls, truncations, record deletion and reopens.
+    #[test]
+    fn a_log_of_large_batches_behaves_like_the_model(
+        ops in proptest::collection::vec(op(40, 4000), 1..=40),
+    ) {
+        run_against_the_model(Harness::with_segment_bytes(LARGE_SEGMENT_BYTES), &ops)?;
     }
 }

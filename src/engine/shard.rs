@@ -31,8 +31,8 @@ use crate::group::records::{ConsumerRecord, consumer_record};
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
-    AppendInfo, CompactionOutcome, FetchData, LogOpenOptions, PartitionLog, RetentionOutcome,
-    ValidatedBatches,
+    AppendInfo, CompactionOutcome, FetchData, LogOpenOptions, PartitionLog, RecordRead,
+    RetentionOutcome, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -791,36 +791,27 @@ impl Shard {
         }
     }
 
-    /// The record at `offset`, decoded here: the shard has just checked its batch's CRC, so the
-    /// batch is in this core's cache and the caller receives one record, not the batch to walk.
-    /// `None` where the log holds no data record at `offset` (compacted away, a control batch, or
-    /// the log end).
+    /// The record at `offset`, read and decoded here (`PartitionLog::read_record`): the caller
+    /// receives one record, not a batch to walk. `None` where the log holds no data record at
+    /// `offset` (compacted away, a control batch, or the log end).
     fn fetch_record(
         &mut self,
         tp: &TopicPartition,
         offset: Offset,
     ) -> Result<Option<ConsumerRecord>, ReadError> {
-        let options = FetchOptions {
-            max_bytes: 1,
-            ..FetchOptions::default()
-        };
-        let data = self.read(tp, offset, &options)?;
-        let invalid = |source| ReadError::InvalidRecord {
-            topic: tp.topic.to_string(),
-            partition: tp.partition,
-            offset,
-            source,
-        };
-        let Some(batch) = data.batches().next() else {
-            return Ok(None);
-        };
-        let batch = batch.map_err(invalid)?;
-        if batch.header().attributes.is_control() {
-            return Ok(None);
+        let log = self
+            .partition(tp)
+            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        match log.read_record(offset)? {
+            RecordRead::Found(header, record) => Ok(consumer_record(tp, &header, record)),
+            RecordRead::PastEnd | RecordRead::Absent => Ok(None),
+            RecordRead::Invalid(source) => Err(ReadError::InvalidRecord {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+                offset,
+                source,
+            }),
         }
-        let wanted = i64::try_from(offset.0).unwrap_or(i64::MAX);
-        let record = batch.record_at(wanted).map_err(invalid)?;
-        Ok(record.and_then(|record| consumer_record(tp, batch.header(), record)))
     }
 
     fn read(

@@ -24,6 +24,7 @@ use crate::failpoint::failpoint;
 use crate::format::batch::BatchIter;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
+pub use crate::segment::RecordRead;
 use crate::segment::Segment;
 use segments::{SegmentList, SegmentSlot};
 
@@ -190,21 +191,10 @@ impl PartitionLog {
     /// Reads whole batches starting with the batch that holds `offset`, up to `max_bytes` but
     /// always at least one whole batch (Kafka's rule, so that a consumer always progresses).
     pub fn read(&mut self, offset: Offset, max_bytes: u64) -> Result<FetchData, ReadError> {
-        let log_end_offset = self.log_end_offset();
-        if offset < self.log_start_offset || offset > log_end_offset {
-            return Err(ReadError::OffsetOutOfRange {
-                requested: offset,
-                log_start_offset: self.log_start_offset,
-                log_end_offset,
-            });
-        }
+        let log_end_offset = self.check_readable(offset)?;
         let mut records = Bytes::new();
-        let segment_count = self.segments.len();
-        for index in self.segments.floor_index(offset)..segment_count {
-            // Offsets are dense unless the cleaner may have left gaps: never in the active
-            // (last) segment, which it does not touch, nor above the cleaned end.
-            let dense = index + 1 == segment_count
-                || self.segments.slots()[index].base_offset() >= self.cleaned_end;
+        for index in self.segments.floor_index(offset)..self.segments.len() {
+            let dense = self.is_dense(index);
             let segment = self.open_segment(index)?;
             if let Some(read) = segment.read_from(offset, max_bytes, dense)? {
                 records = read;
@@ -217,6 +207,39 @@ impl PartitionLog {
             log_end_offset,
             durable_offset: self.recovery_point,
         })
+    }
+
+    /// The record at `offset` (a point lookup: `Segment::read_record`). `Absent` at the log end.
+    pub fn read_record(&mut self, offset: Offset) -> Result<RecordRead, ReadError> {
+        self.check_readable(offset)?;
+        for index in self.segments.floor_index(offset)..self.segments.len() {
+            let dense = self.is_dense(index);
+            match self.open_segment(index)?.read_record(offset, dense)? {
+                RecordRead::PastEnd => {}
+                read => return Ok(read),
+            }
+        }
+        Ok(RecordRead::Absent)
+    }
+
+    /// The log end offset, once `offset` is within the log (`OffsetOutOfRange` otherwise).
+    fn check_readable(&self, offset: Offset) -> Result<Offset, ReadError> {
+        let log_end_offset = self.log_end_offset();
+        if offset < self.log_start_offset || offset > log_end_offset {
+            return Err(ReadError::OffsetOutOfRange {
+                requested: offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset,
+            });
+        }
+        Ok(log_end_offset)
+    }
+
+    /// Offsets are dense unless the cleaner may have left gaps: never in the active (last)
+    /// segment, which it does not touch, nor above the cleaned end.
+    fn is_dense(&self, index: usize) -> bool {
+        index + 1 == self.segments.len()
+            || self.segments.slots()[index].base_offset() >= self.cleaned_end
     }
 
     /// The first offset whose record has a timestamp `>= target`, with that timestamp (Kafka's

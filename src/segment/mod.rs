@@ -6,6 +6,7 @@
 //! other segment is sealed: its indexes trimmed to their entries and its data synced.
 
 mod direct;
+mod lookup;
 pub mod recovery;
 pub mod scan;
 
@@ -26,6 +27,8 @@ use crate::io::{OpenMode, Storage, StorageFile};
 use crate::limits::BATCH_HEADER_BYTES;
 use crate::types::{Offset, TimestampMs};
 use direct::DirectWriter;
+use lookup::{BatchDigest, BatchDigests, DigestedRecord};
+pub use lookup::{CHUNK_BYTES as LOOKUP_CHUNK_BYTES, DIGESTED_BATCH_BYTES_MIN};
 use scan::{LogScanner, ScanStep};
 
 /// Reads at least this large are taken as a sequential consumer's and prefetch what follows.
@@ -40,6 +43,20 @@ const CHECK_CHUNK_BYTES: u64 = 256 * 1024;
 /// A lookup reads at most this much between two index entries at once (Kafka's 4 KiB
 /// `index.interval.bytes` keeps entries a batch or a few kilobytes apart).
 const LOOKUP_GAP_BYTES_MAX: u64 = 64 * 1024;
+
+/// What a point lookup found in a segment (`Segment::read_record`).
+#[derive(Debug)]
+pub enum RecordRead {
+    /// No batch of the segment ends at or after the offset: the next segment may hold it.
+    PastEnd,
+    /// The batch holding the offset has no data record there: a control batch, or a record
+    /// the cleaner removed.
+    Absent,
+    /// The record, with its batch's header.
+    Found(BatchHeader, crate::format::Record),
+    /// The batch passed its CRC but its records do not decode.
+    Invalid(crate::format::DecodeError),
+}
 
 /// What the roll rule needs to know about an append before it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +119,8 @@ pub struct Segment {
     /// Size of the last batch a fetch started with: a fetch's read past its index entry's batch
     /// takes at least that much, so it brings the batch wanted whole (`read_from`).
     batch_bytes_hint: std::cell::Cell<u64>,
+    /// What point lookups keep of the large batches they read (`lookup.rs`).
+    digests: std::cell::RefCell<BatchDigests>,
 }
 
 impl Segment {
@@ -154,6 +173,7 @@ impl Segment {
             created_ms: now,
             prefetched_to: Default::default(),
             batch_bytes_hint: Default::default(),
+            digests: Default::default(),
         })
     }
 
@@ -428,6 +448,18 @@ impl Segment {
         max_bytes: u64,
         dense: bool,
     ) -> Result<Option<Bytes>, StorageError> {
+        Ok(self
+            .read_from_position(offset, max_bytes, dense)?
+            .map(|(_, bytes)| bytes))
+    }
+
+    /// `read_from`, with where in the `.log` the bytes served start.
+    fn read_from_position(
+        &self,
+        offset: Offset,
+        max_bytes: u64,
+        dense: bool,
+    ) -> Result<Option<(u64, Bytes)>, StorageError> {
         let (entry, next_entry) = self.offset_index.lookup_with_next(offset);
         let end = self.size_bytes;
         let batch_bytes = max_bytes.max(self.batch_bytes_hint.get());
@@ -471,7 +503,7 @@ impl Segment {
         else {
             return self
                 .read_batches(first, offset, max_bytes, end, dense)
-                .map(Some);
+                .map(|bytes| Some((first.position, bytes)));
         };
         self.serve_batches(
             window.slice(..wanted as usize),
@@ -480,7 +512,7 @@ impl Segment {
             end,
             dense,
         )
-        .map(Some)
+        .map(|bytes| Some((first.position, bytes)))
     }
 
     /// The batch holding `offset` read where the index places it, in one read of `batch_bytes`:
@@ -497,7 +529,7 @@ impl Segment {
         batch_bytes: u64,
         max_bytes: u64,
         dense: bool,
-    ) -> Result<Option<Bytes>, StorageError> {
+    ) -> Result<Option<(u64, Bytes)>, StorageError> {
         let end = self.size_bytes;
         // Batches of about the size of the last one served: the gap holds one batch, not two.
         let hint = self.batch_bytes_hint.get();
@@ -539,10 +571,81 @@ impl Segment {
         if (bytes.len() as u64) < wanted {
             return self
                 .read_batches(first, offset, max_bytes, end, dense)
-                .map(Some);
+                .map(|bytes| Some((position, bytes)));
         }
         self.serve_batches(bytes.slice(..wanted as usize), position, offset, end, dense)
-            .map(Some)
+            .map(|bytes| Some((position, bytes)))
+    }
+
+    /// The record at `offset` (a point lookup). In a batch a lookup read before (`lookup.rs`),
+    /// only the chunks holding the record are read and checked against the batch's digest;
+    /// otherwise the batch is read whole and checked as a fetch checks it, and a large one
+    /// digested for the next lookup.
+    pub fn read_record(&self, offset: Offset, dense: bool) -> Result<RecordRead, StorageError> {
+        let Ok(wanted) = i64::try_from(offset.0) else {
+            return Ok(RecordRead::PastEnd);
+        };
+        if let Some(read) = self.read_digested_record(wanted)? {
+            return Ok(read);
+        }
+        let Some((position, bytes)) = self.read_from_position(offset, 1, dense)? else {
+            return Ok(RecordRead::PastEnd);
+        };
+        // The CRC was checked as the batch was served.
+        let batch = match crate::format::Batch::decode_without_crc_check(&bytes, u64::MAX) {
+            Ok(batch) => batch,
+            Err(error) => return Ok(RecordRead::Invalid(error)),
+        };
+        if batch.header().attributes.is_control() {
+            return Ok(RecordRead::Absent);
+        }
+        let record = match batch.record_at(wanted) {
+            Ok(record) => record,
+            Err(error) => return Ok(RecordRead::Invalid(error)),
+        };
+        if let Some(digest) = BatchDigest::of(position, &batch) {
+            self.digests.borrow_mut().insert(digest);
+        }
+        Ok(record.map_or(RecordRead::Absent, |record| {
+            RecordRead::Found(*batch.header(), record)
+        }))
+    }
+
+    /// The record at `wanted` from the chunks of a digested batch; `None` when no digest covers
+    /// it or the chunks read no longer match theirs (the digest is dropped).
+    fn read_digested_record(&self, wanted: i64) -> Result<Option<RecordRead>, StorageError> {
+        let mut digests = self.digests.borrow_mut();
+        let Some(digest) = digests.covering(wanted) else {
+            return Ok(None);
+        };
+        let header = *digest.header();
+        let Ok(offset_delta) = i32::try_from(wanted - header.base_offset) else {
+            return Ok(None);
+        };
+        let Some(span) = digest.span(offset_delta) else {
+            return Ok(Some(RecordRead::Absent));
+        };
+        let read = Bytes::from(
+            self.log
+                .read_to_vec(
+                    digest.span_bytes(&span),
+                    digest.position() + span.start_bytes() as u64,
+                )
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?,
+        );
+        match digest.record_in(&span, &read, offset_delta) {
+            DigestedRecord::Found(record) => Ok(Some(RecordRead::Found(header, record))),
+            DigestedRecord::Absent => Ok(Some(RecordRead::Absent)),
+            DigestedRecord::Stale => {
+                digests.remove(header.last_offset());
+                Ok(None)
+            }
+        }
+    }
+
+    /// Batches digested by lookups (for tests).
+    pub fn digested_batch_count(&self) -> usize {
+        self.digests.borrow().len()
     }
 
     fn scan_for(
@@ -812,6 +915,8 @@ impl Segment {
     /// Removes every batch holding an offset `>= offset` (whole batches: a batch holding `offset`
     /// goes entirely). Returns the bytes removed.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<u64, StorageError> {
+        // Appends will write over the positions cut.
+        self.digests.get_mut().clear();
         let Some(location) = self.locate(offset, self.size_bytes)? else {
             return Ok(0);
         };

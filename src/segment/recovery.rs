@@ -150,6 +150,7 @@ impl Segment {
             created_ms: now,
             prefetched_to: Default::default(),
             batch_bytes_hint: Default::default(),
+            digests: Default::default(),
         };
         if needs_recovery {
             let recovery = segment.recover(config, invalid_tail, dense)?;
