@@ -1,6 +1,8 @@
 //! The disk's own limits in the same run, with no engine logic: sequential buffered 1 MiB
 //! `pwrite`s (until the last returns, and with a final `fdatasync`), cold sequential 1 MiB
-//! `pread`s, and the per-batch sync floor (one batch's bytes appended, then `fdatasync`).
+//! `pread`s, cold random 4 KiB `pread`s one at a time (a cold lookup's floor: one read from the
+//! device per lookup), and the per-batch sync floor (one batch's bytes appended, then
+//! `fdatasync`).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -12,6 +14,7 @@ use serde::Serialize;
 use crate::workload::{BATCH_RECORDS, PeerResult, Rng, context, drop_page_cache};
 
 const BLOCK_BYTES: usize = 1024 * 1024;
+const PAGE_BYTES: usize = 4096;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DiskLimits {
@@ -22,6 +25,9 @@ pub struct DiskLimits {
     pub write_fdatasync_mb_per_s: f64,
     /// 1 MiB `pread`s of the file after dropping the page cache (None: not permitted).
     pub read_cold_mb_per_s: Option<f64>,
+    /// 4 KiB `pread`s at random page-aligned positions of the file after dropping the page
+    /// cache, one at a time: reads/s (None: not permitted).
+    pub read_cold_random_4kib_per_s: Option<f64>,
     /// Per record size: records/s when each batch of 100 records' bytes is appended with one
     /// `pwrite` and followed by `fdatasync` (the floor of the sync cells).
     pub sync_floor: Vec<SyncFloor>,
@@ -62,6 +68,7 @@ pub fn measure(
     bytes: u64,
     record_sizes: &[usize],
     sync_batches: u64,
+    random_reads: u64,
 ) -> PeerResult<DiskLimits> {
     let path = dir.join("disk-limit.bin");
     let data = block();
@@ -77,6 +84,7 @@ pub fn measure(
     let synced_s = started.elapsed().as_secs_f64();
     let total = blocks * BLOCK_BYTES as u64;
     let read_cold_mb_per_s = read_cold(&file, blocks)?;
+    let read_cold_random_4kib_per_s = read_cold_random(&file, total, random_reads)?;
     drop(file);
     let _ = std::fs::remove_file(&path);
     let sync_floor = record_sizes
@@ -88,6 +96,7 @@ pub fn measure(
         write_mb_per_s: total as f64 / written_s / 1e6,
         write_fdatasync_mb_per_s: total as f64 / synced_s / 1e6,
         read_cold_mb_per_s,
+        read_cold_random_4kib_per_s,
         sync_floor,
     })
 }
@@ -104,6 +113,22 @@ fn read_cold(file: &File, blocks: u64) -> PeerResult<Option<f64>> {
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok(Some((blocks * BLOCK_BYTES as u64) as f64 / seconds / 1e6))
+}
+
+fn read_cold_random(file: &File, bytes: u64, reads: u64) -> PeerResult<Option<f64>> {
+    if reads == 0 || drop_page_cache().is_err() {
+        return Ok(None);
+    }
+    let pages = bytes / PAGE_BYTES as u64;
+    let mut rng = Rng::new(0x4ead);
+    let mut buffer = vec![0u8; PAGE_BYTES];
+    let started = Instant::now();
+    for _ in 0..reads {
+        let position = rng.below(pages) * PAGE_BYTES as u64;
+        file.read_exact_at(&mut buffer, position)
+            .map_err(context("pread"))?;
+    }
+    Ok(Some(reads as f64 / started.elapsed().as_secs_f64()))
 }
 
 fn sync_floor(dir: &Path, record_bytes: usize, batches: u64) -> PeerResult<SyncFloor> {

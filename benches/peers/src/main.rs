@@ -120,6 +120,7 @@ fn run(args: &Args) -> PeerResult<()> {
             report.volume_bytes,
             &sizes,
             args.disk_sync_batches,
+            args.cold_lookups,
         )?);
     }
     for cell in &cells {

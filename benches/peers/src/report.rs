@@ -180,10 +180,11 @@ impl Report {
         let _ = write!(
             out,
             "Disk, same run: buffered 1 MiB `pwrite` {} MB/s ({} MB/s with a final `fdatasync`), \
-             cold 1 MiB `pread` {} MB/s",
+             cold 1 MiB `pread` {} MB/s, cold random 4 KiB `pread` one at a time {} reads/s",
             mb(Some(disk.write_mb_per_s)),
             mb(Some(disk.write_fdatasync_mb_per_s)),
             mb(disk.read_cold_mb_per_s),
+            records(disk.read_cold_random_4kib_per_s),
         );
         for floor in &disk.sync_floor {
             let _ = write!(
