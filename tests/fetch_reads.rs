@@ -42,13 +42,17 @@ fn batch() -> bytes::Bytes {
 }
 
 fn batch_of(records: u64) -> bytes::Bytes {
-    let value = [b'v'; 100];
+    batch_of_values(records, &[b'v'; 100])
+}
+
+/// `records` records, each with the value `value`.
+fn batch_of_values(records: u64, value: &[u8]) -> bytes::Bytes {
     let mut builder = BatchBuilder::new(0);
     for _ in 0..records {
         builder.push(&NewRecord {
             timestamp_ms: 1_700_000_000_000,
             key: None,
-            value: Some(&value),
+            value: Some(value),
             headers: &[],
         });
     }
@@ -179,17 +183,7 @@ fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
 
 /// A batch of 100 records of 1 KiB, each value `byte` repeated: about 100 KiB.
 fn kib_batch(byte: u8) -> bytes::Bytes {
-    let value = [byte; 1024];
-    let mut builder = BatchBuilder::new(0);
-    for _ in 0..RECORDS_PER_BATCH {
-        builder.push(&NewRecord {
-            timestamp_ms: 1_700_000_000_000,
-            key: None,
-            value: Some(&value),
-            headers: &[],
-        });
-    }
-    builder.build().unwrap()
+    batch_of_values(RECORDS_PER_BATCH, &[byte; 1024])
 }
 
 /// The value of the record at `offset`, which must be there.

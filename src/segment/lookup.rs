@@ -23,13 +23,13 @@ use crate::format::{Batch, BatchHeader, Compression, DecodeError, Reader, Record
 use crate::limits::BATCH_HEADER_BYTES;
 
 /// The unit a digested batch is read and checked in.
-pub const CHUNK_BYTES: usize = 4096;
+pub(crate) const CHUNK_BYTES: usize = 4096;
 /// Smaller batches are read whole: a digest would save a part of one page's read at most. A
 /// batch of a hundred 100 B records (11 KB) is digested: its lookups read 4 or 8 KiB (hot
 /// lookups +9 %, BENCHMARKS.md).
-pub const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
+pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
 /// The most a segment's digests take (about 0.3 % of the batches they describe: 3 GiB of them).
-pub const DIGESTS_BYTES_MAX: usize = 8 << 20;
+pub(crate) const DIGESTS_BYTES_MAX: usize = 8 << 20;
 
 /// The digests of one segment's batches that lookups read, by last offset.
 #[derive(Debug, Default)]
@@ -70,7 +70,8 @@ impl BatchDigests {
         self.bytes = 0;
     }
 
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.by_last_offset.len()
     }
 }

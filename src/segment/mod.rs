@@ -28,7 +28,6 @@ use crate::limits::BATCH_HEADER_BYTES;
 use crate::types::{Offset, TimestampMs};
 use direct::DirectWriter;
 use lookup::{BatchDigest, BatchDigests, DigestedRecord};
-pub use lookup::{CHUNK_BYTES as LOOKUP_CHUNK_BYTES, DIGESTED_BATCH_BYTES_MIN};
 use scan::{LogScanner, ScanStep};
 
 /// Reads at least this large are taken as a sequential consumer's and prefetch what follows.
@@ -641,11 +640,6 @@ impl Segment {
                 Ok(None)
             }
         }
-    }
-
-    /// Batches digested by lookups (for tests).
-    pub fn digested_batch_count(&self) -> usize {
-        self.digests.borrow().len()
     }
 
     fn scan_for(
