@@ -11,7 +11,7 @@
 //! modulo 3 + 1; shape / 3 below 64 = no tombstone, 64-79 = the last record a tombstone, 80 and
 //! up = every record a tombstone), flush, roll, DeleteRecords (a point between the log start and
 //! end), retention, compaction (a no-op in delete-policy runs), checkpoint, close and reopen,
-//! fetch (offset, max bytes), power cut (`crash()` then reopen), `die_after(n)`, and a fault
+//! fetch (offset, max bytes; then a point lookup of that offset), power cut (`crash()` then reopen), `die_after(n)`, and a fault
 //! (read, write or sync error, ENOSPC, short write, directory sync error, misdirected write) on
 //! the nth operation of its kind. After the last operation the disk loses power once more.
 //!
@@ -49,9 +49,9 @@ use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
 use seglog::error::{AppendError, PartitionError, StorageError};
 use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
+use seglog::format::{BatchBuilder, NewRecord, Record};
 use seglog::io::sim::{Fault, SimStorage};
-use seglog::log::PartitionLog;
+use seglog::log::{PartitionLog, RecordRead};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 
@@ -258,6 +258,13 @@ struct Rec {
     key: Vec<u8>,
     /// `None`: a tombstone.
     value: Option<Vec<u8>>,
+}
+
+fn rec_of(record: Record) -> Rec {
+    Rec {
+        key: record.key.map(|key| key.to_vec()).unwrap_or_default(),
+        value: record.value.map(|value| value.to_vec()),
+    }
 }
 
 /// A compaction the target ran: at `now_ms`, over the sealed segments below `sealed_end`.
@@ -541,6 +548,15 @@ impl Run {
                     for (offset, record) in served.iter().filter(|(offset, _)| *offset >= from) {
                         self.check_served(*offset, record);
                     }
+                }
+                // The point lookup of the same offset serves the record written there, if any.
+                if let Ok(RecordRead::Found(header, record)) = log.read_record(Offset(from)) {
+                    let offset = header.base_offset + i64::from(record.offset_delta);
+                    assert!(
+                        offset == from as i64,
+                        "lookup of {from} found offset {offset}"
+                    );
+                    self.check_served(from, &rec_of(record));
                 }
                 Ok(())
             }
@@ -990,13 +1006,7 @@ fn check_batches(records: &Bytes, dense: bool) -> Result<Vec<(u64, Rec)>, String
                 return Err(format!("record offset {offset} out of order in its batch"));
             }
             previous_record = Some(offset);
-            served.push((
-                offset,
-                Rec {
-                    key: record.key.map(|key| key.to_vec()).unwrap_or_default(),
-                    value: record.value.map(|value| value.to_vec()),
-                },
-            ));
+            served.push((offset, rec_of(record)));
         }
     }
     if position != records.len() {
