@@ -619,7 +619,8 @@ impl Engine {
         if let Err(error) = self.check_known(&tp) {
             return Pending::ready(Err(error));
         }
-        self.send(&tp, |reply| request(tp.clone(), reply))
+        let shard = shard_for(&tp, self.inner.shards.len());
+        self.send_to(shard, |reply| request(tp, reply))
             .into_pending()
     }
 

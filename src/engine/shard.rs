@@ -536,7 +536,12 @@ impl Shard {
             self.evicted.remove(tp);
         }
         self.use_counter += 1;
-        self.last_used.insert(tp.clone(), self.use_counter);
+        match self.last_used.get_mut(tp) {
+            Some(last_used) => *last_used = self.use_counter,
+            None => {
+                self.last_used.insert(tp.clone(), self.use_counter);
+            }
+        }
         self.partitions.get_mut(tp).ok_or(LookupError::Unknown)
     }
 
