@@ -448,8 +448,9 @@ impl Engine {
             return Pending::ready(Err(error.into()));
         }
         let durable = durability == Durability::Durable;
-        let pending = self.send(&tp, |reply| Request::Append {
-            tp: tp.clone(),
+        let shard = shard_for(&tp, self.inner.shards.len());
+        let pending = self.send_to(shard, |reply| Request::Append {
+            tp,
             batches: validated,
             durable,
             reply,
