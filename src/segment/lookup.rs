@@ -11,8 +11,9 @@
 //! batch whole again, so every record served was checked against a CRC, as on every other read.
 //!
 //! Digests live with the open segment: dropped when it is truncated, released, deleted or
-//! replaced by the cleaner. Each costs about 100 bytes plus 12 per chunk (0.3 % of the batch);
-//! a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and starts again when that is full.
+//! replaced by the cleaner. Each costs about 100 bytes plus 16 per chunk (0.5 % of a 100 KiB
+//! batch, 1.4 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
+//! starts again when that is full.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +29,7 @@ pub(crate) const CHUNK_BYTES: usize = 4096;
 /// batch of a hundred 100 B records (11 KB) is digested: its lookups read 4 or 8 KiB (hot
 /// lookups +9 %, BENCHMARKS.md).
 pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
-/// The most a segment's digests take (about 0.3 % of the batches they describe: 3 GiB of them).
+/// The most a segment's digests take: those of 0.6 GB (11 KB batches) to 1.7 GB (100 KiB ones).
 pub(crate) const DIGESTS_BYTES_MAX: usize = 8 << 20;
 
 /// The digests of one segment's batches that lookups read, by last offset.
