@@ -666,51 +666,68 @@ fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_comp
 
 /// Batches of 100 records of 1 KiB (each about 100 KiB): the first lookup in a batch reads it
 /// whole, later ones only the chunks holding their record (`segment/lookup.rs`). Both give the
-/// record appended, with its header, at every offset, records crossing chunk boundaries included.
+/// record appended, with its header, at every offset, records crossing chunk boundaries included;
+/// so does a shard with no room for digests, whose lookups all read their batch whole.
 #[test]
 fn fetch_record_in_large_batches_returns_each_record_on_the_first_lookup_and_on_later_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine
-        .create_topic("lookups", 1, LogConfig::default())
-        .unwrap();
-    let value_of = |offset: u64| format!("{offset:08}").repeat(128).into_bytes();
-    for first in [0u64, 100, 200] {
-        let mut builder = BatchBuilder::new(0);
-        let values: Vec<Vec<u8>> = (first..first + 100).map(value_of).collect();
-        for (index, value) in values.iter().enumerate() {
-            builder.push(&NewRecord {
-                timestamp_ms: 1_000 + first as i64 + index as i64,
-                key: None,
-                value: Some(value),
-                headers: &[("at", Some(value.get(..8).unwrap()))],
-            });
-        }
-        let batch = builder.build().unwrap();
-        engine
-            .append(&topic, 0, batch, Durability::Written)
-            .wait()
+    for digest_bytes_max in [EngineConfig::default().lookup_digest_bytes_max, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EngineConfig {
+            lookup_digest_bytes_max: digest_bytes_max,
+            ..config(1)
+        };
+        let engine = Engine::open(dir.path(), config).unwrap();
+        let topic = engine
+            .create_topic("lookups", 1, LogConfig::default())
             .unwrap();
-    }
-    for round in 0..2 {
-        for offset in (0..300u64).rev() {
-            let record = engine
-                .fetch_record(&topic, 0, Offset(offset))
+        for first in [0u64, 100, 200] {
+            let batch = kib_batch(first);
+            engine
+                .append(&topic, 0, batch, Durability::Written)
                 .wait()
-                .unwrap()
-                .unwrap_or_else(|| panic!("round {round}: no record at {offset}"));
-            assert_eq!(record.offset, Offset(offset));
-            assert_eq!(record.value.as_deref(), Some(value_of(offset).as_slice()));
-            assert_eq!(record.headers.len(), 1);
-            assert_eq!(
-                record.headers[0].value.as_deref(),
-                Some(format!("{offset:08}").as_bytes())
-            );
-            assert_eq!(record.timestamp, TimestampMs(1_000 + offset as i64));
+                .unwrap();
         }
+        for round in 0..2 {
+            for offset in (0..300u64).rev() {
+                let record = engine
+                    .fetch_record(&topic, 0, Offset(offset))
+                    .wait()
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("round {round}: no record at {offset}"));
+                assert_eq!(record.offset, Offset(offset));
+                assert_eq!(record.value.as_deref(), Some(kib_value(offset).as_slice()));
+                assert_eq!(record.headers.len(), 1);
+                assert_eq!(
+                    record.headers[0].value.as_deref(),
+                    Some(format!("{offset:08}").as_bytes())
+                );
+                assert_eq!(record.timestamp, TimestampMs(1_000 + offset as i64));
+            }
+        }
+        let at_end = engine.fetch_record(&topic, 0, Offset(300)).wait().unwrap();
+        assert!(at_end.is_none());
     }
-    let at_end = engine.fetch_record(&topic, 0, Offset(300)).wait().unwrap();
-    assert!(at_end.is_none());
+}
+
+/// The 1 KiB value of the record at `offset` in `kib_batch`'s batches.
+fn kib_value(offset: u64) -> Vec<u8> {
+    format!("{offset:08}").repeat(128).into_bytes()
+}
+
+/// 100 records of 1 KiB for offsets `first..first + 100`, each with a header naming its offset
+/// and the create time `1_000 + offset`.
+fn kib_batch(first: u64) -> Bytes {
+    let mut builder = BatchBuilder::new(0);
+    let values: Vec<Vec<u8>> = (first..first + 100).map(kib_value).collect();
+    for (index, value) in values.iter().enumerate() {
+        builder.push(&NewRecord {
+            timestamp_ms: 1_000 + first as i64 + index as i64,
+            key: None,
+            value: Some(value),
+            headers: &[("at", Some(value.get(..8).unwrap()))],
+        });
+    }
+    builder.build().unwrap()
 }
 
 #[test]

@@ -31,8 +31,8 @@ use crate::group::records::{ConsumerRecord, consumer_record};
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
-    AppendInfo, CompactionOutcome, FetchData, LogOpenOptions, PartitionLog, RecordRead,
-    RetentionOutcome, ValidatedBatches,
+    AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, PartitionLog,
+    RecordRead, RetentionOutcome, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -192,6 +192,8 @@ pub(crate) struct ShardContext {
     pub prewrite_synced_logs: bool,
     /// `EngineConfig::background_sync_bytes`.
     pub background_sync_bytes: u64,
+    /// `EngineConfig::lookup_digest_bytes_max`, shared by every partition this shard opens.
+    pub digest_budget: DigestBudget,
 }
 
 struct PendingAppend {
@@ -619,8 +621,9 @@ impl Shard {
         };
         let dir = self.context.root.join(partition_dir_name(tp));
         let storage = self.context.storage.clone();
-        let (log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
+        let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
             .map_err(LookupError::Open)?;
+        log.set_digest_budget(self.context.digest_budget.clone());
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
             log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
         }

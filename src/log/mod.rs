@@ -24,8 +24,8 @@ use crate::failpoint::failpoint;
 use crate::format::batch::BatchIter;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
-pub use crate::segment::RecordRead;
 use crate::segment::Segment;
+pub use crate::segment::{DigestBudget, RecordRead};
 use segments::{SegmentList, SegmentSlot};
 
 use crate::types::{Offset, TimestampMs, TopicPartition};
@@ -110,6 +110,9 @@ pub struct PartitionLog {
     /// Segments based at or above this were never rewritten by the cleaner: their offsets are
     /// dense (`cleaned_end.rs`; 0 for a log never compacted).
     cleaned_end: Offset,
+    /// What point lookups' batch digests may take (`segment/lookup.rs`): unlimited unless the
+    /// owner sets one it shares with other logs (`set_digest_budget`).
+    digest_budget: DigestBudget,
 }
 
 impl PartitionLog {
@@ -214,12 +217,21 @@ impl PartitionLog {
         self.check_readable(offset)?;
         for index in self.segments.floor_index(offset)..self.segments.len() {
             let dense = self.is_dense(index);
-            match self.open_segment(index)?.read_record(offset, dense)? {
+            let segment =
+                self.segments
+                    .open(index, self.storage.as_ref(), &self.dir, &self.config)?;
+            match segment.read_record(offset, dense, &self.digest_budget)? {
                 RecordRead::PastEnd => {}
                 read => return Ok(read),
             }
         }
         Ok(RecordRead::Absent)
+    }
+
+    /// Shares `budget` for point lookups' digests with the other logs that hold it (an engine
+    /// shard's), from the next digest on.
+    pub fn set_digest_budget(&mut self, budget: DigestBudget) {
+        self.digest_budget = budget;
     }
 
     /// The log end offset, once `offset` is within the log (`OffsetOutOfRange` otherwise).

@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::PartitionLog;
 use super::cleaned_end;
 use super::segments::SegmentList;
+use super::{DigestBudget, PartitionLog};
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
@@ -123,6 +123,7 @@ impl PartitionLog {
             pending_deletions: Vec::new(),
             instance: next_log_instance(),
             cleaned_end: dense_from,
+            digest_budget: DigestBudget::unlimited(),
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;

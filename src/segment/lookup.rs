@@ -13,9 +13,13 @@
 //! Digests live with the open segment: dropped when it is truncated, released, deleted or
 //! replaced by the cleaner. Each costs about 100 bytes plus 16 per chunk (0.5 % of a 100 KiB
 //! batch, 1.4 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
-//! starts again when that is full.
+//! starts again when that is full, and all the segments of an engine's shard together at most
+//! its [`DigestBudget`] (`EngineConfig::lookup_digest_bytes_max`): past it, lookups in batches
+//! not yet digested read them whole, as without digests.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
@@ -32,11 +36,59 @@ pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
 /// The most a segment's digests take: those of 0.6 GB (11 KB batches) to 1.7 GB (100 KiB ones).
 pub(crate) const DIGESTS_BYTES_MAX: usize = 8 << 20;
 
+/// The memory the digests of many segments may take together (an engine shard's): each
+/// segment's digests take their bytes from it and give them back when dropped.
+#[derive(Debug, Clone)]
+pub struct DigestBudget {
+    limit_bytes: usize,
+    used_bytes: Arc<AtomicUsize>,
+}
+
+impl DigestBudget {
+    pub fn new(limit_bytes: usize) -> DigestBudget {
+        DigestBudget {
+            limit_bytes,
+            used_bytes: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// No bound beyond each segment's own [`DIGESTS_BYTES_MAX`].
+    pub fn unlimited() -> DigestBudget {
+        DigestBudget::new(usize::MAX)
+    }
+
+    /// What the digests holding this budget take now.
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes.load(Ordering::Relaxed)
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        self.used_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes)
+                    .filter(|total| *total <= self.limit_bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 /// The digests of one segment's batches that lookups read, by last offset.
 #[derive(Debug, Default)]
 pub(crate) struct BatchDigests {
     by_last_offset: BTreeMap<i64, BatchDigest>,
     bytes: usize,
+    /// Where `bytes` were taken from (the first insert's budget).
+    budget: Option<DigestBudget>,
+}
+
+impl Drop for BatchDigests {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 impl BatchDigests {
@@ -46,29 +98,39 @@ impl BatchDigests {
         (digest.header.base_offset <= offset).then_some(digest)
     }
 
-    pub(crate) fn insert(&mut self, digest: BatchDigest) {
+    /// Keeps `digest` if `budget` has room for it (after starting again when this segment's
+    /// digests would pass `DIGESTS_BYTES_MAX`).
+    pub(crate) fn insert(&mut self, digest: BatchDigest, budget: &DigestBudget) {
         let bytes = digest.footprint_bytes();
         if self.bytes + bytes > DIGESTS_BYTES_MAX {
             self.clear();
         }
-        if let Some(old) = self
-            .by_last_offset
-            .insert(digest.header.last_offset(), digest)
-        {
-            self.bytes -= old.footprint_bytes();
+        self.remove(digest.header.last_offset());
+        let budget = self.budget.get_or_insert_with(|| budget.clone());
+        if !budget.try_take(bytes) {
+            return;
         }
+        self.by_last_offset
+            .insert(digest.header.last_offset(), digest);
         self.bytes += bytes;
     }
 
     pub(crate) fn remove(&mut self, last_offset: i64) {
         if let Some(old) = self.by_last_offset.remove(&last_offset) {
-            self.bytes -= old.footprint_bytes();
+            self.release(old.footprint_bytes());
         }
     }
 
     pub(crate) fn clear(&mut self) {
         self.by_last_offset.clear();
-        self.bytes = 0;
+        self.release(self.bytes);
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        if let Some(budget) = &self.budget {
+            budget.give_back(bytes);
+        }
     }
 
     #[cfg(test)]
@@ -445,7 +507,7 @@ mod tests {
             let mut digest = BatchDigest::of(0, &batch).unwrap();
             digest.header.base_offset = inserted as i64 * 100;
             let before = digests.len();
-            digests.insert(digest);
+            digests.insert(digest, &DigestBudget::unlimited());
             inserted += 1;
             if digests.len() <= before {
                 break;
@@ -459,5 +521,38 @@ mod tests {
         let last = (inserted as i64 - 1) * 100;
         assert!(digests.covering(last).is_some());
         assert!(digests.covering(0).is_none());
+    }
+
+    #[test]
+    fn segments_share_a_budget_that_a_full_one_refuses_and_dropped_digests_give_back() {
+        let batch = batch_of_sizes(&[1024; 16]);
+        let digest_at = |base_offset: i64| {
+            let mut digest = BatchDigest::of(0, &batch).unwrap();
+            digest.header.base_offset = base_offset;
+            digest
+        };
+        let footprint = digest_at(0).footprint_bytes();
+        let budget = DigestBudget::new(3 * footprint);
+        let mut first = BatchDigests::default();
+        let mut second = BatchDigests::default();
+        first.insert(digest_at(0), &budget);
+        first.insert(digest_at(100), &budget);
+        second.insert(digest_at(0), &budget);
+        assert_eq!(budget.used_bytes(), 3 * footprint);
+        // Full: a fourth is not kept (its lookups read the batch whole).
+        second.insert(digest_at(100), &budget);
+        assert_eq!((first.len(), second.len()), (2, 1));
+        assert!(second.covering(100).is_none());
+        // Digesting a batch again replaces its digest without taking more.
+        first.insert(digest_at(0), &budget);
+        assert_eq!(budget.used_bytes(), 3 * footprint);
+        first.remove(digest_at(100).header.last_offset());
+        assert_eq!(budget.used_bytes(), 2 * footprint);
+        second.insert(digest_at(100), &budget);
+        assert_eq!(second.len(), 2);
+        drop(second);
+        assert_eq!(budget.used_bytes(), footprint);
+        first.clear();
+        assert_eq!(budget.used_bytes(), 0);
     }
 }

@@ -27,6 +27,7 @@ use crate::io::{OpenMode, Storage, StorageFile};
 use crate::limits::BATCH_HEADER_BYTES;
 use crate::types::{Offset, TimestampMs};
 use direct::DirectWriter;
+pub use lookup::DigestBudget;
 use lookup::{BatchDigest, BatchDigests, DigestedRecord};
 use scan::{LogScanner, ScanStep};
 
@@ -579,8 +580,13 @@ impl Segment {
     /// The record at `offset` (a point lookup). In a batch a lookup read before (`lookup.rs`),
     /// only the chunks holding the record are read and checked against the batch's digest;
     /// otherwise the batch is read whole and checked as a fetch checks it, and a large one
-    /// digested for the next lookup.
-    pub fn read_record(&self, offset: Offset, dense: bool) -> Result<RecordRead, StorageError> {
+    /// digested for the next lookup if `budget` has room.
+    pub fn read_record(
+        &self,
+        offset: Offset,
+        dense: bool,
+        budget: &DigestBudget,
+    ) -> Result<RecordRead, StorageError> {
         let Ok(wanted) = i64::try_from(offset.0) else {
             return Ok(RecordRead::PastEnd);
         };
@@ -603,7 +609,7 @@ impl Segment {
             Err(error) => return Ok(RecordRead::Invalid(error)),
         };
         if let Some(digest) = BatchDigest::of(position, &batch) {
-            self.digests.borrow_mut().insert(digest);
+            self.digests.borrow_mut().insert(digest, budget);
         }
         Ok(record.map_or(RecordRead::Absent, |record| {
             RecordRead::Found(*batch.header(), record)
