@@ -523,7 +523,8 @@ impl Engine {
     }
 
     /// The record at `offset` (a point lookup): the shard reads the batch holding it, checks
-    /// its CRC and decodes just that record, so the caller walks no batch. `None` where the log
+    /// its CRC and decodes just that record, so the caller walks no batch; in a batch it read
+    /// before, it reads and checks only the 4 KiB chunks holding the record (`segment/lookup.rs`). `None` where the log
     /// holds no data record at `offset` (compaction removed it, a transaction marker, or
     /// `offset` is the log end); `OffsetOutOfRange` outside `[log start, log end]`. Reads up to
     /// the log end, as [`Isolation::LogEnd`].

@@ -799,6 +799,12 @@ impl Shard {
         }
     }
 
+    /// `partition`, its errors as a read's.
+    fn readable_partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, ReadError> {
+        self.partition(tp)
+            .map_err(|error| lookup_error_into::<ReadError>(tp, error))
+    }
+
     /// The record at `offset`, read and decoded here (`PartitionLog::read_record`): the caller
     /// receives one record, not a batch to walk. `None` where the log holds no data record at
     /// `offset` (compacted away, a control batch, or the log end).
@@ -807,9 +813,7 @@ impl Shard {
         tp: &TopicPartition,
         offset: Offset,
     ) -> Result<Option<ConsumerRecord>, ReadError> {
-        let log = self
-            .partition(tp)
-            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        let log = self.readable_partition(tp)?;
         match log.read_record(offset)? {
             RecordRead::Found(header, record) => Ok(consumer_record(tp, &header, record)),
             RecordRead::PastEnd | RecordRead::Absent => Ok(None),
@@ -828,9 +832,7 @@ impl Shard {
         offset: Offset,
         options: &FetchOptions,
     ) -> Result<FetchData, ReadError> {
-        let log = self
-            .partition(tp)
-            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        let log = self.readable_partition(tp)?;
         let data = log.read(offset, options.max_bytes)?;
         Ok(match options.isolation {
             Isolation::LogEnd => data,
@@ -993,9 +995,7 @@ impl Shard {
         tp: &TopicPartition,
         timestamp: TimestampMs,
     ) -> Result<Option<TimestampOffset>, ReadError> {
-        let log = self
-            .partition(tp)
-            .map_err(|error| lookup_error_into::<ReadError>(tp, error))?;
+        let log = self.readable_partition(tp)?;
         log.read_by_timestamp(timestamp)
     }
 
