@@ -27,7 +27,7 @@ use seglog::config::LogConfig;
 use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
+use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport, SealSync};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -767,6 +767,132 @@ fn index_entries_naming_offsets_past_the_segment_end_are_not_trusted() {
         assert_eq!(batches.len(), closed.batches.len() + 20, "{extension}");
         assert_time_lookups(log);
         log_dir.close().unwrap();
+    }
+}
+
+/// With `SealSync::Deferred` a roll leaves the recovery point where it was and hands the sealed
+/// segment's sync to the owner; reporting it moves the recovery point to the segment's end, and
+/// a flush syncs any seal the owner has not taken before the active segment.
+#[test]
+fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
+    let root = scratch();
+    let mut log_dir = open_dir(root.path());
+    log_dir.create_topic(&topic(), 1).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    log.set_seal_sync(SealSync::Deferred);
+    let rolls_until = |log: &mut PartitionLog| {
+        let segments = log.segments().count();
+        while log.segments().count() == segments {
+            populate(log, 1);
+        }
+    };
+    rolls_until(log);
+    let before = log.recovery_point();
+    let seals = log.take_unsynced_seals();
+    assert_eq!(seals.len(), 1);
+    let active_base = log.segments().last().unwrap().base_offset;
+    assert_eq!(seals[0].through, active_base);
+    assert!(before < active_base, "the roll synced nothing: {before}");
+    assert!(log.take_unsynced_seals().is_empty(), "taken once");
+    let result = seals[0].sync(&*storage_from_env());
+    log.mark_seal_synced(seals[0].through, result).unwrap();
+    assert_eq!(log.recovery_point(), active_base);
+
+    rolls_until(log);
+    populate(log, 1);
+    log.flush().unwrap();
+    assert!(log.take_unsynced_seals().is_empty(), "the flush synced it");
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+    log_dir.close().unwrap();
+}
+
+/// How a crash before a roll's seal sync (`SealSync::Deferred`) can leave a sealed segment.
+#[derive(Debug, Clone, Copy)]
+enum SealCut {
+    /// Its last batch written in part.
+    TornBatch,
+    /// Its last batch lost whole: the segment ends before the next one starts.
+    LostBatch,
+}
+
+/// The closed log's second segment cut as `cut`, with recovery from `recovery_point` (the rest of
+/// the directory as the crash left it); returns the work directory, the partition directory,
+/// the batches the cut segment keeps and the last one it had.
+fn cut_sealed_segment(
+    closed: &ClosedLog,
+    cut: SealCut,
+    recovery_point: Option<u64>,
+) -> (tempfile::TempDir, PathBuf, Vec<StoredBatch>, u64) {
+    let (work, dir) = closed.copy();
+    fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
+    if recovery_point.is_none() {
+        fs::remove_file(work.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+    }
+    let logs = segment_logs(&dir);
+    let (victim_base, next_base) = (base_of(&logs[1]), base_of(&logs[2]));
+    let in_victim: Vec<&StoredBatch> = closed
+        .batches
+        .iter()
+        .filter(|b| b.base >= victim_base && b.base < next_base)
+        .collect();
+    assert!(in_victim.len() >= 2);
+    let last = in_victim[in_victim.len() - 1];
+    let kept_bytes: usize = in_victim[..in_victim.len() - 1]
+        .iter()
+        .map(|b| b.bytes.len())
+        .sum();
+    let cut_bytes = match cut {
+        SealCut::TornBatch => kept_bytes + last.bytes.len() / 2,
+        SealCut::LostBatch => kept_bytes,
+    };
+    let file = fs::OpenOptions::new().write(true).open(&logs[1]).unwrap();
+    file.set_len(cut_bytes as u64).unwrap();
+    let kept: Vec<StoredBatch> = closed
+        .batches
+        .iter()
+        .filter(|b| b.base < last.base)
+        .cloned()
+        .collect();
+    (work, dir, kept, last.base)
+}
+
+/// A crash before a roll's deferred seal sync finished can leave a sealed segment torn or cut
+/// short, with later segments after it: above the recovery point that is a torn tail like the
+/// active segment's. Recovery cuts it there and deletes the later segments (which can hold no
+/// acknowledged durable record), and the log serves everything before the cut and takes appends.
+#[test]
+fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_ones_deleted() {
+    let closed = ClosedLog::new();
+    for cut in [SealCut::TornBatch, SealCut::LostBatch] {
+        let (work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut, None);
+        let mut log_dir = open_dir(work.path());
+        let log = log_dir.partition(&topic(), 0).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(cut_at), "{cut:?}");
+        assert_serves(log, &kept);
+        assert_eq!(
+            segment_logs(&dir).len(),
+            2,
+            "{cut:?}: the later segments are deleted"
+        );
+        populate(log, 3);
+        assert_eq!(served_batches(log).len(), kept.len() + 3);
+        log_dir.close().unwrap();
+    }
+}
+
+/// The same cut below the recovery point is damage to synced data: the partition refuses to open
+/// and nothing is deleted.
+#[test]
+fn a_sealed_segment_cut_below_the_recovery_point_fails_the_partition() {
+    let closed = ClosedLog::new();
+    for cut in [SealCut::TornBatch, SealCut::LostBatch] {
+        // The clean close checkpointed the recovery point at the log end.
+        let (work, dir, _, _) = cut_sealed_segment(&closed, cut, Some(0));
+        let before = segment_logs(&dir);
+        let mut log_dir = open_dir(work.path());
+        let opened = log_dir.partition(&topic(), 0).map(|_| ());
+        assert!(opened.is_err(), "{cut:?}: {opened:?}");
+        assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
     }
 }
 

@@ -32,7 +32,7 @@ use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
     AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, PartitionLog,
-    RecordRead, RetentionOutcome, ValidatedBatches,
+    RecordRead, RetentionOutcome, SealSync, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -110,6 +110,17 @@ pub(crate) enum Request {
     Close {
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
+}
+
+impl Request {
+    /// A read of the log's records: answered without waiting for the syncs in flight, which
+    /// change only what is durable.
+    fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Request::Fetch { .. } | Request::FetchRecord { .. } | Request::FetchByTimestamp { .. }
+        )
+    }
 }
 
 /// One log the cleaner may clean, or why it could not be opened.
@@ -342,7 +353,10 @@ impl Shard {
                 }),
             };
             // A failure was answered and logged by the syncer; the log now fails its appends.
-            let _ = log.mark_flushed(outcome.through, result);
+            let _ = match outcome.seal {
+                true => log.mark_seal_synced(outcome.through, result),
+                false => log.mark_flushed(outcome.through, result),
+            };
             touched.insert(outcome.tp);
         }
         if !touched.is_empty() {
@@ -439,7 +453,7 @@ impl Shard {
                 }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
-                    if !matches!(other, Request::Fetch { .. }) {
+                    if !other.is_read() {
                         self.settle_syncs();
                     }
                     if self.handle(other) {
@@ -624,6 +638,8 @@ impl Shard {
         let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
             .map_err(LookupError::Open)?;
         log.set_digest_budget(self.context.digest_budget.clone());
+        // A roll's sync of the segment it seals runs on the sync threads, not in the append.
+        log.set_seal_sync(SealSync::Deferred);
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
             log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
         }
@@ -648,7 +664,10 @@ impl Shard {
         }
         let mut written = Vec::with_capacity(groups.len());
         for (tp, group) in groups {
-            if let Some(group) = self.write_group(tp.clone(), group, now) {
+            let group = self.write_group(tp.clone(), group, now);
+            // Before any sync of the appends: a seal's sync comes first on its lane.
+            self.submit_seal_syncs(&tp);
+            if let Some(group) = group {
                 touched.insert(tp);
                 written.push(group);
             }
@@ -692,6 +711,7 @@ impl Shard {
                 generation,
                 dir,
                 answers: group.answers,
+                seal: None,
             }),
             _ => answer_written(group.answers, None, &dir),
         }
@@ -711,27 +731,18 @@ impl Shard {
             topic: tp.topic.to_string(),
             partition: tp.partition,
         };
-        let may_roll = match self.partition(&tp) {
-            Ok(log) => log.may_roll(&batches, now),
+        let background_sync_bytes = self.context.background_sync_bytes;
+        let log = match self.partition(&tp) {
+            Ok(log) => log,
             Err(error) => {
                 answer_all(group, lookup_error_into(&tp, error), |_| unknown());
                 return None;
             }
         };
-        if may_roll {
-            // The roll syncs the segment it seals: not while a sync thread may be syncing it.
-            self.settle_syncs();
-        }
-        // Settling marks logs; it never closes one.
-        let Some(log) = self.partitions.get_mut(&tp) else {
-            answer_all(group, unknown(), |_| unknown());
-            return None;
-        };
         match log.append_validated(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
-                let background_sync =
-                    !must_sync && log.take_background_sync(self.context.background_sync_bytes);
+                let background_sync = !must_sync && log.take_background_sync(background_sync_bytes);
                 let answers = group
                     .into_iter()
                     .map(|append| append.reply)
@@ -751,6 +762,20 @@ impl Shard {
                 });
                 None
             }
+        }
+    }
+
+    /// Gives the sync threads the segments `tp`'s rolls sealed, on the lane of its later syncs.
+    fn submit_seal_syncs(&mut self, tp: &TopicPartition) {
+        let (Some(log), Some(generation)) = (
+            self.partitions.get_mut(tp),
+            self.generations.get(tp).copied(),
+        ) else {
+            return;
+        };
+        for seal in log.take_unsynced_seals() {
+            self.syncer
+                .submit(SyncJob::of_seal(tp.clone(), generation, seal));
         }
     }
 
@@ -894,10 +919,8 @@ impl Shard {
         if Instant::now() >= self.next_retention_check {
             self.queue_periodic_retention();
         }
-        if !self.retention_queue.is_empty() {
-            // Retention may roll or delete a log's segments.
-            self.settle_syncs();
-        }
+        // Retention's roll leaves its seal's sync to the sync threads, and a sync job holds its
+        // own descriptor of a segment retention deletes: no need to wait for the syncs here.
         self.run_queued_retention();
         self.delete_expired_files(now);
     }
@@ -953,6 +976,8 @@ impl Shard {
             Err(LookupError::Open(error)) => (Err(open_error_into_storage(&tp, error)), None),
             Err(LookupError::Unknown) => (Ok(RetentionOutcome::default()), None),
         };
+        // Retention rolls the active segment before deleting every segment.
+        self.submit_seal_syncs(&tp);
         if let Some(due) = next_deletion {
             self.file_deletion_deadlines.insert(tp.clone(), due);
         }

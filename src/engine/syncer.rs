@@ -15,7 +15,11 @@
 //!   open) fails too, even when a later `fdatasync` returns success: nothing is acknowledged
 //!   after a failed sync (Linux reports a lost write-back once per open file);
 //! - for the same reason the shard never syncs a log's files itself while a job of that log may be
-//!   queued here: it calls [`Syncer::settle`] first (before a roll, a flush, a close, a release).
+//!   queued here: it calls [`Syncer::settle`] first (before a flush, a close, a release);
+//! - a roll leaves the sync of the segment it sealed to a job here (`log/seal_sync.rs`), sent
+//!   before any job for the appends after it, on the same lane: a sync thread takes its jobs in
+//!   order and answers them in order after syncing them, so no append in a newer segment is
+//!   acknowledged as durable before the older segments are synced.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -27,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::pending::Reply;
 use crate::error::{AppendError, StorageError};
 use crate::io::{Storage, StorageFile};
-use crate::log::AppendInfo;
+use crate::log::{AppendInfo, UnsyncedSeal};
 use crate::types::{Offset, TopicPartition};
 
 /// The answers of one partition's written appends, with what each was given.
@@ -42,9 +46,29 @@ pub(crate) struct SyncJob {
     /// The file's path and the partition's directory, for errors.
     pub path: PathBuf,
     pub dir: PathBuf,
-    /// The log end offset after the appends: what a successful sync makes durable.
+    /// The log end offset after the appends (or the sealed segment's end): what a successful
+    /// sync makes durable.
     pub through: Offset,
     pub answers: WrittenAnswers,
+    /// Set for the sync a roll left to the shard (`log/seal_sync.rs`): after the `.log`, the
+    /// sealed segment's indexes and the partition directory are synced too; no appends wait.
+    pub seal: Option<Box<UnsyncedSeal>>,
+}
+
+impl SyncJob {
+    /// The job that syncs a sealed segment, for the lane of its partition's open.
+    pub(crate) fn of_seal(tp: TopicPartition, generation: u64, seal: UnsyncedSeal) -> SyncJob {
+        SyncJob {
+            tp,
+            generation,
+            file: Arc::clone(&seal.log_file),
+            path: seal.log_path.clone(),
+            dir: seal.dir.clone(),
+            through: seal.through,
+            answers: Vec::new(),
+            seal: Some(Box::new(seal)),
+        }
+    }
 }
 
 /// What became of one job, for the shard's bookkeeping (the appends are answered already).
@@ -54,6 +78,8 @@ pub(crate) struct SyncOutcome {
     pub generation: u64,
     pub through: Offset,
     pub synced: bool,
+    /// The job synced a sealed segment (not appends).
+    pub seal: bool,
 }
 
 /// What a sync thread reports to the shard.
@@ -261,7 +287,10 @@ fn sync_jobs(
                 Some(Err(source)) => Err(StorageError::io("fdatasync", &job.path, source)),
                 // Synced, for this job or an earlier one of the same file (whose failure would
                 // have failed the log above).
-                _ => Ok(()),
+                _ => match &job.seal {
+                    Some(seal) => seal.sync_indexes_and_dir(storage),
+                    None => Ok(()),
+                },
             }
         };
         let synced = result.is_ok();
@@ -274,6 +303,7 @@ fn sync_jobs(
             generation: job.generation,
             through: job.through,
             synced,
+            seal: job.seal.is_some(),
         };
         answer_written(job.answers, Some(result), &job.dir);
         let _ = reports.send(SyncReport::Done(outcome));

@@ -22,6 +22,19 @@ pub struct MappedIndexFile {
     map: Option<MmapMut>,
 }
 
+/// Syncs the index file at `path` through a descriptor of its own (`fdatasync`, which writes the
+/// pages its maps dirtied as `msync` would): for a thread that does not hold the map. A file that
+/// no longer exists (its segment was deleted) has nothing to sync.
+pub fn sync_index_file(path: &Path) -> Result<(), StorageError> {
+    match File::open(path) {
+        Ok(file) => file
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync index", path, source)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StorageError::io("open index", path, source)),
+    }
+}
+
 impl MappedIndexFile {
     /// Opens (creating if missing) `path` and maps it. With `length_bytes`, the file is first
     /// resized to that length (preallocation for an active segment, or trimming).

@@ -8,7 +8,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::PartitionLog;
+use super::{PartitionLog, SealSync, UnsyncedSeal};
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::failpoint::failpoint;
@@ -204,40 +204,6 @@ impl PartitionLog {
         Ok(infos)
     }
 
-    /// Whether appending `appends` now could roll the active segment. It may answer yes for an
-    /// append that will not roll (it looks at them as one), never no for one that will: for a
-    /// caller that must prepare for the roll's sync of the segment it seals.
-    pub fn may_roll(&self, appends: &[ValidatedBatches], now: TimestampMs) -> bool {
-        let Some(last) = appends.last() else {
-            return false;
-        };
-        let batch_count: usize = appends.iter().map(ValidatedBatches::batch_count).sum();
-        if batch_count >= self.active().index_entries_free() {
-            return true;
-        }
-        let total_bytes: u64 = appends
-            .iter()
-            .map(|append| append.size_bytes() as u64)
-            .sum();
-        let total_records: u64 = appends.iter().map(ValidatedBatches::record_count).sum();
-        let log_append_time =
-            (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
-        let max_timestamp = appends.iter().map(ValidatedBatches::max_timestamp).max();
-        let incoming = IncomingAppend {
-            size_bytes: last.size_bytes() as u64,
-            last_offset: Offset(
-                self.log_end_offset()
-                    .0
-                    .saturating_add(total_records.saturating_sub(1)),
-            ),
-            max_timestamp: log_append_time.or(max_timestamp).unwrap_or(now),
-            now,
-        };
-        let earlier_bytes = total_bytes - incoming.size_bytes;
-        self.active()
-            .should_roll(&self.config, earlier_bytes, &incoming)
-    }
-
     /// Writes what `pending` gathered with one positioned write to the active segment.
     fn write_pending(&mut self, pending: &mut PendingWrite) -> Result<(), StorageError> {
         let Some(first_batch_timestamp) = pending.first_batch_timestamp else {
@@ -260,20 +226,33 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new, empty one at the log end offset. The old
-    /// segment is synced, which moves the recovery point to its end.
+    /// Seals the active segment and starts a new, empty one at the log end offset. With
+    /// [`SealSync::Inline`] the old segment and the directory are synced here, which moves the
+    /// recovery point to the old segment's end; with [`SealSync::Deferred`] that sync is left to
+    /// the owner (`seal_sync.rs`).
     pub fn roll(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         self.check_not_failed()?;
         let new_base_offset = self.log_end_offset();
         if self.active().is_empty() {
             return Ok(());
         }
-        if let Err(error) = self.active_mut().seal() {
+        let deferred = self.seal_sync == SealSync::Deferred;
+        let sealed = match deferred {
+            true => self.active_mut().trim_indexes(),
+            false => self.active_mut().seal(),
+        };
+        if let Err(error) = sealed {
             self.failed = true;
             return Err(error);
         }
         failpoint!("roll.after_seal");
-        self.recovery_point = self.recovery_point.max(new_base_offset);
+        match deferred {
+            true => {
+                let seal = UnsyncedSeal::of(self.active(), self.dir.clone());
+                self.unsynced_seals.push(seal);
+            }
+            false => self.recovery_point = self.recovery_point.max(new_base_offset),
+        }
         let segment = Segment::create(
             self.storage.as_ref(),
             &self.dir,
@@ -286,7 +265,10 @@ impl PartitionLog {
         let prewrite_bytes = self.prewrite_bytes;
         self.active_mut().set_prewrite_bytes(prewrite_bytes);
         failpoint!("roll.after_create");
-        self.sync_dir()
+        match deferred {
+            true => Ok(()),
+            false => self.sync_dir(),
+        }
     }
 }
 

@@ -30,11 +30,15 @@ use super::PartitionLog;
 use super::cleaned_end;
 
 impl PartitionLog {
-    /// The sealed segments' facts for the cleaner.
+    /// The facts of the sealed segments below the recovery point, for the cleaner. A segment
+    /// whose seal sync has not finished (`seal_sync.rs`) is left out: a crash could still cut
+    /// its records, and the cleaner must not drop an acknowledged record for a later one with its
+    /// key that a crash can take away.
     pub fn cleanable_log(&self) -> CleanableLog {
         let slots = self.segments.slots();
         let sealed = slots[..slots.len() - 1]
             .iter()
+            .take_while(|slot| slot.next_offset() <= self.recovery_point)
             .map(|slot| SealedSegment {
                 base_offset: slot.base_offset(),
                 next_offset: slot.next_offset(),

@@ -11,6 +11,7 @@ mod cleaned_end;
 mod compaction;
 mod open;
 mod retention;
+mod seal_sync;
 mod segments;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use crate::cleaner::log_cleaner::CompactionOutcome;
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
+pub use seal_sync::{SealSync, UnsyncedSeal};
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +115,10 @@ pub struct PartitionLog {
     /// What point lookups' batch digests may take (`segment/lookup.rs`): unlimited unless the
     /// owner sets one it shares with other logs (`set_digest_budget`).
     digest_budget: DigestBudget,
+    /// Who syncs the segments rolls seal (`seal_sync.rs`).
+    seal_sync: SealSync,
+    /// Sealed segments whose sync the owner has not taken yet ([`SealSync::Deferred`]).
+    unsynced_seals: Vec<UnsyncedSeal>,
 }
 
 impl PartitionLog {
@@ -313,6 +319,7 @@ impl PartitionLog {
     /// replication-style truncation.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), StorageError> {
         self.check_not_failed()?;
+        self.sync_untaken_seals()?;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
@@ -337,6 +344,7 @@ impl PartitionLog {
     /// Makes every appended byte durable and moves the recovery point to the log end offset.
     pub fn flush(&mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
+        self.sync_untaken_seals()?;
         let log_end_offset = self.log_end_offset();
         failpoint!("flush.before_sync");
         let result = self.active().flush_log();
@@ -443,6 +451,7 @@ impl PartitionLog {
     pub fn close(mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
         self.delete_expired_files(TimestampMs(i64::MAX))?;
+        self.sync_untaken_seals()?;
         self.active_mut().seal()?;
         self.recovery_point = self.log_end_offset();
         Ok(())

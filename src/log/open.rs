@@ -6,7 +6,7 @@
 //! |----------|--------------------------------------|------------------------------------------|
 //! | clean    | any                                  | trust the `.log`; check indexes, rebuild a bad one |
 //! | unclean  | wholly below the recovery point      | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate at the first bad batch |
+//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate a torn tail |
 //! | any      | after a segment that was truncated   | delete                                   |
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::cleaned_end;
 use super::segments::SegmentList;
-use super::{DigestBudget, PartitionLog};
+use super::{DigestBudget, PartitionLog, SealSync};
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
@@ -124,6 +124,8 @@ impl PartitionLog {
             instance: next_log_instance(),
             cleaned_end: dense_from,
             digest_budget: DigestBudget::unlimited(),
+            seal_sync: SealSync::Inline,
+            unsynced_seals: Vec::new(),
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
@@ -189,11 +191,15 @@ fn seal_recovered(segments: &mut [Segment]) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Loads every segment in order, recovering those an unclean shutdown may have torn. Only the
-/// tail may be cut: a segment followed by segments holding data was synced when it rolled, so
-/// invalid bytes in it fail the open (`StorageError::Corrupt`) instead of truncating
-/// acknowledged data. After a truncated segment (only empty segments follow it), the rest are
-/// deleted.
+/// Loads every segment in order, recovering those an unclean shutdown may have torn. Invalid
+/// bytes are cut off only at or above the recovery point, and only as a torn tail (no valid batch
+/// after them): in the last segment, or in a sealed one whose roll left its sync to the log's
+/// owner (`seal_sync.rs`) and the crash came first. Below the recovery point they fail the open
+/// (`StorageError::Corrupt`) instead of truncating acknowledged data. A recovered sealed segment
+/// may also have lost its unsynced tail whole, ending before the next segment starts: above the
+/// recovery point that gap is the same cut. After a truncated or cut-short segment the rest are
+/// deleted: nothing in them was acknowledged as durable, since a durable append's sync comes after
+/// the seal syncs of every segment before it.
 fn load_segments(
     storage: &dyn Storage,
     dir: &Path,
@@ -207,6 +213,7 @@ fn load_segments(
         .partition_point(|base| *base <= options.recovery_point)
         .saturating_sub(1);
     let mut segments: Vec<Segment> = Vec::with_capacity(base_offsets.len());
+    let mut previous_recovered = false;
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
         let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
         let mode = if recover {
@@ -214,13 +221,8 @@ fn load_segments(
         } else {
             LoadMode::Trusted
         };
-        // A later segment exists only because a roll sealed this one: it was synced in full.
         let is_last = segment_index + 1 == base_offsets.len();
-        let invalid_tail = if is_last {
-            InvalidTail::TruncateFrom(options.recovery_point)
-        } else {
-            InvalidTail::Refuse
-        };
+        let invalid_tail = InvalidTail::TruncateFrom(options.recovery_point);
         // The last segment is the active one, which the cleaner never touches.
         let dense = is_last || *base_offset >= dense_from;
         let loaded = Segment::load_with(
@@ -244,8 +246,23 @@ fn load_segments(
             // A segment the cleaner never rewrote ends exactly where the next one starts.
             let previous_dense =
                 !config.cleanup_policy.compacts() || previous.base_offset() >= dense_from;
+            let previous_end = previous.next_offset();
+            if previous_recovered
+                && previous_dense
+                && previous_end < loaded.segment.base_offset()
+                && previous_end >= options.recovery_point
+            {
+                // The previous segment lost its tail in a crash before its seal sync.
+                drop(loaded);
+                for later in &base_offsets[segment_index..] {
+                    delete_segment_files(storage, dir, *later)?;
+                    report.segments_deleted += 1;
+                }
+                break;
+            }
             check_follows(previous, &loaded.segment, previous_dense)?;
         }
+        previous_recovered = recover;
         segments.push(loaded.segment);
         if truncated {
             for later in &base_offsets[segment_index + 1..] {

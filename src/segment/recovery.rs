@@ -62,12 +62,13 @@ pub enum InvalidTail {
     /// write.
     Truncate,
     /// Cut them off if they start at or above this offset (the recovery point: below it every
-    /// byte was synced, so invalid bytes there are damage); refuse otherwise. For the log's last
-    /// segment only.
+    /// byte was synced, so invalid bytes there are damage); refuse otherwise. For the log's
+    /// segments at or above the recovery point: the last one, and sealed ones whose seal sync a
+    /// crash may have cut short (`log/seal_sync.rs`).
     TruncateFrom(Offset),
-    /// Refuse with `StorageError::Corrupt`, changing nothing: a later segment exists, so this
-    /// segment was synced in full when it rolled and invalid bytes in it are damage to acknowledged
-    /// data, not a torn write.
+    /// Refuse with `StorageError::Corrupt`, changing nothing: the segment was synced in full (a
+    /// cleaned segment, synced before it was swapped in), so invalid bytes in it are damage to
+    /// acknowledged data, not a torn write.
     Refuse,
 }
 
@@ -353,7 +354,7 @@ impl Segment {
         let bytes_truncated = self.size_bytes - valid_bytes;
         let refused = match invalid_tail {
             InvalidTail::Truncate => None,
-            InvalidTail::Refuse => Some("a later segment exists".to_owned()),
+            InvalidTail::Refuse => Some("the segment was synced in full".to_owned()),
             InvalidTail::TruncateFrom(durable) if self.next_offset < durable => Some(format!(
                 "they start at offset {}, below the recovery point {durable}",
                 self.next_offset

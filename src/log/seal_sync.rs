@@ -1,0 +1,127 @@
+//! Deferred seal syncs: a roll that leaves the sync of the segment it seals to the log's owner.
+//!
+//! By default a roll syncs the segment it seals (its `.log`, both indexes) and the directory that
+//! now names the new segment's files before the new segment takes appends. That sync writes
+//! every dirty page of the sealed segment at once — up to a whole segment of them without a sync
+//! policy — and the log's owner waits for it (seconds here, for a 1 GiB segment). An owner with
+//! its own sync threads (the engine's shard) asks for [`SealSync::Deferred`], as Kafka schedules
+//! the flush of a rolled segment instead of running it in the append: the roll then only trims
+//! the indexes and records an [`UnsyncedSeal`], which the owner takes, syncs off the append path
+//! and reports with [`PartitionLog::mark_seal_synced`].
+//!
+//! Invariants:
+//! - the recovery point moves past a sealed segment only once its seal sync succeeded;
+//! - the owner reports a log's seal syncs before any later sync of the same log (the engine sends
+//!   both to the same sync thread, in order), so an acknowledged durable append in a newer segment
+//!   implies every older segment was synced;
+//! - recovery may therefore find invalid bytes at the tail of a sealed segment at or above the
+//!   recovery point (a crash before its seal sync finished). It truncates them and deletes the
+//!   later segments, which can hold no acknowledged durable data (`open.rs`); invalid bytes
+//!   followed by valid batches, or below the recovery point, stay damage and fail the open;
+//! - [`PartitionLog::flush`], [`PartitionLog::close`] and [`PartitionLog::truncate_to`] first
+//!   sync, on the caller's thread, any seal the owner has not taken yet.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::PartitionLog;
+use crate::error::StorageError;
+use crate::index::mmap::sync_index_file;
+use crate::io::{Storage, StorageFile};
+use crate::segment::Segment;
+use crate::types::Offset;
+
+/// Who syncs the segment a roll seals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SealSync {
+    /// The roll itself, before the new segment takes appends.
+    #[default]
+    Inline,
+    /// The log's owner: it takes [`PartitionLog::take_unsynced_seals`] after each call that may
+    /// roll (an append, retention) and reports each with [`PartitionLog::mark_seal_synced`].
+    Deferred,
+}
+
+/// A sealed segment whose sync is due: its `.log` (the shared descriptor, so the sync may outlive
+/// the segment's place in the log), its indexes and the partition directory, which names the
+/// segment created after it.
+#[derive(Debug, Clone)]
+pub struct UnsyncedSeal {
+    pub log_file: Arc<dyn StorageFile>,
+    pub log_path: PathBuf,
+    pub index_paths: [PathBuf; 2],
+    pub dir: PathBuf,
+    /// The sealed segment's end: what its sync makes durable.
+    pub through: Offset,
+}
+
+impl UnsyncedSeal {
+    pub(super) fn of(segment: &Segment, dir: PathBuf) -> UnsyncedSeal {
+        UnsyncedSeal {
+            log_file: segment.shared_log_file(),
+            log_path: segment.log_path().to_owned(),
+            index_paths: [
+                segment.offset_index().path().to_owned(),
+                segment.time_index().path().to_owned(),
+            ],
+            dir,
+            through: segment.next_offset(),
+        }
+    }
+
+    /// Syncs everything: the `.log`, then [`UnsyncedSeal::sync_indexes_and_dir`].
+    pub fn sync(&self, storage: &dyn Storage) -> Result<(), StorageError> {
+        self.log_file
+            .sync_data()
+            .map_err(|source| StorageError::io("fdatasync", &self.log_path, source))?;
+        self.sync_indexes_and_dir(storage)
+    }
+
+    /// Syncs the indexes (an index deleted since, with its segment, has nothing left to sync) and
+    /// the directory. For an owner that syncs the `.log` with other files.
+    pub fn sync_indexes_and_dir(&self, storage: &dyn Storage) -> Result<(), StorageError> {
+        for path in &self.index_paths {
+            sync_index_file(path)?;
+        }
+        storage
+            .sync_dir(&self.dir)
+            .map_err(|source| StorageError::io("fsync directory", &self.dir, source))
+    }
+}
+
+impl PartitionLog {
+    /// Chooses who syncs the segments rolls seal from now on ([`SealSync::Inline`] unless set).
+    pub fn set_seal_sync(&mut self, seal_sync: SealSync) {
+        self.seal_sync = seal_sync;
+    }
+
+    /// The seals rolls left unsynced since the last call, oldest first ([`SealSync::Deferred`]).
+    pub fn take_unsynced_seals(&mut self) -> Vec<UnsyncedSeal> {
+        std::mem::take(&mut self.unsynced_seals)
+    }
+
+    /// Records the outcome of a taken seal's sync: the recovery point moves to its end, or the
+    /// log fails (nothing is acknowledged after a failed sync).
+    pub fn mark_seal_synced(
+        &mut self,
+        through: Offset,
+        result: Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        if let Err(error) = result {
+            self.failed = true;
+            return Err(error);
+        }
+        self.recovery_point = self.recovery_point.max(through.min(self.log_end_offset()));
+        Ok(())
+    }
+
+    /// Syncs, here, the seals not taken yet, so that a sync of the active segment never moves
+    /// the recovery point past an unsynced one.
+    pub(super) fn sync_untaken_seals(&mut self) -> Result<(), StorageError> {
+        for seal in std::mem::take(&mut self.unsynced_seals) {
+            let result = seal.sync(self.storage.as_ref());
+            self.mark_seal_synced(seal.through, result)?;
+        }
+        Ok(())
+    }
+}
