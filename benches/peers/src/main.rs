@@ -4,6 +4,7 @@
 
 mod disk;
 mod engines;
+mod machine;
 mod report;
 mod workload;
 
@@ -182,7 +183,9 @@ fn measure(
         return Ok(());
     }
     result.hot_scan = Some(scan(store.as_mut(), payloads)?);
+    let round_trip_before_ns = machine::core_round_trip_ns();
     result.hot_lookups = Some(lookups(store.as_mut(), payloads, args.hot_lookups, 1)?);
+    result.core_round_trip_ns = Some([round_trip_before_ns, machine::core_round_trip_ns()]);
     store.reopen()?;
     sync_all();
     result.disk_bytes_per_payload_byte =

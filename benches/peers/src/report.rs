@@ -41,6 +41,8 @@ pub struct CellResult {
     pub disk_bytes_per_payload_byte: Option<f64>,
     pub hot_scan: Option<Rate>,
     pub hot_lookups: Option<Rate>,
+    /// The machine's cross-core round trip right before and right after the hot lookups, ns.
+    pub core_round_trip_ns: Option<[f64; 2]>,
     pub cold_scan: Option<Rate>,
     pub cold_lookups: Option<Rate>,
     pub error: Option<String>,
@@ -59,6 +61,7 @@ impl CellResult {
             disk_bytes_per_payload_byte: None,
             hot_scan: None,
             hot_lookups: None,
+            core_round_trip_ns: None,
             cold_scan: None,
             cold_lookups: None,
             error: None,
@@ -68,11 +71,12 @@ impl CellResult {
     /// A progress line for stderr.
     pub fn one_line(&self) -> String {
         let mut line = format!(
-            "append {} rec/s {} MB/s; hot scan {} MB/s; hot lookups {}/s; cold scan {} MB/s; cold lookups {}/s",
+            "append {} rec/s {} MB/s; hot scan {} MB/s; hot lookups {}/s (core round trip {} ns); cold scan {} MB/s; cold lookups {}/s",
             records(self.append.map(|r| r.records_per_s)),
             mb(self.append.map(|r| r.mb_per_s)),
             mb(self.hot_scan.map(|r| r.mb_per_s)),
             records(self.hot_lookups.map(|r| r.records_per_s)),
+            round_trips(self.core_round_trip_ns),
             mb(self.cold_scan.map(|r| r.mb_per_s)),
             records(self.cold_lookups.map(|r| r.records_per_s)),
         );
@@ -204,9 +208,9 @@ impl Report {
         let _ = writeln!(
             out,
             "| engine | cell | appends/s | append MB/s | × disk | batch latency p50 / p99 / p99.9 / max µs \
-             | disk B per payload B | hot scan MB/s | cold scan MB/s | hot lookups/s | cold lookups/s |"
+             | disk B per payload B | hot scan MB/s | cold scan MB/s | hot lookups/s | core round trip before / after ns | cold lookups/s |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for result in &self.results {
             let latency = result.append_latency_us.map_or_else(
                 || "–".to_owned(),
@@ -218,7 +222,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 result.engine,
                 result.cell,
                 appends,
@@ -232,6 +236,7 @@ impl Report {
                 mb(result.hot_scan.map(|r| r.mb_per_s)),
                 mb(result.cold_scan.map(|r| r.mb_per_s)),
                 records(result.hot_lookups.map(|r| r.records_per_s)),
+                round_trips(result.core_round_trip_ns),
                 records(result.cold_lookups.map(|r| r.records_per_s)),
             );
         }
@@ -304,6 +309,13 @@ impl Report {
             }
         }
     }
+}
+
+fn round_trips(round_trips_ns: Option<[f64; 2]>) -> String {
+    round_trips_ns.map_or_else(
+        || "–".to_owned(),
+        |[before, after]| format!("{before:.0} / {after:.0}"),
+    )
 }
 
 fn number(label: &str, value: f64) -> String {
