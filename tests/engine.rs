@@ -236,6 +236,55 @@ fn dropping_the_engine_without_close_keeps_every_durable_append() {
     engine.close().unwrap();
 }
 
+/// The engine writes the recovery-point checkpoint in the background every
+/// `recovery_point_checkpoint_interval_ms`: after durable appends, with no explicit checkpoint or
+/// close, the file names the partition's recovery point at its log end, where recovery after a
+/// crash starts; and the engine dropped without `close` reopens with every durable append.
+#[test]
+fn the_recovery_point_checkpoint_is_written_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        recovery_point_checkpoint_interval_ms: 10,
+        ..config(1)
+    };
+    let engine = Engine::open(dir.path(), config.clone()).unwrap();
+    let topic = engine
+        .create_topic("checkpointed", 1, LogConfig::default())
+        .unwrap();
+    for sequence in 0..5 {
+        let info = engine
+            .append(
+                &topic,
+                0,
+                batch(&format!("v{sequence}")),
+                Durability::Durable,
+            )
+            .wait()
+            .unwrap();
+        assert!(info.durable);
+    }
+    let path = dir.path().join("recovery-point-offset-checkpoint");
+    let line = || {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("checkpointed 0 "));
+        line.map(str::to_owned)
+    };
+    // A bound for a stuck thread, not a timing: the interval is 10 ms.
+    let started = std::time::Instant::now();
+    while line().as_deref() != Some("checkpointed 0 5")
+        && started.elapsed() < std::time::Duration::from_secs(60)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(line().as_deref(), Some("checkpointed 0 5"));
+    drop(engine);
+    let engine = Engine::open(dir.path(), config).unwrap();
+    assert_eq!(read_values(&engine, &topic, 0).len(), 5);
+    engine.close().unwrap();
+}
+
 #[test]
 fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
     let dir = tempfile::tempdir().unwrap();

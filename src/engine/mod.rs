@@ -11,6 +11,7 @@
 //! shards, and the same partition lands on the same shard at every open with the same shard
 //! count. Nothing on disk depends on the placement, so changing the shard count is safe.
 
+mod checkpointer;
 mod cleaner;
 mod pending;
 mod shard;
@@ -87,6 +88,12 @@ pub struct EngineConfig {
     /// `log.retention.check.interval.ms`: how often each shard applies retention to its
     /// partitions (default 5 minutes).
     pub retention_check_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms`: how often the engine writes the recovery-point
+    /// and log-start-offset checkpoints in the background (default 1 minute, as Kafka; 0: only on
+    /// `checkpoint`, `compact` and `close`). After a crash, recovery re-reads every segment from
+    /// the checkpointed recovery point on, and may cut a torn tail in any of them
+    /// (`log/seal_sync.rs`): the interval bounds both.
+    pub recovery_point_checkpoint_interval_ms: u64,
     /// `log.cleaner.dedupe.buffer.size`: memory for one compaction's key map (each entry takes
     /// 24 bytes; a full map means another round).
     pub cleaner_dedupe_buffer_bytes: usize,
@@ -121,10 +128,10 @@ pub struct EngineConfig {
     /// Once this many bytes were appended to a partition and no sync covered them, the shard
     /// hands the partition's active `.log` to its sync threads, which sync it in the background
     /// (default 0: never). The appends are answered at once, as before. What it bounds is the
-    /// dirty data that the roll's sync of the segment it seals must write while the shard waits
-    /// (up to a whole segment: 0.6-0.8 s here at page-cache speed), and with it the append
-    /// preset's p99.99 and max latency (0.6-0.8 s → 0.02-0.23 s at 4-16 MiB); it moves the
-    /// recovery point too. The price is a burst's throughput: data that would have stayed in the
+    /// dirty data that a roll's seal sync or the kernel's writeback must write at once (up to a
+    /// whole segment), which measured as the append preset's p99.99 and max latency while that
+    /// sync ran on the shard (0.6-0.8 s → 0.02-0.23 s at 4-16 MiB); it moves the recovery point
+    /// too. The price is a burst's throughput: data that would have stayed in the
     /// page cache is written back while the burst runs (256 MB bursts 30-45 % fewer appends/s
     /// here, at 4 to 128 MiB alike; DESIGN.md § The engine, BENCHMARKS.md). RocksDB's
     /// `bytes_per_sync` plays the same part.
@@ -190,6 +197,7 @@ impl Default for EngineConfig {
             open_partitions_max: open_segments_default(),
             open_segments_max: open_segments_default(),
             retention_check_interval_ms: 300_000,
+            recovery_point_checkpoint_interval_ms: 60_000,
             cleaner_dedupe_buffer_bytes: 32 * 1024 * 1024,
             cleaner_backoff_ms: 15_000,
             cleaner_io_max_bytes_per_second: f64::MAX,
@@ -305,6 +313,8 @@ struct Inner {
     /// The data directory's lock, released at `close` (or when the last handle drops).
     lock: Mutex<Option<File>>,
     cleaner: CleanerHandle,
+    /// Dropped to stop the background checkpoints (`checkpointer.rs`).
+    checkpointer: Mutex<Option<checkpointer::Stop>>,
 }
 
 /// The checkpoint files' contents, including partitions not opened since the engine opened.
@@ -397,20 +407,32 @@ impl Engine {
             &shards,
             first_dirty_offsets,
         )?;
-        Ok(Engine {
-            inner: Arc::new(Inner {
-                root,
-                storage,
-                shards,
-                topics,
-                admin: Mutex::new(checkpoints),
-                inflight_bytes,
-                config,
-                closed: AtomicBool::new(false),
-                lock: Mutex::new(Some(lock)),
-                cleaner,
-            }),
-        })
+        let interval_ms = config.recovery_point_checkpoint_interval_ms;
+        let inner = Arc::new(Inner {
+            root,
+            storage,
+            shards,
+            topics,
+            admin: Mutex::new(checkpoints),
+            inflight_bytes,
+            config,
+            closed: AtomicBool::new(false),
+            lock: Mutex::new(Some(lock)),
+            cleaner,
+            checkpointer: Mutex::new(None),
+        });
+        if interval_ms > 0 {
+            let stop = checkpointer::spawn(
+                Arc::downgrade(&inner),
+                std::time::Duration::from_millis(interval_ms),
+            )
+            .map_err(|source| StorageError::io("spawn checkpointer", &inner.root, source))?;
+            *inner
+                .checkpointer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stop);
+        }
+        Ok(Engine { inner })
     }
 
     pub fn root(&self) -> &Path {
@@ -983,15 +1005,24 @@ impl Engine {
 impl Engine {
     /// Writes the recovery-point and log-start-offset checkpoint files from every shard's state.
     pub fn checkpoint(&self) -> Result<(), FlushError> {
+        self.write_shard_checkpoints(true)
+    }
+
+    /// The checkpoints as the shards know them; with `settle`, after the syncs in flight report
+    /// (the background checkpoint does not wait for them: an older recovery point is safe).
+    fn write_shard_checkpoints(&self, settle: bool) -> Result<(), FlushError> {
+        // Held from the question to the write, so that rounds never interleave (an earlier
+        // round's older log start offsets written over a later one's) and none writes after
+        // `close` wrote its own (it sets `closed` first, then waits for this lock).
+        let mut admin = self.lock_admin();
         self.check_open()?;
         let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| {
-                    self.send_to(shard, |reply| Request::Checkpoint { reply })
+                    self.send_to(shard, |reply| Request::Checkpoint { settle, reply })
                         .into_pending()
                 })
                 .collect();
-        let mut admin = self.lock_admin();
         for pending in pendings {
             merge_checkpoints(&mut admin, pending.wait()?);
         }
@@ -1005,6 +1036,7 @@ impl Engine {
             return Ok(());
         }
         self.inner.cleaner.stop();
+        self.inner.stop_checkpointer();
         let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| self.close_shard(shard))
@@ -1154,12 +1186,23 @@ impl Engine {
     }
 }
 
+impl Inner {
+    /// Stops the background checkpoints (not joined: the thread may be the one dropping this).
+    fn stop_checkpointer(&self) {
+        self.checkpointer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+}
+
 impl Drop for Inner {
     /// Dropping the last handle without `close` stops the shards without a clean shutdown: the
     /// next open recovers, and keeps every durable append.
     fn drop(&mut self) {
         // The cleaner holds senders to the shards: it stops first.
         self.cleaner.stop();
+        self.stop_checkpointer();
         for shard in &mut self.shards {
             shard.sender.take();
         }

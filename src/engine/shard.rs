@@ -88,6 +88,9 @@ pub(crate) enum Request {
         reply: Reply<(), TopicError>,
     },
     Checkpoint {
+        /// Wait for the syncs in flight first (an explicit checkpoint; the background one does
+        /// not, so it never holds the shard up behind a seal sync).
+        settle: bool,
         reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
     },
     Retention {
@@ -113,12 +116,15 @@ pub(crate) enum Request {
 }
 
 impl Request {
-    /// A read of the log's records: answered without waiting for the syncs in flight, which
-    /// change only what is durable.
-    fn is_read(&self) -> bool {
+    /// Whether the shard answers it without waiting for the syncs in flight, which change only
+    /// what is durable: reads of the log's records, and the background checkpoint.
+    fn skips_settle(&self) -> bool {
         matches!(
             self,
-            Request::Fetch { .. } | Request::FetchRecord { .. } | Request::FetchByTimestamp { .. }
+            Request::Fetch { .. }
+                | Request::FetchRecord { .. }
+                | Request::FetchByTimestamp { .. }
+                | Request::Checkpoint { settle: false, .. }
         )
     }
 }
@@ -453,7 +459,7 @@ impl Shard {
                 }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
-                    if !other.is_read() {
+                    if !other.skips_settle() {
                         self.settle_syncs();
                     }
                     if self.handle(other) {
@@ -502,7 +508,7 @@ impl Shard {
                 self.drop_partitions(&tps);
                 let _ = reply.send(Ok(()));
             }
-            Request::Checkpoint { reply } => {
+            Request::Checkpoint { reply, .. } => {
                 let _ = reply.send(Ok(self.checkpoints()));
             }
             Request::Retention { topic, reply } => {
