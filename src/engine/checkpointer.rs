@@ -6,36 +6,51 @@
 //! close left it, and a crash makes the next open re-read every segment written since, and lets
 //! it cut a torn-looking tail in any of them (`log/seal_sync.rs`).
 //!
-//! The thread holds a weak reference: it never keeps the engine open, and stops when the engine
-//! closes or its last handle is dropped (its stop channel is dropped with it). Each round asks
-//! the shards for their checkpoints without waiting for their syncs in flight (an older recovery
-//! point is safe), so it never holds a shard up behind a seal sync.
+//! The thread holds the engine by a weak reference, upgraded for the length of a round. The
+//! user's last handle stops and joins it before letting go of the engine (`Engine::user`), so
+//! dropping that handle releases the engine at once. Each round asks the shards for their
+//! checkpoints without waiting for their syncs in flight (an older recovery point is safe), so it
+//! never holds a shard up behind a seal sync.
 
 use std::sync::Weak;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{RecvTimeoutError, Sender};
 
 use super::{Engine, Inner};
 
-/// Dropping it stops the thread (at its next wake-up at the latest).
-pub(super) type Stop = Sender<()>;
+/// The running thread.
+#[derive(Debug)]
+pub(super) struct Checkpointer {
+    /// Dropping it stops the thread at its next wake-up or as soon as its round ends.
+    stop: Sender<()>,
+    thread: JoinHandle<()>,
+}
 
-/// Starts the thread for the engine behind `engine`, writing every `interval`.
-pub(super) fn spawn(engine: Weak<Inner>, interval: Duration) -> std::io::Result<Stop> {
-    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-    std::thread::Builder::new()
-        .name("seglog-checkpointer".to_owned())
-        .spawn(move || {
-            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                let Some(inner) = engine.upgrade() else {
-                    return;
-                };
-                let engine = Engine { inner };
-                if let Err(error) = engine.write_shard_checkpoints(false) {
-                    log::warn!("background checkpoint failed: {error}");
+impl Checkpointer {
+    /// Starts the thread for the engine behind `engine`, writing every `interval`.
+    pub(super) fn spawn(engine: Weak<Inner>, interval: Duration) -> std::io::Result<Checkpointer> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("seglog-checkpointer".to_owned())
+            .spawn(move || {
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                    let Some(inner) = engine.upgrade() else {
+                        return;
+                    };
+                    let engine = Engine { user: None, inner };
+                    if let Err(error) = engine.write_shard_checkpoints(false) {
+                        log::warn!("background checkpoint failed: {error}");
+                    }
                 }
-            }
-        })?;
-    Ok(stop)
+            })?;
+        Ok(Checkpointer { stop, thread })
+    }
+
+    /// Stops the thread and waits for it (its round, if one runs, ends first).
+    pub(super) fn stop_and_join(self) {
+        drop(self.stop);
+        let _ = self.thread.join();
+    }
 }

@@ -278,7 +278,37 @@ pub struct TopicDescription {
 /// A handle to an open engine. Clones share the engine.
 #[derive(Debug, Clone)]
 pub struct Engine {
+    /// Dropped before `inner`: the last user handle stops and joins the background checkpointer,
+    /// which holds the engine for a moment each round, so that the engine is released (its
+    /// directory lock too) when the last user handle goes, not when a round ends. `None` in the
+    /// checkpointer's own view of the engine.
+    user: Option<Arc<UserHandles>>,
     inner: Arc<Inner>,
+}
+
+/// What the user's handles share beside the engine: the background checkpointer.
+#[derive(Debug)]
+struct UserHandles {
+    checkpointer: Mutex<Option<checkpointer::Checkpointer>>,
+}
+
+impl UserHandles {
+    fn stop_checkpointer(&self) {
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(checkpointer) = checkpointer {
+            checkpointer.stop_and_join();
+        }
+    }
+}
+
+impl Drop for UserHandles {
+    fn drop(&mut self) {
+        self.stop_checkpointer();
+    }
 }
 
 struct ShardHandle {
@@ -313,8 +343,6 @@ struct Inner {
     /// The data directory's lock, released at `close` (or when the last handle drops).
     lock: Mutex<Option<File>>,
     cleaner: CleanerHandle,
-    /// Dropped to stop the background checkpoints (`checkpointer.rs`).
-    checkpointer: Mutex<Option<checkpointer::Stop>>,
 }
 
 /// The checkpoint files' contents, including partitions not opened since the engine opened.
@@ -419,20 +447,24 @@ impl Engine {
             closed: AtomicBool::new(false),
             lock: Mutex::new(Some(lock)),
             cleaner,
-            checkpointer: Mutex::new(None),
         });
-        if interval_ms > 0 {
-            let stop = checkpointer::spawn(
-                Arc::downgrade(&inner),
-                std::time::Duration::from_millis(interval_ms),
-            )
-            .map_err(|source| StorageError::io("spawn checkpointer", &inner.root, source))?;
-            *inner
-                .checkpointer
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stop);
-        }
-        Ok(Engine { inner })
+        let checkpointer = match interval_ms {
+            0 => None,
+            _ => Some(
+                checkpointer::Checkpointer::spawn(
+                    Arc::downgrade(&inner),
+                    std::time::Duration::from_millis(interval_ms),
+                )
+                .map_err(|source| StorageError::io("spawn checkpointer", &inner.root, source))?,
+            ),
+        };
+        let user = UserHandles {
+            checkpointer: Mutex::new(checkpointer),
+        };
+        Ok(Engine {
+            user: Some(Arc::new(user)),
+            inner,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -1036,7 +1068,9 @@ impl Engine {
             return Ok(());
         }
         self.inner.cleaner.stop();
-        self.inner.stop_checkpointer();
+        if let Some(user) = &self.user {
+            user.stop_checkpointer();
+        }
         let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
             (0..self.inner.shards.len())
                 .map(|shard| self.close_shard(shard))
@@ -1186,23 +1220,12 @@ impl Engine {
     }
 }
 
-impl Inner {
-    /// Stops the background checkpoints (not joined: the thread may be the one dropping this).
-    fn stop_checkpointer(&self) {
-        self.checkpointer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-    }
-}
-
 impl Drop for Inner {
     /// Dropping the last handle without `close` stops the shards without a clean shutdown: the
     /// next open recovers, and keeps every durable append.
     fn drop(&mut self) {
         // The cleaner holds senders to the shards: it stops first.
         self.cleaner.stop();
-        self.stop_checkpointer();
         for shard in &mut self.shards {
             shard.sender.take();
         }

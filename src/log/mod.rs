@@ -391,17 +391,28 @@ impl PartitionLog {
         through: Offset,
         result: Result<(), StorageError>,
     ) -> Result<(), StorageError> {
-        if let Err(error) = result {
-            self.failed = true;
-            return Err(error);
-        }
-        self.recovery_point = self.recovery_point.max(through);
+        self.record_sync(through, result)?;
         self.adapt_prewrite();
         if through >= self.log_end_offset() {
             self.unflushed_records = 0;
             self.first_unflushed_at = None;
             self.bytes_since_background_sync = 0;
         }
+        Ok(())
+    }
+
+    /// A sync that covered every offset below `through` (at most the log end): success moves the
+    /// recovery point there, failure fails the log.
+    fn record_sync(
+        &mut self,
+        through: Offset,
+        result: Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        if let Err(error) = result {
+            self.failed = true;
+            return Err(error);
+        }
+        self.recovery_point = self.recovery_point.max(through.min(self.log_end_offset()));
         Ok(())
     }
 

@@ -107,12 +107,7 @@ impl PartitionLog {
         through: Offset,
         result: Result<(), StorageError>,
     ) -> Result<(), StorageError> {
-        if let Err(error) = result {
-            self.failed = true;
-            return Err(error);
-        }
-        self.recovery_point = self.recovery_point.max(through.min(self.log_end_offset()));
-        Ok(())
+        self.record_sync(through, result)
     }
 
     /// Syncs, here, the seals not taken yet, so that a sync of the active segment never moves
