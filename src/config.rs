@@ -101,6 +101,12 @@ pub struct LogConfig {
     /// appends (stamped zeros, `format::prewrite`), so that its `fdatasync`s rewrite allocated
     /// blocks instead of growing the file.
     pub prewrite_synced: bool,
+    /// Not a topic setting: set by the engine's shards, which sync what a roll seals on their
+    /// sync threads (`log/seal_sync.rs`). A roll then leaves the sealed segment's sync to the
+    /// log's owner, and recovery accepts a torn or cut-short tail in a sealed segment that the
+    /// cleaner never rewrote, at or above the recovery point (a crash before that sync). Off, a
+    /// roll syncs in place and such a tail is damage: the open fails.
+    pub deferred_seal_syncs: bool,
 }
 
 /// Two configurations are equal when every setting is; how `retention_ms` was given is not a
@@ -158,6 +164,7 @@ impl Default for LogConfig {
             preallocate: false,
             direct_writes: false,
             prewrite_synced: true,
+            deferred_seal_syncs: false,
         }
     }
 }

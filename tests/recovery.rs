@@ -27,7 +27,7 @@ use seglog::config::LogConfig;
 use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport, SealSync};
+use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -770,16 +770,27 @@ fn index_entries_naming_offsets_past_the_segment_end_are_not_trusted() {
     }
 }
 
-/// With `SealSync::Deferred` a roll leaves the recovery point where it was and hands the sealed
-/// segment's sync to the owner; reporting it moves the recovery point to the segment's end, and
-/// a flush syncs any seal the owner has not taken before the active segment.
+/// The configuration of a log whose owner syncs what rolls seal (the engine's shards).
+fn deferred_config() -> LogConfig {
+    LogConfig {
+        deferred_seal_syncs: true,
+        ..config()
+    }
+}
+
+fn open_dir_with(root: &Path, config: LogConfig) -> LogDir {
+    LogDir::open(root, storage_from_env(), config).unwrap()
+}
+
+/// With `LogConfig::deferred_seal_syncs` a roll leaves the recovery point where it was and hands
+/// the sealed segment's sync to the owner; reporting it moves the recovery point to the segment's
+/// end, and a flush syncs any seal the owner has not taken before the active segment.
 #[test]
 fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
     let root = scratch();
-    let mut log_dir = open_dir(root.path());
+    let mut log_dir = open_dir_with(root.path(), deferred_config());
     log_dir.create_topic(&topic(), 1).unwrap();
     let log = log_dir.partition(&topic(), 0).unwrap();
-    log.set_seal_sync(SealSync::Deferred);
     let rolls_until = |log: &mut PartitionLog| {
         let segments = log.segments().count();
         while log.segments().count() == segments {
@@ -806,7 +817,7 @@ fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
     log_dir.close().unwrap();
 }
 
-/// How a crash before a roll's seal sync (`SealSync::Deferred`) can leave a sealed segment.
+/// How a crash before a roll's deferred seal sync can leave a sealed segment.
 #[derive(Debug, Clone, Copy)]
 enum SealCut {
     /// Its last batch written in part.
@@ -865,7 +876,7 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
         let (work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut, None);
-        let mut log_dir = open_dir(work.path());
+        let mut log_dir = open_dir_with(work.path(), deferred_config());
         let log = log_dir.partition(&topic(), 0).unwrap();
         assert_eq!(log.log_end_offset(), Offset(cut_at), "{cut:?}");
         assert_serves(log, &kept);
@@ -880,19 +891,22 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
     }
 }
 
-/// The same cut below the recovery point is damage to synced data: the partition refuses to open
-/// and nothing is deleted.
+/// The same cut is damage to synced data below the recovery point, and anywhere in a log whose
+/// rolls sync what they seal (no `deferred_seal_syncs`): the partition refuses to open and
+/// nothing is deleted.
 #[test]
-fn a_sealed_segment_cut_below_the_recovery_point_fails_the_partition() {
+fn a_sealed_segment_cut_below_the_recovery_point_or_in_a_log_that_syncs_its_seals_fails() {
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
-        // The clean close checkpointed the recovery point at the log end.
-        let (work, dir, _, _) = cut_sealed_segment(&closed, cut, Some(0));
-        let before = segment_logs(&dir);
-        let mut log_dir = open_dir(work.path());
-        let opened = log_dir.partition(&topic(), 0).map(|_| ());
-        assert!(opened.is_err(), "{cut:?}: {opened:?}");
-        assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
+        // With the checkpoint the clean close wrote, the recovery point is at the log end.
+        for (recovery_point, config) in [(Some(0), deferred_config()), (None, config())] {
+            let (work, dir, _, _) = cut_sealed_segment(&closed, cut, recovery_point);
+            let before = segment_logs(&dir);
+            let mut log_dir = open_dir_with(work.path(), config);
+            let opened = log_dir.partition(&topic(), 0).map(|_| ());
+            assert!(opened.is_err(), "{cut:?}, {recovery_point:?}: {opened:?}");
+            assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
+        }
     }
 }
 

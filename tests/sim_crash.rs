@@ -35,7 +35,7 @@ use seglog::format::file_name::{SegmentFileKind, segment_path};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::Storage;
 use seglog::io::sim::{CrashMode, Fault, SimRng, SimStorage};
-use seglog::log::{PartitionLog, SealSync};
+use seglog::log::PartitionLog;
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 
@@ -147,7 +147,7 @@ struct Run {
     map: OffsetMap,
     trace: bool,
     /// Rolls leave their seal's sync to the test, as the engine's shard takes it
-    /// (`SealSync::Deferred`): the test syncs taken seals at random later steps.
+    /// (`LogConfig::deferred_seal_syncs`): the test syncs taken seals at random later steps.
     deferred_seals: bool,
 }
 
@@ -180,7 +180,10 @@ impl Run {
     }
 
     fn config(&self) -> LogConfig {
-        config_for_seed(self.regime, self.faults, self.seed)
+        LogConfig {
+            deferred_seal_syncs: self.deferred_seals,
+            ..config_for_seed(self.regime, self.faults, self.seed)
+        }
     }
 
     fn storage(&self) -> Arc<dyn Storage> {
@@ -312,9 +315,6 @@ impl Run {
             let Ok(log) = log_dir.partition(&topic(), 0) else {
                 return;
             };
-            if self.deferred_seals {
-                log.set_seal_sync(SealSync::Deferred);
-            }
             let outcome = self.step(log, roll, cycle, partition_failed);
             let fired = self.sim.faults_fired().split_off(faults_before);
             if outcome.is_err()

@@ -32,7 +32,7 @@ use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
 use crate::log::{
     AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, PartitionLog,
-    RecordRead, RetentionOutcome, SealSync, ValidatedBatches,
+    RecordRead, RetentionOutcome, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -627,6 +627,8 @@ impl Shard {
         };
         config.direct_writes = self.context.direct_writes;
         config.prewrite_synced = self.context.prewrite_synced_logs;
+        // A roll's sync of the segment it seals runs on the sync threads, not in the append.
+        config.deferred_seal_syncs = true;
         let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
             had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),
@@ -644,8 +646,6 @@ impl Shard {
         let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
             .map_err(LookupError::Open)?;
         log.set_digest_budget(self.context.digest_budget.clone());
-        // A roll's sync of the segment it seals runs on the sync threads, not in the append.
-        log.set_seal_sync(SealSync::Deferred);
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
             log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
         }

@@ -8,7 +8,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::{PartitionLog, SealSync, UnsyncedSeal};
+use super::{PartitionLog, UnsyncedSeal};
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::failpoint::failpoint;
@@ -226,17 +226,17 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new, empty one at the log end offset. With
-    /// [`SealSync::Inline`] the old segment and the directory are synced here, which moves the
-    /// recovery point to the old segment's end; with [`SealSync::Deferred`] that sync is left to
-    /// the owner (`seal_sync.rs`).
+    /// Seals the active segment and starts a new, empty one at the log end offset. The old
+    /// segment and the directory are synced here, which moves the recovery point to the old
+    /// segment's end, unless `LogConfig::deferred_seal_syncs` leaves that sync to the owner
+    /// (`seal_sync.rs`).
     pub fn roll(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         self.check_not_failed()?;
         let new_base_offset = self.log_end_offset();
         if self.active().is_empty() {
             return Ok(());
         }
-        let deferred = self.seal_sync == SealSync::Deferred;
+        let deferred = self.config.deferred_seal_syncs;
         let sealed = match deferred {
             true => self.active_mut().trim_indexes(),
             false => self.active_mut().seal(),

@@ -36,7 +36,7 @@ pub use crate::cleaner::log_cleaner::CompactionOutcome;
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
-pub use seal_sync::{SealSync, UnsyncedSeal};
+pub use seal_sync::UnsyncedSeal;
 
 /// The result of a read: whole batches, and the log's bounds at the time of the read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,9 +115,8 @@ pub struct PartitionLog {
     /// What point lookups' batch digests may take (`segment/lookup.rs`): unlimited unless the
     /// owner sets one it shares with other logs (`set_digest_budget`).
     digest_budget: DigestBudget,
-    /// Who syncs the segments rolls seal (`seal_sync.rs`).
-    seal_sync: SealSync,
-    /// Sealed segments whose sync the owner has not taken yet ([`SealSync::Deferred`]).
+    /// Sealed segments whose sync the owner has not taken yet (`LogConfig::deferred_seal_syncs`,
+    /// `seal_sync.rs`).
     unsynced_seals: Vec<UnsyncedSeal>,
 }
 

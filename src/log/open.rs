@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::cleaned_end;
 use super::segments::SegmentList;
-use super::{DigestBudget, PartitionLog, SealSync};
+use super::{DigestBudget, PartitionLog};
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
@@ -124,7 +124,6 @@ impl PartitionLog {
             instance: next_log_instance(),
             cleaned_end: dense_from,
             digest_budget: DigestBudget::unlimited(),
-            seal_sync: SealSync::Inline,
             unsynced_seals: Vec::new(),
         };
         let repaired = report != RecoveryReport::default();
@@ -222,9 +221,15 @@ fn load_segments(
             LoadMode::Trusted
         };
         let is_last = segment_index + 1 == base_offsets.len();
-        let invalid_tail = InvalidTail::TruncateFrom(options.recovery_point);
         // The last segment is the active one, which the cleaner never touches.
         let dense = is_last || *base_offset >= dense_from;
+        // A sealed segment may have a torn tail only if its roll left the sync for later and the
+        // cleaner never rewrote it (a cleaned segment is synced before its swap).
+        let never_cleaned = !config.cleanup_policy.compacts() || *base_offset >= dense_from;
+        let invalid_tail = match is_last || (config.deferred_seal_syncs && never_cleaned) {
+            true => InvalidTail::TruncateFrom(options.recovery_point),
+            false => InvalidTail::Refuse,
+        };
         let loaded = Segment::load_with(
             storage,
             dir,
@@ -248,6 +253,7 @@ fn load_segments(
                 !config.cleanup_policy.compacts() || previous.base_offset() >= dense_from;
             let previous_end = previous.next_offset();
             if previous_recovered
+                && config.deferred_seal_syncs
                 && previous_dense
                 && previous_end < loaded.segment.base_offset()
                 && previous_end >= options.recovery_point

@@ -4,20 +4,23 @@
 //! now names the new segment's files before the new segment takes appends. That sync writes
 //! every dirty page of the sealed segment at once — up to a whole segment of them without a sync
 //! policy — and the log's owner waits for it (seconds here, for a 1 GiB segment). An owner with
-//! its own sync threads (the engine's shard) asks for [`SealSync::Deferred`], as Kafka schedules
-//! the flush of a rolled segment instead of running it in the append: the roll then only trims
-//! the indexes and records an [`UnsyncedSeal`], which the owner takes, syncs off the append path
-//! and reports with [`PartitionLog::mark_seal_synced`].
+//! its own sync threads (the engine's shard) opens the log with
+//! `LogConfig::deferred_seal_syncs`, as Kafka schedules the flush of a rolled segment instead of
+//! running it in the append: the roll then only trims the indexes and records an
+//! [`UnsyncedSeal`], which the owner takes, syncs off the append path and reports with
+//! [`PartitionLog::mark_seal_synced`].
 //!
 //! Invariants:
 //! - the recovery point moves past a sealed segment only once its seal sync succeeded;
 //! - the owner reports a log's seal syncs before any later sync of the same log (the engine sends
 //!   both to the same sync thread, in order), so an acknowledged durable append in a newer segment
 //!   implies every older segment was synced;
-//! - recovery may therefore find invalid bytes at the tail of a sealed segment at or above the
-//!   recovery point (a crash before its seal sync finished). It truncates them and deletes the
-//!   later segments, which can hold no acknowledged durable data (`open.rs`); invalid bytes
-//!   followed by valid batches, or below the recovery point, stay damage and fail the open;
+//! - recovery of a log opened with the flag may therefore find invalid bytes at the tail of a
+//!   sealed segment at or above the recovery point (a crash before its seal sync finished), or
+//!   the segment ending short of the next one. It cuts them and deletes the later segments, which
+//!   can hold no acknowledged durable data (`open.rs`). A segment the cleaner rewrote was synced
+//!   before its swap, and invalid bytes followed by valid batches, or below the recovery point,
+//!   are damage: those, and any such tail without the flag, fail the open;
 //! - [`PartitionLog::flush`], [`PartitionLog::close`] and [`PartitionLog::truncate_to`] first
 //!   sync, on the caller's thread, any seal the owner has not taken yet.
 
@@ -30,17 +33,6 @@ use crate::index::mmap::sync_index_file;
 use crate::io::{Storage, StorageFile};
 use crate::segment::Segment;
 use crate::types::Offset;
-
-/// Who syncs the segment a roll seals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SealSync {
-    /// The roll itself, before the new segment takes appends.
-    #[default]
-    Inline,
-    /// The log's owner: it takes [`PartitionLog::take_unsynced_seals`] after each call that may
-    /// roll (an append, retention) and reports each with [`PartitionLog::mark_seal_synced`].
-    Deferred,
-}
 
 /// A sealed segment whose sync is due: its `.log` (the shared descriptor, so the sync may outlive
 /// the segment's place in the log), its indexes and the partition directory, which names the
@@ -90,12 +82,8 @@ impl UnsyncedSeal {
 }
 
 impl PartitionLog {
-    /// Chooses who syncs the segments rolls seal from now on ([`SealSync::Inline`] unless set).
-    pub fn set_seal_sync(&mut self, seal_sync: SealSync) {
-        self.seal_sync = seal_sync;
-    }
-
-    /// The seals rolls left unsynced since the last call, oldest first ([`SealSync::Deferred`]).
+    /// The seals rolls left unsynced since the last call, oldest first
+    /// (`LogConfig::deferred_seal_syncs`).
     pub fn take_unsynced_seals(&mut self) -> Vec<UnsyncedSeal> {
         std::mem::take(&mut self.unsynced_seals)
     }
