@@ -14,6 +14,10 @@
 //! fetch (offset, max bytes; then a point lookup of that offset), power cut (`crash()` then reopen), `die_after(n)`, and a fault
 //! (read, write or sync error, ENOSPC, short write, directory sync error, misdirected write) on
 //! the nth operation of its kind. After the last operation the disk loses power once more.
+//! Inputs with an odd seed run the log as the engine's shards do, with
+//! `LogConfig::deferred_seal_syncs`: rolls leave the sealed segment's sync to the owner, which
+//! here syncs the seals taken so far at each checkpoint operation (and flushes and closes sync
+//! any not taken first).
 //!
 //! A record is acknowledged when a flush (or a clean close) that followed its append succeeded.
 //! Invariants: no panic; the directory and the partition reopen after a power cut; after every
@@ -201,6 +205,20 @@ fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
     })
 }
 
+/// The owner's part under `deferred_seal_syncs`: syncs the seals rolls left and reports them (a
+/// failure fails the log, as in the engine).
+fn sync_taken_seals(sim: &SimStorage, log_dir: &mut LogDir) {
+    let Ok(log) = log_dir.partition(&topic(), 0) else {
+        return;
+    };
+    for seal in log.take_unsynced_seals() {
+        let result = seal.sync(sim);
+        if log.mark_seal_synced(seal.through, result).is_err() {
+            return;
+        }
+    }
+}
+
 fn config(policy: Policy) -> LogConfig {
     let mut config = LogConfig {
         segment_bytes: 700,
@@ -330,6 +348,8 @@ struct Run {
     /// `SIM_OPS_TRACE` is set: the operations, the checks and the simulator's trace go to stderr
     /// (for replaying a finding: `cargo fuzz run sim_ops <input>`).
     trace: bool,
+    /// Rolls defer their seal syncs (odd seeds; `LogConfig::deferred_seal_syncs`).
+    deferred_seal_syncs: bool,
 }
 
 fn trace_requested() -> bool {
@@ -372,11 +392,12 @@ impl Run {
             partition_failed: false,
             damage_reported: None,
             trace: trace_requested(),
+            deferred_seal_syncs: input.seed % 2 == 1,
         };
         run.sim.set_trace(run.trace);
         run.note(&format!(
-            "seed {} {:?} delete.retention.ms {}",
-            input.seed, input.policy, input.delete_retention_ms
+            "seed {} {:?} delete.retention.ms {} deferred seal syncs {}",
+            input.seed, input.policy, input.delete_retention_ms, run.deferred_seal_syncs
         ));
         run.create_topic();
         run
@@ -432,7 +453,11 @@ impl Run {
     }
 
     fn open(&self) -> Result<LogDir, String> {
-        LogDir::open(&self.root, Arc::new(self.sim.clone()), config(self.policy))
+        let config = LogConfig {
+            deferred_seal_syncs: self.deferred_seal_syncs,
+            ..config(self.policy)
+        };
+        LogDir::open(&self.root, Arc::new(self.sim.clone()), config)
             .map_err(|error| error.to_string())
     }
 
@@ -451,6 +476,7 @@ impl Run {
         match operation {
             Operation::Checkpoint => {
                 if let Some(log_dir) = self.log_dir.as_mut() {
+                    sync_taken_seals(&self.sim, log_dir);
                     let _ = log_dir.checkpoint();
                 }
             }
