@@ -172,8 +172,16 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             reply.send(Ok(7)).unwrap();
         });
-        // Far past `ANSWER_SPIN`, and still polling: the answer is taken without sleeping.
-        assert_eq!(pending.spin_for_answer(true), Some(Ok(7)));
+        // Far past `ANSWER_SPIN`, and still polling: the answer is taken without sleeping. (The
+        // spinning slot is process-wide: while another test's waiter holds it, this one is
+        // refused at once, and asks again.)
+        let taken = loop {
+            if let Some(taken) = pending.spin_for_answer(true) {
+                break taken;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(taken, Ok(7));
         answer.join().unwrap();
     }
 

@@ -249,6 +249,7 @@ impl PartitionLog {
         match deferred {
             true => {
                 let seal = UnsyncedSeal::of(self.active(), self.dir.clone());
+                self.pending_seal_ends.push_back(seal.through);
                 self.unsynced_seals.push(seal);
             }
             false => self.recovery_point = self.recovery_point.max(new_base_offset),

@@ -30,15 +30,19 @@ use super::PartitionLog;
 use super::cleaned_end;
 
 impl PartitionLog {
-    /// The facts of the sealed segments below the recovery point, for the cleaner. A segment
-    /// whose seal sync has not finished (`seal_sync.rs`) is left out: a crash could still cut
-    /// its records, and the cleaner must not drop an acknowledged record for a later one with its
-    /// key that a crash can take away.
+    /// The facts of the sealed segments below the recovery point whose seal sync was reported,
+    /// for the cleaner. A segment whose seal sync has not finished (`seal_sync.rs`) is left out:
+    /// a crash could still cut its records (the cleaner must not drop an acknowledged record for
+    /// a later one with its key that a crash can take away), or leave its file longer than
+    /// sealed, which recovery cuts only in a segment the cleaner never touched (the `sim_ops`
+    /// fuzz target found both).
     pub fn cleanable_log(&self) -> CleanableLog {
         let slots = self.segments.slots();
         let sealed = slots[..slots.len() - 1]
             .iter()
-            .take_while(|slot| slot.next_offset() <= self.recovery_point)
+            .take_while(|slot| {
+                slot.next_offset() <= self.recovery_point && self.seal_synced(slot.next_offset())
+            })
             .map(|slot| SealedSegment {
                 base_offset: slot.base_offset(),
                 next_offset: slot.next_offset(),

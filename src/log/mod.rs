@@ -118,6 +118,10 @@ pub struct PartitionLog {
     /// Sealed segments whose sync the owner has not taken yet (`LogConfig::deferred_seal_syncs`,
     /// `seal_sync.rs`).
     unsynced_seals: Vec<UnsyncedSeal>,
+    /// The ends of the sealed segments whose seal sync has not been reported yet, oldest first
+    /// (taken or not): until then a segment's files may not be as sealed on the device (the
+    /// trims), so the cleaner leaves it alone.
+    pending_seal_ends: std::collections::VecDeque<Offset>,
 }
 
 impl PartitionLog {
@@ -337,6 +341,7 @@ impl PartitionLog {
         let log_end_offset = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);
+        self.pending_seal_ends.retain(|end| *end <= log_end_offset);
         self.sync_dir()
     }
 

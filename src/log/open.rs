@@ -125,6 +125,7 @@ impl PartitionLog {
             cleaned_end: dense_from,
             digest_budget: DigestBudget::unlimited(),
             unsynced_seals: Vec::new(),
+            pending_seal_ends: std::collections::VecDeque::new(),
         };
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;

@@ -95,7 +95,23 @@ impl PartitionLog {
         through: Offset,
         result: Result<(), StorageError>,
     ) -> Result<(), StorageError> {
-        self.record_sync(through, result)
+        self.record_sync(through, result)?;
+        while self
+            .pending_seal_ends
+            .front()
+            .is_some_and(|end| *end <= through)
+        {
+            self.pending_seal_ends.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Whether the sealed segment ending at `next_offset` had its seal sync reported (always,
+    /// without `deferred_seal_syncs`): its files are on the device as sealed.
+    pub(super) fn seal_synced(&self, next_offset: Offset) -> bool {
+        self.pending_seal_ends
+            .front()
+            .is_none_or(|first_pending| next_offset < *first_pending)
     }
 
     /// Syncs, here, the seals not taken yet, so that a sync of the active segment never moves
