@@ -138,8 +138,8 @@ pub struct EngineConfig {
     pub background_sync_bytes: u64,
     /// Memory each shard may keep in point lookups' batch digests (default 64 MiB): a lookup in
     /// a digested batch reads one or two 4 KiB chunks instead of the batch (`segment/lookup.rs`;
-    /// a digest takes about 0.5 % of a 100 KiB batch, 1.4 % of an 11 KB one, so 64 MiB covers
-    /// 4.5-13 GB of looked-up batches). Past it, lookups read undigested batches whole.
+    /// a digest takes about 0.7 % of a 100 KiB batch, 1.7 % of an 11 KB one, so 64 MiB covers
+    /// 4-9 GB of looked-up batches). Past it, lookups read undigested batches whole.
     pub lookup_digest_bytes_max: usize,
 }
 

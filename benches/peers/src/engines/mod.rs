@@ -6,6 +6,7 @@ mod naive;
 mod raft_log;
 #[cfg(feature = "rocksdb")]
 mod rocksdb_log;
+mod seglog_dir;
 mod seglog_log;
 
 use std::path::Path;
@@ -14,9 +15,10 @@ use std::time::Instant;
 use crate::workload::{BATCH_RECORDS, Payloads, PeerError, PeerResult, ScanTotals};
 
 /// Engine names, as `--engines` takes them, in report order.
-pub const ENGINE_NAMES: [&str; 6] = [
+pub const ENGINE_NAMES: [&str; 7] = [
     "seglog",
     "seglog-gc16",
+    "seglog-logdir",
     "rocksdb",
     "fjall",
     "raft-engine",
@@ -68,6 +70,7 @@ pub fn open(name: &str, dir: &Path, seglog_in_flight: usize) -> PeerResult<Box<d
     Ok(match name {
         "seglog" => Box::new(seglog_log::SeglogLog::open(dir, seglog_in_flight, 1)?),
         "seglog-gc16" => Box::new(seglog_log::SeglogLog::open(dir, 1, 16)?),
+        "seglog-logdir" => Box::new(seglog_dir::SeglogDir::open(dir)?),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Box::new(rocksdb_log::RocksLog::open(dir)?),
         #[cfg(not(feature = "rocksdb"))]

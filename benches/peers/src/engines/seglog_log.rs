@@ -188,7 +188,7 @@ fn wait_one(in_flight: &mut InFlight, latencies_us: &mut Vec<u64>) -> PeerResult
     Ok(())
 }
 
-fn build_batches(payloads: &Payloads) -> PeerResult<Vec<Bytes>> {
+pub(super) fn build_batches(payloads: &Payloads) -> PeerResult<Vec<Bytes>> {
     (0..payloads.distinct_batches())
         .map(|index| {
             let capacity = BATCH_RECORDS * (payloads.record_bytes + 32) + 128;
