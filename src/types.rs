@@ -5,6 +5,7 @@
 //! string ever becomes a directory name.
 
 use std::fmt;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -72,9 +73,11 @@ pub enum TopicNameError {
     IllegalCharacter { name: String, character: char },
 }
 
-/// A validated topic name: Kafka's rule `[a-zA-Z0-9._-]{1,249}`, not `.` or `..`.
+/// A validated topic name: Kafka's rule `[a-zA-Z0-9._-]{1,249}`, not `.` or `..`. Shared, not
+/// copied, when cloned: every request and every record a read returns carries one, across
+/// threads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicName(String);
+pub struct TopicName(Arc<str>);
 
 impl TopicName {
     /// Validates `name` with Kafka's rule (`org.apache.kafka.common.internals.Topic.validate`).
@@ -95,7 +98,7 @@ impl TopicName {
                 character,
             });
         }
-        Ok(TopicName(name.to_owned()))
+        Ok(TopicName(Arc::from(name)))
     }
 
     pub fn as_str(&self) -> &str {

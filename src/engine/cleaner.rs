@@ -25,7 +25,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
-use futures_channel::oneshot;
 
 use super::pending::Reply;
 use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};

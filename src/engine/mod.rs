@@ -27,7 +27,6 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use futures_channel::oneshot;
 
 use crate::config::LogConfig;
 use crate::error::{

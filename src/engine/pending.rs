@@ -1,17 +1,16 @@
 //! [`Pending`]: the answer to one engine request, awaited from any executor or waited for on a
 //! plain thread.
 //!
-//! The shard answers through a oneshot channel. If the shard dies before answering (its thread
-//! panicked), the channel is dropped and the request resolves to `ShardFailed`: a caller never
-//! hangs on a dead shard.
+//! The shard answers through a oneshot channel (the `oneshot` crate: the answer is written, then
+//! one atomic swap publishes it, which the waiting caller polls with plain loads; the caller frees
+//! the channel). If the shard dies before answering (its thread panicked), the channel is dropped
+//! and the request resolves to `ShardFailed`: a caller never hangs on a dead shard.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-
-use futures_channel::oneshot;
 
 use crate::error::EngineUnavailable;
 
@@ -115,10 +114,12 @@ impl<T, E: From<EngineUnavailable>> Pending<T, E> {
         let started = Instant::now();
         let answer = loop {
             match receiver.try_recv() {
-                Ok(Some(result)) => break Some(result),
-                Ok(None) if started.elapsed() < spin => super::pause(started),
-                Ok(None) => break None,
-                Err(oneshot::Canceled) => {
+                Ok(result) => break Some(result),
+                Err(oneshot::TryRecvError::Empty) if started.elapsed() < spin => {
+                    super::pause(started);
+                }
+                Err(oneshot::TryRecvError::Empty) => break None,
+                Err(oneshot::TryRecvError::Disconnected) => {
                     break Some(Err(EngineUnavailable::ShardFailed { shard: *shard }.into()));
                 }
             }
@@ -145,7 +146,7 @@ impl<T, E: From<EngineUnavailable>> Future for Pending<T, E> {
                 receiver, shard, ..
             } => match Pin::new(receiver).poll(cx) {
                 Poll::Ready(Ok(result)) => Poll::Ready(result),
-                Poll::Ready(Err(oneshot::Canceled)) => {
+                Poll::Ready(Err(oneshot::RecvError)) => {
                     Poll::Ready(Err(EngineUnavailable::ShardFailed { shard: *shard }.into()))
                 }
                 Poll::Pending => Poll::Pending,

@@ -279,6 +279,8 @@ pub(crate) struct Shard {
     retention_queue: std::collections::VecDeque<TopicPartition>,
     /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
     file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
+    /// The requests of one turn; empty between turns, kept so that a turn allocates none.
+    turn_requests: Vec<Request>,
 }
 
 impl Shard {
@@ -306,6 +308,7 @@ impl Shard {
             next_retention_check: Instant::now() + retention_interval,
             retention_queue: std::collections::VecDeque::new(),
             file_deletion_deadlines: BTreeMap::new(),
+            turn_requests: Vec::new(),
         }
     }
 
@@ -315,7 +318,7 @@ impl Shard {
             let Some(wake) = self.next_wake() else {
                 return;
             };
-            let mut requests = Vec::new();
+            let mut requests = std::mem::take(&mut self.turn_requests);
             match wake {
                 Wake::Request(request) => requests.push(request),
                 Wake::Synced(report) => {
@@ -334,7 +337,9 @@ impl Shard {
                 return;
             }
             requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
-            if self.run_turn(requests) {
+            let stopped = self.run_turn(requests.drain(..));
+            self.turn_requests = requests;
+            if stopped {
                 return;
             }
             self.run_timers();
@@ -439,7 +444,7 @@ impl Shard {
 
     /// Runs the requests in arrival order, committing consecutive appends together. Returns true
     /// when the shard closed.
-    fn run_turn(&mut self, requests: Vec<Request>) -> bool {
+    fn run_turn(&mut self, requests: impl Iterator<Item = Request>) -> bool {
         let mut appends = Vec::new();
         let mut touched = BTreeSet::new();
         for request in requests {
@@ -880,7 +885,7 @@ impl Shard {
         let now = Instant::now();
         let parked = std::mem::take(&mut self.parked);
         for fetch in parked {
-            if fetch.reply.is_canceled() {
+            if fetch.reply.is_closed() {
                 continue;
             }
             let expired = expire_all || fetch.deadline <= now;

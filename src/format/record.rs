@@ -60,6 +60,25 @@ pub struct NewRecord<'a> {
 }
 
 impl Record {
+    /// This record with its key, value and header values copied out of the buffer they share
+    /// (the batch it was read from), so that holding it keeps only its own bytes alive.
+    pub fn detached(self) -> Record {
+        let copy = |part: Option<Bytes>| part.map(|part| Bytes::copy_from_slice(&part));
+        Record {
+            key: copy(self.key),
+            value: copy(self.value),
+            headers: self
+                .headers
+                .into_iter()
+                .map(|header| RecordHeader {
+                    key: header.key,
+                    value: copy(header.value),
+                })
+                .collect(),
+            ..self
+        }
+    }
+
     /// Decodes one record starting at `reader`'s position; `buffer` is the bytes the reader walks,
     /// so that key and value can be sliced from it without copying.
     pub(crate) fn decode(reader: &mut Reader<'_>, buffer: &Bytes) -> Result<Record, DecodeError> {
@@ -164,6 +183,27 @@ impl<'a> RecordView<'a> {
             value,
             headers,
         })
+    }
+
+    /// The owned record with its key, value and header values copied: it keeps nothing of the
+    /// buffer this view was decoded from alive.
+    pub fn to_detached_record(&self) -> Record {
+        let copy = |part: Option<&[u8]>| part.map(Bytes::copy_from_slice);
+        Record {
+            attributes: self.attributes,
+            timestamp_delta: self.timestamp_delta,
+            offset_delta: self.offset_delta,
+            key: copy(self.key),
+            value: copy(self.value),
+            headers: self
+                .headers
+                .iter()
+                .map(|(key, value)| RecordHeader {
+                    key: key.to_owned(),
+                    value: copy(value),
+                })
+                .collect(),
+        }
     }
 
     /// The owned record; key, value and header values are slices of `buffer`, the bytes this

@@ -123,6 +123,29 @@ pub trait StorageFile: Debug + Send + Sync {
         Ok(buffer)
     }
 
+    /// Reads up to `length` bytes from `position` into `buffer[..length]`, growing `buffer` (zeroed)
+    /// when it is shorter; returns the bytes read, fewer only at the end of the file. For a buffer
+    /// kept between reads: its bytes past the read are left as they were.
+    fn read_into(&self, buffer: &mut Vec<u8>, length: usize, position: u64) -> io::Result<usize> {
+        if buffer.len() < length {
+            buffer.resize(length, 0);
+        }
+        let wanted = &mut buffer[..length];
+        let Some(file) = self.as_file() else {
+            return self.read_at(wanted, position);
+        };
+        let mut read = 0;
+        while let Some(rest) = wanted.get_mut(read..).filter(|rest| !rest.is_empty()) {
+            match rustix::io::pread(file, rest, position + read as u64) {
+                Ok(0) => break,
+                Ok(count) => read += count,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        Ok(read)
+    }
+
     /// Writes all of `buf` at `position`.
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()>;
     /// Makes written data durable (`fdatasync`).
@@ -248,6 +271,30 @@ mod tests {
             assert_eq!(tail, payload[299_000..], "storage {storage:?}");
             assert!(file.read_to_vec(10, 400_000).unwrap().is_empty());
             assert!(file.read_to_vec(0, 0).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn read_into_reads_into_a_kept_buffer_and_stops_at_the_end_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        for (index, storage) in storages(dir.path()).into_iter().enumerate() {
+            let path = dir.path().join(format!("file-{index}"));
+            let file = storage.open(&path, OpenMode::CreateNew).unwrap();
+            file.write_all_at(&payload, 0).unwrap();
+            let mut buffer = vec![0xee; 8];
+            assert_eq!(file.read_into(&mut buffer, 1000, 5).unwrap(), 1000);
+            assert_eq!(buffer, payload[5..1005], "storage {storage:?}");
+            assert_eq!(file.read_into(&mut buffer, 10, 7).unwrap(), 10);
+            assert_eq!(buffer[..10], payload[7..17]);
+            assert_eq!(
+                buffer[10..],
+                payload[15..1005],
+                "bytes past the read are kept"
+            );
+            assert_eq!(file.read_into(&mut buffer, 500, 299_900).unwrap(), 100);
+            assert_eq!(buffer[..100], payload[299_900..]);
+            assert_eq!(file.read_into(&mut buffer, 10, 400_000).unwrap(), 0);
         }
     }
 }

@@ -18,14 +18,13 @@
 //! its [`DigestBudget`] (`EngineConfig::lookup_digest_bytes_max`): past it, lookups in batches
 //! not yet digested read them whole, as without digests.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
-
 use crate::format::crc::crc32c;
-use crate::format::{Batch, BatchHeader, Compression, DecodeError, Reader, Record};
+use crate::format::{Batch, BatchHeader, Compression, DecodeError, Reader, Record, RecordView};
 use crate::limits::BATCH_HEADER_BYTES;
 
 /// The unit a digested batch is read and checked in.
@@ -37,6 +36,28 @@ pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
 /// The most a segment's digests take: those of about 0.5 GB (11 KB batches) to 1.2 GB (100 KiB
 /// ones).
 pub(crate) const DIGESTS_BYTES_MAX: usize = 8 << 20;
+
+/// A span buffer larger than this is not kept after its lookup (a lookup of a record of
+/// megabytes does not leave megabytes with the thread).
+const SPAN_BUFFER_KEPT_BYTES_MAX: usize = 64 * 1024;
+
+thread_local! {
+    /// The chunks of digested lookups are read into this buffer, kept by the reading thread (a
+    /// shard) from lookup to lookup; each record found is copied out of it. So a lookup
+    /// allocates only its record, and no read buffer is freed on the caller's thread.
+    static SPAN_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `read` with this thread's span buffer.
+pub(crate) fn with_span_buffer<T>(read: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+    SPAN_BUFFER.with_borrow_mut(|buffer| {
+        let result = read(buffer);
+        if buffer.capacity() > SPAN_BUFFER_KEPT_BYTES_MAX {
+            *buffer = Vec::new();
+        }
+        result
+    })
+}
 
 /// The memory the digests of many segments may take together (an engine shard's): each
 /// segment's digests take their bytes from it and give them back when dropped.
@@ -303,11 +324,11 @@ impl BatchDigest {
     }
 
     /// The record `offset_delta` from `read`, the bytes of `span`, once each chunk in it matches
-    /// its CRC.
+    /// its CRC; copied out of `read` (a buffer the reading thread keeps).
     pub(crate) fn record_in(
         &self,
         span: &ChunkSpan,
-        read: &Bytes,
+        read: &[u8],
         offset_delta: i32,
     ) -> DigestedRecord {
         let expected = self.chunks.get(span.first_chunk..span.end_chunk);
@@ -336,9 +357,9 @@ impl BatchDigest {
     }
 }
 
-/// The record `offset_delta` among the records laid end to end in `buffer[from..to]`.
+/// The record `offset_delta` among the records laid end to end in `buffer[from..to]`, copied.
 fn find_record(
-    buffer: &Bytes,
+    buffer: &[u8],
     from: usize,
     to: usize,
     offset_delta: i32,
@@ -353,7 +374,7 @@ fn find_record(
         let mut next = reader.clone();
         let found = Record::skip(&mut next)?;
         if found == offset_delta {
-            return Record::decode(&mut reader, buffer).map(Some);
+            return RecordView::decode(&mut reader).map(|view| Some(view.to_detached_record()));
         }
         if found > offset_delta {
             return Ok(None);
@@ -367,6 +388,7 @@ fn find_record(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
 
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     use super::*;

@@ -611,8 +611,10 @@ impl Segment {
         if let Some(digest) = BatchDigest::of(position, &batch) {
             self.digests.borrow_mut().insert(digest, budget);
         }
+        // Copied out, so the caller's record does not keep the batch's buffer alive (nor free
+        // it on another thread: a shard's reads stay in its own allocations).
         Ok(record.map_or(RecordRead::Absent, |record| {
-            RecordRead::Found(*batch.header(), record)
+            RecordRead::Found(*batch.header(), record.detached())
         }))
     }
 
@@ -630,15 +632,18 @@ impl Segment {
         let Some(span) = digest.span(offset_delta) else {
             return Ok(Some(RecordRead::Absent));
         };
-        let read = Bytes::from(
-            self.log
-                .read_to_vec(
+        let found = lookup::with_span_buffer(|buffer| {
+            let read = self
+                .log
+                .read_into(
+                    buffer,
                     digest.span_bytes(&span),
                     digest.position() + span.start_bytes() as u64,
                 )
-                .map_err(|source| StorageError::io("read", &self.log_path, source))?,
-        );
-        match digest.record_in(&span, &read, offset_delta) {
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            Ok(digest.record_in(&span, buffer.get(..read).unwrap_or_default(), offset_delta))
+        })?;
+        match found {
             DigestedRecord::Found(record) => Ok(Some(RecordRead::Found(header, record))),
             DigestedRecord::Absent => Ok(Some(RecordRead::Absent)),
             DigestedRecord::Stale => {
