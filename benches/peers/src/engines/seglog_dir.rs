@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::io::storage_from_env;
 use seglog::log::{PartitionLog, RecordRead};
@@ -15,8 +14,8 @@ use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 
 use super::LogStore;
-use super::seglog_log::build_batches;
-use crate::workload::{BATCH_RECORDS, Payloads, PeerError, PeerResult, ScanTotals, context};
+use super::seglog_log::PrebuiltBatches;
+use crate::workload::{Payloads, PeerError, PeerResult, ScanTotals, context};
 
 const TOPIC: &str = "peers";
 /// A scan's read size: Kafka's `max.partition.fetch.bytes` default, as the engine row fetches.
@@ -28,8 +27,7 @@ pub struct SeglogDir {
     /// `None` only between the close and the open of `reopen`.
     log_dir: Option<LogDir>,
     topic: TopicName,
-    /// Prebuilt batches, built once per record size (key: record bytes).
-    batches: Option<(usize, Vec<Bytes>)>,
+    batches: PrebuiltBatches,
 }
 
 fn open_log_dir(dir: &Path) -> PeerResult<LogDir> {
@@ -48,7 +46,7 @@ impl SeglogDir {
             dir,
             log_dir: Some(log_dir),
             topic,
-            batches: None,
+            batches: PrebuiltBatches::default(),
         })
     }
 
@@ -61,16 +59,6 @@ impl SeglogDir {
             .partition(&self.topic, 0)
             .map_err(context("LogDir::partition"))
     }
-
-    fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
-        if self.batches.as_ref().map(|(bytes, _)| *bytes) != Some(payloads.record_bytes) {
-            self.batches = Some((payloads.record_bytes, build_batches(payloads)?));
-        }
-        let batches = self.batches.as_ref().map(|(_, batches)| batches);
-        let batches = batches.ok_or_else(|| PeerError("no batches".to_owned()))?;
-        let index = (first_offset / BATCH_RECORDS as u64) % batches.len() as u64;
-        Ok(batches[index as usize].clone())
-    }
 }
 
 impl LogStore for SeglogDir {
@@ -80,7 +68,7 @@ impl LogStore for SeglogDir {
         first_offset: u64,
         sync: bool,
     ) -> PeerResult<()> {
-        let batch = self.batch(payloads, first_offset)?;
+        let batch = self.batches.batch(payloads, first_offset)?;
         let log = self.log()?;
         let info = log
             .append(batch, APPEND_TIME_MS)

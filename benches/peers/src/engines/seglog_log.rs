@@ -33,8 +33,7 @@ pub struct SeglogLog {
     in_flight_max: usize,
     /// Producer threads appending to the one partition (group commit when > 1).
     producers: usize,
-    /// Prebuilt batches, built once per record size (key: record bytes).
-    batches: Option<(usize, Vec<Bytes>)>,
+    batches: PrebuiltBatches,
 }
 
 fn engine_config() -> EngineConfig {
@@ -58,20 +57,12 @@ impl SeglogLog {
             topic,
             in_flight_max: in_flight_max.max(1),
             producers: producers.max(1),
-            batches: None,
+            batches: PrebuiltBatches::default(),
         })
     }
 
-    /// The prebuilt batch holding offsets `first_offset..first_offset + 100` (base offset 0: the
-    /// engine stamps it).
     fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
-        if self.batches.as_ref().map(|(bytes, _)| *bytes) != Some(payloads.record_bytes) {
-            self.batches = Some((payloads.record_bytes, build_batches(payloads)?));
-        }
-        let batches = self.batches.as_ref().map(|(_, batches)| batches);
-        let batches = batches.ok_or_else(|| PeerError("no batches".to_owned()))?;
-        let index = (first_offset / BATCH_RECORDS as u64) % batches.len() as u64;
-        Ok(batches[index as usize].clone())
+        self.batches.batch(payloads, first_offset)
     }
 
     fn append_pipelined(&mut self, payloads: &Payloads, sync: bool) -> PeerResult<Vec<u64>> {
@@ -188,7 +179,26 @@ fn wait_one(in_flight: &mut InFlight, latencies_us: &mut Vec<u64>) -> PeerResult
     Ok(())
 }
 
-pub(super) fn build_batches(payloads: &Payloads) -> PeerResult<Vec<Bytes>> {
+/// RecordBatch v2 batches of 100 records, built once per record size (key: record bytes) and
+/// appended again and again.
+#[derive(Default)]
+pub(super) struct PrebuiltBatches(Option<(usize, Vec<Bytes>)>);
+
+impl PrebuiltBatches {
+    /// The prebuilt batch holding offsets `first_offset..first_offset + 100` (base offset 0: the
+    /// log stamps it).
+    pub(super) fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
+        if self.0.as_ref().map(|(bytes, _)| *bytes) != Some(payloads.record_bytes) {
+            self.0 = Some((payloads.record_bytes, build_batches(payloads)?));
+        }
+        let batches = self.0.as_ref().map(|(_, batches)| batches);
+        let batches = batches.ok_or_else(|| PeerError("no batches".to_owned()))?;
+        let index = (first_offset / BATCH_RECORDS as u64) % batches.len() as u64;
+        Ok(batches[index as usize].clone())
+    }
+}
+
+fn build_batches(payloads: &Payloads) -> PeerResult<Vec<Bytes>> {
     (0..payloads.distinct_batches())
         .map(|index| {
             let capacity = BATCH_RECORDS * (payloads.record_bytes + 32) + 128;
