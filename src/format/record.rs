@@ -186,24 +186,10 @@ impl<'a> RecordView<'a> {
     }
 
     /// The owned record with its key, value and header values copied: it keeps nothing of the
-    /// buffer this view was decoded from alive.
+    /// buffer this view was decoded from alive ([`RecordView::to_record`] against no buffer,
+    /// which every part lies outside of).
     pub fn to_detached_record(&self) -> Record {
-        let copy = |part: Option<&[u8]>| part.map(Bytes::copy_from_slice);
-        Record {
-            attributes: self.attributes,
-            timestamp_delta: self.timestamp_delta,
-            offset_delta: self.offset_delta,
-            key: copy(self.key),
-            value: copy(self.value),
-            headers: self
-                .headers
-                .iter()
-                .map(|(key, value)| RecordHeader {
-                    key: key.to_owned(),
-                    value: copy(value),
-                })
-                .collect(),
-        }
+        self.to_record(&Bytes::new())
     }
 
     /// The owned record; key, value and header values are slices of `buffer`, the bytes this

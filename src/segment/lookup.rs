@@ -8,12 +8,13 @@
 //! hold its record: the one chunk where a record ends that starts before the chunk's last record
 //! start, else from that last record to the next chunk's first one (one chunk for most 100 B and
 //! 1 KiB records, two for a record that crosses into the next), and checks each chunk against
-//! the CRC the digest took from bytes that had passed the batch CRC. A chunk that no longer matches drops the digest and the lookup reads the
-//! batch whole again, so every record served was checked against a CRC, as on every other read.
+//! the CRC the digest took from bytes that had passed the batch CRC. A chunk that no longer
+//! matches drops the digest and the lookup reads the batch whole again, so every record served
+//! was checked against a CRC, as on every other read.
 //!
 //! Digests live with the open segment: dropped when it is truncated, released, deleted or
 //! replaced by the cleaner. Each costs about 100 bytes plus 24 per chunk (0.7 % of a 100 KiB
-//! batch, 1.6 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
+//! batch, 1.7 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
 //! starts again when that is full, and all the segments of an engine's shard together at most
 //! its [`DigestBudget`] (`EngineConfig::lookup_digest_bytes_max`): past it, lookups in batches
 //! not yet digested read them whole, as without digests.
@@ -30,8 +31,8 @@ use crate::limits::BATCH_HEADER_BYTES;
 /// The unit a digested batch is read and checked in.
 pub(crate) const CHUNK_BYTES: usize = 4096;
 /// Smaller batches are read whole: a digest would save a part of one page's read at most. A
-/// batch of a hundred 100 B records (11 KB) is digested: its lookups read 4 or 8 KiB (hot
-/// lookups +9 %, BENCHMARKS.md).
+/// batch of a hundred 100 B records (11 KB) is digested: its lookups read 4 KiB, 8 for a record
+/// that crosses a chunk's end (hot lookups +9 % when they read 4 or 8, BENCHMARKS.md).
 pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
 /// The most a segment's digests take: those of about 0.5 GB (11 KB batches) to 1.2 GB (100 KiB
 /// ones).
