@@ -131,6 +131,36 @@ fn group_commit_reports_durable_latency() {
 }
 
 #[test]
+fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
+    let (report, table) = bench_json_and_table(&[
+        "--workload",
+        "group-commit",
+        "--producers",
+        "4",
+        "--partitions",
+        "2",
+        "--records",
+        "500",
+        "--batch-bytes",
+        "4096",
+        "--vs-disk",
+    ]);
+    let producers = &report["disk"]["producers"];
+    assert_eq!(producers["producers"], 4, "{report:#}");
+    assert_eq!(producers["files"], 2);
+    assert_eq!(producers["block_bytes"], 4096);
+    assert_eq!(producers["direct"], false);
+    assert!(number(&report, &["disk", "producers", "mb_per_s"]) > 0.0);
+    let latency = |key: &str| number(&report, &["disk", "producers", "latency_us", key]);
+    assert!(latency("p50") <= latency("p99") && latency("p99") <= latency("p999"));
+    assert!(latency("p999") <= latency("max"));
+    assert!(
+        table.contains("the same producers with no engine (4 threads on 2 files"),
+        "{table}"
+    );
+}
+
+#[test]
 fn fetch_hot_reports_append_and_fetch() {
     let report = bench_json(&["--workload", "fetch-hot", "--duration", "1"]);
     assert_throughput(&report, "append");

@@ -3,7 +3,9 @@
 //! logic: sequential writes of the batch size, buffered and `O_DIRECT` (rounded up to 4 KiB),
 //! each followed by `fdatasync` when appends are durable (else one at the end); sequential 1 MiB
 //! reads of those files from the disk (the buffered file dropped from the page cache first);
-//! 4 KiB random reads by `queue depth` threads. `fio` does the same when it is installed.
+//! 4 KiB random reads by `queue depth` threads. `fio` does the same when it is installed. With
+//! durable appends by several producers, the same producers append durably with no engine
+//! ([`ProducersPattern`], built-in with either tool).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -40,6 +42,8 @@ pub struct DiskPattern {
     pub queue_depth: usize,
     /// Durable appends by several producers: the engine's sync pattern, measured too (fio only).
     pub group_sync: Option<GroupSyncPattern>,
+    /// Durable appends by several producers: the same producers with no engine, measured too.
+    pub producers: Option<ProducersPattern>,
     /// How long the buffered sequential write runs: the engine's phase's (`--duration`), so that
     /// both write about as much — past the kernel's dirty limit when the phase does, where every
     /// writer runs at the writeback's pace —; one second for a record count.
@@ -65,10 +69,32 @@ pub struct GroupSyncPattern {
     pub block_bytes: usize,
 }
 
-/// The disk under the engine's group-commit sync pattern.
+/// Durable appends by several producers on the bare disk, with no engine between them and it:
+/// `producers` threads, producer `i` appending to file `i % files` (one per partition, at most one
+/// per producer) in a region of its own, each append a `pwrite` of `block_bytes` (the batch)
+/// followed by `fdatasync` of its file, the two timed together — the latency a durable append
+/// would have if each producer wrote and synced its own appends. `O_DIRECT` when the engine
+/// writes so (`--direct-io`; blocks rounded up to 4 KiB).
+#[derive(Debug, Clone, Copy)]
+pub struct ProducersPattern {
+    pub producers: usize,
+    pub files: usize,
+    pub block_bytes: usize,
+    pub direct: bool,
+}
+
+/// How long the producers without an engine append: twice [`PHASE_TIME`], for enough appends
+/// (≈ 10 k/s here) that the p99.9 is not the few slowest of a handful.
+const PRODUCERS_TIME: Duration = Duration::from_secs(2);
+/// Each producer's region of its file: more than it can append in [`PRODUCERS_TIME`].
+const PRODUCER_REGION_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The disk under several writers' durable appends (the engine's sync pattern, or the producers
+/// with no engine).
 #[derive(Debug, Clone, Copy)]
 pub struct GroupSync {
-    /// `fdatasync` latency across all writers.
+    /// Latency across all writers: the `fdatasync` alone (the sync pattern, fio), or `pwrite` and
+    /// `fdatasync` together (the producers).
     pub latency: WriteLatency,
     /// All writers together.
     pub mb_per_s: f64,
@@ -115,6 +141,8 @@ pub struct DiskFigures {
     pub memcpy_mb_per_s: f64,
     /// The disk under [`DiskPattern::group_sync`] (fio only).
     pub group_sync: Option<GroupSync>,
+    /// The disk under [`DiskPattern::producers`] (built-in, with either tool).
+    pub producers: Option<GroupSync>,
     pub notes: Vec<String>,
 }
 
@@ -185,15 +213,95 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
         .tempdir_in(parent)
         .with_context(|| format!("cannot create a scratch directory in {}", parent.display()))?;
     let mut notes = Vec::new();
+    let mut figures = None;
     if fio::installed() {
         match fio::measure(scratch.path(), pattern) {
-            Ok(figures) => return Ok(figures),
+            Ok(measured) => figures = Some(measured),
             Err(error) => notes.push(format!("fio failed ({error:#}); built-in loop used")),
         }
     }
-    let mut figures = measure_built_in(scratch.path(), pattern)?;
+    let mut figures = match figures {
+        Some(figures) => figures,
+        None => measure_built_in(scratch.path(), pattern)?,
+    };
     figures.notes.splice(0..0, notes);
+    if let Some(producers) = pattern.producers {
+        figures.producers = Some(durable_producers(scratch.path(), producers)?);
+    }
     Ok(figures)
+}
+
+/// Runs [`ProducersPattern`] for [`PRODUCERS_TIME`] in `dir`.
+fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<GroupSync> {
+    let files = (0..pattern.files.max(1))
+        .map(|index| {
+            open(
+                &dir.join(format!("producers-{index}.tmp")),
+                true,
+                pattern.direct,
+            )
+        })
+        .collect::<anyhow::Result<Vec<File>>>()?;
+    let block_bytes = match pattern.direct {
+        true => pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES,
+        false => pattern.block_bytes,
+    };
+    let started = Instant::now();
+    let producers = thread::scope(|scope| {
+        let handles: Vec<_> = (0..pattern.producers)
+            .map(|producer| {
+                let file = &files[producer % files.len()];
+                let region_start = (producer / files.len()) as u64 * PRODUCER_REGION_BYTES;
+                scope.spawn(move || append_durably(file, block_bytes, region_start, started))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
+            })
+            .collect::<anyhow::Result<Vec<WriteFigures>>>()
+    })?;
+    let mut latency = new_histogram()?;
+    let mut mb_per_s = 0.0;
+    for producer in &producers {
+        latency.add(&producer.latency)?;
+        mb_per_s += producer.mb_per_s;
+    }
+    Ok(GroupSync {
+        latency: WriteLatency::of(&latency),
+        mb_per_s,
+    })
+}
+
+/// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
+/// `region_start` on, until [`PRODUCERS_TIME`] after `started` or the region is full.
+fn append_durably(
+    file: &File,
+    block_bytes: usize,
+    region_start: u64,
+    started: Instant,
+) -> anyhow::Result<WriteFigures> {
+    let mut storage = Vec::new();
+    let block = aligned(&mut storage, block_bytes);
+    block.fill(b'p');
+    let mut latency = new_histogram()?;
+    let mut written = 0u64;
+    while started.elapsed() < PRODUCERS_TIME
+        && written + block_bytes as u64 <= PRODUCER_REGION_BYTES
+    {
+        let sent = Instant::now();
+        file.write_all_at(block, region_start + written)?;
+        file.sync_data()?;
+        latency.saturating_record(micros(sent.elapsed()));
+        written += block_bytes as u64;
+    }
+    Ok(WriteFigures {
+        mb_per_s: written as f64 / MB / started.elapsed().as_secs_f64().max(1e-9),
+        latency,
+    })
 }
 
 /// Bytes the memcpy baseline copies between, and the chunk it copies at a time.
@@ -272,6 +380,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         random_read_direct: random_direct,
         memcpy_mb_per_s: measure_memcpy(),
         group_sync: None,
+        producers: None,
         notes,
     })
 }
@@ -395,4 +504,42 @@ fn read_random(path: &Path, direct: bool, queue_depth: usize) -> anyhow::Result<
             .sum::<anyhow::Result<u64>>()
     })?;
     Ok(reads as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durable_producers_share_the_files_each_in_a_region_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = ProducersPattern {
+            producers: 3,
+            files: 2,
+            block_bytes: 4096,
+            direct: false,
+        };
+        let measured = durable_producers(dir.path(), pattern).unwrap();
+        assert!(measured.mb_per_s > 0.0);
+        let latency = measured.latency;
+        assert!(latency.p50_us <= latency.p99_us && latency.p99_us <= latency.p999_us);
+        assert!(latency.p999_us <= latency.max_us);
+        // Producers 0 and 2 append to file 0, 2 in its second region; producer 1 to file 1.
+        let length = |index: usize| {
+            std::fs::metadata(dir.path().join(format!("producers-{index}.tmp")))
+                .unwrap()
+                .len()
+        };
+        assert!(length(0) > PRODUCER_REGION_BYTES, "{}", length(0));
+        assert!(
+            (1..=PRODUCER_REGION_BYTES).contains(&length(1)),
+            "{}",
+            length(1)
+        );
+        let file = File::open(dir.path().join("producers-0.tmp")).unwrap();
+        let mut first = [0u8; 4096];
+        file.read_exact_at(&mut first, PRODUCER_REGION_BYTES)
+            .unwrap();
+        assert!(first.iter().all(|&byte| byte == b'p'));
+    }
 }

@@ -98,6 +98,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
             Some(group) => Some(group_sync(dir, group)?),
             None => None,
         },
+        producers: None,
         notes: Vec::new(),
     })
 }

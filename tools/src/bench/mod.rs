@@ -138,6 +138,12 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
             writers,
             block_bytes: settings.producers * settings.batch_bytes / writers,
         });
+    let producers = group_sync.is_some().then_some(disk::ProducersPattern {
+        producers: settings.producers,
+        files: writers,
+        block_bytes: settings.batch_bytes,
+        direct: settings.direct_io,
+    });
     let buffered_write_time = match settings.limit {
         Limit::Time(duration) => duration.clamp(Duration::from_secs(1), BUFFERED_WRITE_TIME_MAX),
         Limit::Records(_) => Duration::from_secs(1),
@@ -147,6 +153,7 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
         sync_each: settings.durable_appends(),
         queue_depth: settings.consumers,
         group_sync,
+        producers,
         buffered_write_time,
     };
     disk::measure(&parent, pattern)

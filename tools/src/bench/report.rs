@@ -231,6 +231,27 @@ impl Report<'_> {
                         engine as f64 / grouped.p999_us.max(1) as f64,
                     )?;
                 }
+                if let (Some(pattern), Some(measured)) = (disk.pattern.producers, disk.producers) {
+                    let bare = measured.latency;
+                    writeln!(
+                        out,
+                        "disk, the same producers with no engine ({} threads on {} files, {} B \
+                         {}pwrite + fdatasync each): {:.1} MB/s; latency p50 / p99 / p99.9 / max \
+                         {} / {} / {} / {} us = {:.2} x the disk's one writer at p99.9; durable \
+                         p99.9 = {:.2} x its p99.9",
+                        pattern.producers,
+                        pattern.files,
+                        pattern.block_bytes,
+                        if pattern.direct { "O_DIRECT " } else { "" },
+                        measured.mb_per_s,
+                        bare.p50_us,
+                        bare.p99_us,
+                        bare.p999_us,
+                        bare.max_us,
+                        bare.p999_us as f64 / latency.p999_us.max(1) as f64,
+                        engine as f64 / bare.p999_us.max(1) as f64,
+                    )?;
+                }
             }
         }
         for note in &disk.notes {
@@ -407,6 +428,21 @@ fn disk_json(disk: &DiskFigures) -> Value {
             json!({
                 "writers": group.writers,
                 "block_bytes": group.block_bytes,
+                "mb_per_s": measured.mb_per_s,
+                "latency_us": latency_json(&measured.latency),
+            }),
+        );
+    }
+    if let (Some(pattern), Some(measured), Value::Object(map)) =
+        (&disk.pattern.producers, &disk.producers, &mut object)
+    {
+        map.insert(
+            "producers".into(),
+            json!({
+                "producers": pattern.producers,
+                "files": pattern.files,
+                "block_bytes": pattern.block_bytes,
+                "direct": pattern.direct,
                 "mb_per_s": measured.mb_per_s,
                 "latency_us": latency_json(&measured.latency),
             }),
