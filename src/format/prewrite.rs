@@ -1,8 +1,9 @@
 //! Prewritten space: what a synced log's active `.log` holds past its batches (FORMAT.md §7.4).
 //!
 //! A sync of an append into blocks the file already has flushes the data alone; a sync of an
-//! append that grows the file also commits the new blocks' allocation and the new length to the
-//! journal. So a log whose syncs each cover little writes the space ahead of its appends once,
+//! append that grows the file also makes the new blocks' allocation and the new length durable (a
+//! journal commit, or the inode's and bitmaps' blocks written in place on ext4 without a
+//! journal). So a log whose syncs each cover little writes the space ahead of its appends once,
 //! and its appends then overwrite it (`Segment::prewrite_for`).
 //!
 //! The space is zeros with a *stamp* every [`STAMP_INTERVAL_BYTES`] from the start of each
