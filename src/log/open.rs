@@ -212,6 +212,9 @@ fn load_segments(
     let first_unflushed = base_offsets
         .partition_point(|base| *base <= options.recovery_point)
         .saturating_sub(1);
+    // A segment from `dense_from` on was never rewritten by the cleaner (every segment of a log
+    // never compacted: `dense_from` is 0 there), so it ends exactly where the next one starts.
+    let never_cleaned = |base: Offset| base >= dense_from;
     let mut segments: Vec<Segment> = Vec::with_capacity(base_offsets.len());
     let mut previous_recovered = false;
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
@@ -223,11 +226,10 @@ fn load_segments(
         };
         let is_last = segment_index + 1 == base_offsets.len();
         // The last segment is the active one, which the cleaner never touches.
-        let dense = is_last || *base_offset >= dense_from;
+        let dense = is_last || never_cleaned(*base_offset);
         // A sealed segment may have a torn tail only if its roll left the sync for later and the
         // cleaner never rewrote it (a cleaned segment is synced before its swap).
-        let never_cleaned = !config.cleanup_policy.compacts() || *base_offset >= dense_from;
-        let invalid_tail = match is_last || (config.deferred_seal_syncs && never_cleaned) {
+        let invalid_tail = match is_last || (config.deferred_seal_syncs && dense) {
             true => InvalidTail::TruncateFrom(options.recovery_point),
             false => InvalidTail::Refuse,
         };
@@ -249,9 +251,7 @@ fn load_segments(
             record_recovery(report, loaded.segment.log_path(), recovery);
         }
         if let Some(previous) = segments.last() {
-            // A segment the cleaner never rewrote ends exactly where the next one starts.
-            let previous_dense =
-                !config.cleanup_policy.compacts() || previous.base_offset() >= dense_from;
+            let previous_dense = never_cleaned(previous.base_offset());
             let previous_end = previous.next_offset();
             if previous_recovered
                 && config.deferred_seal_syncs
