@@ -150,6 +150,8 @@ fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
     assert_eq!(producers["files"], 2);
     assert_eq!(producers["block_bytes"], 4096);
     assert_eq!(producers["direct"], false);
+    // A record count: the shortest time, not the phase's.
+    assert_eq!(producers["seconds"], 2.0);
     assert!(number(&report, &["disk", "producers", "mb_per_s"]) > 0.0);
     let latency = |key: &str| number(&report, &["disk", "producers", "latency_us", key]);
     assert!(latency("p50") <= latency("p99") && latency("p99") <= latency("p999"));

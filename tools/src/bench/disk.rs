@@ -81,13 +81,27 @@ pub struct ProducersPattern {
     pub files: usize,
     pub block_bytes: usize,
     pub direct: bool,
+    /// How long they append: as long as the engine's phase, within [`PRODUCERS_TIME_MIN`] and
+    /// [`PRODUCERS_TIME_MAX`] ([`ProducersPattern::time_for`]).
+    pub time: Duration,
 }
 
-/// How long the producers without an engine append: twice [`PHASE_TIME`], for enough appends
-/// (≈ 10 k/s here) that the p99.9 is not the few slowest of a handful.
-const PRODUCERS_TIME: Duration = Duration::from_secs(2);
-/// Each producer's region of its file: more than it can append in [`PRODUCERS_TIME`].
-const PRODUCER_REGION_BYTES: u64 = 512 * 1024 * 1024;
+impl ProducersPattern {
+    /// The producers' time for an engine phase of `phase`: as long, so that both meet as many of
+    /// the device's stalls — here one stopped every `fdatasync` at once for 34-52 ms about once
+    /// in 5 s, and a few such stalls set a run's p99.9 (BENCHMARKS.md).
+    pub fn time_for(phase: Duration) -> Duration {
+        phase.clamp(PRODUCERS_TIME_MIN, PRODUCERS_TIME_MAX)
+    }
+}
+
+/// The producers append at least this long, for enough appends (≈ 10 k/s here) that the p99.9
+/// is not the few slowest of a handful, and at most this long (each region holds it).
+const PRODUCERS_TIME_MIN: Duration = Duration::from_secs(2);
+const PRODUCERS_TIME_MAX: Duration = Duration::from_secs(10);
+/// Each producer's region of its file: more than it can append in [`PRODUCERS_TIME_MAX`] (16
+/// producers share ≈ 1 GB/s here).
+const PRODUCER_REGION_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// The disk under several writers' durable appends (the engine's sync pattern, or the producers
 /// with no engine).
@@ -231,7 +245,7 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
     Ok(figures)
 }
 
-/// Runs [`ProducersPattern`] for [`PRODUCERS_TIME`] in `dir`.
+/// Runs [`ProducersPattern`] in `dir`.
 fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<GroupSync> {
     let files = (0..pattern.files.max(1))
         .map(|index| {
@@ -252,7 +266,8 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
             .map(|producer| {
                 let file = &files[producer % files.len()];
                 let region_start = (producer / files.len()) as u64 * PRODUCER_REGION_BYTES;
-                scope.spawn(move || append_durably(file, block_bytes, region_start, started))
+                let until = started + pattern.time;
+                scope.spawn(move || append_durably(file, block_bytes, region_start, until))
             })
             .collect();
         handles
@@ -277,21 +292,20 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
 }
 
 /// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
-/// `region_start` on, until [`PRODUCERS_TIME`] after `started` or the region is full.
+/// `region_start` on, until `until` or the region is full.
 fn append_durably(
     file: &File,
     block_bytes: usize,
     region_start: u64,
-    started: Instant,
+    until: Instant,
 ) -> anyhow::Result<WriteFigures> {
+    let started = Instant::now();
     let mut storage = Vec::new();
     let block = aligned(&mut storage, block_bytes);
     block.fill(b'p');
     let mut latency = new_histogram()?;
     let mut written = 0u64;
-    while started.elapsed() < PRODUCERS_TIME
-        && written + block_bytes as u64 <= PRODUCER_REGION_BYTES
-    {
+    while Instant::now() < until && written + block_bytes as u64 <= PRODUCER_REGION_BYTES {
         let sent = Instant::now();
         file.write_all_at(block, region_start + written)?;
         file.sync_data()?;
@@ -518,6 +532,7 @@ mod tests {
             files: 2,
             block_bytes: 4096,
             direct: false,
+            time: ProducersPattern::time_for(Duration::ZERO),
         };
         let measured = durable_producers(dir.path(), pattern).unwrap();
         assert!(measured.mb_per_s > 0.0);

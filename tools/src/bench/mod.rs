@@ -138,16 +138,17 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
             writers,
             block_bytes: settings.producers * settings.batch_bytes / writers,
         });
+    let buffered_write_time = match settings.limit {
+        Limit::Time(duration) => duration.clamp(Duration::from_secs(1), BUFFERED_WRITE_TIME_MAX),
+        Limit::Records(_) => Duration::from_secs(1),
+    };
     let producers = group_sync.is_some().then_some(disk::ProducersPattern {
         producers: settings.producers,
         files: writers,
         block_bytes: settings.batch_bytes,
         direct: settings.direct_io,
+        time: disk::ProducersPattern::time_for(buffered_write_time),
     });
-    let buffered_write_time = match settings.limit {
-        Limit::Time(duration) => duration.clamp(Duration::from_secs(1), BUFFERED_WRITE_TIME_MAX),
-        Limit::Records(_) => Duration::from_secs(1),
-    };
     let pattern = DiskPattern {
         block_bytes: settings.batch_bytes,
         sync_each: settings.durable_appends(),

@@ -236,13 +236,14 @@ impl Report<'_> {
                     writeln!(
                         out,
                         "disk, the same producers with no engine ({} threads on {} files, {} B \
-                         {}pwrite + fdatasync each): {:.1} MB/s; latency p50 / p99 / p99.9 / max \
+                         {}pwrite + fdatasync each, {:.0} s): {:.1} MB/s; latency p50 / p99 / p99.9 / max \
                          {} / {} / {} / {} us = {:.2} x the disk's one writer at p99.9; durable \
                          p99.9 = {:.2} x its p99.9",
                         pattern.producers,
                         pattern.files,
                         pattern.block_bytes,
                         if pattern.direct { "O_DIRECT " } else { "" },
+                        pattern.time.as_secs_f64(),
                         measured.mb_per_s,
                         bare.p50_us,
                         bare.p99_us,
@@ -443,6 +444,7 @@ fn disk_json(disk: &DiskFigures) -> Value {
                 "files": pattern.files,
                 "block_bytes": pattern.block_bytes,
                 "direct": pattern.direct,
+                "seconds": pattern.time.as_secs_f64(),
                 "mb_per_s": measured.mb_per_s,
                 "latency_us": latency_json(&measured.latency),
             }),
