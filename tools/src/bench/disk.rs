@@ -270,14 +270,7 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
                 scope.spawn(move || append_durably(file, block_bytes, region_start, until))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
-            })
-            .collect::<anyhow::Result<Vec<WriteFigures>>>()
+        join_all(handles)
     })?;
     let mut latency = new_histogram()?;
     let mut mb_per_s = 0.0;
@@ -289,6 +282,20 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
         latency: WriteLatency::of(&latency),
         mb_per_s,
     })
+}
+
+/// Each scoped thread's result, in order; the first failure (or panic) otherwise.
+fn join_all<T>(
+    handles: Vec<thread::ScopedJoinHandle<'_, anyhow::Result<T>>>,
+) -> anyhow::Result<Vec<T>> {
+    handles
+        .into_iter()
+        .map(|handle| {
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
+        })
+        .collect()
 }
 
 /// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
@@ -508,15 +515,10 @@ fn read_random(path: &Path, direct: bool, queue_depth: usize) -> anyhow::Result<
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
-            })
-            .sum::<anyhow::Result<u64>>()
-    })?;
+        join_all(handles)
+    })?
+    .into_iter()
+    .sum::<u64>();
     Ok(reads as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
 
