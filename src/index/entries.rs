@@ -55,7 +55,8 @@ pub struct IndexFile<E: IndexEntry> {
 impl<E: IndexEntry> IndexFile<E> {
     /// Creates a new, empty index of `max_bytes` (rounded down to whole entries). A leftover
     /// file at `path` is cut to nothing first, then extended: the length reads as zeros without
-    /// writing a page (a sparse file), so a roll costs no index I/O.
+    /// writing a page or reserving a block (a sparse file; [`IndexFile::append`] reserves blocks
+    /// as entries reach them), so a roll costs no index I/O.
     pub fn create(path: &Path, max_bytes: u64) -> Result<IndexFile<E>, StorageError> {
         let mut file = MappedIndexFile::open(path, Some(0))?;
         file.resize(round_down::<E>(max_bytes))?;
@@ -134,7 +135,10 @@ impl<E: IndexEntry> IndexFile<E> {
         search::greatest_at_most(self.entry_count, E::BYTES, target, key_at)
     }
 
-    /// Appends an entry; the caller has checked `!is_full()` and the ordering rules.
+    /// Appends an entry; the caller has checked `!is_full()` and the ordering rules. Where the
+    /// disk has no block for it (a full file system), the entry is left out, and the error
+    /// logged: an index is a sparse set of hints, and loading a segment scans its batches past
+    /// the last entry of either index.
     pub fn append(&mut self, entry: E) {
         assert!(
             !self.is_full(),
@@ -142,6 +146,10 @@ impl<E: IndexEntry> IndexFile<E> {
             self.path().display()
         );
         let start = self.entry_count * E::BYTES;
+        if let Err(error) = self.file.reserve_through((start + E::BYTES) as u64) {
+            log::warn!("index entry left out: {error}");
+            return;
+        }
         entry.encode_into(&mut self.bytes_mut_all()[start..start + E::BYTES]);
         self.entry_count += 1;
     }

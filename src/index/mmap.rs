@@ -15,12 +15,23 @@ use crate::error::StorageError;
 
 /// A read-write mapping of a whole index file. The file descriptor is closed once the file is
 /// mapped (the mapping keeps the file open in the kernel) and opened again only to change the
-/// length, so an open segment costs one descriptor (its `.log`), not three.
+/// length or reserve blocks, so an open segment costs one descriptor (its `.log`), not three.
 #[derive(Debug)]
 pub struct MappedIndexFile {
     path: PathBuf,
     map: Option<MmapMut>,
+    /// The file's first bytes whose blocks exist or are reserved (`fallocate`), in whole
+    /// [`RESERVE_BLOCK_BYTES`]: a write through the map below this needs no new block.
+    reserved_bytes: u64,
 }
+
+/// The step in which blocks are reserved ahead of the entries written: one file system block
+/// (ext4's default). Reserving no further than the block the last entry ends in means that
+/// trimming the file to its entries frees no block: on a file system mounted with `discard` and
+/// without a journal, as here, freeing blocks sends the device a discard and waits for it, which
+/// waited 160-170 ms behind the sealed segment's write-back on the shard at every roll
+/// (BENCHMARKS.md § Seal syncs on the sync threads).
+const RESERVE_BLOCK_BYTES: u64 = 4096;
 
 /// Syncs the index file at `path` through a descriptor of its own (`fdatasync`, which writes the
 /// pages its maps dirtied as `msync` would): for a thread that does not hold the map. A file that
@@ -42,12 +53,15 @@ impl MappedIndexFile {
         let mut index_file = MappedIndexFile {
             path: path.to_owned(),
             map: None,
+            reserved_bytes: 0,
         };
         match length_bytes {
             Some(length_bytes) => index_file.resize(length_bytes)?,
             None => {
                 let file = index_file.open_file()?;
                 index_file.map(&file)?;
+                // An existing file's bytes were written: their blocks exist.
+                index_file.reserved_bytes = round_up_to_block(index_file.length_bytes());
             }
         }
         Ok(index_file)
@@ -82,27 +96,35 @@ impl MappedIndexFile {
         self.bytes().len() as u64
     }
 
-    /// Changes the file's length: unmaps, sets the length, maps again.
+    /// Changes the file's length: unmaps, sets the length, maps again. Growing leaves the new
+    /// bytes sparse (no block reserved: [`MappedIndexFile::reserve_through`] does that as
+    /// entries reach them); shrinking keeps the blocks below the new length.
     pub fn resize(&mut self, length_bytes: u64) -> Result<(), StorageError> {
         self.map = None;
         let file = self.open_file()?;
         file.set_len(length_bytes)
             .map_err(|source| StorageError::io("resize index", &self.path, source))?;
-        self.reserve_blocks(&file, length_bytes)?;
+        self.reserved_bytes = self.reserved_bytes.min(round_up_to_block(length_bytes));
         self.map(&file)
     }
 
-    /// Reserves the disk blocks of the file's first `length_bytes` (`fallocate`), so that a write
-    /// through the map never needs a block the disk does not have: on a full file system that
-    /// would be a SIGBUS killing the process; here it is an `ENOSPC` error. File systems without
-    /// `fallocate` keep the sparse file.
-    fn reserve_blocks(&self, file: &File, length_bytes: u64) -> Result<(), StorageError> {
-        if length_bytes == 0 {
+    /// Reserves the disk blocks of the file's first `end_bytes` (`fallocate`, in whole
+    /// [`RESERVE_BLOCK_BYTES`]) unless they are already, so that a write through the map there
+    /// never needs a block the disk does not have: on a full file system that would be a SIGBUS
+    /// killing the process; here it is an `ENOSPC` error, and the entry is not written. File
+    /// systems without `fallocate` keep the sparse file.
+    pub fn reserve_through(&mut self, end_bytes: u64) -> Result<(), StorageError> {
+        if end_bytes <= self.reserved_bytes {
             return Ok(());
         }
-        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, length_bytes) {
-            Ok(()) => Ok(()),
-            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(()),
+        let to = round_up_to_block(end_bytes).min(self.length_bytes().max(end_bytes));
+        let file = self.open_file()?;
+        let flags = rustix::fs::FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(&file, flags, self.reserved_bytes, to - self.reserved_bytes) {
+            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
+                self.reserved_bytes = to;
+                Ok(())
+            }
             Err(errno) => Err(StorageError::io(
                 "reserve index blocks",
                 &self.path,
@@ -150,4 +172,8 @@ impl MappedIndexFile {
         self.map = Some(map);
         Ok(())
     }
+}
+
+fn round_up_to_block(bytes: u64) -> u64 {
+    bytes.div_ceil(RESERVE_BLOCK_BYTES) * RESERVE_BLOCK_BYTES
 }

@@ -244,6 +244,42 @@ mod tests {
         assert!(reopened.check(50_000).is_err());
     }
 
+    /// The file's allocated bytes (`st_blocks`).
+    fn allocated_bytes(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn blocks_are_reserved_as_entries_reach_them_and_trimming_frees_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.index");
+        let mut index = OffsetIndex::create(&path, Offset(0), 10 * 1024 * 1024).unwrap();
+        assert_eq!(allocated_bytes(&path), 0, "a new index is sparse");
+        // 1,000 entries of 8 bytes end in the second 4 KiB block.
+        for offset in 1..=1000u64 {
+            index.append(Offset(offset), offset as u32 * 4096);
+        }
+        let reserved = allocated_bytes(&path);
+        assert_eq!(
+            reserved, 8192,
+            "blocks through the last entry's, no further"
+        );
+        index.trim_to_valid_size().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8000);
+        assert_eq!(allocated_bytes(&path), reserved, "trimming freed no block");
+        // Reopened for appends, the index reserves again from where its entries end.
+        drop(index);
+        let mut reopened = OffsetIndex::open_existing(&path, Offset(0)).unwrap();
+        reopened.resize_for_append(10 * 1024 * 1024).unwrap();
+        for offset in 1001..=1100u64 {
+            reopened.append(Offset(offset), offset as u32 * 4096);
+        }
+        assert_eq!(allocated_bytes(&path), 12288);
+        assert_eq!(reopened.lookup(Offset(1100)).position, 1100 * 4096);
+        assert_eq!(reopened.lookup(Offset(500)).position, 500 * 4096);
+    }
+
     #[test]
     fn truncate_removes_entries_at_and_above() {
         let dir = tempfile::tempdir().unwrap();
