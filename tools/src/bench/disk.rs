@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 
 use super::cache::advise_dont_need;
 use super::fio;
-use super::progress::{MB, micros, new_histogram};
+use super::progress::{MB, join_all, micros, new_histogram};
 
 /// How long each write and random-read measurement runs.
 const PHASE_TIME: Duration = Duration::from_secs(1);
@@ -282,20 +282,6 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
         latency: WriteLatency::of(&latency),
         mb_per_s,
     })
-}
-
-/// Each scoped thread's result, in order; the first failure (or panic) otherwise.
-fn join_all<T>(
-    handles: Vec<thread::ScopedJoinHandle<'_, anyhow::Result<T>>>,
-) -> anyhow::Result<Vec<T>> {
-    handles
-        .into_iter()
-        .map(|handle| {
-            handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("a disk thread panicked"))?
-        })
-        .collect()
 }
 
 /// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
