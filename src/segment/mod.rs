@@ -340,9 +340,9 @@ impl Segment {
 
     /// Prewrites the space from `end` to `prewrite_bytes` past it (stamped zeros,
     /// `format/prewrite.rs`). `fallocate` leaves unwritten extents, whose conversion each later
-    /// `fdatasync` still makes durable (journals or writes in place); blocks written once are only rewritten, so a sync of an append
-    /// into them flushes its data alone. The sync that first covers a prewrite pays for its
-    /// allocation, once per prewrite.
+    /// `fdatasync` still makes durable (a journal commit, or metadata written in place); blocks
+    /// written once are only rewritten, so a sync of an append into them flushes its data alone.
+    /// The sync that first covers a prewrite pays for its allocation, once per prewrite.
     fn prewrite_for(&mut self, end: u64) -> Result<(), StorageError> {
         let position = self.preallocated_bytes.max(end);
         let to = end + self.prewrite_bytes;

@@ -296,19 +296,44 @@ fn append_durably(
     let mut storage = Vec::new();
     let block = aligned(&mut storage, block_bytes);
     block.fill(b'p');
-    let mut latency = new_histogram()?;
-    let mut written = 0u64;
-    while Instant::now() < until && written + block_bytes as u64 <= PRODUCER_REGION_BYTES {
-        let sent = Instant::now();
-        file.write_all_at(block, region_start + written)?;
-        file.sync_data()?;
-        latency.saturating_record(micros(sent.elapsed()));
-        written += block_bytes as u64;
-    }
+    let (written, latency) = timed_writes(
+        file,
+        block,
+        region_start,
+        true,
+        until,
+        PRODUCER_REGION_BYTES,
+    )?;
     Ok(WriteFigures {
         mb_per_s: written as f64 / MB / started.elapsed().as_secs_f64().max(1e-9),
         latency,
     })
+}
+
+/// `pwrite`s of `block` into `file` at increasing offsets from `start` on, each followed by
+/// `fdatasync` when `sync_each` and timed with it, until `until` or as many whole blocks as fit
+/// in `bytes_max`. Returns the bytes written and the latencies.
+fn timed_writes(
+    file: &File,
+    block: &[u8],
+    start: u64,
+    sync_each: bool,
+    until: Instant,
+    bytes_max: u64,
+) -> anyhow::Result<(u64, Histogram<u64>)> {
+    let mut latency = new_histogram()?;
+    let mut written = 0u64;
+    while Instant::now() < until && written + block.len() as u64 <= bytes_max {
+        let sent = Instant::now();
+        file.write_all_at(block, start + written)
+            .context("cannot write a scratch file")?;
+        if sync_each {
+            file.sync_data().context("cannot sync a scratch file")?;
+        }
+        latency.saturating_record(micros(sent.elapsed()));
+        written += block.len() as u64;
+    }
+    Ok((written, latency))
 }
 
 /// Bytes the memcpy baseline copies between, and the chunk it copies at a time.
@@ -420,8 +445,8 @@ struct WriteFigures {
     latency: Histogram<u64>,
 }
 
-/// `pwrite`s of `block_bytes` at increasing offsets for `limits.0` or until `limits.1` bytes,
-/// each followed by `fdatasync` when `sync_each`; else an `O_DIRECT` write syncs once at the end
+/// `pwrite`s of `block_bytes` at increasing offsets for `limits.0` or until `limits.1` bytes
+/// ([`timed_writes`]), each followed by `fdatasync` when `sync_each`; else an `O_DIRECT` write syncs once at the end
 /// (timed too) and a buffered one not at all.
 fn write_sequential(
     path: &Path,
@@ -434,19 +459,9 @@ fn write_sequential(
     let mut storage = Vec::new();
     let block = aligned(&mut storage, block_bytes);
     block.fill(b'd');
-    let mut latency = new_histogram()?;
     let started = Instant::now();
-    let mut written = 0u64;
-    while started.elapsed() < time && written < bytes_max {
-        let sent = Instant::now();
-        file.write_all_at(block, written)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        if sync_each {
-            file.sync_data()?;
-        }
-        latency.saturating_record(micros(sent.elapsed()));
-        written += block_bytes as u64;
-    }
+    let (written, latency) = timed_writes(&file, block, 0, sync_each, started + time, bytes_max)
+        .with_context(|| format!("writing {}", path.display()))?;
     // Without a sync per write the buffered write does not sync at all, as the engine's phase
     // does not; `O_DIRECT` data is synced once at the end (the device's cache).
     if !sync_each && direct {

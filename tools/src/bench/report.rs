@@ -236,9 +236,9 @@ impl Report<'_> {
                     writeln!(
                         out,
                         "disk, the same producers with no engine ({} threads on {} files, {} B \
-                         {}pwrite + fdatasync each, {:.0} s): {:.1} MB/s; latency p50 / p99 / p99.9 / max \
-                         {} / {} / {} / {} us = {:.2} x the disk's one writer at p99.9; durable \
-                         p99.9 = {:.2} x its p99.9",
+                         {}pwrite + fdatasync each, {:.0} s): {:.1} MB/s; latency p50 / p99 / \
+                         p99.9 / max {} / {} / {} / {} us = {:.2} x the disk's one writer at \
+                         p99.9; durable p99.9 = {:.2} x its p99.9",
                         pattern.producers,
                         pattern.files,
                         pattern.block_bytes,
