@@ -12,7 +12,7 @@ use std::path::Path;
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::error::ReadError;
+use seglog::error::{ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::io::storage_from_env;
 use seglog::log::PartitionLog;
@@ -231,6 +231,106 @@ fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
 }
 
 #[test]
+fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let log = log(&mut log_dir);
+    let now = TimestampMs(T0 + 3 * HOUR + 2_000);
+    assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
+    assert!(
+        log.take_expired_files(TimestampMs(now.0 + DELAY_MS - 1))
+            .is_empty(),
+        "nothing before file.delete.delay.ms passes"
+    );
+    let taken = log.take_expired_files(TimestampMs(now.0 + DELAY_MS));
+    let mut names: Vec<String> = taken
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "00000000000000000000.index.deleted",
+            "00000000000000000000.log.deleted",
+            "00000000000000000000.timeindex.deleted",
+        ]
+    );
+    assert!(
+        taken.iter().all(|path| path.exists()),
+        "taken, not unlinked"
+    );
+    assert_eq!(log.next_file_deletion(), None, "no longer pending");
+    assert!(log.take_expired_files(TimestampMs(i64::MAX)).is_empty());
+    assert_eq!(
+        log.delete_expired_files(TimestampMs(i64::MAX)).unwrap(),
+        0,
+        "the log unlinks nothing it handed over"
+    );
+    assert_eq!(deleted_files(root.path()), 3);
+}
+
+#[test]
+fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
+    let root = tempfile::tempdir().unwrap();
+    let settings = [("retention.ms", "1000"), ("file.delete.delay.ms", "0")];
+    let config = LogConfig {
+        deferred_seal_syncs: true,
+        ..config(&settings)
+    };
+    let mut log_dir = populated(root.path(), config, 10);
+    let log = log(&mut log_dir);
+    let storage = storage_from_env();
+    for seal in log.take_unsynced_seals() {
+        let synced = seal.sync(storage.as_ref());
+        log.mark_seal_synced(seal.through, synced).unwrap();
+    }
+    let now = TimestampMs(T0 + 3 * HOUR + 2_000);
+    assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
+    assert_eq!(deleted_files(root.path()), 3, "renamed at once");
+    assert!(
+        log.take_expired_files(now).is_empty(),
+        "not unlinked before the renames are durable"
+    );
+    assert_eq!(
+        log.next_file_deletion(),
+        None,
+        "nothing to do before the sync"
+    );
+    let dir = log
+        .take_renames_sync()
+        .expect("the renames' directory sync is due");
+    assert_eq!(log.take_renames_sync(), None, "taken once");
+
+    assert_eq!(log.delete_records(Offset(8)).unwrap(), Offset(8));
+    assert_eq!(log.log_start_offset(), Offset(8), "deleted at once");
+    assert_eq!(
+        deleted_files(root.path()),
+        3,
+        "but not renamed while the earlier renames' sync is outstanding"
+    );
+
+    storage.sync_dir(&dir).unwrap();
+    log.mark_renames_synced(Ok(())).unwrap();
+    assert_eq!(
+        log.take_expired_files(now).len(),
+        3,
+        "the first segment's files"
+    );
+    log.finish_pending_renames(now).unwrap();
+    assert_eq!(
+        deleted_files(root.path()),
+        3 + 3,
+        "the second segment renamed"
+    );
+    assert!(log.take_renames_sync().is_some());
+    let failed = StorageError::PreviousIo { dir: dir.clone() };
+    assert!(log.mark_renames_synced(Err(failed)).is_err());
+    assert!(log.is_failed(), "a failed directory sync fails the log");
+    assert!(log.take_expired_files(TimestampMs(i64::MAX)).is_empty());
+}
+
+#[test]
 fn a_far_future_timestamp_does_not_pin_a_segment() {
     let root = tempfile::tempdir().unwrap();
     let mut log_dir = LogDir::open(
@@ -362,6 +462,175 @@ fn shards_apply_retention_on_their_own_schedule() {
     assert!(
         all_expired(),
         "every partition's records from 2023 were deleted without being asked"
+    );
+    engine.close().unwrap();
+}
+
+/// Holds the storage operations `holds` selects until released, noting which threads asked.
+struct Hold {
+    holds: fn(seglog::io::hooked::StorageOp, &Path) -> bool,
+    armed: std::sync::atomic::AtomicBool,
+    released: std::sync::Mutex<bool>,
+    release: std::sync::Condvar,
+    holding_threads: std::sync::Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold").finish_non_exhaustive()
+    }
+}
+
+impl Hold {
+    fn new(holds: fn(seglog::io::hooked::StorageOp, &Path) -> bool) -> Hold {
+        Hold {
+            holds,
+            armed: std::sync::atomic::AtomicBool::new(false),
+            released: std::sync::Mutex::new(false),
+            release: std::sync::Condvar::new(),
+            holding_threads: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.release.notify_all();
+    }
+
+    fn holding_threads(&self) -> Vec<String> {
+        self.holding_threads.lock().unwrap().clone()
+    }
+}
+
+impl seglog::io::hooked::StorageHooks for Hold {
+    fn before(&self, op: seglog::io::hooked::StorageOp, path: &Path) -> std::io::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) && (self.holds)(op, path) {
+            let thread = std::thread::current().name().unwrap_or("").to_owned();
+            self.holding_threads.lock().unwrap().push(thread);
+            let mut released = self.released.lock().unwrap();
+            while !*released {
+                released = self.release.wait(released).unwrap();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unlink_of_deleted_file(op: seglog::io::hooked::StorageOp, path: &Path) -> bool {
+    op == seglog::io::hooked::StorageOp::RemoveFile && path.to_string_lossy().ends_with(".deleted")
+}
+
+fn sync_of_aging_0(op: seglog::io::hooked::StorageOp, path: &Path) -> bool {
+    op == seglog::io::hooked::StorageOp::SyncDir && path.ends_with("aging-0")
+}
+
+/// Opens an engine (one shard) on `hold`'s storage with topic `aging` of two partitions, whose
+/// records from 2023 retention deletes at once, appends six of them to partition 0, and arms
+/// `hold`.
+fn engine_with_expired_records(dir: &Path, hold: &std::sync::Arc<Hold>) -> (Engine, TopicName) {
+    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
+        storage_from_env(),
+        hold.clone(),
+    ));
+    let engine_config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        retention_check_interval_ms: 20,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open_with_storage(dir, engine_config, storage).unwrap();
+    let settings = [("retention.ms", "60000"), ("file.delete.delay.ms", "0")];
+    let topic = engine.create_topic("aging", 2, config(&settings)).unwrap();
+    for offset in 0..6 {
+        engine
+            .append(&topic, 0, batch(T0 + offset), Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    hold.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    (engine, topic)
+}
+
+/// Waits for retention to rename partition 0's segments and for `hold` to hold an operation,
+/// then asserts that the shard answers a durable append
+/// to partition 1 meanwhile (on another thread, so that a shard stuck in the held operation
+/// fails the test instead of hanging it), and releases the operation.
+fn assert_the_shard_answers_while_held(
+    engine: &Engine,
+    topic: &TopicName,
+    hold: &Hold,
+    dir: &Path,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let reached = || !hold.holding_threads().is_empty() && deleted_files_of_aging_0(dir) > 0;
+    while !reached() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if !reached() {
+        hold.release();
+        panic!("retention did not delete the records from 2023 or reach the held operation");
+    }
+    let (answered, answer) = crossbeam_channel::bounded(1);
+    let appender = engine.clone();
+    let appending_topic = topic.clone();
+    std::thread::spawn(move || {
+        let now = TimestampMs::now().0;
+        let appended = appender
+            .append(&appending_topic, 1, batch(now), Durability::Durable)
+            .wait();
+        let _ = answered.send(appended.is_ok());
+    });
+    let served = answer.recv_timeout(std::time::Duration::from_secs(10));
+    hold.release();
+    assert_eq!(served, Ok(true), "a durable append answered meanwhile");
+}
+
+fn deleted_files_of_aging_0(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("aging-0"))
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".deleted")
+        })
+        .count()
+}
+
+fn wait_for_no_deleted_files(dir: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while deleted_files_of_aging_0(dir) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(deleted_files_of_aging_0(dir), 0, "every .deleted file went");
+}
+
+#[test]
+fn a_shard_serves_its_partitions_while_deleted_segments_are_unlinked() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = std::sync::Arc::new(Hold::new(unlink_of_deleted_file));
+    let (engine, topic) = engine_with_expired_records(dir.path(), &hold);
+    assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
+    wait_for_no_deleted_files(dir.path());
+    let threads = hold.holding_threads();
+    assert!(
+        threads.iter().all(|thread| thread == "seglog-delete-0"),
+        "unlinked by the shard's file deleter: {threads:?}"
+    );
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = std::sync::Arc::new(Hold::new(sync_of_aging_0));
+    let (engine, topic) = engine_with_expired_records(dir.path(), &hold);
+    assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
+    wait_for_no_deleted_files(dir.path());
+    let threads = hold.holding_threads();
+    assert!(
+        threads
+            .iter()
+            .all(|thread| thread.starts_with("seglog-sync-0.")),
+        "the directory synced by the shard's sync threads: {threads:?}"
     );
     engine.close().unwrap();
 }

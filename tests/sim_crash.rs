@@ -352,6 +352,15 @@ impl Run {
                 let result = seal.sync(&self.sim);
                 log.mark_seal_synced(seal.through, result).map_err(drop)?;
             }
+            // And the directory sync that `.deleted` renames wait for; then the renames that
+            // waited for it.
+            if let Some(dir) = log.take_renames_sync() {
+                let result = self.sim.sync_dir(&dir).map_err(|source| {
+                    seglog::error::StorageError::io("fsync directory", &dir, source)
+                });
+                log.mark_renames_synced(result).map_err(drop)?;
+                log.finish_pending_renames(now).map_err(drop)?;
+            }
         }
         match roll {
             5..45 => self.append(log, now),

@@ -205,9 +205,9 @@ fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
     })
 }
 
-/// The owner's part under `deferred_seal_syncs`: syncs the seals rolls left and reports them (a
-/// failure fails the log, as in the engine).
-fn sync_taken_seals(sim: &SimStorage, log_dir: &mut LogDir) {
+/// The owner's part under `deferred_seal_syncs`: syncs the seals rolls left and the directory
+/// that `.deleted` renames wait for, and reports them (a failure fails the log, as in the engine).
+fn owner_syncs(sim: &SimStorage, log_dir: &mut LogDir, now: TimestampMs) {
     let Ok(log) = log_dir.partition(&topic(), 0) else {
         return;
     };
@@ -215,6 +215,14 @@ fn sync_taken_seals(sim: &SimStorage, log_dir: &mut LogDir) {
         let result = seal.sync(sim);
         if log.mark_seal_synced(seal.through, result).is_err() {
             return;
+        }
+    }
+    // The directory sync that `.deleted` renames wait for, then the renames that waited for it.
+    if let Some(dir) = log.take_renames_sync() {
+        let result = seglog::io::Storage::sync_dir(sim, &dir)
+            .map_err(|source| StorageError::io("fsync directory", &dir, source));
+        if log.mark_renames_synced(result).is_ok() {
+            let _ = log.finish_pending_renames(now);
         }
     }
 }
@@ -476,7 +484,7 @@ impl Run {
         match operation {
             Operation::Checkpoint => {
                 if let Some(log_dir) = self.log_dir.as_mut() {
-                    sync_taken_seals(&self.sim, log_dir);
+                    owner_syncs(&self.sim, log_dir, TimestampMs(self.now));
                     let _ = log_dir.checkpoint();
                 }
             }

@@ -13,6 +13,7 @@
 
 mod checkpointer;
 mod cleaner;
+mod deleter;
 mod pending;
 mod shard;
 mod syncer;
@@ -51,6 +52,7 @@ use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
+use deleter::FileDeleter;
 pub use pending::Pending;
 use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
 use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
@@ -1326,6 +1328,12 @@ fn spawn_shard(
             source,
         }
     })?;
+    let file_deleter = FileDeleter::start(shard_id, context.storage.clone()).map_err(|source| {
+        OpenError::ShardThread {
+            shard: shard_id,
+            source,
+        }
+    })?;
     let thread = std::thread::Builder::new()
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
@@ -1333,7 +1341,7 @@ fn spawn_shard(
                 core_affinity::set_for_current(core);
             }
             let drain = receiver.clone();
-            let shard = Shard::new(shard_id, context, receiver, syncer);
+            let shard = Shard::new(shard_id, context, receiver, syncer, file_deleter);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
             if outcome.is_err() {
                 log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");

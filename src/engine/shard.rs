@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, select_biased};
 
+use super::deleter::FileDeleter;
 use super::pending::Reply;
-use super::syncer::{SyncJob, SyncOutcome, SyncReport, Syncer, WrittenAnswers, answer_written};
+use super::syncer::{
+    SyncJob, SyncKind, SyncOutcome, SyncReport, Syncer, WrittenAnswers, answer_written,
+};
 use super::topics::TopicRegistry;
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
@@ -258,6 +261,8 @@ pub(crate) struct Shard {
     receiver: Receiver<Request>,
     /// Syncs and answers durable appends while the shard goes on (see [`super::syncer`]).
     syncer: Syncer,
+    /// Unlinks deleted segments' files while the shard goes on (see [`super::deleter`]).
+    file_deleter: FileDeleter,
     /// Each open partition's generation: which open of it this is, so that the syncer's outcome
     /// for an earlier open is not applied to a later one.
     generations: BTreeMap<TopicPartition, u64>,
@@ -289,6 +294,7 @@ impl Shard {
         context: ShardContext,
         receiver: Receiver<Request>,
         syncer: Syncer,
+        file_deleter: FileDeleter,
     ) -> Shard {
         let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
         Shard {
@@ -296,6 +302,7 @@ impl Shard {
             context,
             receiver,
             syncer,
+            file_deleter,
             generations: BTreeMap::new(),
             opens: 0,
             partitions: BTreeMap::new(),
@@ -350,6 +357,7 @@ impl Shard {
     /// durable data are served), a log whose sync failed fails until it is reopened.
     fn apply_sync_outcomes(&mut self, outcomes: Vec<SyncOutcome>) {
         let mut touched = BTreeSet::new();
+        let mut renames_synced = Vec::new();
         for outcome in outcomes {
             if self.generations.get(&outcome.tp) != Some(&outcome.generation) {
                 continue;
@@ -364,23 +372,65 @@ impl Shard {
                 }),
             };
             // A failure was answered and logged by the syncer; the log now fails its appends.
-            let _ = match outcome.seal {
-                true => log.mark_seal_synced(outcome.through, result),
-                false => log.mark_flushed(outcome.through, result),
+            let _ = match outcome.kind {
+                SyncKind::Appends => log.mark_flushed(outcome.through, result),
+                SyncKind::Seal => log.mark_seal_synced(outcome.through, result),
+                SyncKind::Renames => {
+                    renames_synced.push(outcome.tp.clone());
+                    log.mark_renames_synced(result)
+                }
             };
             touched.insert(outcome.tp);
+        }
+        for tp in renames_synced {
+            self.after_renames_synced(tp);
         }
         if !touched.is_empty() {
             self.serve_parked(&touched, false);
         }
     }
 
+    /// After a partition's `.deleted` renames were synced: renames the segments that waited for
+    /// that sync, and sets when its files may go.
+    fn after_renames_synced(&mut self, tp: TopicPartition) {
+        let now = TimestampMs::now();
+        let Some(log) = self.partitions.get_mut(&tp) else {
+            return;
+        };
+        if let Err(error) = log.finish_pending_renames(now) {
+            log::error!(
+                "shard {}: renaming deleted segments of {tp} failed: {error}",
+                self.id
+            );
+        }
+        self.submit_deferred_syncs(&tp);
+        self.note_file_deletion(tp);
+    }
+
+    /// Records when `tp`'s pending segments next need the shard, if they do.
+    fn note_file_deletion(&mut self, tp: TopicPartition) {
+        match self
+            .partitions
+            .get(&tp)
+            .and_then(PartitionLog::next_file_deletion)
+        {
+            Some(due) => self.file_deletion_deadlines.insert(tp, due),
+            None => self.file_deletion_deadlines.remove(&tp),
+        };
+    }
+
     /// Waits until the syncer has synced and answered every group handed to it, and records the
     /// outcomes. Called before the shard syncs, rolls, releases or closes a log itself, or answers
     /// a request about its state (see [`super::syncer`] for why).
     fn settle_syncs(&mut self) {
-        let outcomes = self.syncer.settle();
-        self.apply_sync_outcomes(outcomes);
+        // An outcome may send another job (the renames that waited for a renames sync).
+        loop {
+            let outcomes = self.syncer.settle();
+            self.apply_sync_outcomes(outcomes);
+            if self.syncer.is_idle() {
+                return;
+            }
+        }
     }
 
     /// Polls the queue for [`IDLE_SPIN`] before the shard sleeps: a request that comes within it
@@ -599,7 +649,11 @@ impl Shard {
             .map(|(tp, _)| tp.clone())?;
         self.last_used.remove(&tp);
         self.flush_deadlines.remove(&tp);
-        let log = self.partitions.remove(&tp)?;
+        let mut log = self.partitions.remove(&tp)?;
+        // No read of a released log remains to wait for: its `.deleted` files may go now.
+        self.file_deleter
+            .delete(log.take_expired_files(TimestampMs(i64::MAX)));
+        self.file_deletion_deadlines.remove(&tp);
         let closed = log.open_segment_count();
         let checkpoint = PartitionCheckpoint::of(&tp, &log);
         match log.release() {
@@ -677,7 +731,7 @@ impl Shard {
         for (tp, group) in groups {
             let group = self.write_group(tp.clone(), group, now);
             // Before any sync of the appends: a seal's sync comes first on its lane.
-            self.submit_seal_syncs(&tp);
+            self.submit_deferred_syncs(&tp);
             if let Some(group) = group {
                 touched.insert(tp);
                 written.push(group);
@@ -715,7 +769,7 @@ impl Shard {
         let sync = group.must_sync || group.background_sync;
         match (sync, log, generation) {
             (true, Some(log), Some(generation)) => self.syncer.submit(SyncJob {
-                file: log.active_log_file(),
+                file: Some(log.active_log_file()),
                 path: log.active_log_path().to_owned(),
                 through: log.log_end_offset(),
                 tp: group.tp,
@@ -777,7 +831,9 @@ impl Shard {
     }
 
     /// Gives the sync threads the segments `tp`'s rolls sealed, on the lane of its later syncs.
-    fn submit_seal_syncs(&mut self, tp: &TopicPartition) {
+    /// Hands the syncer what `tp`'s log left for it: the seals of its rolls, then the directory
+    /// sync its `.deleted` renames wait for.
+    fn submit_deferred_syncs(&mut self, tp: &TopicPartition) {
         let (Some(log), Some(generation)) = (
             self.partitions.get_mut(tp),
             self.generations.get(tp).copied(),
@@ -787,6 +843,10 @@ impl Shard {
         for seal in log.take_unsynced_seals() {
             self.syncer
                 .submit(SyncJob::of_seal(tp.clone(), generation, seal));
+        }
+        if let Some(dir) = log.take_renames_sync() {
+            self.syncer
+                .submit(SyncJob::of_renames(tp.clone(), generation, dir));
         }
     }
 
@@ -988,7 +1048,7 @@ impl Shard {
             Err(LookupError::Unknown) => (Ok(RetentionOutcome::default()), None),
         };
         // Retention rolls the active segment before deleting every segment.
-        self.submit_seal_syncs(&tp);
+        self.submit_deferred_syncs(&tp);
         if let Some(due) = next_deletion {
             self.file_deletion_deadlines.insert(tp.clone(), due);
         }
@@ -1001,7 +1061,7 @@ impl Shard {
         }
     }
 
-    /// Unlinks `.deleted` files whose `file.delete.delay.ms` has passed.
+    /// Hands the `.deleted` files whose `file.delete.delay.ms` has passed to the file deleter.
     fn delete_expired_files(&mut self, now: TimestampMs) {
         let due: Vec<TopicPartition> = self
             .file_deletion_deadlines
@@ -1014,15 +1074,15 @@ impl Shard {
             let Some(log) = self.partitions.get_mut(&tp) else {
                 continue;
             };
-            if let Err(error) = log.delete_expired_files(now) {
+            if let Err(error) = log.finish_pending_renames(now) {
                 log::error!(
-                    "shard {}: removing deleted files of {tp} failed: {error}",
+                    "shard {}: renaming deleted segments of {tp} failed: {error}",
                     self.id
                 );
             }
-            if let Some(due) = log.next_file_deletion() {
-                self.file_deletion_deadlines.insert(tp, due);
-            }
+            self.file_deleter.delete(log.take_expired_files(now));
+            self.submit_deferred_syncs(&tp);
+            self.note_file_deletion(tp);
         }
     }
 

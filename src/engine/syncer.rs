@@ -19,7 +19,9 @@
 //! - a roll leaves the sync of the segment it sealed to a job here (`log/seal_sync.rs`), sent
 //!   before any job for the appends after it, on the same lane: a sync thread takes its jobs in
 //!   order and answers them in order after syncing them, so no append in a newer segment is
-//!   acknowledged as durable before the older segments are synced.
+//!   acknowledged as durable before the older segments are synced;
+//! - the directory sync that retention's and `deleteRecords`' `.deleted` renames wait for is a
+//!   job here too (`log/retention.rs`): its failure fails the log like a failed file sync.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -37,13 +39,15 @@ use crate::types::{Offset, TopicPartition};
 /// The answers of one partition's written appends, with what each was given.
 pub(crate) type WrittenAnswers = Vec<(Reply<AppendInfo, AppendError>, AppendInfo)>;
 
-/// One partition's written appends, waiting for a sync of its active `.log`.
+/// One partition's written appends, waiting for a sync of its active `.log`; or a sealed
+/// segment's sync, or the directory sync after `.deleted` renames (see [`SyncKind`]).
 pub(crate) struct SyncJob {
     pub tp: TopicPartition,
     /// Which open of the partition wrote them (the shard counts opens).
     pub generation: u64,
-    pub file: Arc<dyn StorageFile>,
-    /// The file's path and the partition's directory, for errors.
+    /// The file to `fdatasync` (none for the renames' directory sync).
+    pub file: Option<Arc<dyn StorageFile>>,
+    /// The file's path (or the directory's) and the partition's directory, for errors.
     pub path: PathBuf,
     pub dir: PathBuf,
     /// The log end offset after the appends (or the sealed segment's end): what a successful
@@ -61,7 +65,7 @@ impl SyncJob {
         SyncJob {
             tp,
             generation,
-            file: Arc::clone(&seal.log_file),
+            file: Some(Arc::clone(&seal.log_file)),
             path: seal.log_path.clone(),
             dir: seal.dir.clone(),
             through: seal.through,
@@ -69,6 +73,50 @@ impl SyncJob {
             seal: Some(Box::new(seal)),
         }
     }
+
+    /// The job that syncs a partition's directory after `.deleted` renames (`log/retention.rs`).
+    pub(crate) fn of_renames(tp: TopicPartition, generation: u64, dir: PathBuf) -> SyncJob {
+        SyncJob {
+            tp,
+            generation,
+            file: None,
+            path: dir.clone(),
+            dir,
+            through: Offset(0),
+            answers: Vec::new(),
+            seal: None,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> SyncKind {
+        match (&self.file, &self.seal) {
+            (None, _) => SyncKind::Renames,
+            (Some(_), Some(_)) => SyncKind::Seal,
+            (Some(_), None) => SyncKind::Appends,
+        }
+    }
+
+    /// What the job syncs after its file (if it has one) synced.
+    fn sync_after_file(&self, storage: &dyn Storage) -> Result<(), StorageError> {
+        match (&self.seal, &self.file) {
+            (Some(seal), _) => seal.sync_indexes_and_dir(storage),
+            (None, None) => storage
+                .sync_dir(&self.dir)
+                .map_err(|source| StorageError::io("fsync directory", &self.dir, source)),
+            (None, Some(_)) => Ok(()),
+        }
+    }
+}
+
+/// What a job made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SyncKind {
+    /// Written appends, through the job's offset.
+    Appends,
+    /// A sealed segment (`log/seal_sync.rs`).
+    Seal,
+    /// The `.deleted` renames of retention or `deleteRecords` (`log/retention.rs`).
+    Renames,
 }
 
 /// What became of one job, for the shard's bookkeeping (the appends are answered already).
@@ -78,8 +126,7 @@ pub(crate) struct SyncOutcome {
     pub generation: u64,
     pub through: Offset,
     pub synced: bool,
-    /// The job synced a sealed segment (not appends).
-    pub seal: bool,
+    pub kind: SyncKind,
 }
 
 /// What a sync thread reports to the shard.
@@ -263,7 +310,10 @@ fn sync_jobs(
             file_of_job.push(None);
             continue;
         }
-        let file = job.file.as_ref();
+        let Some(file) = job.file.as_deref() else {
+            file_of_job.push(None);
+            continue;
+        };
         let same = |other: &&dyn StorageFile| std::ptr::addr_eq(*other, file);
         let index = files.iter().position(same).unwrap_or_else(|| {
             files.push(file);
@@ -286,14 +336,12 @@ fn sync_jobs(
             match file_index.and_then(|index| results[index].take()) {
                 Some(Err(source)) => Err(StorageError::io("fdatasync", &job.path, source)),
                 // Synced, for this job or an earlier one of the same file (whose failure would
-                // have failed the log above).
-                _ => match &job.seal {
-                    Some(seal) => seal.sync_indexes_and_dir(storage),
-                    None => Ok(()),
-                },
+                // have failed the log above), or no file to sync.
+                _ => job.sync_after_file(storage),
             }
         };
         let synced = result.is_ok();
+        let kind = job.kind();
         if !synced {
             log::error!("sync of {} failed: {result:?}", job.path.display());
             failed.insert(key);
@@ -303,7 +351,7 @@ fn sync_jobs(
             generation: job.generation,
             through: job.through,
             synced,
-            seal: job.seal.is_some(),
+            kind,
         };
         answer_written(job.answers, Some(result), &job.dir);
         let _ = reports.send(SyncReport::Done(outcome));

@@ -107,6 +107,8 @@ pub struct PartitionLog {
     failed: bool,
     /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
     pending_deletions: Vec<retention::PendingDeletion>,
+    /// Whether `.deleted` renames wait for a directory sync the owner runs (`retention.rs`).
+    renames_sync: retention::RenamesSync,
     /// This opening of the log, unique in the process (see `CleanableLog::log_instance`).
     instance: u64,
     /// Segments based at or above this were never rewritten by the cleaner: their offsets are

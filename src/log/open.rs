@@ -121,6 +121,7 @@ impl PartitionLog {
             prewrite_bytes: 0,
             failed: false,
             pending_deletions: Vec::new(),
+            renames_sync: super::retention::RenamesSync::default(),
             instance: next_log_instance(),
             cleaned_end: dense_from,
             digest_budget: DigestBudget::unlimited(),
@@ -356,7 +357,8 @@ fn sweep_leftovers(
         .iter()
         .filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned))
     {
-        remove(storage, &name.path_in(dir))?;
+        // A `.deleted` file may go meanwhile: the engine's file deleter unlinks them too.
+        crate::segment::remove_if_present(storage, &name.path_in(dir))?;
         swept += 1;
     }
     if parsed.iter().any(|name| name.state == FileState::Swap) {

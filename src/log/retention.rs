@@ -6,11 +6,21 @@
 //! Segments go oldest first, and a segment whose rename failed is renamed before any later
 //! segment is: the live files on disk are always a suffix of the log, so a reopen after any
 //! failure finds the log before, after, or with only its oldest segments gone — never a gap.
-//! A failed unlink is retried after [`RETRY_AFTER_FAILURE_MS`].
+//! A failed unlink is retried after [`RETRY_AFTER_FAILURE_MS`]. A `.deleted` file is unlinked
+//! only once the directory sync after its rename succeeded, and no segment is renamed while an
+//! earlier rename's directory sync is outstanding, so that a power cut cannot keep a later
+//! rename and lose an earlier one.
+//!
+//! With `LogConfig::deferred_seal_syncs` that directory sync is the owner's, as a roll's seal
+//! sync is (`seal_sync.rs`): the renames leave it due, the owner takes it
+//! ([`PartitionLog::take_renames_sync`]), syncs the directory off its request path and reports
+//! ([`PartitionLog::mark_renames_synced`]); a failure fails the log.
 //!
 //! Reads never hold a segment across a deletion: a read runs to completion on the owning thread
 //! and returns owned bytes, so a segment out of the list has no reader left, and bytes already
 //! returned stay valid after its files are gone.
+
+use std::path::PathBuf;
 
 use super::PartitionLog;
 use crate::cleaner::retention::{RetentionConfig, RetentionPlan, plan_retention};
@@ -39,8 +49,31 @@ const RETRY_AFTER_FAILURE_MS: i64 = 1_000;
 pub(crate) struct PendingDeletion {
     base_offset: Offset,
     due: TimestampMs,
-    /// False while its files may still have their live names (a rename failed).
-    renamed: bool,
+    state: DeletionState,
+}
+
+/// How far a pending segment's files are from being unlinked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeletionState {
+    /// Its files may still have their live names (not renamed yet, or a rename failed).
+    Live,
+    /// Renamed `.deleted`; no directory sync has covered the renames yet.
+    Renamed,
+    /// Renamed, and the renames are durable: the files may be unlinked once due.
+    Durable,
+}
+
+/// The directory sync that makes `.deleted` renames durable, when the owner runs it
+/// (`LogConfig::deferred_seal_syncs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RenamesSync {
+    /// No rename waits for a directory sync.
+    #[default]
+    None,
+    /// Renames wait; the owner has not taken their sync yet.
+    Due,
+    /// The owner took the sync and has not reported it yet.
+    Taken,
 }
 
 impl PartitionLog {
@@ -48,7 +81,7 @@ impl PartitionLog {
     /// `retention.bytes` and `retention.ms` when `cleanup.policy` includes `delete`).
     pub fn apply_retention(&mut self, now: TimestampMs) -> Result<RetentionOutcome, StorageError> {
         self.check_not_failed()?;
-        self.finish_failed_renames(now)?;
+        self.finish_pending_renames(now)?;
         let plan = self.plan_retention(now)?;
         let mut outcome = RetentionOutcome {
             log_start_offset: self.log_start_offset,
@@ -100,90 +133,143 @@ impl PartitionLog {
         count: usize,
         now: TimestampMs,
     ) -> Result<(usize, u64), StorageError> {
-        self.finish_failed_renames(now)?;
+        self.finish_pending_renames(now)?;
         let removed = self.segments.drain_front(count);
         let first_remaining = self.segments.slots()[0].base_offset();
         self.log_start_offset = self.log_start_offset.max(first_remaining);
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);
         let due = TimestampMs(now.0.saturating_add(delay_ms));
-        let mut bytes_deleted = 0;
         let segments_deleted = removed.len();
-        let mut failure = None;
+        let mut bytes_deleted = 0;
+        // Dropping a slot closes its segment; its files are renamed below, by name.
         for slot in removed {
             bytes_deleted += slot.size_bytes();
-            let base_offset = slot.base_offset();
-            // After a failure the later segments keep their live names (dropping `slot` closes it).
-            let rename = || {
-                failpoint!("retention.before_rename");
-                slot.mark_deleted(self.storage.as_ref(), &self.dir)
-            };
-            let renamed = failure.is_none()
-                && match rename() {
-                    Ok(()) => true,
-                    Err(error) => {
-                        failure = Some(error);
-                        false
-                    }
-                };
-            let due = if renamed { due } else { retry_at(now).max(due) };
             self.pending_deletions.push(PendingDeletion {
-                base_offset,
+                base_offset: slot.base_offset(),
                 due,
-                renamed,
+                state: DeletionState::Live,
             });
         }
-        if let Some(error) = failure {
-            return Err(error);
-        }
-        failpoint!("retention.before_dir_sync");
-        self.sync_dir()?;
+        self.finish_pending_renames(now)?;
         Ok((segments_deleted, bytes_deleted))
     }
 
-    /// Renames, oldest first, the files of pending segments whose rename failed earlier; stops at
-    /// the first failure (and retries no sooner than [`RETRY_AFTER_FAILURE_MS`] from `now`).
-    fn finish_failed_renames(&mut self, now: TimestampMs) -> Result<(), StorageError> {
-        if self.pending_deletions.iter().all(|pending| pending.renamed) {
+    /// Renames `.deleted`, oldest first, the files of pending segments that still have their live
+    /// names, then makes the renames durable (a directory sync, or one due to the owner); stops
+    /// at the first failure (and retries no sooner than [`RETRY_AFTER_FAILURE_MS`] from `now`).
+    /// Renames nothing while an earlier rename's directory sync is outstanding.
+    pub fn finish_pending_renames(&mut self, now: TimestampMs) -> Result<(), StorageError> {
+        let is_live = |pending: &PendingDeletion| pending.state == DeletionState::Live;
+        if self.renames_sync != RenamesSync::None || !self.pending_deletions.iter().any(is_live) {
             return Ok(());
         }
         self.pending_deletions
             .sort_by_key(|pending| pending.base_offset);
         let mut failure = None;
-        for pending in self
-            .pending_deletions
-            .iter_mut()
-            .filter(|pending| !pending.renamed)
-        {
+        let mut renamed_any = false;
+        for pending in self.pending_deletions.iter_mut().filter(|p| is_live(p)) {
             if failure.is_none() {
-                match crate::segment::rename_files_to_deleted(
-                    self.storage.as_ref(),
-                    &self.dir,
-                    pending.base_offset,
-                ) {
-                    Ok(()) => pending.renamed = true,
+                let rename = || {
+                    failpoint!("retention.before_rename");
+                    crate::segment::rename_files_to_deleted(
+                        self.storage.as_ref(),
+                        &self.dir,
+                        pending.base_offset,
+                    )
+                };
+                match rename() {
+                    Ok(()) => {
+                        pending.state = DeletionState::Renamed;
+                        renamed_any = true;
+                    }
                     Err(error) => failure = Some(error),
                 }
             }
-            if !pending.renamed {
+            if pending.state == DeletionState::Live {
                 pending.due = pending.due.max(retry_at(now));
             }
         }
+        let durable = match renamed_any {
+            true => self.make_renames_durable(),
+            false => Ok(()),
+        };
         match failure {
             Some(error) => Err(error),
-            None => self.sync_dir(),
+            None => durable,
+        }
+    }
+
+    /// Syncs the directory after renames, or leaves that sync due to the owner.
+    fn make_renames_durable(&mut self) -> Result<(), StorageError> {
+        if self.config.deferred_seal_syncs {
+            self.renames_sync = RenamesSync::Due;
+            return Ok(());
+        }
+        self.sync_renames_here()
+    }
+
+    fn sync_renames_here(&mut self) -> Result<(), StorageError> {
+        failpoint!("retention.before_dir_sync");
+        self.sync_dir()?;
+        self.renames_sync = RenamesSync::None;
+        self.mark_renames_durable();
+        Ok(())
+    }
+
+    fn mark_renames_durable(&mut self) {
+        for pending in &mut self.pending_deletions {
+            if pending.state == DeletionState::Renamed {
+                pending.state = DeletionState::Durable;
+            }
+        }
+    }
+
+    /// The directory whose sync `.deleted` renames wait for, if its sync is due and the owner
+    /// has not taken it yet (`LogConfig::deferred_seal_syncs`). Report the outcome with
+    /// [`PartitionLog::mark_renames_synced`].
+    pub fn take_renames_sync(&mut self) -> Option<PathBuf> {
+        if self.renames_sync != RenamesSync::Due {
+            return None;
+        }
+        self.renames_sync = RenamesSync::Taken;
+        Some(self.dir.clone())
+    }
+
+    /// Records the outcome of a taken renames sync: the renamed files may be unlinked once due,
+    /// or the log fails (which directory entries reached the device is unknown).
+    pub fn mark_renames_synced(
+        &mut self,
+        result: Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        self.renames_sync = RenamesSync::None;
+        match result {
+            Ok(()) => {
+                self.mark_renames_durable();
+                Ok(())
+            }
+            Err(error) => {
+                self.failed = true;
+                Err(error)
+            }
         }
     }
 
     /// Unlinks the `.deleted` files whose delay has passed (first renaming any whose rename
-    /// failed earlier). Returns how many segments' files went. A segment whose unlink fails stays
-    /// pending, due again after [`RETRY_AFTER_FAILURE_MS`]; the first error is returned after the
-    /// other due segments were tried.
+    /// failed earlier, and syncing the directory if renames wait for a sync the owner has not
+    /// taken). Returns how many segments' files went. A segment whose unlink fails stays pending,
+    /// due again after [`RETRY_AFTER_FAILURE_MS`]; the first error is returned after the other
+    /// due segments were tried.
     pub fn delete_expired_files(&mut self, now: TimestampMs) -> Result<usize, StorageError> {
-        let mut first_error = self.finish_failed_renames(now).err();
+        let mut first_error = self.finish_pending_renames(now).err();
+        if self.renames_sync == RenamesSync::Due
+            && let Err(error) = self.sync_renames_here()
+        {
+            first_error.get_or_insert(error);
+        }
         let mut removed = 0;
         let mut index = 0;
         while let Some(pending) = self.pending_deletions.get_mut(index) {
-            if !pending.renamed || pending.due > now {
+            if pending.state != DeletionState::Durable || pending.due > now {
                 index += 1;
                 continue;
             }
@@ -213,19 +299,44 @@ impl PartitionLog {
         }
     }
 
-    /// Unlinks `base_offset`'s `.deleted` files at `due` or later.
+    /// Takes off the pending list the segments whose `.deleted` files may be unlinked at `now`,
+    /// and returns those files' paths for the caller to unlink, in any order and on any thread
+    /// (the engine's shards hand them to their file deleter: freeing a large file's blocks can
+    /// keep `unlink` waiting on the disk). Segments not renamed yet, or whose renames wait for a
+    /// directory sync, stay pending.
+    pub fn take_expired_files(&mut self, now: TimestampMs) -> Vec<PathBuf> {
+        let (expired, waiting) = std::mem::take(&mut self.pending_deletions)
+            .into_iter()
+            .partition(|pending: &PendingDeletion| {
+                pending.state == DeletionState::Durable && pending.due <= now
+            });
+        self.pending_deletions = waiting;
+        expired
+            .iter()
+            .flat_map(|pending| crate::segment::deleted_file_paths(&self.dir, pending.base_offset))
+            .collect()
+    }
+
+    /// Unlinks `base_offset`'s `.deleted` files (renamed, their directory synced) at `due` or
+    /// later.
     pub(super) fn schedule_file_deletion(&mut self, base_offset: Offset, due: TimestampMs) {
         self.pending_deletions.push(PendingDeletion {
             base_offset,
             due,
-            renamed: true,
+            state: DeletionState::Durable,
         });
     }
 
-    /// When the next `.deleted` files may be unlinked, if any wait.
+    /// When pending segments next need the log's owner (a rename to retry, `.deleted` files to
+    /// unlink), if any do; segments whose renames wait for a directory sync need it first.
     pub fn next_file_deletion(&self) -> Option<TimestampMs> {
         self.pending_deletions
             .iter()
+            .filter(|pending| match pending.state {
+                DeletionState::Live => self.renames_sync == RenamesSync::None,
+                DeletionState::Renamed => false,
+                DeletionState::Durable => true,
+            })
             .map(|pending| pending.due)
             .min()
     }

@@ -1189,21 +1189,31 @@ pub fn rename_files_to_deleted(
     Ok(())
 }
 
-/// Unlinks a segment's `.deleted` files.
+/// Unlinks a segment's `.deleted` files (a file already gone counts as unlinked).
 pub fn remove_deleted_files(
     storage: &dyn Storage,
     dir: &Path,
     base_offset: Offset,
 ) -> Result<(), StorageError> {
-    for kind in SEGMENT_FILE_KINDS {
-        let deleted = SegmentFileName::live(base_offset, kind)
-            .with_state(FileState::Deleted)
-            .path_in(dir);
-        if storage.exists(&deleted) {
-            storage
-                .remove_file(&deleted)
-                .map_err(|source| StorageError::io("remove", &deleted, source))?;
+    deleted_file_paths(dir, base_offset)
+        .try_for_each(|deleted| remove_if_present(storage, &deleted))
+}
+
+/// Unlinks `path`; a file already gone counts as unlinked.
+pub(crate) fn remove_if_present(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
+    match storage.remove_file(path) {
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+            Err(StorageError::io("remove", path, source))
         }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// The paths of a segment's files once renamed `.deleted`.
+pub fn deleted_file_paths(dir: &Path, base_offset: Offset) -> impl Iterator<Item = PathBuf> {
+    SEGMENT_FILE_KINDS.into_iter().map(move |kind| {
+        SegmentFileName::live(base_offset, kind)
+            .with_state(FileState::Deleted)
+            .path_in(dir)
+    })
 }
