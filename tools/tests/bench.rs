@@ -277,6 +277,39 @@ fn flush_interval_sets_the_topics_flush_ms() {
     assert!(registry.contains("flush.ms=50"), "{registry}");
 }
 
+#[test]
+fn retention_bytes_deletes_segments_during_the_run() {
+    let (report, temporary) = bench_json_in_dir(&[
+        "--duration",
+        "2.5",
+        "--partitions",
+        "1",
+        "--segment-bytes",
+        "1048576",
+        "--retention-bytes",
+        "2097152",
+    ]);
+    assert_eq!(report["config"]["segment_bytes"], 1_048_576, "{report:#}");
+    assert_eq!(report["config"]["retention_bytes"], 2_097_152, "{report:#}");
+    assert_throughput(&report, "append");
+    let data = temporary.path().join("data");
+    let registry = std::fs::read_to_string(data.join("seglog-topics")).unwrap();
+    assert!(registry.contains("segment.bytes=1048576"), "{registry}");
+    assert!(registry.contains("retention.bytes=2097152"), "{registry}");
+    let names: Vec<String> = std::fs::read_dir(data.join("seglog-bench-0"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.contains(&"00000000000000000000.log".to_owned()),
+        "the first segment was deleted: {names:?}"
+    );
+    assert!(
+        names.iter().all(|name| !name.ends_with(".deleted")),
+        "every deleted segment's files were unlinked by the close: {names:?}"
+    );
+}
+
 /// Runs `seglog bench --dir DIR args...` (DIR fresh, kept) and returns the JSON and the
 /// directory.
 fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {

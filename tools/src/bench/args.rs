@@ -151,6 +151,14 @@ pub struct BenchArgs {
     /// (`EngineConfig::background_sync_bytes`; 0: never).
     #[arg(long, value_name = "MIB", default_value_t = 0)]
     pub background_sync_mb: u64,
+    /// The topic's `segment.bytes` [default: the engine's, 1 GiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(14..=i32::MAX as u64))]
+    pub segment_bytes: Option<u64>,
+    /// The topic's `retention.bytes` (per partition): segments beyond it are deleted while the
+    /// workload runs. The engine then checks retention every second and unlinks a deleted
+    /// segment's files at once (`file.delete.delay.ms` 0), so that deletions happen within the run.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
+    pub retention_bytes: Option<u64>,
     /// Data directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub dir: Option<PathBuf>,

@@ -61,6 +61,8 @@ const TOPIC: &str = "seglog-bench";
 /// reserves its `.index` and `.timeindex` blocks (`fallocate`), so the default 10 MiB each would
 /// reserve 20 MiB per partition: 200 GB for 10,000 partitions.
 pub const SMALL_SEGMENT_INDEX_BYTES: u64 = 64 * 1024;
+/// With `--retention-bytes`: how often the engine checks retention (`log.retention.check.interval.ms`).
+const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 /// Share of the run that workloads reading a data set spend appending it.
 const DATA_SET_SHARE: f64 = 0.3;
 
@@ -92,6 +94,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         prewrite_synced_logs: settings.prewrite,
         background_sync_bytes: settings.background_sync_bytes,
         shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
+        retention_check_interval_ms: match settings.retention_bytes {
+            Some(_) => RETENTION_CHECK_INTERVAL_MS,
+            None => EngineConfig::default().retention_check_interval_ms,
+        },
         ..EngineConfig::default()
     };
     let open_partitions_max = config.open_partitions_max;
@@ -215,6 +221,18 @@ fn run_workload(
             ..LogConfig::default()
         },
         _ => LogConfig::default(),
+    };
+    let topic_config = LogConfig {
+        segment_bytes: settings.segment_bytes.unwrap_or(topic_config.segment_bytes),
+        ..topic_config
+    };
+    let topic_config = match settings.retention_bytes {
+        Some(bytes) => LogConfig {
+            retention_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+            file_delete_delay_ms: 0,
+            ..topic_config
+        },
+        None => topic_config,
     };
     let topic_config = match settings.flush {
         FlushMode::IntervalMs(ms) => LogConfig {

@@ -91,24 +91,22 @@ impl Report<'_> {
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
              linger_ms={} key_space={} compression={} backend={} direct_io={} \
-             prewrite={} background_sync_bytes={}",
+             prewrite={} background_sync_bytes={} segment_bytes={} retention_bytes={}",
             settings.workload.name(),
             settings.producers,
             settings.consumers,
             settings.partitions,
             settings.record_size,
             settings.batch_bytes,
-            settings
-                .linger_ms
-                .map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
-            settings
-                .key_space
-                .map_or_else(|| "-".to_owned(), |keys| keys.to_string()),
+            or_dash(settings.linger_ms),
+            or_dash(settings.key_space),
             settings.compression,
             settings.backend_name,
             settings.direct_io,
             settings.prewrite,
             settings.background_sync_bytes,
+            or_dash(settings.segment_bytes),
+            or_dash(settings.retention_bytes),
         )?;
         write!(
             out,
@@ -301,7 +299,10 @@ impl Report<'_> {
                     "bytes_after": compaction.bytes_after,
                     "seconds": compaction.seconds,
                     "mb_per_s": compaction.mb_per_s(),
-                    "segment_bytes": COMPACTION_SEGMENT_BYTES,
+                    "segment_bytes": self
+                        .settings
+                        .segment_bytes
+                        .unwrap_or(COMPACTION_SEGMENT_BYTES),
                 }),
             );
         }
@@ -335,6 +336,8 @@ impl Report<'_> {
             "direct_io": settings.direct_io,
             "prewrite": settings.prewrite,
             "background_sync_bytes": settings.background_sync_bytes,
+            "segment_bytes": settings.segment_bytes,
+            "retention_bytes": settings.retention_bytes,
         })
     }
 
@@ -470,4 +473,9 @@ fn file_system_type(dir: &Path) -> Option<String> {
         })
         .max_by_key(|(length, _)| *length)
         .map(|(_, fs_type)| fs_type)
+}
+
+/// A set option's value, or `-`.
+fn or_dash(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| value.to_string())
 }

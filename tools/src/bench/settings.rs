@@ -38,6 +38,8 @@ pub struct Settings {
     pub direct_io: bool,
     pub prewrite: bool,
     pub background_sync_bytes: u64,
+    pub segment_bytes: Option<u64>,
+    pub retention_bytes: Option<u64>,
 }
 
 impl Settings {
@@ -93,6 +95,8 @@ impl Settings {
             direct_io: args.direct_io,
             prewrite: !args.no_prewrite,
             background_sync_bytes: args.background_sync_mb.saturating_mul(1024 * 1024),
+            segment_bytes: args.segment_bytes,
+            retention_bytes: args.retention_bytes,
         })
     }
 
