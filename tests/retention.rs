@@ -603,25 +603,15 @@ fn wait_for_no_deleted_files(dir: &Path) {
     assert_eq!(deleted_files_of_aging_0(dir), 0, "every .deleted file went");
 }
 
-#[test]
-fn a_shard_serves_its_partitions_while_deleted_segments_are_unlinked() {
+/// Holds the operations `holds` selects during retention's deletion of partition 0's records,
+/// asserts that the shard answers meanwhile and that only threads named `thread_prefix…` were
+/// held, and that every `.deleted` file goes once released.
+fn assert_held_off_the_shard(
+    holds: fn(seglog::io::hooked::StorageOp, &Path) -> bool,
+    thread_prefix: &str,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let hold = std::sync::Arc::new(Hold::new(unlink_of_deleted_file));
-    let (engine, topic) = engine_with_expired_records(dir.path(), &hold);
-    assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
-    wait_for_no_deleted_files(dir.path());
-    let threads = hold.holding_threads();
-    assert!(
-        threads.iter().all(|thread| thread == "seglog-delete-0"),
-        "unlinked by the shard's file deleter: {threads:?}"
-    );
-    engine.close().unwrap();
-}
-
-#[test]
-fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
-    let dir = tempfile::tempdir().unwrap();
-    let hold = std::sync::Arc::new(Hold::new(sync_of_aging_0));
+    let hold = std::sync::Arc::new(Hold::new(holds));
     let (engine, topic) = engine_with_expired_records(dir.path(), &hold);
     assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
     wait_for_no_deleted_files(dir.path());
@@ -629,10 +619,20 @@ fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
     assert!(
         threads
             .iter()
-            .all(|thread| thread.starts_with("seglog-sync-0.")),
-        "the directory synced by the shard's sync threads: {threads:?}"
+            .all(|thread| thread.starts_with(thread_prefix)),
+        "held on {threads:?}, expected only {thread_prefix}…"
     );
     engine.close().unwrap();
+}
+
+#[test]
+fn a_shard_serves_its_partitions_while_deleted_segments_are_unlinked() {
+    assert_held_off_the_shard(unlink_of_deleted_file, "seglog-delete-0");
+}
+
+#[test]
+fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
+    assert_held_off_the_shard(sync_of_aging_0, "seglog-sync-0.");
 }
 
 /// Fails every file sync once armed.

@@ -383,18 +383,19 @@ impl Shard {
             touched.insert(outcome.tp);
         }
         for tp in renames_synced {
-            self.after_renames_synced(tp);
+            self.advance_file_deletions(tp, TimestampMs::now());
         }
         if !touched.is_empty() {
             self.serve_parked(&touched, false);
         }
     }
 
-    /// After a partition's `.deleted` renames were synced: renames the segments that waited for
-    /// that sync, and sets when its files may go.
-    fn after_renames_synced(&mut self, tp: TopicPartition) {
-        let now = TimestampMs::now();
+    /// Moves `tp`'s deleted segments along: renames those that wait (their directory sync goes
+    /// to the syncer), hands the `.deleted` files whose delay has passed to the file deleter,
+    /// and notes when the rest next need the shard.
+    fn advance_file_deletions(&mut self, tp: TopicPartition, now: TimestampMs) {
         let Some(log) = self.partitions.get_mut(&tp) else {
+            self.file_deletion_deadlines.remove(&tp);
             return;
         };
         if let Err(error) = log.finish_pending_renames(now) {
@@ -403,6 +404,7 @@ impl Shard {
                 self.id
             );
         }
+        self.file_deleter.delete(log.take_expired_files(now));
         self.submit_deferred_syncs(&tp);
         self.note_file_deletion(tp);
     }
@@ -1070,19 +1072,7 @@ impl Shard {
             .map(|(tp, _)| tp.clone())
             .collect();
         for tp in due {
-            self.file_deletion_deadlines.remove(&tp);
-            let Some(log) = self.partitions.get_mut(&tp) else {
-                continue;
-            };
-            if let Err(error) = log.finish_pending_renames(now) {
-                log::error!(
-                    "shard {}: renaming deleted segments of {tp} failed: {error}",
-                    self.id
-                );
-            }
-            self.file_deleter.delete(log.take_expired_files(now));
-            self.submit_deferred_syncs(&tp);
-            self.note_file_deletion(tp);
+            self.advance_file_deletions(tp, now);
         }
     }
 
