@@ -54,10 +54,11 @@ impl FileDeleter {
         if paths.is_empty() {
             return;
         }
-        let Some(files) = &self.files else {
-            return log_left(&unlink_all(self.storage.as_ref(), paths, true));
+        let unsent = match &self.files {
+            Some(files) => files.send(paths).map_err(|unsent| unsent.0),
+            None => Err(paths),
         };
-        if let Err(crossbeam_channel::SendError(paths)) = files.send(paths) {
+        if let Err(paths) = unsent {
             log_left(&unlink_all(self.storage.as_ref(), paths, true));
         }
     }
@@ -108,16 +109,17 @@ fn run(storage: &dyn Storage, inbox: &Receiver<Vec<PathBuf>>) {
 fn unlink_all(storage: &dyn Storage, paths: Vec<PathBuf>, first_attempt: bool) -> Vec<PathBuf> {
     paths
         .into_iter()
-        .filter(|path| match storage.remove_file(path) {
-            Ok(()) => false,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => false,
-            Err(error) => {
-                if first_attempt {
-                    log::error!("cannot remove {}: {error}; retrying", path.display());
+        .filter(
+            |path| match crate::segment::remove_if_present(storage, path) {
+                Ok(()) => false,
+                Err(error) => {
+                    if first_attempt {
+                        log::error!("{error}; retrying");
+                    }
+                    true
                 }
-                true
-            }
-        })
+            },
+        )
         .collect()
 }
 
