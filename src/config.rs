@@ -105,7 +105,9 @@ pub struct LogConfig {
     /// sync threads (`log/seal_sync.rs`). A roll then leaves the sealed segment's sync to the
     /// log's owner, and recovery accepts a torn or cut-short tail in a sealed segment that the
     /// cleaner never rewrote, at or above the recovery point (a crash before that sync). Off, a
-    /// roll syncs in place and such a tail is damage: the open fails.
+    /// roll syncs in place and such a tail is damage: the open fails. On, the owner also runs
+    /// the directory sync after retention's `.deleted` renames (`log/retention.rs`), and the
+    /// open leaves `.deleted` leftovers to it (pending, due at once) instead of unlinking them.
     pub deferred_seal_syncs: bool,
 }
 

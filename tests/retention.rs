@@ -635,6 +635,53 @@ fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
     assert_held_off_the_shard(sync_of_aging_0, "seglog-sync-0.");
 }
 
+#[test]
+fn leftover_deleted_files_found_at_open_are_unlinked_off_the_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine_config = || EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = engine.create_topic("aging", 2, config(&[])).unwrap();
+    engine
+        .append(&topic, 0, batch(T0), Durability::Durable)
+        .wait()
+        .unwrap();
+    engine.close().unwrap();
+    // What a crash between a `.deleted` rename and its unlink leaves.
+    let leftover = dir
+        .path()
+        .join("aging-0")
+        .join("00000000000000000100.log.deleted");
+    std::fs::write(&leftover, [7u8; 4096]).unwrap();
+
+    let hold = std::sync::Arc::new(Hold::new(unlink_of_deleted_file));
+    hold.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
+        storage_from_env(),
+        hold.clone(),
+    ));
+    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    // Opens partition 0, from a thread of its own: a shard stuck in the unlink would hold it.
+    let opener = engine.clone();
+    let opened_topic = topic.clone();
+    std::thread::spawn(move || {
+        let _ = opener
+            .fetch(&opened_topic, 0, Offset(0), FetchOptions::default())
+            .wait();
+    });
+    assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
+    wait_for_no_deleted_files(dir.path());
+    let threads = hold.holding_threads();
+    assert!(
+        threads.iter().all(|thread| thread == "seglog-delete-0"),
+        "unlinked by the shard's file deleter: {threads:?}"
+    );
+    engine.close().unwrap();
+}
+
 /// Fails every file sync once armed.
 #[derive(Debug, Default)]
 struct FailSyncs(std::sync::atomic::AtomicBool);

@@ -613,6 +613,8 @@ impl Shard {
             self.generations.insert(tp.clone(), self.opens);
             self.opened.insert(tp.clone());
             self.evicted.remove(tp);
+            // `.deleted` files the open found (a crash before their unlink) go to the deleter.
+            self.note_file_deletion(tp.clone());
         }
         self.use_counter += 1;
         match self.last_used.get_mut(tp) {

@@ -64,12 +64,13 @@ impl PartitionLog {
         storage
             .create_dir_all(dir)
             .map_err(|source| StorageError::io("create directory", dir, source))?;
+        // An owner with threads of its own (the engine) unlinks `.deleted` leftovers there.
+        let keep_deleted = config.deferred_seal_syncs;
+        let names = list_names(storage.as_ref(), dir)?;
+        let (leftovers_swept, leftover_deletions) =
+            sweep_leftovers(storage.as_ref(), dir, &names, keep_deleted)?;
         let mut report = RecoveryReport {
-            leftovers_swept: sweep_leftovers(
-                storage.as_ref(),
-                dir,
-                &list_names(storage.as_ref(), dir)?,
-            )?,
+            leftovers_swept,
             ..RecoveryReport::default()
         };
         let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
@@ -128,6 +129,9 @@ impl PartitionLog {
             unsynced_seals: Vec::new(),
             pending_seal_ends: std::collections::VecDeque::new(),
         };
+        for base_offset in leftover_deletions {
+            log.schedule_file_deletion(base_offset, TimestampMs(i64::MIN));
+        }
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
         if recorded_cleaned_end.is_none() {
@@ -337,30 +341,39 @@ fn segment_base_offsets(names: &[String]) -> Vec<Offset> {
 
 /// Completes or rolls back what an interrupted deletion or compaction left (Kafka's
 /// `LogLoader.removeTempFilesAndCollectSwapFiles` and swap completion):
-/// - `.deleted` and `.cleaned` files are removed;
+/// - `.deleted` and `.cleaned` files are removed (with `keep_deleted`, the `.deleted` ones are
+///   left for the log's owner to unlink: their segments' base offsets are returned);
 /// - a `.swap` at or above the lowest `.cleaned` base offset is removed (incomplete split);
 /// - any other `.swap` segment replaces the live segments it covers, then becomes live;
 /// - index files without a `.log` are removed.
 ///
-/// Returns how many files were touched.
+/// Returns how many files were touched, and the base offsets of the `.deleted` files kept.
 fn sweep_leftovers(
     storage: &dyn Storage,
     dir: &Path,
     names: &[String],
-) -> Result<usize, StorageError> {
+    keep_deleted: bool,
+) -> Result<(usize, Vec<Offset>), StorageError> {
     let parsed: Vec<SegmentFileName> = names
         .iter()
         .filter_map(|name| SegmentFileName::parse(name))
         .collect();
     let mut swept = 0;
+    let mut kept_deleted = Vec::new();
     for name in parsed
         .iter()
         .filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned))
     {
+        if keep_deleted && name.state == FileState::Deleted {
+            kept_deleted.push(name.base_offset);
+            continue;
+        }
         // A `.deleted` file may go meanwhile: the engine's file deleter unlinks them too.
         crate::segment::remove_if_present(storage, &name.path_in(dir))?;
         swept += 1;
     }
+    kept_deleted.sort_unstable();
+    kept_deleted.dedup();
     if parsed.iter().any(|name| name.state == FileState::Swap) {
         swept += complete_swaps(storage, dir, &parsed)?;
     }
@@ -375,7 +388,7 @@ fn sweep_leftovers(
             .sync_dir(dir)
             .map_err(|source| StorageError::io("fsync directory", dir, source))?;
     }
-    Ok(swept)
+    Ok((swept, kept_deleted))
 }
 
 /// Renames each `.swap` file to its live name. The swap logs replace the live segments whose base
