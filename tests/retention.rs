@@ -682,6 +682,38 @@ fn leftover_deleted_files_found_at_open_are_unlinked_off_the_shard() {
     engine.close().unwrap();
 }
 
+#[test]
+fn the_engine_unlinks_what_delete_records_removed_without_waiting_for_a_retention_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine_config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.path(), engine_config).unwrap();
+    let settings = [("file.delete.delay.ms", "0")];
+    let topic = engine.create_topic("aging", 1, config(&settings)).unwrap();
+    for offset in 0..10 {
+        engine
+            .append(&topic, 0, batch(T0 + offset), Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    let log_start = engine.delete_records(&topic, 0, Offset(8)).wait().unwrap();
+    assert_eq!(log_start, Offset(8));
+    // The periodic retention pass is 5 minutes away: the deletion alone must lead to the unlink.
+    wait_for_no_deleted_files(dir.path());
+    let logs = std::fs::read_dir(dir.path().join("aging-0"))
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".log")
+        })
+        .count();
+    assert_eq!(logs, 1, "only the segment holding offset 8 is left");
+    engine.close().unwrap();
+}
+
 /// Fails every file sync once armed.
 #[derive(Debug, Default)]
 struct FailSyncs(std::sync::atomic::AtomicBool);

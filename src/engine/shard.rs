@@ -405,8 +405,7 @@ impl Shard {
             );
         }
         self.file_deleter.delete(log.take_expired_files(now));
-        self.submit_deferred_syncs(&tp);
-        self.note_file_deletion(tp);
+        self.after_segments_deleted(&tp);
     }
 
     /// Records when `tp`'s pending segments next need the shard, if they do.
@@ -1043,19 +1042,12 @@ impl Shard {
     }
 
     fn retain_partition(&mut self, tp: TopicPartition) -> PartitionRetention {
-        let (outcome, next_deletion) = match self.partition(&tp) {
-            Ok(log) => (
-                log.apply_retention(TimestampMs::now()),
-                log.next_file_deletion(),
-            ),
-            Err(LookupError::Open(error)) => (Err(open_error_into_storage(&tp, error)), None),
-            Err(LookupError::Unknown) => (Ok(RetentionOutcome::default()), None),
+        let outcome = match self.partition(&tp) {
+            Ok(log) => log.apply_retention(TimestampMs::now()),
+            Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
+            Err(LookupError::Unknown) => Ok(RetentionOutcome::default()),
         };
-        // Retention rolls the active segment before deleting every segment.
-        self.submit_deferred_syncs(&tp);
-        if let Some(due) = next_deletion {
-            self.file_deletion_deadlines.insert(tp.clone(), due);
-        }
+        self.after_segments_deleted(&tp);
         if let Err(error) = &outcome {
             log::error!("shard {}: retention of {tp} failed: {error}", self.id);
         }
@@ -1095,7 +1087,17 @@ impl Shard {
         let log = self
             .partition(tp)
             .map_err(|error| lookup_error_into::<DeleteRecordsError>(tp, error))?;
-        log.delete_records(offset)
+        let deleted = log.delete_records(offset);
+        self.after_segments_deleted(tp);
+        deleted
+    }
+
+    /// After retention or `deleteRecords` took segments out of `tp`'s log: the syncer gets the
+    /// seal of a roll they made and the directory sync their renames wait for, and the shard
+    /// notes when the `.deleted` files may go.
+    fn after_segments_deleted(&mut self, tp: &TopicPartition) {
+        self.submit_deferred_syncs(tp);
+        self.note_file_deletion(tp.clone());
     }
 
     /// Syncs one partition, or every open partition with unflushed data.
