@@ -133,6 +133,7 @@ impl PartitionLog {
         count: usize,
         now: TimestampMs,
     ) -> Result<(usize, u64), StorageError> {
+        // An older rename that fails again stops the call before any segment leaves the list.
         self.finish_pending_renames(now)?;
         let removed = self.segments.drain_front(count);
         let first_remaining = self.segments.slots()[0].base_offset();
