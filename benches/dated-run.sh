@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One dated run of everything issue 4's performance targets are read from, on this machine, in
+# one go: every `seglog bench` preset with `--vs-disk`, the O_DIRECT write path, many-partitions
+# beside 8 partitions and one shard beside two on tmpfs (alternating), and the embedded peers'
+# harness when it is built. Each figure lands as JSON in OUT; `benches/targets.py OUT` then prints
+# the targets table from them (BENCHMARKS.md § The presets).
+#
+# Usage: benches/dated-run.sh [OUT]   (default: /var/tmp/seglog-run-<UTC date>)
+# Environment:
+#   SCRATCH   the data directory's parent, on the disk under test (default /var/tmp)
+#   DURATION  seconds per preset (default 5)
+#   PEERS     the peers harness binary (default /tmp/target-peers-full/release/peers; skipped
+#             when absent: see benches/peers/README.md to build it)
+# Needs root for `drop_caches` (fetch-cold, random-fetch, the peers' cold phases) and fio for the
+# disk's own figures (`apt-get install -y fio`; without it `--vs-disk` uses its built-in loops).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stamp=$(date -u +%Y-%m-%dT%H%MZ)
+out=${1:-/var/tmp/seglog-run-$stamp}
+scratch=${SCRATCH:-/var/tmp}
+duration=${DURATION:-5}
+peers=${PEERS:-/tmp/target-peers-full/release/peers}
+data="$scratch/seglog-dated-run"
+mkdir -p "$out"
+
+cargo build --release --quiet -p seglog-tools
+seglog=${CARGO_TARGET_DIR:-target}/release/seglog
+
+{
+  echo "date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "commit=$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
+  echo "kernel=$(uname -r) cores=$(nproc) fio=$(fio --version 2>/dev/null || echo none)"
+} | tee "$out/run.txt"
+
+# One preset: its report goes to OUT/NAME.txt, its figures to OUT/NAME.json.
+bench() {
+  local name=$1
+  shift
+  rm -rf "$data"
+  echo "== $name: seglog bench $*" | tee -a "$out/run.txt"
+  "$seglog" bench "$@" --dir "$data" --json "$out/$name.json" | tee "$out/$name.txt"
+  rm -rf "$data"
+}
+
+for workload in append group-commit fetch-hot fetch-cold random-fetch tail; do
+  bench "$workload" --workload "$workload" --duration "$duration" --vs-disk
+done
+for workload in append group-commit; do
+  bench "$workload-direct" --workload "$workload" --duration "$duration" --vs-disk --direct-io
+done
+for round in 1 2; do
+  bench "many-partitions-$round" --workload many-partitions --duration "$duration"
+  bench "partitions-8-$round" --workload append --partitions 8 --duration "$duration"
+done
+# Scaling where the disk is not the limit: tmpfs.
+for round in 1 2; do
+  for shards in 1 2; do
+    data=/dev/shm/seglog-dated-run bench "shards-$shards-$round" --workload append \
+      --duration 4 --shards "$shards"
+  done
+done
+
+if [ -x "$peers" ]; then
+  echo "== peers: $peers --dir $scratch --json $out/peers.json" | tee -a "$out/run.txt"
+  "$peers" --dir "$scratch" --json "$out/peers.json" | tee "$out/peers.md"
+else
+  echo "== peers: $peers not built, skipped (benches/peers/README.md)" | tee -a "$out/run.txt"
+fi
+
+python3 benches/targets.py "$out" | tee "$out/targets.md"

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Issue 4's performance targets, read from the JSON files of one `benches/dated-run.sh` run.
+
+Usage: benches/targets.py RUN_DIR   (prints a Markdown table; standard library only)
+
+Each ratio is the engine's figure over the comparison measured in the same run: the disk's own
+(`--vs-disk`, fio when installed), another preset of the same run, or the embedded peers in the
+peers harness's run. Field names: BENCHMARKS.md § `seglog bench`, benches/peers/README.md.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+PEERS = ("rocksdb", "fjall", "raft-engine")
+
+
+def load(run, name):
+    path = run / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def get(report, dotted):
+    value = report
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def verdict(ratio, bound, at_most=False):
+    if ratio is None:
+        return "not run"
+    met = ratio <= bound if at_most else ratio >= bound
+    return "met" if met else "**not met**"
+
+
+def ratio(numerator, denominator):
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def fmt(value, digits=2):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def preset_rows(run):
+    """Targets 1-3, then 5."""
+    rows = []
+    append = load(run, "append")
+    append_mb = get(append, "append.mb_per_s")
+    rows.append((
+        "1. `append` ≥ 0.9× the disk's best sequential write",
+        f"{fmt(append_mb, 1)} MB/s over {fmt(get(append, 'disk.write_mb_per_s'), 1)} "
+        f"(buffered {fmt(get(append, 'disk.write_buffered_mb_per_s'), 1)}, O_DIRECT "
+        f"{fmt(get(append, 'disk.write_direct_mb_per_s'), 1)})",
+        get(append, "append.vs_disk"), verdict(get(append, "append.vs_disk"), 0.9)))
+
+    group = load(run, "group-commit")
+    group_mb = get(group, "durable.mb_per_s")
+    throughput = ratio(group_mb, append_mb)
+    rows.append((
+        "2a. `group-commit` ≥ 0.5× target 1's MB/s",
+        f"{fmt(group_mb, 1)} of {fmt(append_mb, 1)} MB/s; the same 16 producers on the bare "
+        f"disk: {fmt(get(group, 'disk.producers.mb_per_s'), 1)} MB/s",
+        throughput, verdict(throughput, 0.5)))
+    one_writer = get(group, "disk.write_latency_us.p999")
+    durable = get(group, "durable.latency_us.p999")
+    bare = get(group, "disk.producers.latency_us.p999")
+    latency = ratio(durable, one_writer)
+    rows.append((
+        "2b. `group-commit` durable p99.9 ≤ 2× one writer's 64 KiB append + fdatasync p99.9",
+        f"{fmt(durable, 0)} µs over {fmt(one_writer, 0)} µs; the bare producers' own p99.9 "
+        f"{fmt(bare, 0)} µs = {fmt(ratio(bare, one_writer))}× the one writer's, the engine "
+        f"{fmt(ratio(durable, bare))}× theirs",
+        latency, verdict(latency, 2.0, at_most=True)))
+
+    for name, bound, what in (
+        ("fetch-cold", 0.9, "the disk's sequential read over the engine's files"),
+        ("fetch-hot", 0.5, "one core's memcpy"),
+        ("random-fetch", 0.8, "the disk's 4 KiB random reads at the same depth"),
+    ):
+        report = load(run, name)
+        unit = "records/s" if name == "random-fetch" else "MB/s"
+        figure = get(report, "fetch.records_per_s" if name == "random-fetch" else "fetch.mb_per_s")
+        rows.append((
+            f"3. `{name}` ≥ {bound}× {what}", f"{fmt(figure, 1)} {unit}",
+            get(report, "fetch.vs_disk"), verdict(get(report, "fetch.vs_disk"), bound)))
+
+    pairs = [(get(load(run, f"many-partitions-{round}"), "append.mb_per_s"),
+              get(load(run, f"partitions-8-{round}"), "append.mb_per_s")) for round in (1, 2)]
+    many = [ratio(*pair) for pair in pairs]
+    rows.append((
+        "5a. `many-partitions` (10,000) ≥ 0.7× 8 partitions",
+        "; ".join(f"{fmt(m, 1)} / {fmt(e, 1)} MB/s" for m, e in pairs),
+        min((r for r in many if r is not None), default=None),
+        verdict(min((r for r in many if r is not None), default=None), 0.7)))
+    shards = [(get(load(run, f"shards-2-{round}"), "append.records_per_s"),
+               get(load(run, f"shards-1-{round}"), "append.records_per_s")) for round in (1, 2)]
+    scaling = [ratio(*pair) for pair in shards]
+    rows.append((
+        "5b. 2 shards ≥ 1.7× one shard on tmpfs",
+        "; ".join(f"{fmt(two, 0)} / {fmt(one, 0)} records/s" for two, one in shards),
+        min((r for r in scaling if r is not None), default=None),
+        verdict(min((r for r in scaling if r is not None), default=None), 1.7)))
+    return rows
+
+
+def best_crate(results, cell, measure):
+    figures = [(get(r, measure), r["engine"]) for r in results
+               if r["cell"] == cell and r["engine"] in PEERS and get(r, measure) is not None]
+    return max(figures, default=(None, None))
+
+
+def peer_rows(peers):
+    results = [r for r in peers["results"] if not r.get("error")]
+    rows = []
+    append_bounds = {"100-nosync": 3.0, "1024-nosync": 2.0, "100-sync": 1.0, "1024-sync": 1.0}
+    for cell, bound in append_bounds.items():
+        rows.append(peer_row(results, "seglog", cell, "append.records_per_s", "appends/s",
+                             cell, bound))
+    for size in ("100", "1024"):
+        rows.append(peer_row(results, "seglog-gc16", f"{size}-sync", "append.records_per_s",
+                             "appends/s, 16 producers,", f"{size}-sync", 3.0))
+    for measure, name in (("hot_scan.mb_per_s", "hot scan MB/s"),
+                          ("cold_scan.mb_per_s", "cold scan MB/s"),
+                          ("hot_lookups.records_per_s", "hot lookups/s"),
+                          ("cold_lookups.records_per_s", "cold lookups/s")):
+        for cell in append_bounds:
+            rows.append(peer_row(results, "seglog", cell, measure, name, cell, 1.0))
+    return rows
+
+
+def peer_row(results, engine, cell, measure, name, peer_cell, bound):
+    ours = next((get(r, measure) for r in results
+                 if r["engine"] == engine and r["cell"] == cell), None)
+    best, who = best_crate(results, peer_cell, measure)
+    value = ratio(ours, best)
+    return (f"4. {engine} {cell} {name} ≥ {bound}× the best crate's (one writer)",
+            f"{fmt(ours, 0)} over {fmt(best, 0)} ({who})", value, verdict(value, bound))
+
+
+def main():
+    run = Path(sys.argv[1])
+    print(f"Run: {run}\n")
+    info = run / "run.txt"
+    if info.exists():
+        print("```text\n" + info.read_text().strip() + "\n```\n")
+    print("| target | figures, same run | ratio | status |")
+    print("|---|---|---|---|")
+    rows = preset_rows(run)
+    peers = load(run, "peers")
+    if peers:
+        scaling = [row for row in rows if row[0].startswith("5")]
+        rows = [row for row in rows if not row[0].startswith("5")] + peer_rows(peers) + scaling
+    for target, figures, value, status in rows:
+        print(f"| {target} | {figures} | {fmt(value)} | {status} |")
+
+
+if __name__ == "__main__":
+    main()
