@@ -53,11 +53,28 @@ for round in 1 2; do
   bench "many-partitions-$round" --workload many-partitions --duration "$duration"
   bench "partitions-8-$round" --workload append --partitions 8 --duration "$duration"
 done
-# Scaling where the disk is not the limit: tmpfs.
+# Scaling where the disk is not the limit: tmpfs, appends and hot fetches with one shard and
+# two, beside fio writing fresh tmpfs pages with one job and two (what the appends' page-cache
+# copies cost the kernel here, without an engine).
+fio_tmpfs() {
+  local jobs=$1 name=$2
+  mkdir -p /dev/shm/seglog-fio
+  echo "== $name: fio sequential 256 KiB writes into fresh tmpfs pages, $jobs job(s)" |
+    tee -a "$out/run.txt"
+  fio --name=tmpfs-write --directory=/dev/shm/seglog-fio --rw=write --bs=256k --size=8g \
+    --numjobs="$jobs" --runtime=4 --group_reporting --ioengine=psync --output-format=json \
+    > "$out/$name.json"
+  rm -rf /dev/shm/seglog-fio
+}
 for round in 1 2; do
   for shards in 1 2; do
     data=/dev/shm/seglog-dated-run bench "shards-$shards-$round" --workload append \
       --duration 4 --shards "$shards"
+    data=/dev/shm/seglog-dated-run bench "fetch-hot-shards-$shards-$round" \
+      --workload fetch-hot --duration 4 --shards "$shards"
+    if command -v fio > /dev/null; then
+      fio_tmpfs "$shards" "fio-tmpfs-$shards-$round"
+    fi
   done
 done
 
