@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One dated run of everything issue 4's performance targets are read from, on this machine, in
 # one go: every `seglog bench` preset with `--vs-disk`, the O_DIRECT write path, many-partitions
-# beside 8 partitions and one shard beside two on tmpfs (alternating), and the embedded peers'
-# harness when it is built. Each figure lands as JSON in OUT; `benches/targets.py OUT` then prints
-# the targets table from them (BENCHMARKS.md § The presets).
+# beside 8 partitions, appends and hot fetches with one shard beside two on tmpfs next to fio's
+# own one job beside two (alternating), and the embedded peers' harness when it is built. Each
+# figure lands as JSON in OUT; `benches/targets.py OUT` then prints the targets table from them
+# (BENCHMARKS.md § The targets, one dated run).
 #
 # Usage: benches/dated-run.sh [OUT]   (default: /var/tmp/seglog-run-<UTC date>)
 # Environment:

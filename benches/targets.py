@@ -47,7 +47,7 @@ def fmt(value, digits=2):
 
 
 def preset_rows(run):
-    """Targets 1-3, then 5."""
+    """Targets 1-3."""
     rows = []
     append = load(run, "append")
     append_mb = get(append, "append.mb_per_s")
@@ -81,7 +81,12 @@ def preset_rows(run):
         rows.append((
             f"3. `{name}` ≥ {bound}× {what}", f"{fmt(figure, 1)} {unit}",
             get(report, "fetch.vs_disk"), verdict(get(report, "fetch.vs_disk"), bound)))
+    return rows
 
+
+def scaling_rows(run):
+    """Target 5."""
+    rows = []
     rows.append(paired_row(run, "5a. `many-partitions` (10,000) ≥ 0.7× 8 partitions",
                            ("many-partitions", "partitions-8"), "append.mb_per_s", "MB/s", 0.7))
     kernel = [ratio(fio_mb(run, f"fio-tmpfs-2-{round}"), fio_mb(run, f"fio-tmpfs-1-{round}"))
@@ -140,23 +145,23 @@ def peer_rows(peers):
     append_bounds = {"100-nosync": 3.0, "1024-nosync": 2.0, "100-sync": 1.0, "1024-sync": 1.0}
     for cell, bound in append_bounds.items():
         rows.append(peer_row(results, "seglog", cell, "append.records_per_s", "appends/s",
-                             cell, bound))
+                             bound))
     for size in ("100", "1024"):
         rows.append(peer_row(results, "seglog-gc16", f"{size}-sync", "append.records_per_s",
-                             "appends/s, 16 producers,", f"{size}-sync", 3.0))
+                             "appends/s, 16 producers,", 3.0))
     for measure, name in (("hot_scan.mb_per_s", "hot scan MB/s"),
                           ("cold_scan.mb_per_s", "cold scan MB/s"),
                           ("hot_lookups.records_per_s", "hot lookups/s"),
                           ("cold_lookups.records_per_s", "cold lookups/s")):
         for cell in append_bounds:
-            rows.append(peer_row(results, "seglog", cell, measure, name, cell, 1.0))
+            rows.append(peer_row(results, "seglog", cell, measure, name, 1.0))
     return rows
 
 
-def peer_row(results, engine, cell, measure, name, peer_cell, bound):
+def peer_row(results, engine, cell, measure, name, bound):
     ours = next((get(r, measure) for r in results
                  if r["engine"] == engine and r["cell"] == cell), None)
-    best, who = best_crate(results, peer_cell, measure)
+    best, who = best_crate(results, cell, measure)
     value = ratio(ours, best)
     return (f"4. {engine} {cell} {name} ≥ {bound}× the best crate's (one writer)",
             f"{fmt(ours, 0)} over {fmt(best, 0)} ({who})", value, verdict(value, bound))
@@ -170,11 +175,8 @@ def main():
         print("```text\n" + info.read_text().strip() + "\n```\n")
     print("| target | figures, same run | ratio | status |")
     print("|---|---|---|---|")
-    rows = preset_rows(run)
     peers = load(run, "peers")
-    if peers:
-        scaling = [row for row in rows if row[0].startswith("5")]
-        rows = [row for row in rows if not row[0].startswith("5")] + peer_rows(peers) + scaling
+    rows = preset_rows(run) + (peer_rows(peers) if peers else []) + scaling_rows(run)
     for target, figures, value, status in rows:
         print(f"| {target} | {figures} | {fmt(value)} | {status} |")
 
