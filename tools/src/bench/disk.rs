@@ -29,6 +29,13 @@ pub(crate) const FILE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 /// and may write this much per second of it: more than the page cache takes at once, so that a
 /// long phase is compared with the disk's sustained rate, not with a burst into memory.
 const BUFFERED_WRITE_BYTES_PER_SECOND_MAX: u64 = 4 * 1024 * 1024 * 1024;
+/// The buffered file, and the producers' files together, each take at most this share of the
+/// file system's free space (a quarter): a long phase at the rate above would fill the disk
+/// (fio lays its file out to the whole `--size` before writing), and the engine's phase that
+/// follows needs as much room.
+const SCRATCH_SHARE_DIVISOR: u64 = 4;
+/// A scratch write may always take this much, whatever the free space says.
+const SCRATCH_SHARE_MIN_BYTES: u64 = 64 * 1024 * 1024;
 /// Block size of the sequential reads.
 const READ_BLOCK_BYTES: usize = 1024 * 1024;
 /// Block size and alignment of the random reads and of `O_DIRECT` buffers.
@@ -52,11 +59,11 @@ pub struct DiskPattern {
 
 impl DiskPattern {
     /// How long the buffered sequential write runs (whole seconds, at least one) and the bytes
-    /// it may write in that time.
-    pub fn buffered_write_limits(&self) -> (Duration, u64) {
+    /// it may write in that time, within its share of `dir`'s free space.
+    pub fn buffered_write_limits(&self, dir: &Path) -> anyhow::Result<(Duration, u64)> {
         let seconds = self.buffered_write_time.as_secs().max(1);
-        let bytes_max = seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX;
-        (Duration::from_secs(seconds), bytes_max)
+        let bytes_max = (seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX).min(scratch_share(dir)?);
+        Ok((Duration::from_secs(seconds), bytes_max))
     }
 }
 
@@ -98,10 +105,10 @@ impl ProducersPattern {
 /// The producers append at least this long, for enough appends (≈ 10 k/s here) that the p99.9
 /// is not the few slowest of a handful, and at most this long (each region holds it).
 const PRODUCERS_TIME_MIN: Duration = Duration::from_secs(2);
-const PRODUCERS_TIME_MAX: Duration = Duration::from_secs(10);
+const PRODUCERS_TIME_MAX: Duration = Duration::from_secs(30);
 /// Each producer's region of its file: more than it can append in [`PRODUCERS_TIME_MAX`] (16
 /// producers share ≈ 1 GB/s here).
-const PRODUCER_REGION_BYTES: u64 = 1024 * 1024 * 1024;
+const PRODUCER_REGION_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// The disk under several writers' durable appends (the engine's sync pattern, or the producers
 /// with no engine).
@@ -245,6 +252,15 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
     Ok(figures)
 }
 
+/// What one scratch write in `dir` may take: [`SCRATCH_SHARE_DIVISOR`]'s share of the space
+/// free to this user there, at least [`SCRATCH_SHARE_MIN_BYTES`].
+fn scratch_share(dir: &Path) -> anyhow::Result<u64> {
+    let stat = rustix::fs::statvfs(dir)
+        .with_context(|| format!("cannot read the free space of {}", dir.display()))?;
+    let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
+    Ok((free_bytes / SCRATCH_SHARE_DIVISOR).max(SCRATCH_SHARE_MIN_BYTES))
+}
+
 /// Runs [`ProducersPattern`] in `dir`.
 fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<GroupSync> {
     let files = (0..pattern.files.max(1))
@@ -260,6 +276,8 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
         true => pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES,
         false => pattern.block_bytes,
     };
+    let bytes_max =
+        PRODUCER_REGION_BYTES.min(scratch_share(dir)? / pattern.producers.max(1) as u64);
     let started = Instant::now();
     let producers = thread::scope(|scope| {
         let handles: Vec<_> = (0..pattern.producers)
@@ -267,7 +285,9 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
                 let file = &files[producer % files.len()];
                 let region_start = (producer / files.len()) as u64 * PRODUCER_REGION_BYTES;
                 let until = started + pattern.time;
-                scope.spawn(move || append_durably(file, block_bytes, region_start, until))
+                scope.spawn(move || {
+                    append_durably(file, block_bytes, region_start, until, bytes_max)
+                })
             })
             .collect();
         join_all(handles)
@@ -285,25 +305,19 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
 }
 
 /// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
-/// `region_start` on, until `until` or the region is full.
+/// `region_start` on, until `until` or `bytes_max` (at most its region) are written.
 fn append_durably(
     file: &File,
     block_bytes: usize,
     region_start: u64,
     until: Instant,
+    bytes_max: u64,
 ) -> anyhow::Result<WriteFigures> {
     let started = Instant::now();
     let mut storage = Vec::new();
     let block = aligned(&mut storage, block_bytes);
     block.fill(b'p');
-    let (written, latency) = timed_writes(
-        file,
-        block,
-        region_start,
-        true,
-        until,
-        PRODUCER_REGION_BYTES,
-    )?;
+    let (written, latency) = timed_writes(file, block, region_start, true, until, bytes_max)?;
     Ok(WriteFigures {
         mb_per_s: written as f64 / MB / started.elapsed().as_secs_f64().max(1e-9),
         latency,
@@ -368,7 +382,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         pattern.block_bytes,
         pattern.sync_each,
         false,
-        pattern.buffered_write_limits(),
+        pattern.buffered_write_limits(dir)?,
     )?;
     let direct_path = dir.join("direct.tmp");
     let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
@@ -526,6 +540,26 @@ fn read_random(path: &Path, direct: bool, queue_depth: usize) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_buffered_write_takes_at_most_its_share_of_the_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = DiskPattern {
+            block_bytes: 65536,
+            sync_each: true,
+            queue_depth: 1,
+            group_sync: None,
+            producers: None,
+            buffered_write_time: Duration::from_secs(3600),
+        };
+        let (time, bytes_max) = pattern.buffered_write_limits(dir.path()).unwrap();
+        assert_eq!(time, Duration::from_secs(3600));
+        let stat = rustix::fs::statvfs(dir.path()).unwrap();
+        let free_bytes = stat.f_bavail * stat.f_frsize;
+        let share = (free_bytes / SCRATCH_SHARE_DIVISOR).max(SCRATCH_SHARE_MIN_BYTES);
+        assert!(bytes_max <= share, "{bytes_max} of {free_bytes} free");
+        assert!(bytes_max >= SCRATCH_SHARE_MIN_BYTES);
+    }
 
     #[test]
     fn durable_producers_share_the_files_each_in_a_region_of_its_own() {
