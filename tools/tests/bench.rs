@@ -18,7 +18,7 @@ fn bench_json(args: &[&str]) -> Value {
 fn bench_json_and_table(args: &[&str]) -> (Value, String) {
     let temporary = tempfile::tempdir().unwrap();
     let json = temporary.path().join("bench.json");
-    let mut all = vec!["bench", "--json", path_arg(&json)];
+    let mut all = vec!["bench", "--no-settle", "--json", path_arg(&json)];
     all.extend_from_slice(args);
     let output = run(&all);
     assert_success(&output);
@@ -263,7 +263,14 @@ fn a_batch_smaller_than_a_record_is_refused() {
 fn an_explicit_dir_is_used_and_kept() {
     let temporary = tempfile::tempdir().unwrap();
     let data = temporary.path().join("data");
-    let output = run(&["bench", "--records", "100", "--dir", path_arg(&data)]);
+    let output = run(&[
+        "bench",
+        "--no-settle",
+        "--records",
+        "100",
+        "--dir",
+        path_arg(&data),
+    ]);
     assert_success(&output);
     assert!(data.join("seglog-bench-0").is_dir());
 }
@@ -316,7 +323,14 @@ fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {
     let temporary = tempfile::tempdir().unwrap();
     let data = temporary.path().join("data");
     let json = temporary.path().join("bench.json");
-    let mut all = vec!["bench", "--json", path_arg(&json), "--dir", path_arg(&data)];
+    let mut all = vec![
+        "bench",
+        "--no-settle",
+        "--json",
+        path_arg(&json),
+        "--dir",
+        path_arg(&data),
+    ];
     all.extend_from_slice(args);
     let output = run(&all);
     assert_success(&output);
@@ -625,4 +639,29 @@ fn new_options_refuse_bad_values() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         assert!(!output.stderr.is_empty(), "{args:?}");
     }
+}
+
+#[test]
+fn the_engine_waits_for_freed_memory_to_be_reported_where_the_machine_reports_it() {
+    let temporary = tempfile::tempdir().unwrap();
+    let json = temporary.path().join("bench.json");
+    let output = run(&["bench", "--records", "100", "--json", path_arg(&json)]);
+    assert_success(&output);
+    let table = String::from_utf8(output.stdout).unwrap();
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let waits = report["machine"]["page_reporting_waits"]
+        .as_array()
+        .unwrap();
+    let reported = std::path::Path::new("/sys/module/page_reporting/parameters/reported_kib");
+    if !reported.exists() {
+        assert!(waits.is_empty(), "{report:#}");
+        return;
+    }
+    assert_eq!(waits.len(), 1, "{report:#}");
+    assert_eq!(waits[0]["before"], "engine", "{report:#}");
+    // Settled means the count stood still for the quiet time (4 s), which the wait includes.
+    if waits[0]["settled"] == true {
+        assert!(waits[0]["seconds"].as_f64().unwrap() >= 4.0, "{report:#}");
+    }
+    assert!(table.contains("free page reporting: waited"), "{table}");
 }

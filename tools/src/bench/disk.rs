@@ -19,6 +19,7 @@ use hdrhistogram::Histogram;
 use super::cache::advise_dont_need;
 use super::fio;
 use super::progress::{MB, join_all, micros, new_histogram};
+use super::settle::Settles;
 
 /// How long each write and random-read measurement runs.
 const PHASE_TIME: Duration = Duration::from_secs(1);
@@ -228,7 +229,11 @@ impl DiskFigures {
 }
 
 /// Measures in a fresh scratch directory under `parent`, removed afterwards.
-pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
+pub fn measure(
+    parent: &Path,
+    pattern: DiskPattern,
+    settles: &mut Settles,
+) -> anyhow::Result<DiskFigures> {
     let scratch = tempfile::Builder::new()
         .prefix("seglog-bench-disk-")
         .tempdir_in(parent)
@@ -247,6 +252,8 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
     };
     figures.notes.splice(0..0, notes);
     if let Some(producers) = pattern.producers {
+        // The sequential reads dropped the buffered file's pages: let them be reported first.
+        settles.wait("bare producers");
         figures.producers = Some(durable_producers(scratch.path(), producers)?);
     }
     Ok(figures)

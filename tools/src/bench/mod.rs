@@ -34,6 +34,7 @@ mod produce;
 mod progress;
 mod report;
 mod settings;
+mod settle;
 mod tail;
 
 use std::fs;
@@ -54,6 +55,7 @@ use fetch::AtEnd;
 use progress::{Limit, Phase};
 use report::Report;
 use settings::Settings;
+use settle::Settles;
 
 /// The topic every run writes.
 const TOPIC: &str = "seglog-bench";
@@ -81,11 +83,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     };
     fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let mut settles = Settles::new(!args.no_settle);
     let disk = if args.vs_disk {
-        Some(measure_disk(&dir, &settings)?)
+        settles.wait("disk");
+        Some(measure_disk(&dir, &settings, &mut settles)?)
     } else {
         None
     };
+    settles.wait("engine");
     raise_open_files_limit();
     let config = EngineConfig {
         pin_shards: false,
@@ -103,7 +108,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let open_partitions_max = config.open_partitions_max;
     let engine = Engine::open(&dir, config)
         .with_context(|| format!("cannot open data directory {}", dir.display()))?;
-    let outcome = run_workload(&engine, &settings, &dir, args.vs_disk);
+    let outcome = run_workload(&engine, &settings, &dir, args.vs_disk, &mut settles);
     let closed = engine.close().context("cannot close the data directory");
     let mut outcome = outcome?;
     closed?;
@@ -122,6 +127,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         cache_drop: outcome.cache_drop,
         dir: &dir,
         open_partitions_max,
+        settles: &settles.waits,
     };
     write_outputs(args, &report)?;
     Ok(Outcome::Clean)
@@ -131,7 +137,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
 const BUFFERED_WRITE_TIME_MAX: Duration = Duration::from_secs(30);
 
 /// The disk's limits, in a scratch directory beside the data directory (same file system).
-fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> {
+fn measure_disk(
+    dir: &Path,
+    settings: &Settings,
+    settles: &mut Settles,
+) -> anyhow::Result<DiskFigures> {
     let parent = match dir.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
@@ -163,7 +173,7 @@ fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> 
         producers,
         buffered_write_time,
     };
-    disk::measure(&parent, pattern)
+    disk::measure(&parent, pattern, settles)
 }
 
 fn write_outputs(args: &BenchArgs, report: &Report<'_>) -> anyhow::Result<()> {
@@ -213,6 +223,7 @@ fn run_workload(
     settings: &Settings,
     dir: &Path,
     measure_data_set: bool,
+    settles: &mut Settles,
 ) -> anyhow::Result<WorkloadOutcome> {
     let topic_config = match settings.workload {
         Workload::Compaction => compaction::topic_config(),
@@ -267,6 +278,7 @@ fn run_workload(
         Workload::FetchCold => {
             let written = append(data_set_limit)?;
             outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
+            settles.wait("cold reads");
             let read = fetch::sequential_phase(engine, &topic, settings, read_limit, AtEnd::Stop)?;
             outcome.phases = vec![written, read];
             if measure_data_set && fio::installed() {
@@ -278,6 +290,7 @@ fn run_workload(
             let written = append(data_set_limit)?;
             let ranges = fetch::partition_ranges(engine, &topic, settings)?;
             outcome.cache_drop = Some(drop_page_cache(engine, dir)?);
+            settles.wait("cold reads");
             let read = fetch::random_phase(engine, &topic, settings, &ranges, read_limit)?;
             outcome.phases = vec![written, read];
             if measure_data_set && fio::installed() {

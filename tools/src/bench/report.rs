@@ -14,6 +14,7 @@ use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
 use super::disk::{DiskFigures, WriteLatency};
 use super::progress::{Limit, Phase};
 use super::settings::Settings;
+use super::settle::Settle;
 
 /// Percentiles the table prints, with their JSON names.
 const PERCENTILES: [(&str, &str, f64); 5] = [
@@ -33,6 +34,8 @@ pub struct Report<'a> {
     pub dir: &'a Path,
     /// The engine's bound on open partitions (from `RLIMIT_NOFILE`).
     pub open_partitions_max: usize,
+    /// The waits for freed memory to be handed back to the host (`settle.rs`).
+    pub settles: &'a [Settle],
 }
 
 /// An engine figure beside the disk's for the same pattern.
@@ -125,6 +128,20 @@ impl Report<'_> {
                 out,
                 "page cache dropped before fetching: {}",
                 cache_drop.name()
+            )?;
+        }
+        for settle in self.settles {
+            writeln!(
+                out,
+                "free page reporting: waited {:.1} s before the {} ({} MiB handed back to the host{})",
+                settle.waited.as_secs_f64(),
+                settle.before,
+                settle.reported_kib / 1024,
+                if settle.settled {
+                    ""
+                } else {
+                    "; still reporting"
+                },
             )?;
         }
         if let Some(compaction) = &self.compaction {
@@ -360,6 +377,19 @@ impl Report<'_> {
             "open_partitions_max".into(),
             json!(self.open_partitions_max),
         );
+        let settles: Vec<Value> = self
+            .settles
+            .iter()
+            .map(|settle| {
+                json!({
+                    "before": settle.before,
+                    "seconds": settle.waited.as_secs_f64(),
+                    "reported_kib": settle.reported_kib,
+                    "settled": settle.settled,
+                })
+            })
+            .collect();
+        machine.insert("page_reporting_waits".into(), json!(settles));
         Value::Object(machine)
     }
 
