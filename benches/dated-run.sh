@@ -4,7 +4,9 @@
 # beside 8 partitions, appends and hot fetches with one shard beside two on tmpfs next to fio's
 # own one job beside two (alternating), and the embedded peers' harness when it is built. Each
 # figure lands as JSON in OUT; `benches/targets.py OUT` then prints the targets table from them
-# (BENCHMARKS.md § The targets, one dated run).
+# (BENCHMARKS.md § The targets, one dated run). Every bench, fio job and the peers' phases first
+# wait for memory the run before freed to be handed back to the host (BENCHMARKS.md § Durable
+# appends after freed memory).
 #
 # Usage: benches/dated-run.sh [OUT]   (default: /var/tmp/seglog-run-<UTC date>)
 # Environment:
@@ -57,8 +59,24 @@ done
 # Scaling where the disk is not the limit: tmpfs, appends and hot fetches with one shard and
 # two, beside fio writing fresh tmpfs pages with one job and two (what the appends' page-cache
 # copies cost the kernel here, without an engine).
+# Waits as `seglog bench` does before each phase (tools/src/bench/settle.rs) until memory freed
+# before (the last run's files) has been handed back to the host by free page reporting: until
+# its count stood still for 4 s, at most 120 s; nothing where the machine does not report.
+settle() {
+  local count=/sys/module/page_reporting/parameters/reported_kib
+  [ -r "$count" ] || return 0
+  local last quiet=0 waited=0 now
+  last=$(cat "$count")
+  while [ "$quiet" -lt 40 ] && [ "$waited" -lt 1200 ]; do
+    sleep 0.1
+    now=$(cat "$count")
+    if [ "$now" = "$last" ]; then quiet=$((quiet + 1)); else quiet=0; last=$now; fi
+    waited=$((waited + 1))
+  done
+}
 fio_tmpfs() {
   local jobs=$1 name=$2
+  settle
   mkdir -p /dev/shm/seglog-fio
   echo "== $name: fio sequential 256 KiB writes into fresh tmpfs pages, $jobs job(s)" |
     tee -a "$out/run.txt"

@@ -6,7 +6,7 @@
 //! phase.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Round trips per measurement: ≈ 2–20 ms.
 const ROUND_TRIPS: u64 = 50_000;
@@ -28,6 +28,39 @@ pub fn core_round_trip_ns() -> f64 {
         }
         started.elapsed().as_nanos() as f64 / ROUND_TRIPS as f64
     })
+}
+
+/// The guest's count of memory handed back to the host by free page reporting (virtio-balloon).
+const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
+/// The count stands still this long when reporting is done (its passes are ≈ 2 s apart).
+const REPORTING_QUIET: Duration = Duration::from_secs(4);
+const REPORTING_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// Waits until memory freed before (the previous engine's removed files, a cache drop) has been
+/// handed back to the host, and returns how long that took (`None` where the machine does not
+/// report free pages). On this VM each reporting pass stalls every `fdatasync` for 60-330 ms,
+/// so a phase started before it ends is charged for what the engine before it freed (seglog's
+/// BENCHMARKS.md § Durable appends after freed memory; `seglog bench` waits the same way).
+pub fn settle_page_reporting() -> Option<Duration> {
+    let read = || {
+        std::fs::read_to_string(REPORTED_KIB)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let started = Instant::now();
+    let mut last = read()?;
+    let mut last_change = started;
+    while last_change.elapsed() < REPORTING_QUIET && started.elapsed() < REPORTING_WAIT_MAX {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read()?;
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        }
+    }
+    Some(started.elapsed())
 }
 
 fn wait_for(line: &AtomicU64, value: u64) {

@@ -170,6 +170,7 @@ fn measure(
     result: &mut CellResult,
 ) -> PeerResult<()> {
     std::fs::create_dir_all(dir).map_err(context("creating the engine directory"))?;
+    settle(result);
     let mut store = engines::open(name, dir, args.seglog_in_flight)?;
     let started = Instant::now();
     let latencies_us = store.append_all(payloads, cell.sync)?;
@@ -191,11 +192,20 @@ fn measure(
     result.disk_bytes_per_payload_byte =
         Some(allocated_bytes(dir) as f64 / payloads.payload_bytes() as f64);
     if drop_page_cache().is_ok() {
+        settle(result);
         result.cold_scan = Some(scan(store.as_mut(), payloads)?);
         drop_page_cache()?;
+        settle(result);
         result.cold_lookups = Some(lookups(store.as_mut(), payloads, args.cold_lookups, 2)?);
     }
     Ok(())
+}
+
+/// Waits for memory freed before the next phase to be handed back to the host, and notes it.
+fn settle(result: &mut CellResult) {
+    if let Some(waited) = machine::settle_page_reporting() {
+        result.page_reporting_waits_s.push(waited.as_secs_f64());
+    }
 }
 
 fn scan(store: &mut dyn LogStore, payloads: &Payloads) -> PeerResult<Rate> {

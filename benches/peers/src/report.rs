@@ -45,6 +45,9 @@ pub struct CellResult {
     pub core_round_trip_ns: Option<[f64; 2]>,
     pub cold_scan: Option<Rate>,
     pub cold_lookups: Option<Rate>,
+    /// Seconds waited for free page reporting before the append, the cold scan and the cold
+    /// lookups (`machine::settle_page_reporting`; empty where the machine does not report).
+    pub page_reporting_waits_s: Vec<f64>,
     pub error: Option<String>,
 }
 
@@ -64,6 +67,7 @@ impl CellResult {
             core_round_trip_ns: None,
             cold_scan: None,
             cold_lookups: None,
+            page_reporting_waits_s: Vec::new(),
             error: None,
         }
     }
