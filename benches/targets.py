@@ -167,6 +167,19 @@ def peer_row(results, engine, cell, measure, name, bound):
             f"{fmt(ours, 0)} over {fmt(best, 0)} ({who})", value, verdict(value, bound))
 
 
+def settle_lines(run):
+    """The waits for free page reporting before each preset's stages (`seglog bench`)."""
+    lines = []
+    for path in sorted(run.glob("*.json")):
+        waits = get(json.loads(path.read_text()), "machine.page_reporting_waits")
+        if waits:
+            stages = ", ".join(
+                f"{wait['before']} {wait['seconds']:.1f} s ({wait['reported_kib'] // 1024} MiB"
+                f"{'' if wait['settled'] else ', still reporting'})" for wait in waits)
+            lines.append(f"- `{path.stem}`: {stages}")
+    return lines
+
+
 def main():
     run = Path(sys.argv[1])
     print(f"Run: {run}\n")
@@ -179,6 +192,10 @@ def main():
     rows = preset_rows(run) + (peer_rows(peers) if peers else []) + scaling_rows(run)
     for target, figures, value, status in rows:
         print(f"| {target} | {figures} | {fmt(value)} | {status} |")
+    waits = settle_lines(run)
+    if waits:
+        print("\nWaits for free page reporting before each stage (seconds, MiB handed back):\n")
+        print("\n".join(waits))
 
 
 if __name__ == "__main__":
