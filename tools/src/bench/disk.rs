@@ -60,11 +60,11 @@ pub struct DiskPattern {
 
 impl DiskPattern {
     /// How long the buffered sequential write runs (whole seconds, at least one) and the bytes
-    /// it may write in that time, within its share of `dir`'s free space.
-    pub fn buffered_write_limits(&self, dir: &Path) -> anyhow::Result<(Duration, u64)> {
+    /// it may write in that time, within `share_bytes` ([`scratch_share`]).
+    pub fn buffered_write_limits(&self, share_bytes: u64) -> (Duration, u64) {
         let seconds = self.buffered_write_time.as_secs().max(1);
-        let bytes_max = (seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX).min(scratch_share(dir)?);
-        Ok((Duration::from_secs(seconds), bytes_max))
+        let bytes_max = (seconds * BUFFERED_WRITE_BYTES_PER_SECOND_MAX).min(share_bytes);
+        (Duration::from_secs(seconds), bytes_max)
     }
 }
 
@@ -261,11 +261,14 @@ pub fn measure(
 
 /// What one scratch write in `dir` may take: [`SCRATCH_SHARE_DIVISOR`]'s share of the space
 /// free to this user there, at least [`SCRATCH_SHARE_MIN_BYTES`].
-fn scratch_share(dir: &Path) -> anyhow::Result<u64> {
+pub(crate) fn scratch_share(dir: &Path) -> anyhow::Result<u64> {
     let stat = rustix::fs::statvfs(dir)
         .with_context(|| format!("cannot read the free space of {}", dir.display()))?;
-    let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
-    Ok((free_bytes / SCRATCH_SHARE_DIVISOR).max(SCRATCH_SHARE_MIN_BYTES))
+    Ok(share_of_free(stat.f_bavail.saturating_mul(stat.f_frsize)))
+}
+
+fn share_of_free(free_bytes: u64) -> u64 {
+    (free_bytes / SCRATCH_SHARE_DIVISOR).max(SCRATCH_SHARE_MIN_BYTES)
 }
 
 /// Runs [`ProducersPattern`] in `dir`.
@@ -389,7 +392,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         pattern.block_bytes,
         pattern.sync_each,
         false,
-        pattern.buffered_write_limits(dir)?,
+        pattern.buffered_write_limits(scratch_share(dir)?),
     )?;
     let direct_path = dir.join("direct.tmp");
     let direct_block = pattern.block_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES;
@@ -548,24 +551,36 @@ fn read_random(path: &Path, direct: bool, queue_depth: usize) -> anyhow::Result<
 mod tests {
     use super::*;
 
+    const GIB: u64 = 1024 * 1024 * 1024;
+
     #[test]
     fn a_long_buffered_write_takes_at_most_its_share_of_the_free_space() {
-        let dir = tempfile::tempdir().unwrap();
-        let pattern = DiskPattern {
+        let pattern = |seconds| DiskPattern {
             block_bytes: 65536,
             sync_each: true,
             queue_depth: 1,
             group_sync: None,
             producers: None,
-            buffered_write_time: Duration::from_secs(3600),
+            buffered_write_time: Duration::from_secs(seconds),
         };
-        let (time, bytes_max) = pattern.buffered_write_limits(dir.path()).unwrap();
-        assert_eq!(time, Duration::from_secs(3600));
-        let stat = rustix::fs::statvfs(dir.path()).unwrap();
-        let free_bytes = stat.f_bavail * stat.f_frsize;
-        let share = (free_bytes / SCRATCH_SHARE_DIVISOR).max(SCRATCH_SHARE_MIN_BYTES);
-        assert!(bytes_max <= share, "{bytes_max} of {free_bytes} free");
-        assert!(bytes_max >= SCRATCH_SHARE_MIN_BYTES);
+        let free_bytes = 100 * GIB;
+        assert_eq!(share_of_free(free_bytes), 25 * GIB);
+        assert_eq!(
+            pattern(3600).buffered_write_limits(share_of_free(free_bytes)),
+            (Duration::from_secs(3600), 25 * GIB)
+        );
+        // A short phase writes what its seconds allow, well within the share.
+        assert_eq!(
+            pattern(2).buffered_write_limits(share_of_free(free_bytes)),
+            (
+                Duration::from_secs(2),
+                2 * BUFFERED_WRITE_BYTES_PER_SECOND_MAX
+            )
+        );
+        // A nearly full disk still gets the minimum, and a real directory has some share.
+        assert_eq!(share_of_free(0), SCRATCH_SHARE_MIN_BYTES);
+        let dir = tempfile::tempdir().unwrap();
+        assert!(scratch_share(dir.path()).unwrap() >= SCRATCH_SHARE_MIN_BYTES);
     }
 
     #[test]

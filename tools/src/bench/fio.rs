@@ -50,7 +50,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
             ],
         )
     };
-    let buffered_limits = pattern.buffered_write_limits(dir)?;
+    let buffered_limits = pattern.buffered_write_limits(super::disk::scratch_share(dir)?);
     let buffered_write = write(&buffered, pattern.block_bytes, false, buffered_limits)?;
     let direct_limits = (Duration::from_secs(1), FILE_MAX_BYTES);
     let direct_write = write(&direct, direct_block, true, direct_limits)?;
