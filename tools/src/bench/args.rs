@@ -178,8 +178,9 @@ pub struct BenchArgs {
     /// directory, and print the engine's figures as a ratio of them.
     #[arg(long)]
     pub vs_disk: bool,
-    /// Do not wait, before the disk's and the engine's phases, for memory the run freed to be
-    /// handed back to the host (a VM's free page reporting; its passes stall every sync here).
+    /// Do not wait, before the disk's measurement, the bare producers, the engine and a cold
+    /// read phase, for memory freed before to be handed back to the host (a VM's free page
+    /// reporting; its passes stall every sync here).
     #[arg(long)]
     pub no_settle: bool,
 }

@@ -38,7 +38,7 @@ pub struct Settle {
 }
 
 /// The run's waits, in order; empty where free page reporting does not exist or `--no-settle`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Settles {
     pub waits: Vec<Settle>,
     pub enabled: bool,
