@@ -2,7 +2,8 @@
 //! `pwrite`s (until the last returns, and with a final `fdatasync`), cold sequential 1 MiB
 //! `pread`s, cold random 4 KiB `pread`s one at a time (a cold lookup's floor: one read from the
 //! device per lookup), and the per-batch sync floor (one batch's bytes appended, then
-//! `fdatasync`).
+//! `fdatasync`). The cold reads wait for free page reporting after their cache drop, as the
+//! engines' cold phases do (`machine::settle_page_reporting`).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -11,6 +12,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::device::{BlockDevice, DeviceReads, on_device};
+use crate::machine;
 use crate::workload::{BATCH_RECORDS, PeerResult, Rng, context, drop_page_cache};
 
 const BLOCK_BYTES: usize = 1024 * 1024;
@@ -28,6 +31,9 @@ pub struct DiskLimits {
     /// 4 KiB `pread`s at random page-aligned positions of the file after dropping the page
     /// cache, one at a time: reads/s (None: not permitted).
     pub read_cold_random_4kib_per_s: Option<f64>,
+    /// The device's reads during the two cold phases (as the engines' cold phases are shown).
+    pub read_cold_device: Option<DeviceReads>,
+    pub read_cold_random_device: Option<DeviceReads>,
     /// Per record size: records/s when each batch of 100 records' bytes is appended with one
     /// `pwrite` and followed by `fdatasync` (the floor of the sync cells).
     pub sync_floor: Vec<SyncFloor>,
@@ -83,8 +89,13 @@ pub fn measure(
     file.sync_data().map_err(context("fdatasync"))?;
     let synced_s = started.elapsed().as_secs_f64();
     let total = blocks * BLOCK_BYTES as u64;
-    let read_cold_mb_per_s = read_cold(&file, blocks)?;
-    let read_cold_random_4kib_per_s = read_cold_random(&file, total, random_reads)?;
+    let device = BlockDevice::of(dir);
+    let (read_cold_mb_per_s, read_cold_device) =
+        on_device(device.as_ref(), || read_cold(&file, blocks))?;
+    let (read_cold_random_4kib_per_s, read_cold_random_device) =
+        on_device(device.as_ref(), || {
+            read_cold_random(&file, total, random_reads)
+        })?;
     drop(file);
     let _ = std::fs::remove_file(&path);
     let sync_floor = record_sizes
@@ -97,6 +108,8 @@ pub fn measure(
         write_fdatasync_mb_per_s: total as f64 / synced_s / 1e6,
         read_cold_mb_per_s,
         read_cold_random_4kib_per_s,
+        read_cold_device,
+        read_cold_random_device,
         sync_floor,
     })
 }
@@ -105,6 +118,7 @@ fn read_cold(file: &File, blocks: u64) -> PeerResult<Option<f64>> {
     if drop_page_cache().is_err() {
         return Ok(None);
     }
+    machine::settle_page_reporting();
     let mut buffer = vec![0u8; BLOCK_BYTES];
     let started = Instant::now();
     for index in 0..blocks {
@@ -119,6 +133,7 @@ fn read_cold_random(file: &File, bytes: u64, reads: u64) -> PeerResult<Option<f6
     if reads == 0 || drop_page_cache().is_err() {
         return Ok(None);
     }
+    machine::settle_page_reporting();
     let pages = bytes / PAGE_BYTES as u64;
     let mut rng = Rng::new(0x4ead);
     let mut buffer = vec![0u8; PAGE_BYTES];

@@ -2,6 +2,7 @@
 //! log read by offset (rocksdb, fjall, raft-engine, a naive `BufWriter` log), in one run, with the
 //! disk's own limits measured in the same run. See README.md beside this crate.
 
+mod device;
 mod disk;
 mod engines;
 mod machine;
@@ -13,6 +14,7 @@ use std::time::Instant;
 
 use clap::Parser;
 
+use crate::device::{BlockDevice, on_device};
 use crate::engines::{ENGINE_NAMES, LogStore};
 use crate::report::{CellResult, Report};
 use crate::workload::{
@@ -192,11 +194,18 @@ fn measure(
     result.disk_bytes_per_payload_byte =
         Some(allocated_bytes(dir) as f64 / payloads.payload_bytes() as f64);
     if drop_page_cache().is_ok() {
+        let device = BlockDevice::of(dir);
         settle(result);
-        result.cold_scan = Some(scan(store.as_mut(), payloads)?);
+        let (cold_scan, reads) = on_device(device.as_ref(), || scan(store.as_mut(), payloads))?;
+        result.cold_scan = Some(cold_scan);
+        result.cold_scan_device = reads;
         drop_page_cache()?;
         settle(result);
-        result.cold_lookups = Some(lookups(store.as_mut(), payloads, args.cold_lookups, 2)?);
+        let (cold_lookups, reads) = on_device(device.as_ref(), || {
+            lookups(store.as_mut(), payloads, args.cold_lookups, 2)
+        })?;
+        result.cold_lookups = Some(cold_lookups);
+        result.cold_lookups_device = reads;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::device::DeviceReads;
 use crate::disk::DiskLimits;
 use crate::workload::{Cell, LatencyUs, Payloads, Rate, file_system_of};
 
@@ -45,6 +46,9 @@ pub struct CellResult {
     pub core_round_trip_ns: Option<[f64; 2]>,
     pub cold_scan: Option<Rate>,
     pub cold_lookups: Option<Rate>,
+    /// The device's reads during the cold scan and the cold lookups (`device::DeviceReads`).
+    pub cold_scan_device: Option<DeviceReads>,
+    pub cold_lookups_device: Option<DeviceReads>,
     /// Seconds waited for free page reporting before the append, the cold scan and the cold
     /// lookups (`machine::settle_page_reporting`; empty where the machine does not report).
     pub page_reporting_waits_s: Vec<f64>,
@@ -67,6 +71,8 @@ impl CellResult {
             core_round_trip_ns: None,
             cold_scan: None,
             cold_lookups: None,
+            cold_scan_device: None,
+            cold_lookups_device: None,
             page_reporting_waits_s: Vec::new(),
             error: None,
         }
@@ -177,6 +183,7 @@ impl Report {
         );
         self.write_disk(&mut out);
         self.write_table(&mut out);
+        self.write_device(&mut out);
         self.write_versus(&mut out);
         out
     }
@@ -194,6 +201,18 @@ impl Report {
             mb(disk.read_cold_mb_per_s),
             records(disk.read_cold_random_4kib_per_s),
         );
+        if let (Some(scan), Some(random)) = (disk.read_cold_device, disk.read_cold_random_device) {
+            let _ = write!(
+                out,
+                " (device: 1 MiB reads as {} reads of {} KiB, read wait {} µs, busy {}; 4 KiB \
+                 reads {} µs wait each)",
+                scan.reads,
+                one_decimal(scan.kib_per_read()),
+                whole(scan.read_wait_us()),
+                percent(scan.busy_share()),
+                whole(random.read_wait_us()),
+            );
+        }
         for floor in &disk.sync_floor {
             let _ = write!(
                 out,
@@ -260,6 +279,51 @@ impl Report {
         let _ = writeln!(out);
     }
 
+    /// The device's reads during each cold phase: how many, how large, how long each waited and
+    /// how much of the phase the device was busy; for lookups, per lookup beside the lookup's
+    /// own time (an engine adding nothing of its own spends about its device wait per lookup).
+    fn write_device(&self, out: &mut String) {
+        let measured =
+            |r: &&CellResult| r.cold_scan_device.is_some() || r.cold_lookups_device.is_some();
+        if !self.results.iter().any(|r| measured(&r)) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "The device during the cold phases (`/sys/dev/block/…/stat`):\n\n\
+             | engine | cell | cold scan MB/s | device reads | KiB per read | read wait µs | device busy \
+             | cold lookups/s | µs per lookup | device reads per lookup | device wait µs per lookup |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for result in self.results.iter().filter(measured) {
+            let scan = result.cold_scan_device;
+            let lookups = result.cold_lookups_device;
+            let count = result
+                .cold_lookups
+                .map(|rate| rate.records_per_s * rate.seconds);
+            let per_lookup = |value: Option<f64>| match (value, count) {
+                (Some(value), Some(count)) if count >= 1.0 => Some(value / count),
+                _ => None,
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                result.engine,
+                result.cell,
+                mb(result.cold_scan.map(|r| r.mb_per_s)),
+                scan.map_or_else(|| "–".to_owned(), |s| s.reads.to_string()),
+                one_decimal(scan.and_then(|s| s.kib_per_read())),
+                whole(scan.and_then(|s| s.read_wait_us())),
+                percent(scan.and_then(|s| s.busy_share())),
+                records(result.cold_lookups.map(|r| r.records_per_s)),
+                one_decimal(result.cold_lookups.map(|r| 1e6 / r.records_per_s)),
+                two_decimals(per_lookup(lookups.map(|l| l.reads as f64))),
+                one_decimal(per_lookup(lookups.map(|l| l.read_wait_ms as f64 * 1000.0))),
+            );
+        }
+        let _ = writeln!(out);
+    }
+
     /// seglog's figure over the best crate's and over the naive log's, per cell and measure.
     fn write_versus(&self, out: &mut String) {
         type Measure = fn(&CellResult) -> Option<f64>;
@@ -313,6 +377,22 @@ impl Report {
             }
         }
     }
+}
+
+fn whole(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.0}"))
+}
+
+fn one_decimal(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.1}"))
+}
+
+fn two_decimals(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.2}"))
+}
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "–".to_owned(), |share| format!("{:.0} %", share * 100.0))
 }
 
 fn round_trips(round_trips_ns: Option<[f64; 2]>) -> String {
