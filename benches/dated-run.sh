@@ -85,7 +85,16 @@ fio_tmpfs() {
     > "$out/$name.json"
   rm -rf /dev/shm/seglog-fio
 }
-for round in 1 2; do
+# And beside both, the machine's first touches of fresh memory with one process and two
+# (benches/fresh-memory.py): what a page new to the page cache costs here without the kernel's
+# file-system code, and how that scales from one core to two.
+fresh_memory() {
+  local processes=$1 name=$2
+  settle
+  echo "== $name: benches/fresh-memory.py 2 $processes" | tee -a "$out/run.txt"
+  python3 benches/fresh-memory.py 2 "$processes" --json "$out/$name.json" | tee "$out/$name.txt"
+}
+for round in 1 2 3; do
   for shards in 1 2; do
     data=/dev/shm/seglog-dated-run bench "shards-$shards-$round" --workload append \
       --duration 4 --shards "$shards"
@@ -94,6 +103,7 @@ for round in 1 2; do
     if command -v fio > /dev/null; then
       fio_tmpfs "$shards" "fio-tmpfs-$shards-$round"
     fi
+    fresh_memory "$shards" "fresh-memory-$shards-$round"
   done
 done
 

@@ -89,12 +89,18 @@ def scaling_rows(run):
     rows = []
     rows.append(paired_row(run, "5a. `many-partitions` (10,000) ≥ 0.7× 8 partitions",
                            ("many-partitions", "partitions-8"), "append.mb_per_s", "MB/s", 0.7))
+    shard_rounds = rounds(run, "shards-2")
     kernel = [ratio(fio_mb(run, f"fio-tmpfs-2-{round}"), fio_mb(run, f"fio-tmpfs-1-{round}"))
-              for round in (1, 2)]
+              for round in shard_rounds]
+    memory = [ratio(get(load(run, f"fresh-memory-2-{round}"), "mb_per_s"),
+                    get(load(run, f"fresh-memory-1-{round}"), "mb_per_s"))
+              for round in shard_rounds]
     rows.append(paired_row(run, "5b. 2 shards ≥ 1.7× one shard on tmpfs, appends",
                            ("shards-2", "shards-1"), "append.records_per_s", "records/s", 1.7,
-                           "; fio, 2 jobs over 1, fresh tmpfs pages, same rounds: "
-                           + " and ".join(f"{fmt(k)}×" for k in kernel)))
+                           "; same rounds, two over one: fio writing fresh tmpfs pages "
+                           + ", ".join(f"{fmt(k)}×" for k in kernel)
+                           + "; first touches of fresh memory (`benches/fresh-memory.py`) "
+                           + ", ".join(f"{fmt(m)}×" for m in memory)))
     rows.append(paired_row(run, "5c. 2 shards ≥ 1.7× one shard on tmpfs, hot fetches",
                            ("fetch-hot-shards-2", "fetch-hot-shards-1"), "fetch.mb_per_s",
                            "MB/s", 1.7))
@@ -115,16 +121,26 @@ def durable_latency_row(target, report):
         latency, verdict(latency, 2.0, at_most=True))
 
 
+def rounds(run, prefix):
+    """The round numbers of `{prefix}-{round}.json` in the run, in order."""
+    found = (path.stem.rsplit("-", 1) for path in run.glob(f"{prefix}-*.json"))
+    return sorted(int(n) for stem, n in found if stem == prefix and n.isdigit())
+
+
 def paired_row(run, target, prefixes, measure, unit, bound, note=""):
-    """The first preset's figure over the second's in each of the two alternating rounds
-    (`{prefix}-{round}.json`); the lower ratio is the one judged."""
+    """The first preset's figure over the second's in each of the alternating rounds
+    (`{prefix}-{round}.json`); the lowest ratio is the one judged."""
     numerator, denominator = prefixes
     pairs = [(get(load(run, f"{numerator}-{round}"), measure),
-              get(load(run, f"{denominator}-{round}"), measure)) for round in (1, 2)]
+              get(load(run, f"{denominator}-{round}"), measure))
+             for round in rounds(run, numerator)]
     ratios = [r for r in (ratio(*pair) for pair in pairs) if r is not None]
     figures = "; ".join(f"{fmt(top, 0)} / {fmt(bottom, 0)} {unit}" for top, bottom in pairs)
     lowest = min(ratios, default=None)
-    return (target, figures + note, lowest, verdict(lowest, bound))
+    status = verdict(lowest, bound)
+    if len(ratios) > 1:
+        status += f" (ratios {', '.join(fmt(r) for r in ratios)})"
+    return (target, figures + note, lowest, status)
 
 
 def fio_mb(run, name):
