@@ -2,7 +2,8 @@
 # One dated run of everything issue 4's performance targets are read from, on this machine, in
 # one go: every `seglog bench` preset with `--vs-disk`, the O_DIRECT write path, many-partitions
 # beside 8 partitions, appends and hot fetches with one shard beside two on tmpfs next to fio's
-# own one job beside two (alternating), and the embedded peers' harness when it is built. Each
+# own one job beside two and benches/fresh-memory.py's one process beside two (three alternating
+# rounds), and the embedded peers' harness when it is built. Each
 # figure lands as JSON in OUT; `benches/targets.py OUT` then prints the targets table from them
 # (BENCHMARKS.md § The targets, one dated run). Every bench, fio job and the peers' phases first
 # wait for memory the run before freed to be handed back to the host (BENCHMARKS.md § Durable
