@@ -91,11 +91,11 @@ pub fn measure(
     let total = blocks * BLOCK_BYTES as u64;
     let device = BlockDevice::of(dir);
     let (read_cold_mb_per_s, read_cold_device) =
-        on_device(device.as_ref(), || read_cold(&file, blocks))?;
-    let (read_cold_random_4kib_per_s, read_cold_random_device) =
-        on_device(device.as_ref(), || {
-            read_cold_random(&file, total, random_reads)
-        })?;
+        cold_phase(device.as_ref(), || read_cold(&file, blocks))?;
+    let (read_cold_random_4kib_per_s, read_cold_random_device) = match random_reads {
+        0 => (None, None),
+        reads => cold_phase(device.as_ref(), || read_cold_random(&file, total, reads))?,
+    };
     drop(file);
     let _ = std::fs::remove_file(&path);
     let sync_floor = record_sizes
@@ -114,11 +114,21 @@ pub fn measure(
     })
 }
 
-fn read_cold(file: &File, blocks: u64) -> PeerResult<Option<f64>> {
+/// `phase` after a page-cache drop and the wait for free page reporting, with the device's reads
+/// during it alone (the wait outside the window); `None`s when the drop is not permitted.
+fn cold_phase(
+    device: Option<&BlockDevice>,
+    phase: impl FnOnce() -> PeerResult<f64>,
+) -> PeerResult<(Option<f64>, Option<DeviceReads>)> {
     if drop_page_cache().is_err() {
-        return Ok(None);
+        return Ok((None, None));
     }
     machine::settle_page_reporting();
+    let (figure, reads) = on_device(device, phase)?;
+    Ok((Some(figure), reads))
+}
+
+fn read_cold(file: &File, blocks: u64) -> PeerResult<f64> {
     let mut buffer = vec![0u8; BLOCK_BYTES];
     let started = Instant::now();
     for index in 0..blocks {
@@ -126,14 +136,10 @@ fn read_cold(file: &File, blocks: u64) -> PeerResult<Option<f64>> {
             .map_err(context("pread"))?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    Ok(Some((blocks * BLOCK_BYTES as u64) as f64 / seconds / 1e6))
+    Ok((blocks * BLOCK_BYTES as u64) as f64 / seconds / 1e6)
 }
 
-fn read_cold_random(file: &File, bytes: u64, reads: u64) -> PeerResult<Option<f64>> {
-    if reads == 0 || drop_page_cache().is_err() {
-        return Ok(None);
-    }
-    machine::settle_page_reporting();
+fn read_cold_random(file: &File, bytes: u64, reads: u64) -> PeerResult<f64> {
     let pages = bytes / PAGE_BYTES as u64;
     let mut rng = Rng::new(0x4ead);
     let mut buffer = vec![0u8; PAGE_BYTES];
@@ -143,7 +149,7 @@ fn read_cold_random(file: &File, bytes: u64, reads: u64) -> PeerResult<Option<f6
         file.read_exact_at(&mut buffer, position)
             .map_err(context("pread"))?;
     }
-    Ok(Some(reads as f64 / started.elapsed().as_secs_f64()))
+    Ok(reads as f64 / started.elapsed().as_secs_f64())
 }
 
 fn sync_floor(dir: &Path, record_bytes: usize, batches: u64) -> PeerResult<SyncFloor> {
