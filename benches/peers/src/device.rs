@@ -32,7 +32,7 @@ pub struct ReadCounters {
 }
 
 /// The device's reads over one phase.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct DeviceReads {
     pub seconds: f64,
     pub reads: u64,
@@ -174,11 +174,13 @@ mod tests {
     }
 
     #[test]
-    fn the_root_file_systems_device_has_counters_where_it_is_a_block_device() {
+    fn the_root_file_systems_device_counters_parse_and_only_grow() {
         // On tmpfs or overlay roots there is no device: nothing to check.
         if let Some(device) = BlockDevice::of(Path::new("/")) {
-            let counters = device.counters().expect("a readable stat file");
-            assert!(counters.until(&counters).reads == 0);
+            let first = device.counters().expect("a parsable stat file");
+            let second = device.counters().expect("a parsable stat file");
+            assert!(second.reads >= first.reads && second.sectors >= first.sectors);
+            assert!(second.busy_ms >= first.busy_ms && second.at >= first.at);
         }
     }
 }
