@@ -89,22 +89,50 @@ def scaling_rows(run):
     rows = []
     rows.append(paired_row(run, "5a. `many-partitions` (10,000) ≥ 0.7× 8 partitions",
                            ("many-partitions", "partitions-8"), "append.mb_per_s", "MB/s", 0.7))
-    shard_rounds = rounds(run, "shards-2")
-    kernel = [ratio(fio_mb(run, f"fio-tmpfs-2-{round}"), fio_mb(run, f"fio-tmpfs-1-{round}"))
-              for round in shard_rounds]
-    memory = [ratio(get(load(run, f"fresh-memory-2-{round}"), "mb_per_s"),
-                    get(load(run, f"fresh-memory-1-{round}"), "mb_per_s"))
-              for round in shard_rounds]
-    rows.append(paired_row(run, "5b. 2 shards ≥ 1.7× one shard on tmpfs, appends",
-                           ("shards-2", "shards-1"), "append.records_per_s", "records/s", 1.7,
-                           "; same rounds, two over one: fio writing fresh tmpfs pages "
-                           + ", ".join(f"{fmt(k)}×" for k in kernel)
-                           + "; first touches of fresh memory (`benches/fresh-memory.py`) "
-                           + ", ".join(f"{fmt(m)}×" for m in memory)))
+    rows.append(tmpfs_scaling_row(load(run, "tmpfs-scaling")))
     rows.append(paired_row(run, "5c. 2 shards ≥ 1.7× one shard on tmpfs, hot fetches",
                            ("fetch-hot-shards-2", "fetch-hot-shards-1"), "fetch.mb_per_s",
                            "MB/s", 1.7))
     return rows
+
+
+def tmpfs_scaling_row(scaling):
+    """Target 5b from benches/tmpfs-scaling.py: the engine's median two-over-one beside fio's
+    own, writing fresh tmpfs pages in the same rounds. Below the bound, the limit is judged the
+    machine's when the profile shows it: the engine's own CPU-seconds per GB (all but the
+    kernel's page-cache copy) stay within 10 % from one shard to two, while the copy's per GB
+    grows by more than 10 % from one fio job to two, without an engine."""
+    target = "5b. 2 shards ≥ 1.7× one shard on tmpfs, appends"
+    if not scaling:
+        return (target, "–", None, "not run")
+    medians, per_round = scaling["medians"], scaling["per_round"]
+    engine, kernel = medians["engine_two_over_one"], medians["fio_two_over_one"]
+    figures = (
+        f"medians of {len(per_round)} alternating rounds: one shard "
+        f"{fmt(medians['engine_1_mb_per_s'], 0)}, two {fmt(medians['engine_2_mb_per_s'], 0)} "
+        f"MB/s; fio writing fresh tmpfs pages, one job {fmt(medians['fio_1_mb_per_s'], 0)}, "
+        f"two {fmt(medians['fio_2_mb_per_s'], 0)} MB/s = {fmt(kernel)}×; per round, engine / "
+        + ", ".join(f"{fmt(r['engine_two_over_one'])} / {fmt(r['fio_two_over_one'])}"
+                    for r in per_round))
+    status = verdict(engine, 1.7)
+    cost = {(who, writers, key): medians.get(f"{who}_{writers}_{key}")
+            for who in ("engine", "fio") for writers in (1, 2)
+            for key in ("copy_s_per_gb", "other_s_per_gb")}
+    if None in cost.values():
+        return (target, figures, engine, status)
+    figures += (
+        "; CPU-s per GB, one writer → two: the kernel's page-cache copy, engine "
+        f"{fmt(cost['engine', 1, 'copy_s_per_gb'])} → {fmt(cost['engine', 2, 'copy_s_per_gb'])}, "
+        f"fio {fmt(cost['fio', 1, 'copy_s_per_gb'])} → {fmt(cost['fio', 2, 'copy_s_per_gb'])}; "
+        f"all else, engine {fmt(cost['engine', 1, 'other_s_per_gb'])} → "
+        f"{fmt(cost['engine', 2, 'other_s_per_gb'])}, fio "
+        f"{fmt(cost['fio', 1, 'other_s_per_gb'])} → {fmt(cost['fio', 2, 'other_s_per_gb'])}")
+    engine_scales = cost["engine", 2, "other_s_per_gb"] <= 1.1 * cost["engine", 1, "other_s_per_gb"]
+    copy_slows = cost["fio", 2, "copy_s_per_gb"] > 1.1 * cost["fio", 1, "copy_s_per_gb"]
+    if engine < 1.7 and engine_scales and copy_slows:
+        status += " (the machine's: the kernel's copy into fresh pages costs more per GB with "
+        status += "two writers, fio's too; the engine's own cost per GB does not)"
+    return (target, figures, engine, status)
 
 
 def durable_latency_row(target, report):
@@ -141,12 +169,6 @@ def paired_row(run, target, prefixes, measure, unit, bound, note=""):
     if len(ratios) > 1:
         status += f" (ratios {', '.join(fmt(r) for r in ratios)})"
     return (target, figures + note, lowest, status)
-
-
-def fio_mb(run, name):
-    report = load(run, name)
-    jobs = report.get("jobs") if report else None
-    return jobs[0]["write"]["bw_bytes"] / 1e6 if jobs else None
 
 
 def best_crate(results, cell, measure):
