@@ -19,8 +19,6 @@ Prints a Markdown table and a summary (medians; per round the two-over-one ratio
 engine and of fio, and the engine over fio at one writer and at two), and writes every figure
 to OUT_DIR/tmpfs-scaling.json. Standard library only; fio and (with --perf) perf must be
 installed.
-
-usage: tmpfs-scaling.py SEGLOG ROUNDS OUT_DIR [--perf] [--seconds S]
 """
 
 import argparse
@@ -139,7 +137,6 @@ def measure(who, writers, round_number, args, work):
         **cpu_seconds(ticks_before, ticks_after),
     }
     run["busy_s_per_gb"] = round(run["busy_s"] / gb, 3)
-    run["system_s_per_gb"] = round(run["system_s"] / gb, 3)
     if args.perf:
         run["copy_s_per_gb"] = round(copy_cpu_seconds(perf_data) / gb, 3)
         run["other_s_per_gb"] = round(run["busy_s_per_gb"] - run["copy_s_per_gb"], 3)
@@ -152,18 +149,16 @@ def order(round_number):
     return runs if round_number % 2 else runs[::-1]
 
 
-def figure(runs, who, writers, round_number, key="mb_per_s"):
-    for run in runs:
-        if (run["who"], run["writers"], run["round"]) == (who, writers, round_number):
-            return run.get(key)
-    return None
+def mb_per_s(runs, who, writers, round_number):
+    return next(run["mb_per_s"] for run in runs
+                if (run["who"], run["writers"], run["round"]) == (who, writers, round_number))
 
 
 def summary(runs, rounds):
     """Per round: two over one for each writer, the engine over fio at one and at two."""
     per_round = []
     for round_number in range(1, rounds + 1):
-        mb = {(who, writers): figure(runs, who, writers, round_number)
+        mb = {(who, writers): mb_per_s(runs, who, writers, round_number)
               for who in ("engine", "fio") for writers in (1, 2)}
         per_round.append({
             "round": round_number,
@@ -176,8 +171,8 @@ def summary(runs, rounds):
                for key in per_round[0] if key != "round"}
     for who in ("engine", "fio"):
         for writers in (1, 2):
-            for key in ("mb_per_s", "busy_s_per_gb", "system_s_per_gb", "copy_s_per_gb",
-                        "other_s_per_gb", "steal_s", "idle_s"):
+            for key in ("mb_per_s", "busy_s_per_gb", "copy_s_per_gb", "other_s_per_gb",
+                        "steal_s", "idle_s"):
                 values = [run[key] for run in runs
                           if (run["who"], run["writers"]) == (who, writers) and key in run]
                 if values:
