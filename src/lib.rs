@@ -66,4 +66,5 @@ pub mod log_dir;
 pub mod partitioner;
 pub mod producer;
 pub mod segment;
+mod spin;
 pub mod types;

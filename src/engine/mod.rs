@@ -1236,20 +1236,6 @@ impl Drop for Inner {
     }
 }
 
-/// How long a polling thread (a shard waiting for requests, a caller for its answer) checks
-/// without leaving the CPU before it yields between checks: an answer due within microseconds is
-/// seen at once rather than after a `sched_yield` round trip through the kernel.
-const BUSY_POLL: std::time::Duration = std::time::Duration::from_micros(10);
-
-/// One pause of a polling loop that began at `started`.
-fn pause(started: std::time::Instant) {
-    if started.elapsed() < BUSY_POLL {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
-    }
-}
-
 fn join_shard(shard: &ShardHandle) {
     let thread = shard
         .thread

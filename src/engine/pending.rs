@@ -116,7 +116,7 @@ impl<T, E: From<EngineUnavailable>> Pending<T, E> {
             match receiver.try_recv() {
                 Ok(result) => break Some(result),
                 Err(oneshot::TryRecvError::Empty) if started.elapsed() < spin => {
-                    super::pause(started);
+                    crate::spin::pause(started);
                 }
                 Err(oneshot::TryRecvError::Empty) => break None,
                 Err(oneshot::TryRecvError::Disconnected) => {

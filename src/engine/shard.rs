@@ -448,7 +448,7 @@ impl Shard {
             if started.elapsed() >= IDLE_SPIN || !self.syncer.reports().is_empty() {
                 return None;
             }
-            super::pause(started);
+            crate::spin::pause(started);
         }
     }
 

@@ -7,9 +7,16 @@
 //! waits for all of them, so the syncs of a group commit run concurrently in the kernel instead of
 //! one after another. A lone file's sync is a plain `fdatasync`: the ring would punt it to an
 //! io-wq worker, which only adds a hand-over. Files are opened buffered (PERFORMANCE-NOTES.md:
-//! deep queues on buffered files are slow on this kind of machine). Reads are plain `pread`s:
-//! each is waited for at once and a cached read completes inline either way, so the ring only
-//! added its submit and reap (a fifth of a point lookup, BENCHMARKS.md). A buffered write is
+//! deep queues on buffered files are slow on this kind of machine).
+//!
+//! Reads first copy what the page cache holds with `preadv2(RWF_NOWAIT)`, as cheap as a `pread`
+//! (through the ring a cached read cost a fifth more of a point lookup, BENCHMARKS.md). Only the
+//! bytes that must come from the device go through the ring, and the thread polls for their
+//! completion for up to [`READ_POLL`] instead of sleeping in the kernel: a thread that slept
+//! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up
+//! is the host starting the vCPU again (a cold point lookup 1.3-1.5× slower here, BENCHMARKS.md
+//! § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
+//! asleep. A buffered write is
 //! punted to an io-wq worker and the shard would wait for it, so buffered writes are plain
 //! `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md); writes to files
 //! opened `O_DIRECT` go through the ring.
@@ -27,6 +34,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
 
@@ -35,6 +44,14 @@ use super::{OpenMode, Storage, StorageFile};
 
 /// Submission queue entries per ring. Groups larger than this are submitted in chunks.
 const RING_ENTRIES: u32 = 256;
+
+/// How long a read from the device is polled for before the thread waits for it asleep: a few
+/// small reads' time on an SSD (≈ 50-100 µs each here at queue depth 1), so a point lookup's or a
+/// fetch's read is polled while a read held up by a slow or busy device does not keep the CPU.
+const READ_POLL: Duration = Duration::from_micros(500);
+
+/// The `user_data` of a polled read's entry (`submit_and_poll`).
+const POLLED_READ: u64 = u64::MAX;
 
 /// io_uring for file data; std for directories.
 #[derive(Debug, Default, Clone, Copy)]
@@ -60,15 +77,19 @@ enum RingSlot {
 }
 
 fn build_ring() -> io::Result<IoUring> {
+    // `TASKRUN_FLAG`: the kernel flags the submission queue when a completion waits for this
+    // thread to run its task work, so a polled read enters the kernel only then
+    // (`submit_and_poll`).
     let attempts: [fn(&mut io_uring::Builder); 3] = [
         |builder| {
             builder
                 .setup_single_issuer()
                 .setup_coop_taskrun()
-                .setup_defer_taskrun();
+                .setup_defer_taskrun()
+                .setup_taskrun_flag();
         },
         |builder| {
-            builder.setup_coop_taskrun();
+            builder.setup_coop_taskrun().setup_taskrun_flag();
         },
         |_| {},
     ];
@@ -144,6 +165,47 @@ unsafe fn submit_and_reap(ring: &mut IoUring, entries: &[squeue::Entry]) -> Vec<
     results
 }
 
+/// Submits `entry` and polls for its completion, for up to `poll` without sleeping
+/// (`spin::pause` between checks), then asleep; returns its result (`cqe.res`).
+///
+/// While the thread polls, a completion is posted by the thread's own task work: the kernel sets
+/// the queue's `TASKRUN` flag and the next `io_uring_enter` runs it (with `DEFER_TASKRUN` only an
+/// enter does; on a ring without the flags, any system call's return does, a yield among them).
+///
+/// # Safety
+/// The buffer `entry` points at must stay valid, and unaliased, until this function returns. It
+/// returns only after the entry's completion was reaped; the ring's completion queue is empty
+/// when it is called (every function here reaps all it submitted).
+unsafe fn submit_and_poll(ring: &mut IoUring, entry: squeue::Entry, poll: Duration) -> i32 {
+    let entry = entry.user_data(POLLED_READ);
+    // SAFETY: the caller keeps the buffer valid until we return, and we return only after
+    // reaping this entry's completion (the loop below). The queue is empty: nothing else is
+    // ever left in it.
+    let pushed = unsafe { ring.submission().push(&entry) };
+    debug_assert!(pushed.is_ok());
+    // An error leaves the entry queued: the next enter below submits it.
+    let _ = ring.submit();
+    let started = Instant::now();
+    loop {
+        if let Some(completion) = ring
+            .completion()
+            .find(|completion| completion.user_data() == POLLED_READ)
+        {
+            return completion.result();
+        }
+        if started.elapsed() >= poll {
+            if let Err(error) = ring.submit_and_wait(1) {
+                // As in `submit_and_reap`: returning would free a buffer the kernel may use.
+                log::debug!("io_uring_enter: {error}; waiting again");
+            }
+        } else if ring.submission().taskrun() {
+            let _ = ring.submit();
+        } else {
+            crate::spin::pause(started);
+        }
+    }
+}
+
 fn result_to_io(result: i32) -> io::Result<usize> {
     if result < 0 {
         Err(io::Error::from_raw_os_error(-result))
@@ -157,9 +219,125 @@ struct UringFile {
     file: File,
     /// Opened with `O_DIRECT` ([`OpenMode::ExistingDirect`]): its writes go through the ring.
     direct: bool,
+    /// The file system refused `RWF_NOWAIT` reads (`EOPNOTSUPP`): reads are plain `pread`s.
+    nowait_refused: AtomicBool,
 }
 
 impl UringFile {
+    fn new(file: File, direct: bool) -> UringFile {
+        UringFile {
+            file,
+            direct,
+            nowait_refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Reads up to `length` bytes at `position` into `destination`, retrying short reads; returns
+    /// the bytes read, fewer only at the end of the file. What the page cache holds is copied by
+    /// `preadv2(RWF_NOWAIT)`; a read that would wait for the device goes through the ring,
+    /// polled (`submit_and_poll`).
+    ///
+    /// # Safety
+    /// `destination` must be valid for writes of `length` bytes, and unaliased, for the call.
+    unsafe fn read_raw(
+        &self,
+        destination: *mut u8,
+        length: usize,
+        position: u64,
+    ) -> io::Result<usize> {
+        let mut read = 0;
+        while read < length {
+            // SAFETY: `read < length`: the rest of the destination is within it.
+            let rest = unsafe { destination.add(read) };
+            let (rest_length, at) = (length - read, position + read as u64);
+            // SAFETY: `rest` is valid for `rest_length` bytes of writes (our contract).
+            let count = match unsafe { self.read_cached(rest, rest_length, at) } {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    // SAFETY: as above.
+                    unsafe { self.read_from_device(rest, rest_length, at, READ_POLL) }
+                }
+                other => other,
+            };
+            match count {
+                Ok(0) => break,
+                Ok(count) => read += count,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(read)
+    }
+
+    /// One `preadv2(RWF_NOWAIT)`: the bytes from `position` that the page cache holds, or
+    /// `WouldBlock` when the first of them is not there. A file system without such reads gets a
+    /// plain `pread`, from then on.
+    ///
+    /// # Safety
+    /// As [`UringFile::read_raw`].
+    unsafe fn read_cached(
+        &self,
+        destination: *mut u8,
+        length: usize,
+        position: u64,
+    ) -> io::Result<usize> {
+        let fd = self.file.as_raw_fd();
+        let Ok(offset) = libc::off_t::try_from(position) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        if !self.nowait_refused.load(Ordering::Relaxed) {
+            let slice = libc::iovec {
+                iov_base: destination.cast(),
+                iov_len: length,
+            };
+            // SAFETY: the one iovec covers `length` bytes the caller lets us write; the kernel
+            // writes at most that and only during the call.
+            let count = unsafe { libc::preadv2(fd, &slice, 1, offset, libc::RWF_NOWAIT) };
+            if count >= 0 {
+                return Ok(count as usize);
+            }
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(error);
+            }
+            self.nowait_refused.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: as above, for `pread`.
+        let count = unsafe { libc::pread(fd, destination.cast(), length, offset) };
+        if count < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(count as usize)
+    }
+
+    /// One read that waits for the device: through this thread's ring, polled for up to `poll`,
+    /// or a `pread` where the thread has no ring.
+    ///
+    /// # Safety
+    /// As [`UringFile::read_raw`].
+    unsafe fn read_from_device(
+        &self,
+        destination: *mut u8,
+        length: usize,
+        position: u64,
+        poll: Duration,
+    ) -> io::Result<usize> {
+        let fd = types::Fd(self.file.as_raw_fd());
+        let length = length.min(u32::MAX as usize);
+        let entry = opcode::Read::new(fd, destination, length as u32)
+            .offset(position)
+            .build();
+        // SAFETY: the destination stays valid for the call (our contract) and `submit_and_poll`
+        // returns only after the read completed.
+        match with_ring(|ring| unsafe { submit_and_poll(ring, entry, poll) }) {
+            Some(result) => result_to_io(result),
+            // SAFETY: `destination` is valid for `length` bytes of writes (our contract).
+            None => self.file.read_at(
+                unsafe { std::slice::from_raw_parts_mut(destination, length) },
+                position,
+            ),
+        }
+    }
+
     fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
         if !self.direct {
             return self.file.write_at(buf, position);
@@ -181,11 +359,25 @@ impl UringFile {
 
 impl StorageFile for UringFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        // A plain `pread`: nothing waits on a read but the caller, and a cached read completes
-        // inline through the ring as well, after a submit and a reap (DESIGN.md § I/O backends).
-        super::read_fully(buf, position, |buf, position| {
-            self.file.read_at(buf, position)
-        })
+        // SAFETY: `buf` is borrowed mutably for the whole call.
+        unsafe { self.read_raw(buf.as_mut_ptr(), buf.len(), position) }
+    }
+
+    fn read_to_vec(&self, length: usize, position: u64) -> io::Result<Vec<u8>> {
+        // Into the spare capacity, never zeroed first (the trait's default says why).
+        let mut buffer = Vec::with_capacity(length);
+        // SAFETY: the spare capacity holds at least `length` bytes, owned by this call.
+        let read = unsafe { self.read_raw(buffer.as_mut_ptr(), length, position)? };
+        // SAFETY: `read_raw` wrote the first `read <= length` bytes.
+        unsafe { buffer.set_len(read) };
+        Ok(buffer)
+    }
+
+    fn read_into(&self, buffer: &mut Vec<u8>, length: usize, position: u64) -> io::Result<usize> {
+        if buffer.len() < length {
+            buffer.resize(length, 0);
+        }
+        self.read_at(&mut buffer[..length], position)
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
@@ -253,10 +445,11 @@ fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
 
 impl Storage for UringIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(UringFile {
-            file: PositionedIo::open_file(path, mode)?,
-            direct: mode == OpenMode::ExistingDirect,
-        }))
+        let file = PositionedIo::open_file(path, mode)?;
+        Ok(Box::new(UringFile::new(
+            file,
+            mode == OpenMode::ExistingDirect,
+        )))
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -353,15 +546,149 @@ mod tests {
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
         let read_only = File::open(&path).unwrap();
-        let file = UringFile {
-            file: read_only,
-            direct: false,
-        };
+        let file = UringFile::new(read_only, false);
         let error = file.write_all_at(b"y", 0).unwrap_err();
         assert_eq!(
             error.raw_os_error(),
             Some(9),
             "EBADF from the ring, not a panic"
         );
+    }
+
+    /// `length` bytes of a pattern written to a new file in `dir` and synced, then dropped from
+    /// the page cache. `None` where the file system keeps the pages (tmpfs): a first byte that a
+    /// `RWF_NOWAIT` read still finds cached.
+    fn cold_file(dir: &Path, name: &str, length: usize) -> Option<(UringFile, Vec<u8>)> {
+        let path = dir.join(name);
+        let payload: Vec<u8> = (0..length as u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &payload).unwrap();
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        let file = UringFile::new(file, false);
+        file.drop_cache().unwrap();
+        let mut probe = [0u8; 1];
+        // SAFETY: `probe` is borrowed mutably for the call.
+        match unsafe { file.read_cached(probe.as_mut_ptr(), 1, 0) } {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Some((file, payload)),
+            _ => {
+                eprintln!("skipped: {} keeps dropped pages cached", dir.display());
+                None
+            }
+        }
+    }
+
+    fn ring_is_ready_on_this_thread() -> bool {
+        RING.with(|slot| matches!(*slot.borrow(), RingSlot::Ready(_)))
+    }
+
+    #[test]
+    fn reads_of_pages_not_in_the_page_cache_go_through_the_ring_and_come_back_whole() {
+        if UringIo::probe().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // A thread of its own: its ring is made by the first read that needs one.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let Some((file, payload)) = cold_file(dir.path(), "cold", 300_000) else {
+                    return;
+                };
+                assert!(!ring_is_ready_on_this_thread());
+                let read = file.read_to_vec(100_000, 12_345).unwrap();
+                assert_eq!(read, payload[12_345..112_345]);
+                assert!(
+                    ring_is_ready_on_this_thread(),
+                    "the cold read used the ring"
+                );
+
+                file.drop_cache().unwrap();
+                let mut buffer = vec![0xee; 4];
+                assert_eq!(file.read_into(&mut buffer, 9_000, 200_001).unwrap(), 9_000);
+                assert_eq!(buffer, payload[200_001..209_001]);
+
+                file.drop_cache().unwrap();
+                let tail = file.read_to_vec(10_000, 295_000).unwrap();
+                assert_eq!(tail, payload[295_000..], "a cold read stops at the end");
+                assert!(file.read_to_vec(10, 400_000).unwrap().is_empty());
+            });
+        });
+    }
+
+    #[test]
+    fn a_read_partly_in_the_page_cache_copies_that_part_and_reads_the_rest_from_the_device() {
+        if UringIo::probe().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let Some((file, payload)) = cold_file(dir.path(), "partly", 200_000) else {
+            return;
+        };
+        // The first four pages in the page cache, the rest on the device only.
+        assert_eq!(file.read_to_vec(200_000, 0).unwrap(), payload);
+        let rest = std::num::NonZeroU64::new(200_000 - 16_384);
+        rustix::fs::fadvise(&file.file, 16_384, rest, rustix::fs::Advice::DontNeed).unwrap();
+        let mut cached = [0u8; 50_000];
+        // SAFETY: `cached` is borrowed mutably for the call.
+        let count = unsafe { file.read_cached(cached.as_mut_ptr(), 50_000, 0) };
+        assert_eq!(
+            count.unwrap(),
+            16_384,
+            "RWF_NOWAIT stops where the cached pages end"
+        );
+        let read = file.read_to_vec(50_000, 10_000).unwrap();
+        assert_eq!(read, payload[10_000..60_000]);
+    }
+
+    #[test]
+    fn a_read_polled_past_its_time_is_waited_for_asleep_and_completes() {
+        if UringIo::probe().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let Some((file, payload)) = cold_file(dir.path(), "asleep", 100_000) else {
+            return;
+        };
+        let mut buffer = vec![0u8; 30_000];
+        // SAFETY: `buffer` is borrowed mutably for the call.
+        let read =
+            unsafe { file.read_from_device(buffer.as_mut_ptr(), 30_000, 4_321, Duration::ZERO) };
+        assert_eq!(read.unwrap(), 30_000);
+        assert_eq!(buffer, payload[4_321..34_321]);
+    }
+
+    #[test]
+    fn a_file_system_without_nowait_reads_is_read_with_pread() {
+        // tmpfs refuses `RWF_NOWAIT` with `EOPNOTSUPP` (its pages never wait for a device).
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("skipped: no /dev/shm");
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("f");
+        let payload: Vec<u8> = (0..20_000u32).map(|i| (i % 249) as u8).collect();
+        std::fs::write(&path, &payload).unwrap();
+        let file = UringFile::new(File::open(&path).unwrap(), false);
+        assert_eq!(
+            file.read_to_vec(15_000, 1_000).unwrap(),
+            payload[1_000..16_000]
+        );
+        assert_eq!(file.read_to_vec(15_000, 10_000).unwrap(), payload[10_000..]);
+        let mut probe = [0u8; 1];
+        // SAFETY: `probe` is borrowed mutably for the call.
+        let refused = unsafe {
+            libc::preadv2(
+                file.file.as_raw_fd(),
+                &libc::iovec {
+                    iov_base: probe.as_mut_ptr().cast(),
+                    iov_len: 1,
+                },
+                1,
+                0,
+                libc::RWF_NOWAIT,
+            )
+        } < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP);
+        assert_eq!(file.nowait_refused.load(Ordering::Relaxed), refused);
     }
 }
