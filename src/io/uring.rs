@@ -301,8 +301,27 @@ impl UringFile {
             }
             self.nowait_refused.store(true, Ordering::Relaxed);
         }
-        // SAFETY: as above, for `pread`.
-        let count = unsafe { libc::pread(fd, destination.cast(), length, offset) };
+        // SAFETY: our contract is `pread`'s.
+        unsafe { self.pread(destination, length, position) }
+    }
+
+    /// One plain `pread`, asleep while it waits for the device.
+    ///
+    /// # Safety
+    /// As [`UringFile::read_raw`].
+    unsafe fn pread(
+        &self,
+        destination: *mut u8,
+        length: usize,
+        position: u64,
+    ) -> io::Result<usize> {
+        let Ok(offset) = libc::off_t::try_from(position) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        // SAFETY: the kernel writes at most `length` bytes at `destination`, which the caller
+        // lets us write, and only during the call.
+        let count =
+            unsafe { libc::pread(self.file.as_raw_fd(), destination.cast(), length, offset) };
         if count < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -330,11 +349,8 @@ impl UringFile {
         // returns only after the read completed.
         match with_ring(|ring| unsafe { submit_and_poll(ring, entry, poll) }) {
             Some(result) => result_to_io(result),
-            // SAFETY: `destination` is valid for `length` bytes of writes (our contract).
-            None => self.file.read_at(
-                unsafe { std::slice::from_raw_parts_mut(destination, length) },
-                position,
-            ),
+            // SAFETY: our contract is `pread`'s.
+            None => unsafe { self.pread(destination, length, position) },
         }
     }
 
