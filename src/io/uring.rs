@@ -571,11 +571,16 @@ mod tests {
         );
     }
 
-    /// `length` bytes of a pattern written to a new file in `dir` and synced, then dropped from
-    /// the page cache. `None` where the file system keeps the pages (tmpfs): a first byte that a
-    /// `RWF_NOWAIT` read still finds cached.
-    fn cold_file(dir: &Path, name: &str, length: usize) -> Option<(UringFile, Vec<u8>)> {
-        let path = dir.join(name);
+    /// `length` bytes of a pattern written to a new file in a new directory and synced, then
+    /// dropped from the page cache. `None` where this process has no ring, or where the file
+    /// system keeps the pages (tmpfs): a first byte that a `RWF_NOWAIT` read still finds cached.
+    fn cold_file(length: usize) -> Option<(tempfile::TempDir, UringFile, Vec<u8>)> {
+        if let Err(error) = UringIo::probe() {
+            eprintln!("skipped: io_uring unavailable here: {error}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cold");
         let payload: Vec<u8> = (0..length as u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &payload).unwrap();
         let file = File::open(&path).unwrap();
@@ -585,9 +590,12 @@ mod tests {
         let mut probe = [0u8; 1];
         // SAFETY: `probe` is borrowed mutably for the call.
         match unsafe { file.read_cached(probe.as_mut_ptr(), 1, 0) } {
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Some((file, payload)),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Some((dir, file, payload)),
             _ => {
-                eprintln!("skipped: {} keeps dropped pages cached", dir.display());
+                eprintln!(
+                    "skipped: {} keeps dropped pages cached",
+                    dir.path().display()
+                );
                 None
             }
         }
@@ -599,14 +607,10 @@ mod tests {
 
     #[test]
     fn reads_of_pages_not_in_the_page_cache_go_through_the_ring_and_come_back_whole() {
-        if UringIo::probe().is_err() {
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
         // A thread of its own: its ring is made by the first read that needs one.
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                let Some((file, payload)) = cold_file(dir.path(), "cold", 300_000) else {
+                let Some((_dir, file, payload)) = cold_file(300_000) else {
                     return;
                 };
                 assert!(!ring_is_ready_on_this_thread());
@@ -632,11 +636,7 @@ mod tests {
 
     #[test]
     fn a_read_partly_in_the_page_cache_copies_that_part_and_reads_the_rest_from_the_device() {
-        if UringIo::probe().is_err() {
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let Some((file, payload)) = cold_file(dir.path(), "partly", 200_000) else {
+        let Some((_dir, file, payload)) = cold_file(200_000) else {
             return;
         };
         // The first four pages in the page cache, the rest on the device only.
@@ -657,11 +657,7 @@ mod tests {
 
     #[test]
     fn a_read_polled_past_its_time_is_waited_for_asleep_and_completes() {
-        if UringIo::probe().is_err() {
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let Some((file, payload)) = cold_file(dir.path(), "asleep", 100_000) else {
+        let Some((_dir, file, payload)) = cold_file(100_000) else {
             return;
         };
         let mut buffer = vec![0u8; 30_000];
