@@ -14,8 +14,8 @@
 //! bytes that must come from the device go through the ring, and the thread polls for their
 //! completion for up to [`READ_POLL`] instead of sleeping in the kernel: a thread that slept
 //! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up
-//! is the host starting the vCPU again (a cold point lookup 1.3-1.5× slower here, BENCHMARKS.md
-//! § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
+//! is the host starting the vCPU again (polled, cold point lookups ran 1.15-1.6× as fast here
+//! in alternating runs, BENCHMARKS.md § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
 //! asleep. A buffered write is
 //! punted to an io-wq worker and the shard would wait for it, so buffered writes are plain
 //! `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md); writes to files
