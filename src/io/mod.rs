@@ -130,20 +130,7 @@ pub trait StorageFile: Debug + Send + Sync {
         if buffer.len() < length {
             buffer.resize(length, 0);
         }
-        let wanted = &mut buffer[..length];
-        let Some(file) = self.as_file() else {
-            return self.read_at(wanted, position);
-        };
-        let mut read = 0;
-        while let Some(rest) = wanted.get_mut(read..).filter(|rest| !rest.is_empty()) {
-            match rustix::io::pread(file, rest, position + read as u64) {
-                Ok(0) => break,
-                Ok(count) => read += count,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(errno) => return Err(errno.into()),
-            }
-        }
-        Ok(read)
+        self.read_at(&mut buffer[..length], position)
     }
 
     /// Writes all of `buf` at `position`.

@@ -206,6 +206,11 @@ unsafe fn submit_and_poll(ring: &mut IoUring, entry: squeue::Entry, poll: Durati
     }
 }
 
+/// `position` as a system call's file offset; `EINVAL` past `off_t`'s range, as the kernel says.
+fn file_offset(position: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(position).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
 fn result_to_io(result: i32) -> io::Result<usize> {
     if result < 0 {
         Err(io::Error::from_raw_os_error(-result))
@@ -280,18 +285,16 @@ impl UringFile {
         length: usize,
         position: u64,
     ) -> io::Result<usize> {
-        let fd = self.file.as_raw_fd();
-        let Ok(offset) = libc::off_t::try_from(position) else {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        };
         if !self.nowait_refused.load(Ordering::Relaxed) {
             let slice = libc::iovec {
                 iov_base: destination.cast(),
                 iov_len: length,
             };
+            let fd = self.file.as_raw_fd();
             // SAFETY: the one iovec covers `length` bytes the caller lets us write; the kernel
             // writes at most that and only during the call.
-            let count = unsafe { libc::preadv2(fd, &slice, 1, offset, libc::RWF_NOWAIT) };
+            let count =
+                unsafe { libc::preadv2(fd, &slice, 1, file_offset(position)?, libc::RWF_NOWAIT) };
             if count >= 0 {
                 return Ok(count as usize);
             }
@@ -315,13 +318,10 @@ impl UringFile {
         length: usize,
         position: u64,
     ) -> io::Result<usize> {
-        let Ok(offset) = libc::off_t::try_from(position) else {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        };
+        let (fd, offset) = (self.file.as_raw_fd(), file_offset(position)?);
         // SAFETY: the kernel writes at most `length` bytes at `destination`, which the caller
         // lets us write, and only during the call.
-        let count =
-            unsafe { libc::pread(self.file.as_raw_fd(), destination.cast(), length, offset) };
+        let count = unsafe { libc::pread(fd, destination.cast(), length, offset) };
         if count < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -387,13 +387,6 @@ impl StorageFile for UringFile {
         // SAFETY: `read_raw` wrote the first `read <= length` bytes.
         unsafe { buffer.set_len(read) };
         Ok(buffer)
-    }
-
-    fn read_into(&self, buffer: &mut Vec<u8>, length: usize, position: u64) -> io::Result<usize> {
-        if buffer.len() < length {
-            buffer.resize(length, 0);
-        }
-        self.read_at(&mut buffer[..length], position)
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
