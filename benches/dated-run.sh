@@ -53,6 +53,7 @@ done
 for workload in append group-commit; do
   bench "$workload-direct" --workload "$workload" --duration "$duration" --vs-disk --direct-io
 done
+bench fetch-cold-direct --workload fetch-cold --duration "$duration" --vs-disk --direct-reads
 for round in 1 2; do
   bench "many-partitions-$round" --workload many-partitions --duration "$duration"
   bench "partitions-8-$round" --workload append --partitions 8 --duration "$duration"

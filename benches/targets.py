@@ -58,6 +58,14 @@ def preset_rows(run):
         f"{fmt(get(append, 'disk.write_direct_mb_per_s'), 1)})",
         get(append, "append.vs_disk"), verdict(get(append, "append.vs_disk"), 0.9)))
 
+    direct = load(run, "append-direct")
+    if direct:
+        rows.append((
+            "1. `append --direct-io` ≥ 0.9× the disk's best sequential write",
+            f"{fmt(get(direct, 'append.mb_per_s'), 1)} MB/s over "
+            f"{fmt(get(direct, 'disk.write_mb_per_s'), 1)}",
+            get(direct, "append.vs_disk"), verdict(get(direct, "append.vs_disk"), 0.9)))
+
     group = load(run, "group-commit")
     group_mb = get(group, "durable.mb_per_s")
     throughput = ratio(group_mb, append_mb)
@@ -81,6 +89,13 @@ def preset_rows(run):
         rows.append((
             f"3. `{name}` ≥ {bound}× {what}", f"{fmt(figure, 1)} {unit}",
             get(report, "fetch.vs_disk"), verdict(get(report, "fetch.vs_disk"), bound)))
+        cold_direct = load(run, "fetch-cold-direct") if name == "fetch-cold" else None
+        if cold_direct:
+            rows.append((
+                f"3. `fetch-cold --direct-reads` ≥ {bound}× {what}",
+                f"{fmt(get(cold_direct, 'fetch.mb_per_s'), 1)} MB/s",
+                get(cold_direct, "fetch.vs_disk"),
+                verdict(get(cold_direct, "fetch.vs_disk"), bound)))
     return rows
 
 

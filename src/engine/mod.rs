@@ -115,6 +115,13 @@ pub struct EngineConfig {
     /// cache, so fetches of fresh data read from the device. Where the file system refuses
     /// `O_DIRECT` (tmpfs), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
+    /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, four
+    /// pieces in flight (default: off; io_uring backend only): a consumer catching up leaves the
+    /// page cache to the hot tail and skips its page allocation, which on a VM whose freed
+    /// memory went back to the host is the cost of a cold read (`fetch-cold` 1.5-1.9× as fast
+    /// here then, 0.7× with the guest's memory warm: BENCHMARKS.md § Large cold reads past the
+    /// page cache). Off, every read goes through the page cache and its read-ahead.
+    pub direct_cold_reads: bool,
     /// When a shard's turn has one partition to sync, its sync threads hold nothing and no
     /// request is waiting, the shard syncs it itself rather than through a sync thread (default:
     /// on): a lone durable writer saves a hand-over. Off, every group-commit sync goes to the
@@ -206,6 +213,7 @@ impl Default for EngineConfig {
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
             direct_writes: false,
+            direct_cold_reads: false,
             sync_inline_when_idle: true,
             prewrite_synced_logs: true,
             background_sync_bytes: 0,
@@ -369,7 +377,7 @@ impl Engine {
         let root = dir.as_ref();
         let storage = config
             .backend
-            .storage()
+            .storage_with_direct_cold_reads(config.direct_cold_reads)
             .map_err(|source| OpenError::IoUringUnavailable {
                 dir: root.to_owned(),
                 source,

@@ -50,13 +50,23 @@ impl IoBackend {
     /// The storage for this backend. `Auto` falls back to positioned I/O, saying so once, when
     /// io_uring cannot be set up (old kernel, `io_uring_disabled`, seccomp, memlock limits).
     pub fn storage(self) -> io::Result<Arc<dyn Storage>> {
+        self.storage_with_direct_cold_reads(false)
+    }
+
+    /// [`IoBackend::storage`], with io_uring's large cold reads past the page cache or not
+    /// (`EngineConfig::direct_cold_reads`; positioned I/O always reads through it).
+    pub fn storage_with_direct_cold_reads(
+        self,
+        direct_cold_reads: bool,
+    ) -> io::Result<Arc<dyn Storage>> {
+        let uring = uring::UringIo::with_direct_cold_reads(direct_cold_reads);
         match self {
             IoBackend::PositionedIo => Ok(Arc::new(pio::PositionedIo)),
             IoBackend::IoUring => {
-                uring::UringIo::probe().map(|()| Arc::new(uring::UringIo) as Arc<dyn Storage>)
+                uring::UringIo::probe().map(|()| Arc::new(uring) as Arc<dyn Storage>)
             }
             IoBackend::Auto => match uring::UringIo::probe() {
-                Ok(()) => Ok(Arc::new(uring::UringIo)),
+                Ok(()) => Ok(Arc::new(uring)),
                 Err(error) => {
                     log::warn!("io_uring unavailable ({error}); running on positioned I/O");
                     Ok(Arc::new(pio::PositionedIo))
@@ -92,6 +102,17 @@ pub enum OpenMode {
 /// The alignment of `O_DIRECT` writes: positions, lengths and buffer addresses. 4 KiB covers
 /// devices with 512-byte and 4 KiB logical blocks and the page size.
 pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
+
+/// `length` bytes of `buffer` starting at an address aligned to [`DIRECT_IO_ALIGN_BYTES`], for
+/// an `O_DIRECT` transfer; the buffer grows as needed (a staging area kept between calls).
+pub(crate) fn aligned_mut(buffer: &mut Vec<u8>, length: usize) -> &mut [u8] {
+    if buffer.len() < length + DIRECT_IO_ALIGN_BYTES {
+        buffer.resize(length + DIRECT_IO_ALIGN_BYTES, 0);
+    }
+    let address = buffer.as_ptr() as usize;
+    let start = address.next_multiple_of(DIRECT_IO_ALIGN_BYTES) - address;
+    &mut buffer[start..start + length]
+}
 
 /// A file opened through a [`Storage`]. Positions are absolute byte offsets.
 pub trait StorageFile: Debug + Send + Sync {
@@ -239,7 +260,7 @@ mod tests {
     fn storages(root: &Path) -> Vec<Arc<dyn Storage>> {
         let mut storages: Vec<Arc<dyn Storage>> = vec![Arc::new(pio::PositionedIo)];
         if uring::UringIo::probe().is_ok() {
-            storages.push(Arc::new(uring::UringIo));
+            storages.push(Arc::new(uring::UringIo::default()));
         }
         storages.push(Arc::new(sim::SimStorage::new(root, 1).unwrap()));
         storages

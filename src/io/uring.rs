@@ -42,6 +42,8 @@ use io_uring::{IoUring, opcode, squeue, types};
 use super::pio::PositionedIo;
 use super::{OpenMode, Storage, StorageFile};
 
+mod cold;
+
 /// Submission queue entries per ring. Groups larger than this are submitted in chunks.
 const RING_ENTRIES: u32 = 256;
 
@@ -50,14 +52,27 @@ const RING_ENTRIES: u32 = 256;
 /// fetch's read is polled while a read held up by a slow or busy device does not keep the CPU.
 const READ_POLL: Duration = Duration::from_micros(500);
 
-/// The `user_data` of a polled read's entry (`submit_and_poll`).
-const POLLED_READ: u64 = u64::MAX;
-
 /// io_uring for file data; std for directories.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct UringIo;
+#[derive(Debug, Clone, Copy)]
+pub struct UringIo {
+    /// Large reads the page cache holds none of go past it (`O_DIRECT`, `cold.rs`).
+    direct_cold_reads: bool,
+}
+
+impl Default for UringIo {
+    /// Every read through the page cache.
+    fn default() -> UringIo {
+        UringIo::with_direct_cold_reads(false)
+    }
+}
 
 impl UringIo {
+    /// The backend with large cold reads past the page cache (`true`) or through it (`false`, the
+    /// default; `EngineConfig::direct_cold_reads`).
+    pub fn with_direct_cold_reads(direct_cold_reads: bool) -> UringIo {
+        UringIo { direct_cold_reads }
+    }
+
     /// Checks that this process may create a ring (kernel support, `io_uring_disabled`, seccomp,
     /// memlock limits). Returns the reason when it may not.
     pub fn probe() -> io::Result<()> {
@@ -165,33 +180,46 @@ unsafe fn submit_and_reap(ring: &mut IoUring, entries: &[squeue::Entry]) -> Vec<
     results
 }
 
-/// Submits `entry` and polls for its completion, for up to `poll` without sleeping
-/// (`spin::pause` between checks), then asleep; returns its result (`cqe.res`).
+/// Submits `entries` and polls for their completions, for up to `poll` without sleeping
+/// (`spin::pause` between checks), then asleep; writes each one's result (`cqe.res`) to
+/// `results`, in order.
 ///
 /// While the thread polls, a completion is posted by the thread's own task work: the kernel sets
 /// the queue's `TASKRUN` flag and the next `io_uring_enter` runs it (with `DEFER_TASKRUN` only an
 /// enter does; on a ring without the flags, any system call's return does, a yield among them).
 ///
 /// # Safety
-/// The buffer `entry` points at must stay valid, and unaliased, until this function returns. It
-/// returns only after the entry's completion was reaped; the ring's completion queue is empty
-/// when it is called (every function here reaps all it submitted).
-unsafe fn submit_and_poll(ring: &mut IoUring, entry: squeue::Entry, poll: Duration) -> i32 {
-    let entry = entry.user_data(POLLED_READ);
-    // SAFETY: the caller keeps the buffer valid until we return, and we return only after
-    // reaping this entry's completion (the loop below). The queue is empty: nothing else is
-    // ever left in it.
-    let pushed = unsafe { ring.submission().push(&entry) };
-    debug_assert!(pushed.is_ok());
-    // An error leaves the entry queued: the next enter below submits it.
+/// Every buffer an entry points at must stay valid, and unaliased, until this function returns.
+/// It returns only after every entry's completion was reaped. The ring's queues are empty when it
+/// is called (every function here reaps all it submitted), and `entries` fit the ring
+/// (`RING_ENTRIES`); `results` is as long as `entries`.
+unsafe fn submit_and_poll(
+    ring: &mut IoUring,
+    entries: &[squeue::Entry],
+    results: &mut [i32],
+    poll: Duration,
+) {
+    debug_assert!(entries.len() <= RING_ENTRIES as usize && entries.len() == results.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let entry = entry.clone().user_data(index as u64);
+        // SAFETY: the caller keeps every buffer valid until we return, and we return only after
+        // reaping every completion (the loop below). The queue is empty and has room for them.
+        let pushed = unsafe { ring.submission().push(&entry) };
+        debug_assert!(pushed.is_ok());
+    }
+    // An error leaves the entries queued: the next enter below submits them.
     let _ = ring.submit();
     let started = Instant::now();
-    loop {
-        if let Some(completion) = ring
-            .completion()
-            .find(|completion| completion.user_data() == POLLED_READ)
-        {
-            return completion.result();
+    let mut outstanding = entries.len();
+    while outstanding > 0 {
+        for completion in ring.completion() {
+            if let Some(slot) = results.get_mut(completion.user_data() as usize) {
+                *slot = completion.result();
+                outstanding -= 1;
+            }
+        }
+        if outstanding == 0 {
+            break;
         }
         if started.elapsed() >= poll {
             if let Err(error) = ring.submit_and_wait(1) {
@@ -226,20 +254,33 @@ struct UringFile {
     direct: bool,
     /// The file system refused `RWF_NOWAIT` reads (`EOPNOTSUPP`): reads are plain `pread`s.
     nowait_refused: AtomicBool,
+    /// Large cold reads' `O_DIRECT` side; `None` when they go through the page cache.
+    cold: Option<cold::ColdReader>,
 }
 
 impl UringFile {
-    fn new(file: File, direct: bool) -> UringFile {
+    fn new(file: File, direct: bool, direct_cold_reads: bool) -> UringFile {
         UringFile {
             file,
             direct,
             nowait_refused: AtomicBool::new(false),
+            // A file opened `O_DIRECT` is only written (`segment::direct`).
+            cold: (direct_cold_reads && !direct).then(cold::ColdReader::default),
         }
     }
 
+    /// The cold reader and its descriptor when `[position, position + length)` is to be read
+    /// past the page cache (`cold.rs`).
+    fn direct_reader(&self, position: u64, length: usize) -> Option<(&cold::ColdReader, &File)> {
+        let cold = self.cold.as_ref()?;
+        let direct = cold.for_read(&self.file, position, length)?;
+        Some((cold, direct))
+    }
+
     /// Reads up to `length` bytes at `position` into `destination`, retrying short reads; returns
-    /// the bytes read, fewer only at the end of the file. What the page cache holds is copied by
-    /// `preadv2(RWF_NOWAIT)`; a read that would wait for the device goes through the ring,
+    /// the bytes read, fewer only at the end of the file. A large read the page cache holds none
+    /// of is read past it (`cold.rs`). Otherwise what the page cache holds is copied by
+    /// `preadv2(RWF_NOWAIT)`, and a read that would wait for the device goes through the ring,
     /// polled (`submit_and_poll`).
     ///
     /// # Safety
@@ -250,6 +291,12 @@ impl UringFile {
         length: usize,
         position: u64,
     ) -> io::Result<usize> {
+        if let Some((cold, direct)) = self.direct_reader(position, length) {
+            // SAFETY: our contract is the cold reader's.
+            if let Some(read) = unsafe { cold.read(direct, destination, length, position) } {
+                return read;
+            }
+        }
         let mut read = 0;
         while read < length {
             // SAFETY: `read < length`: the rest of the destination is within it.
@@ -345,10 +392,11 @@ impl UringFile {
         let entry = opcode::Read::new(fd, destination, length as u32)
             .offset(position)
             .build();
+        let mut result = [0];
         // SAFETY: the destination stays valid for the call (our contract) and `submit_and_poll`
         // returns only after the read completed.
-        match with_ring(|ring| unsafe { submit_and_poll(ring, entry, poll) }) {
-            Some(result) => result_to_io(result),
+        match with_ring(|ring| unsafe { submit_and_poll(ring, &[entry], &mut result, poll) }) {
+            Some(()) => result_to_io(result[0]),
             // SAFETY: our contract is `pread`'s.
             None => unsafe { self.pread(destination, length, position) },
         }
@@ -425,6 +473,17 @@ impl StorageFile for UringFile {
     fn as_file(&self) -> Option<&File> {
         Some(&self.file)
     }
+
+    /// `POSIX_FADV_WILLNEED`, except over a range a cold read would read past the page cache:
+    /// pages brought in ahead would only turn the next read into a buffered one.
+    fn prefetch(&self, position: u64, length: u64) {
+        let length_bytes = usize::try_from(length).unwrap_or(usize::MAX);
+        if self.direct_reader(position, length_bytes).is_some() {
+            return;
+        }
+        let length = std::num::NonZeroU64::new(length);
+        let _ = rustix::fs::fadvise(&self.file, position, length, rustix::fs::Advice::WillNeed);
+    }
 }
 
 /// `fdatasync`s every file in one submission; one result per file. A lone file is synced by a
@@ -455,9 +514,11 @@ fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
 impl Storage for UringIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
         let file = PositionedIo::open_file(path, mode)?;
+        let direct = mode == OpenMode::ExistingDirect;
         Ok(Box::new(UringFile::new(
             file,
-            mode == OpenMode::ExistingDirect,
+            direct,
+            self.direct_cold_reads,
         )))
     }
 
@@ -513,7 +574,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let storage = UringIo;
+        let storage = UringIo::default();
         let first = storage
             .open(&dir.path().join("a"), OpenMode::CreateNew)
             .unwrap();
@@ -555,7 +616,7 @@ mod tests {
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
         let read_only = File::open(&path).unwrap();
-        let file = UringFile::new(read_only, false);
+        let file = UringFile::new(read_only, false, true);
         let error = file.write_all_at(b"y", 0).unwrap_err();
         assert_eq!(
             error.raw_os_error(),
@@ -565,8 +626,9 @@ mod tests {
     }
 
     /// `length` bytes of a pattern written to a new file in a new directory and synced, then
-    /// dropped from the page cache. `None` where this process has no ring, or where the file
-    /// system keeps the pages (tmpfs): a first byte that a `RWF_NOWAIT` read still finds cached.
+    /// dropped from the page cache. `None` where this process has no ring, where the kernel has no
+    /// `cachestat` (before 6.5) to tell, or where the file system keeps the pages (tmpfs). Probing
+    /// with a `RWF_NOWAIT` read would not do: a miss starts the kernel's read-ahead.
     fn cold_file(length: usize) -> Option<(tempfile::TempDir, UringFile, Vec<u8>)> {
         if let Err(error) = UringIo::probe() {
             eprintln!("skipped: io_uring unavailable here: {error}");
@@ -576,19 +638,23 @@ mod tests {
         let path = dir.path().join("cold");
         let payload: Vec<u8> = (0..length as u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &payload).unwrap();
-        let file = File::open(&path).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         file.sync_all().unwrap();
-        let file = UringFile::new(file, false);
+        let file = UringFile::new(file, false, true);
         file.drop_cache().unwrap();
-        let mut probe = [0u8; 1];
-        // SAFETY: `probe` is borrowed mutably for the call.
-        match unsafe { file.read_cached(probe.as_mut_ptr(), 1, 0) } {
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Some((dir, file, payload)),
-            _ => {
-                eprintln!(
-                    "skipped: {} keeps dropped pages cached",
-                    dir.path().display()
-                );
+        match cold::cached_pages(&file.file, 0, length) {
+            Ok(0) => Some((dir, file, payload)),
+            Ok(pages) => {
+                let place = dir.path().display();
+                eprintln!("skipped: {place} keeps {pages} dropped pages cached");
+                None
+            }
+            Err(error) => {
+                eprintln!("skipped: no cachestat here ({error})");
                 None
             }
         }
@@ -673,7 +739,7 @@ mod tests {
         let path = dir.path().join("f");
         let payload: Vec<u8> = (0..20_000u32).map(|i| (i % 249) as u8).collect();
         std::fs::write(&path, &payload).unwrap();
-        let file = UringFile::new(File::open(&path).unwrap(), false);
+        let file = UringFile::new(File::open(&path).unwrap(), false, true);
         assert_eq!(
             file.read_to_vec(15_000, 1_000).unwrap(),
             payload[1_000..16_000]
@@ -695,5 +761,127 @@ mod tests {
         } < 0
             && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP);
         assert_eq!(file.nowait_refused.load(Ordering::Relaxed), refused);
+    }
+
+    /// How many pages of `[position, position + length)` the page cache holds.
+    fn cached(file: &UringFile, position: u64, length: usize) -> u64 {
+        cold::cached_pages(&file.file, position, length).unwrap()
+    }
+
+    #[test]
+    fn a_large_read_the_page_cache_holds_none_of_goes_past_it_and_comes_back_whole() {
+        let Some((_dir, file, payload)) = cold_file(3 * 1024 * 1024) else {
+            return;
+        };
+        let (position, length) = (5_001, 2 * 1024 * 1024 + 777);
+        let read = file.read_to_vec(length, position as u64).unwrap();
+        assert_eq!(read, payload[position..position + length]);
+        assert_eq!(
+            cached(&file, position as u64, length),
+            0,
+            "an O_DIRECT read leaves the page cache as it was"
+        );
+        let reader = file.cold.as_ref().unwrap().file.get().unwrap();
+        assert!(reader.is_some(), "the direct descriptor was opened");
+
+        let tail = file
+            .read_to_vec(1024 * 1024, 3 * 1024 * 1024 - 300_001)
+            .unwrap();
+        assert_eq!(
+            tail,
+            payload[3 * 1024 * 1024 - 300_001..],
+            "it stops at the end"
+        );
+        assert_eq!(cached(&file, 0, payload.len()), 0);
+    }
+
+    #[test]
+    fn a_large_read_the_page_cache_holds_part_of_is_read_through_it() {
+        let Some((_dir, file, payload)) = cold_file(1024 * 1024) else {
+            return;
+        };
+        assert_eq!(
+            file.read_to_vec(4096, 500_000).unwrap(),
+            payload[500_000..504_096]
+        );
+        let read = file.read_to_vec(600_000, 100_000).unwrap();
+        assert_eq!(read, payload[100_000..700_000]);
+        assert!(
+            cached(&file, 100_000, 600_000) >= 600_000 / 4096,
+            "buffered: the range is in the page cache now"
+        );
+        assert!(
+            file.cold.as_ref().unwrap().file.get().is_none(),
+            "never reopened"
+        );
+    }
+
+    #[test]
+    fn with_direct_cold_reads_off_a_large_cold_read_fills_the_page_cache() {
+        let Some((dir, file, payload)) = cold_file(1024 * 1024) else {
+            return;
+        };
+        let buffered = UringFile::new(File::open(dir.path().join("cold")).unwrap(), false, false);
+        drop(file);
+        assert!(buffered.cold.is_none());
+        assert_eq!(
+            buffered.read_to_vec(900_000, 10).unwrap(),
+            payload[10..900_010]
+        );
+        assert!(cached(&buffered, 10, 900_000) >= 900_000 / 4096);
+    }
+
+    #[test]
+    fn a_direct_read_sees_writes_still_in_the_page_cache() {
+        let Some((_dir, file, mut payload)) = cold_file(1024 * 1024) else {
+            return;
+        };
+        // Dirty pages in the middle of a range read past the page cache: the kernel writes them
+        // back before it reads the device.
+        let fresh = [0xabu8; 10_000];
+        file.write_all_at(&fresh, 400_000).unwrap();
+        payload[400_000..410_000].copy_from_slice(&fresh);
+        let cold = file.cold.as_ref().unwrap();
+        let direct = cold::reopen_direct(&file.file).expect("O_DIRECT on the test file system");
+        let mut read = vec![0u8; 700_000];
+        // SAFETY: `read` is borrowed mutably for the call.
+        let count = unsafe { cold.read(&direct, read.as_mut_ptr(), 700_000, 300_003) };
+        assert_eq!(count.unwrap().unwrap(), 700_000);
+        assert_eq!(read, payload[300_003..1_000_003]);
+    }
+
+    #[test]
+    fn a_prefetch_over_a_range_to_be_read_past_the_page_cache_brings_nothing_in() {
+        let Some((dir, file, _payload)) = cold_file(4 * 1024 * 1024) else {
+            return;
+        };
+        file.prefetch(0, 2 * 1024 * 1024);
+        assert_eq!(cached(&file, 0, 2 * 1024 * 1024), 0);
+        let buffered = UringFile::new(File::open(dir.path().join("cold")).unwrap(), false, false);
+        buffered.prefetch(0, 2 * 1024 * 1024);
+        assert!(
+            cached(&buffered, 0, 2 * 1024 * 1024) > 0,
+            "WILLNEED without direct reads"
+        );
+    }
+
+    #[test]
+    fn a_file_system_that_keeps_its_pages_cached_keeps_large_reads_buffered() {
+        // tmpfs: its pages live in the page cache (`cachestat` counts them all), so no read is
+        // cold, whether or not it accepts O_DIRECT (Linux 6.6 and later do).
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("skipped: no /dev/shm");
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![3u8; 600_000]).unwrap();
+        let file = UringFile::new(File::open(&path).unwrap(), false, true);
+        assert_eq!(file.read_to_vec(600_000, 0).unwrap(), vec![3u8; 600_000]);
+        assert!(
+            file.cold.as_ref().unwrap().file.get().is_none(),
+            "never reopened"
+        );
     }
 }

@@ -109,7 +109,7 @@ impl DirectWriter {
                 let piece = rest.len().min(STAGING_BYTES_MAX - self.tail.len());
                 let used = self.tail.len() + piece;
                 let padded = used.next_multiple_of(BLOCK_BYTES);
-                let area = aligned(&mut staging, padded);
+                let area = crate::io::aligned_mut(&mut staging, padded);
                 area[..self.tail.len()].copy_from_slice(&self.tail);
                 area[self.tail.len()..used].copy_from_slice(&rest[..piece]);
                 area[used..].fill(0);
@@ -128,16 +128,6 @@ impl DirectWriter {
 /// `EINVAL` (the file system has no `O_DIRECT`) or a backend without it.
 fn is_refusal(error: &io::Error) -> bool {
     error.raw_os_error() == Some(libc::EINVAL) || error.kind() == io::ErrorKind::Unsupported
-}
-
-/// `length` bytes of `buffer` starting at a block-aligned address, growing the buffer as needed.
-fn aligned(buffer: &mut Vec<u8>, length: usize) -> &mut [u8] {
-    if buffer.len() < length + BLOCK_BYTES {
-        buffer.resize(length + BLOCK_BYTES, 0);
-    }
-    let address = buffer.as_ptr() as usize;
-    let start = address.next_multiple_of(BLOCK_BYTES) - address;
-    &mut buffer[start..start + length]
 }
 
 #[cfg(test)]

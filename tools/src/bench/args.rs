@@ -143,6 +143,10 @@ pub struct BenchArgs {
     /// through the page cache.
     #[arg(long)]
     pub direct_io: bool,
+    /// Read large ranges the page cache holds none of with O_DIRECT
+    /// (`EngineConfig::direct_cold_reads`; io_uring backend).
+    #[arg(long)]
+    pub direct_reads: bool,
     /// Do not write zeros ahead of the appends of partitions whose syncs each cover little
     /// (`EngineConfig::prewrite_synced_logs`, on by default): each sync then grows the file.
     #[arg(long)]

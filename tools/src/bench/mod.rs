@@ -96,6 +96,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         pin_shards: false,
         backend: settings.backend,
         direct_writes: settings.direct_io,
+        direct_cold_reads: settings.direct_cold_reads,
         prewrite_synced_logs: settings.prewrite,
         background_sync_bytes: settings.background_sync_bytes,
         shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
