@@ -118,7 +118,7 @@ pub struct EngineConfig {
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, four
     /// pieces in flight (default: off; io_uring backend only): a consumer catching up leaves the
     /// page cache to the hot tail and skips its page allocation, which on a VM whose freed
-    /// memory went back to the host is the cost of a cold read (`fetch-cold` 1.5-1.9× as fast
+    /// memory went back to the host is the cost of a cold read (`fetch-cold` 1.5-2.4× as fast
     /// here then, 0.7× with the guest's memory warm: BENCHMARKS.md § Large cold reads past the
     /// page cache). Off, every read goes through the page cache and its read-ahead.
     pub direct_cold_reads: bool,
