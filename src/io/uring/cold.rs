@@ -97,12 +97,8 @@ impl ColdReader {
             let rest = unsafe { destination.add(read) };
             // SAFETY: `rest` is valid for `round` bytes of writes.
             match unsafe { read_round(direct, rest, round, position + read as u64) } {
-                Ok(count) => {
-                    read += count;
-                    if count < round {
-                        break; // the end of the file
-                    }
-                }
+                Ok(0) => break, // the end of the file
+                Ok(count) => read += count,
                 // No ring on this thread: this read is buffered, as every read of the thread.
                 Err(error) if read == 0 && error.kind() == io::ErrorKind::Unsupported => {
                     return None;
