@@ -660,6 +660,21 @@ mod tests {
         }
     }
 
+    /// `payload` in a new file on tmpfs (`/dev/shm`), opened with direct cold reads on; `None`
+    /// where there is no `/dev/shm`.
+    fn tmpfs_file(payload: &[u8]) -> Option<(tempfile::TempDir, UringFile)> {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("skipped: no /dev/shm");
+            return None;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, payload).unwrap();
+        let file = UringFile::new(File::open(&path).unwrap(), false, true);
+        Some((dir, file))
+    }
+
     fn ring_is_ready_on_this_thread() -> bool {
         RING.with(|slot| matches!(*slot.borrow(), RingSlot::Ready(_)))
     }
@@ -730,16 +745,10 @@ mod tests {
     #[test]
     fn a_file_system_without_nowait_reads_is_read_with_pread() {
         // tmpfs refuses `RWF_NOWAIT` with `EOPNOTSUPP` (its pages never wait for a device).
-        let shm = Path::new("/dev/shm");
-        if !shm.is_dir() {
-            eprintln!("skipped: no /dev/shm");
-            return;
-        }
-        let dir = tempfile::tempdir_in(shm).unwrap();
-        let path = dir.path().join("f");
         let payload: Vec<u8> = (0..20_000u32).map(|i| (i % 249) as u8).collect();
-        std::fs::write(&path, &payload).unwrap();
-        let file = UringFile::new(File::open(&path).unwrap(), false, true);
+        let Some((_dir, file)) = tmpfs_file(&payload) else {
+            return;
+        };
         assert_eq!(
             file.read_to_vec(15_000, 1_000).unwrap(),
             payload[1_000..16_000]
@@ -869,15 +878,9 @@ mod tests {
     fn a_file_system_that_keeps_its_pages_cached_keeps_large_reads_buffered() {
         // tmpfs: its pages live in the page cache (`cachestat` counts them all), so no read is
         // cold, whether or not it accepts O_DIRECT (Linux 6.6 and later do).
-        let shm = Path::new("/dev/shm");
-        if !shm.is_dir() {
-            eprintln!("skipped: no /dev/shm");
+        let Some((_dir, file)) = tmpfs_file(&[3u8; 600_000]) else {
             return;
-        }
-        let dir = tempfile::tempdir_in(shm).unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![3u8; 600_000]).unwrap();
-        let file = UringFile::new(File::open(&path).unwrap(), false, true);
+        };
         assert_eq!(file.read_to_vec(600_000, 0).unwrap(), vec![3u8; 600_000]);
         assert!(
             file.cold.as_ref().unwrap().file.get().is_none(),
