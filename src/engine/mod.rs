@@ -113,7 +113,7 @@ pub struct EngineConfig {
     pub cleaner_core: Option<usize>,
     /// Write each active segment's `.log` with `O_DIRECT` (default: off): appends skip the page
     /// cache, so fetches of fresh data read from the device. Where the file system refuses
-    /// `O_DIRECT` (tmpfs), the engine says so once and writes through the page cache.
+    /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, four
     /// pieces in flight (default: off; io_uring backend only): a consumer catching up leaves the

@@ -42,7 +42,7 @@ pub(super) struct DirectWriter {
 
 impl DirectWriter {
     /// Opens a direct descriptor on `log_path`, whose first `size_bytes` are the log. `None` when
-    /// the file system refuses `O_DIRECT` (tmpfs): the segment then writes through the page
+    /// the file system refuses `O_DIRECT` (tmpfs before Linux 6.6): the segment then writes through the page
     /// cache, as it does without the option (said once per process).
     pub(super) fn open(
         storage: &dyn Storage,

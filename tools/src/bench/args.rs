@@ -139,7 +139,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum)]
     pub backend: Option<BenchBackend>,
     /// Write the active segments with O_DIRECT (`EngineConfig::direct_writes`): appends skip the
-    /// page cache. Where the file system refuses O_DIRECT (tmpfs) the engine warns and writes
+    /// page cache. Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) the engine warns and writes
     /// through the page cache.
     #[arg(long)]
     pub direct_io: bool,
