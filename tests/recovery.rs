@@ -1582,9 +1582,9 @@ fn direct_config() -> LogConfig {
     }
 }
 
-/// A scratch directory on a disk (tmpfs has no `O_DIRECT`): `/var/tmp` when it can, else the
-/// system's temporary directory. `None` (the test says it was skipped) when that file system
-/// refuses `O_DIRECT` too.
+/// A scratch directory on a disk (tmpfs before Linux 6.6 has no `O_DIRECT`): `/var/tmp` when it
+/// can, else the system's temporary directory. `None` (the test says it was skipped) when that
+/// file system refuses `O_DIRECT` too.
 fn direct_scratch() -> Option<tempfile::TempDir> {
     let dir = tempfile::tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
