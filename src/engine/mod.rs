@@ -120,7 +120,9 @@ pub struct EngineConfig {
     /// page cache to the hot tail and skips its page allocation, which on a VM whose freed
     /// memory went back to the host is the cost of a cold read (`fetch-cold` 1.5-2.4× as fast
     /// here then, 0.7× with the guest's memory warm: BENCHMARKS.md § Large cold reads past the
-    /// page cache). Off, every read goes through the page cache and its read-ahead.
+    /// page cache). Off, every read goes through the page cache and its read-ahead. A segment
+    /// read this way holds a second descriptor, not counted by `open_segments_max`; where none
+    /// is left (`EMFILE`), its reads stay buffered.
     pub direct_cold_reads: bool,
     /// When a shard's turn has one partition to sync, its sync threads hold nothing and no
     /// request is waiting, the shard syncs it itself rather than through a sync thread (default:
