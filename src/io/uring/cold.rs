@@ -78,8 +78,8 @@ impl ColdReader {
 
     /// Reads up to `length` bytes at `position` into `destination` through `direct` (from
     /// [`ColdReader::for_read`]); the bytes read, fewer only at the end of the file. `None` when
-    /// the first round is refused (nothing was read): the caller reads buffered, and so will
-    /// every later read of this file.
+    /// nothing was read and the caller is to read buffered: the thread has no ring, or the
+    /// first round was refused (`EINVAL`), after which every read of this file is buffered.
     ///
     /// # Safety
     /// `destination` must be valid for writes of `length` bytes, and unaliased, for the call.
