@@ -115,14 +115,15 @@ pub struct EngineConfig {
     /// cache, so fetches of fresh data read from the device. Where the file system refuses
     /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
-    /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, four
-    /// pieces in flight (default: off; io_uring backend only): a consumer catching up leaves the
-    /// page cache to the hot tail and skips its page allocation, which on a VM whose freed
-    /// memory went back to the host is the cost of a cold read (`fetch-cold` 1.5-2.4× as fast
-    /// here then, 0.7× with the guest's memory warm: BENCHMARKS.md § Large cold reads past the
-    /// page cache). Off, every read goes through the page cache and its read-ahead. A segment
-    /// read this way holds a second descriptor, not counted by `open_segments_max`; where none
-    /// is left (`EMFILE`), its reads stay buffered.
+    /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, through
+    /// 4 MiB windows of the shard's own read ahead (default: off; io_uring backend only; 16 MiB
+    /// of windows per shard that reads so): a consumer catching up leaves the page cache to the
+    /// hot tail and skips its page allocation, which on a VM whose freed memory went back to the
+    /// host is the cost of a cold read (`fetch-cold` about 2× as fast here then, 0.7× with the
+    /// guest's memory warm: BENCHMARKS.md § Large cold reads past the page cache). Off, every
+    /// read goes through the page cache and its read-ahead. A segment read this way holds a
+    /// second descriptor, not counted by `open_segments_max`; where none is left (`EMFILE`), its
+    /// reads stay buffered.
     pub direct_cold_reads: bool,
     /// When a shard's turn has one partition to sync, its sync threads hold nothing and no
     /// request is waiting, the shard syncs it itself rather than through a sync thread (default:

@@ -25,7 +25,8 @@
 //!
 //! Memory safety: the kernel writes into (or reads from) the caller's buffer until the operation's
 //! completion arrives. Every function here returns only after it has reaped the completion of
-//! every operation it submitted (UNSAFE.md § io/uring.rs).
+//! every operation it submitted, except the windows' reads ahead of large cold reads, whose
+//! buffers the thread's ring owns (`cold.rs`; UNSAFE.md § io/uring.rs).
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
@@ -86,9 +87,87 @@ thread_local! {
 
 enum RingSlot {
     Unset,
-    Ready(Box<IoUring>),
+    Ready(Box<Ring>),
     /// Ring creation failed on this thread: operations fall back to positioned I/O.
     Unavailable,
+}
+
+/// A thread's ring and the windows its large cold reads fill ahead (`cold.rs`), the only reads
+/// that stay in flight after the function that submitted them returns.
+struct Ring {
+    uring: IoUring,
+    windows: cold::Windows,
+}
+
+impl Ring {
+    /// Takes every completion posted: a window piece's (tagged [`cold::WINDOW_PIECE_TAG`]) to its
+    /// window, any other's result to `results[user_data]`. Returns how many of the latter.
+    fn reap(&mut self, results: &mut [i32]) -> usize {
+        let mut reaped = 0;
+        for completion in self.uring.completion() {
+            let user_data = completion.user_data();
+            if user_data & cold::WINDOW_PIECE_TAG != 0 {
+                self.windows.complete(user_data, completion.result());
+            } else if let Some(slot) = results.get_mut(user_data as usize) {
+                *slot = completion.result();
+                reaped += 1;
+            }
+        }
+        reaped
+    }
+
+    /// Reaps completions until `done` says so, polling for up to `poll` without sleeping
+    /// (`spin::pause` between checks), then asleep in the kernel. `done` reaps (`Ring::reap`).
+    ///
+    /// While the thread polls, a completion is posted by the thread's own task work: the kernel
+    /// sets the queue's `TASKRUN` flag and the next `io_uring_enter` runs it (with `DEFER_TASKRUN`
+    /// only an enter does; on a ring without the flags, any system call's return does, a yield
+    /// among them). `done` must turn true once what it waits for completed, which must be in
+    /// flight: asleep, the thread waits for a completion.
+    fn wait_until(&mut self, poll: Duration, mut done: impl FnMut(&mut Ring) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            if started.elapsed() >= poll {
+                if let Err(error) = self.uring.submit_and_wait(1) {
+                    // Interrupted or the completion queue is momentarily full: wait again.
+                    // Returning would free a buffer the kernel may still write.
+                    log::debug!("io_uring_enter: {error}; waiting again");
+                }
+            } else if self.uring.submission().taskrun() {
+                let _ = self.uring.submit();
+            } else {
+                crate::spin::pause(started);
+            }
+        }
+    }
+
+    /// Queues `entry` and every one before it, submitting them first when the queue is full.
+    ///
+    /// # Safety
+    /// As `io_uring::SubmissionQueue::push`: every buffer `entry` points at stays valid until its
+    /// completion is reaped.
+    unsafe fn push(&mut self, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: our contract.
+            if unsafe { self.uring.submission().push(entry) }.is_ok() {
+                return;
+            }
+            if let Err(error) = self.uring.submit() {
+                log::debug!("io_uring_enter: {error}; submitting again");
+            }
+        }
+    }
+}
+
+impl Drop for Ring {
+    /// Waits for the windows' reads still in flight (a thread ending with reads ahead that it
+    /// did not use): their buffers are freed with the windows, right after.
+    fn drop(&mut self) {
+        self.wait_until(Duration::ZERO, |ring| {
+            ring.reap(&mut []);
+            !ring.windows.any_in_flight()
+        });
+    }
 }
 
 fn build_ring() -> io::Result<IoUring> {
@@ -123,12 +202,15 @@ fn build_ring() -> io::Result<IoUring> {
 }
 
 /// Runs `operation` with this thread's ring, or returns `None` when the thread has no ring.
-fn with_ring<T>(operation: impl FnOnce(&mut IoUring) -> T) -> Option<T> {
+fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
     RING.with(|slot| {
         let mut slot = slot.borrow_mut();
         if matches!(*slot, RingSlot::Unset) {
             *slot = match build_ring() {
-                Ok(ring) => RingSlot::Ready(Box::new(ring)),
+                Ok(uring) => RingSlot::Ready(Box::new(Ring {
+                    uring,
+                    windows: cold::Windows::default(),
+                })),
                 Err(error) => {
                     log::warn!(
                         "io_uring unavailable on this thread ({error}); using positioned I/O"
@@ -149,89 +231,47 @@ fn with_ring<T>(operation: impl FnOnce(&mut IoUring) -> T) -> Option<T> {
 /// # Safety
 /// Every buffer an entry points at must stay valid (and, for reads, unaliased) until this
 /// function returns. It returns only after the completions of all submitted entries were reaped.
-unsafe fn submit_and_reap(ring: &mut IoUring, entries: &[squeue::Entry]) -> Vec<i32> {
+unsafe fn submit_and_reap(ring: &mut Ring, entries: &[squeue::Entry]) -> Vec<i32> {
     let mut results = vec![0i32; entries.len()];
-    for (chunk_index, chunk) in entries.chunks(RING_ENTRIES as usize).enumerate() {
-        let first = chunk_index * RING_ENTRIES as usize;
-        for (index, entry) in chunk.iter().enumerate() {
-            let entry = entry.clone().user_data((first + index) as u64);
-            // SAFETY: the caller keeps every buffer valid until we return, and we return only
-            // after reaping this entry's completion (the loop below). The queue has room: the
-            // chunk is at most the ring's size and the queue was drained by the previous chunk.
-            let pushed = unsafe { ring.submission().push(&entry) };
-            debug_assert!(pushed.is_ok());
-        }
-        let mut outstanding = chunk.len();
-        while outstanding > 0 {
-            if let Err(error) = ring.submit_and_wait(1) {
-                // Interrupted or the completion queue is momentarily full: wait again. Returning
-                // here would free buffers the kernel may still use.
-                log::debug!("io_uring_enter: {error}; waiting again");
-                continue;
-            }
-            for completion in ring.completion() {
-                if let Some(slot) = results.get_mut(completion.user_data() as usize) {
-                    *slot = completion.result();
-                    outstanding -= 1;
-                }
-            }
-        }
+    for (index, entry) in entries.iter().enumerate() {
+        // SAFETY: the caller keeps every buffer valid until we return, and we return only after
+        // reaping this entry's completion (below).
+        unsafe { ring.push(&entry.clone().user_data(index as u64)) };
     }
+    let mut outstanding = entries.len();
+    // Asleep at once: a sync or a write, not worth polling for.
+    ring.wait_until(Duration::ZERO, |ring| {
+        outstanding -= ring.reap(&mut results);
+        outstanding == 0
+    });
     results
 }
 
-/// Submits `entries` and polls for their completions, for up to `poll` without sleeping
-/// (`spin::pause` between checks), then asleep; writes each one's result (`cqe.res`) to
-/// `results`, in order.
-///
-/// While the thread polls, a completion is posted by the thread's own task work: the kernel sets
-/// the queue's `TASKRUN` flag and the next `io_uring_enter` runs it (with `DEFER_TASKRUN` only an
-/// enter does; on a ring without the flags, any system call's return does, a yield among them).
+/// Submits `entries` and polls for their completions, for up to `poll` without sleeping, then
+/// asleep (`Ring::wait_until`); writes each one's result (`cqe.res`) to `results`, in order.
 ///
 /// # Safety
 /// Every buffer an entry points at must stay valid, and unaliased, until this function returns.
-/// It returns only after every entry's completion was reaped. The ring's queues are empty when it
-/// is called (every function here reaps all it submitted), and `entries` fit the ring
-/// (`RING_ENTRIES`); `results` is as long as `entries`.
+/// It returns only after every entry's completion was reaped. `results` is as long as `entries`.
 unsafe fn submit_and_poll(
-    ring: &mut IoUring,
+    ring: &mut Ring,
     entries: &[squeue::Entry],
     results: &mut [i32],
     poll: Duration,
 ) {
-    debug_assert!(entries.len() <= RING_ENTRIES as usize && entries.len() == results.len());
+    debug_assert_eq!(entries.len(), results.len());
     for (index, entry) in entries.iter().enumerate() {
-        let entry = entry.clone().user_data(index as u64);
         // SAFETY: the caller keeps every buffer valid until we return, and we return only after
-        // reaping every completion (the loop below). The queue is empty and has room for them.
-        let pushed = unsafe { ring.submission().push(&entry) };
-        debug_assert!(pushed.is_ok());
+        // reaping every completion (below).
+        unsafe { ring.push(&entry.clone().user_data(index as u64)) };
     }
-    // An error leaves the entries queued: the next enter below submits them.
-    let _ = ring.submit();
-    let started = Instant::now();
+    // An error leaves the entries queued: the next enter submits them.
+    let _ = ring.uring.submit();
     let mut outstanding = entries.len();
-    while outstanding > 0 {
-        for completion in ring.completion() {
-            if let Some(slot) = results.get_mut(completion.user_data() as usize) {
-                *slot = completion.result();
-                outstanding -= 1;
-            }
-        }
-        if outstanding == 0 {
-            break;
-        }
-        if started.elapsed() >= poll {
-            if let Err(error) = ring.submit_and_wait(1) {
-                // As in `submit_and_reap`: returning would free a buffer the kernel may use.
-                log::debug!("io_uring_enter: {error}; waiting again");
-            }
-        } else if ring.submission().taskrun() {
-            let _ = ring.submit();
-        } else {
-            crate::spin::pause(started);
-        }
-    }
+    ring.wait_until(poll, |ring| {
+        outstanding -= ring.reap(results);
+        outstanding == 0
+    });
 }
 
 /// `position` as a system call's file offset; `EINVAL` past `off_t`'s range, as the kernel says.
@@ -438,6 +478,9 @@ impl StorageFile for UringFile {
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        if let Some(cold) = &self.cold {
+            cold.file_changed();
+        }
         let mut written = 0;
         while written < buf.len() {
             match self.write_once(&buf[written..], position + written as u64) {
@@ -463,6 +506,9 @@ impl StorageFile for UringFile {
     }
 
     fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
+        if let Some(cold) = &self.cold {
+            cold.file_changed();
+        }
         self.file.set_len(length_bytes)
     }
 
@@ -886,5 +932,156 @@ mod tests {
             file.cold.as_ref().unwrap().file.get().is_none(),
             "never reopened"
         );
+    }
+
+    #[test]
+    fn sequential_cold_reads_are_served_from_windows_read_ahead() {
+        let Some((_dir, file, payload)) = cold_file(10 * 1024 * 1024 + 12_345) else {
+            return;
+        };
+        let cold = file.cold.as_ref().unwrap();
+        let first = file.read_to_vec(1024 * 1024, 777).unwrap();
+        assert_eq!(first, payload[777..777 + 1024 * 1024]);
+        assert!(
+            cold.window_holds(777 + 1024 * 1024),
+            "the rest of its window"
+        );
+        assert!(
+            cold.window_holds(777 + 4 * 1024 * 1024),
+            "the window after it is read ahead"
+        );
+        let mut position = 777 + 1024 * 1024;
+        while position < payload.len() {
+            let read = file.read_to_vec(1024 * 1024, position as u64).unwrap();
+            let end = (position + 1024 * 1024).min(payload.len());
+            assert_eq!(read, payload[position..end], "the read at {position}");
+            position = end;
+        }
+        assert!(
+            file.read_to_vec(1024 * 1024, position as u64)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            cached(&file, 0, payload.len()),
+            0,
+            "all of it past the page cache"
+        );
+    }
+
+    #[test]
+    fn a_cold_read_after_a_write_through_the_file_does_not_see_the_window_read_before_it() {
+        let Some((_dir, file, mut payload)) = cold_file(6 * 1024 * 1024) else {
+            return;
+        };
+        assert_eq!(
+            file.read_to_vec(1024 * 1024, 0).unwrap(),
+            payload[..1024 * 1024]
+        );
+        assert!(file.cold.as_ref().unwrap().window_holds(2 * 1024 * 1024));
+        let fresh = [0x5au8; 10_000];
+        file.write_all_at(&fresh, 2 * 1024 * 1024).unwrap();
+        payload[2 * 1024 * 1024..][..10_000].copy_from_slice(&fresh);
+        file.sync_data().unwrap();
+        file.drop_cache().unwrap();
+        assert_eq!(cached(&file, 0, payload.len()), 0);
+        let read = file
+            .read_to_vec(1024 * 1024, 2 * 1024 * 1024 - 5_000)
+            .unwrap();
+        assert_eq!(read, payload[2 * 1024 * 1024 - 5_000..][..1024 * 1024]);
+    }
+
+    #[test]
+    fn a_cold_read_past_where_a_window_found_the_end_sees_what_was_appended_since() {
+        let Some((dir, file, mut payload)) = cold_file(1024 * 1024 + 100) else {
+            return;
+        };
+        let read = file.read_to_vec(2 * 1024 * 1024, 0).unwrap();
+        assert_eq!(read, payload, "stops at the end");
+        // Appended through another descriptor, as an O_DIRECT writer's appends are.
+        let appended: Vec<u8> = (0..600_000u32).map(|i| (i % 13) as u8).collect();
+        let other = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("cold"))
+            .unwrap();
+        std::io::Write::write_all(&mut &other, &appended).unwrap();
+        other.sync_all().unwrap();
+        payload.extend_from_slice(&appended);
+        file.drop_cache().unwrap();
+        let read = file.read_to_vec(512 * 1024, 1024 * 1024).unwrap();
+        assert_eq!(read, payload[1024 * 1024..][..512 * 1024]);
+    }
+
+    #[test]
+    fn other_reads_and_syncs_on_the_ring_complete_while_windows_are_read_ahead() {
+        let Some((dir, file, payload)) = cold_file(9 * 1024 * 1024) else {
+            return;
+        };
+        let Some((other_dir, other, other_payload)) = cold_file(200_000) else {
+            return;
+        };
+        assert_eq!(
+            file.read_to_vec(2 * 1024 * 1024, 0).unwrap(),
+            payload[..2 * 1024 * 1024]
+        );
+        assert!(file.cold.as_ref().unwrap().window_holds(4 * 1024 * 1024));
+        // A small cold read (polled on the ring) and a group sync (reaped) while the window
+        // after the first is still being read.
+        assert_eq!(
+            other.read_to_vec(8192, 100_000).unwrap(),
+            other_payload[100_000..108_192]
+        );
+        let storage = UringIo::default();
+        let synced: Vec<Box<dyn StorageFile>> = [dir.path(), other_dir.path()]
+            .iter()
+            .map(|place| storage.open(&place.join("s"), OpenMode::CreateNew).unwrap())
+            .collect();
+        for each in &synced {
+            each.write_all_at(b"x", 0).unwrap();
+        }
+        let refs: Vec<&dyn StorageFile> = synced.iter().map(|each| each.as_ref()).collect();
+        assert!(storage.sync_data_many(&refs).iter().all(Result::is_ok));
+        let mut position = 2 * 1024 * 1024;
+        while position < payload.len() {
+            let read = file.read_to_vec(1024 * 1024, position as u64).unwrap();
+            assert_eq!(read, payload[position..position + 1024 * 1024]);
+            position += 1024 * 1024;
+        }
+    }
+
+    #[test]
+    fn two_sequential_readers_on_one_thread_keep_their_windows_read_ahead() {
+        let length = 12 * 1024 * 1024;
+        let Some((_dir, first, first_payload)) = cold_file(length) else {
+            return;
+        };
+        let Some((_other_dir, second, second_payload)) = cold_file(length) else {
+            return;
+        };
+        let (step, window) = (1024 * 1024, 4 * 1024 * 1024);
+        let readers = [(&first, &first_payload), (&second, &second_payload)];
+        for position in (0..length).step_by(step) {
+            for (reader, (file, payload)) in readers.iter().enumerate() {
+                let read = file.read_to_vec(step, position as u64).unwrap();
+                assert_eq!(read, payload[position..position + step]);
+                // Each reader has read up to here: the one that just read through
+                // `position + step`, the other (if it reads second) up to `position`.
+                for (other, (file, _)) in readers.iter().enumerate() {
+                    let read_to = if other <= reader {
+                        position + step
+                    } else {
+                        position
+                    };
+                    let next_window = (read_to.max(1) - 1) / window * window + window;
+                    assert!(
+                        read_to == 0
+                            || next_window >= length
+                            || file.cold.as_ref().unwrap().window_holds(next_window as u64),
+                        "reader {other}'s window at {next_window} read ahead, \
+                         after reader {reader}'s read at {position}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Large cold reads past the page cache: a read of at least [`DIRECT_READ_BYTES_MIN`] of which
-//! the page cache holds no page (`cachestat`) is read with `O_DIRECT`, in pieces submitted to the
-//! thread's ring together, through a per-thread aligned staging area, and copied out.
+//! the page cache holds no page (`cachestat`) is read with `O_DIRECT` into a window of the
+//! thread's own, and copied out; the next window is read ahead while the reader uses this one.
 //!
 //! Such reads are a consumer catching up on data that left the page cache. Through the page
 //! cache, every page of them is allocated, filled by read-ahead, copied out and evicted again,
@@ -10,52 +10,88 @@
 //! other consumers read, out of the cache. A point lookup's batch is far smaller and stays
 //! buffered, as does any read the cache holds part of.
 //!
+//! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
+//! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps
+//! [`WINDOWS_PER_THREAD`] of them (16 MiB, allocated on its first cold read). A read served from
+//! a window waits only for the pieces it covers, and first makes sure the window after it is read
+//! ahead: those reads stay in flight after the read returns, so the device reads on while the
+//! consumer decodes its fetch (as the page cache's read-ahead does), up to two windows' pieces
+//! deep. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever function of the
+//! thread reaps them hands them to their window (`Ring::reap`). A window is named by its file's
+//! reader and that file's generation, which every write and length change through the file
+//! bumps, so no window filled before a change serves a read after it. A window is reused only
+//! when none of its reads is in flight, and the thread's ring, dropped with the thread, first waits
+//! for all of them (`Ring::drop`): the kernel never writes into freed memory.
+//!
 //! The direct descriptor is the file reopened through `/proc/self/fd` (the same inode whatever
 //! the file is renamed to since), on the first read that wants it. Where `cachestat` is missing
 //! (before Linux 6.5) or `O_DIRECT` is refused (a file system without it, no `/proc`), the file's
 //! reads stay buffered; tmpfs keeps every page cached, so none of its reads is cold. An
 //! `O_DIRECT` read sees every write: the kernel writes back the dirty pages of its range first.
 
-use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use io_uring::{opcode, squeue, types};
+use io_uring::{opcode, types};
 
-use super::{READ_POLL, result_to_io, submit_and_poll, with_ring};
+use super::{READ_POLL, Ring, result_to_io, with_ring};
 use crate::io::DIRECT_IO_ALIGN_BYTES;
 
 /// Reads at least this long may go past the page cache: a sequential consumer's fetch (Kafka's
 /// `max.partition.fetch.bytes` is 1 MiB), never a point lookup's batch.
 pub(super) const DIRECT_READ_BYTES_MIN: usize = 256 * 1024;
 
-/// Each piece read in flight at once; a read is split into up to [`PIECES_MAX`] of them.
+/// Each read of a window in flight: 4 × 256 KiB per 1 MiB read beat 16 × 64 KiB and 8 × 128 KiB
+/// (BENCHMARKS.md § Large cold reads past the page cache), and a fetch waits only for its own.
 const PIECE_BYTES: usize = 256 * 1024;
 
-/// Pieces in flight per read: one round covers `PIECE_BYTES * PIECES_MAX` (1 MiB).
-const PIECES_MAX: usize = 4;
+/// The bytes of a window: four 1 MiB fetches.
+const WINDOW_BYTES: usize = 4 * 1024 * 1024;
+
+/// The pieces of a window, submitted together.
+const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
+
+/// Windows per thread: the one being read and the one ahead of it, for two readers at once.
+const WINDOWS_PER_THREAD: usize = 4;
+
+/// The `user_data` bit of a window piece's read; below it, the piece's number in the thread's
+/// windows (`window * PIECES_PER_WINDOW + piece`).
+pub(super) const WINDOW_PIECE_TAG: u64 = 1 << 63;
 
 /// `cachestat(2)`'s number: Linux 6.5, the same on every architecture (the unified table).
 const SYS_CACHESTAT: libc::c_long = 451;
 
-thread_local! {
-    /// One staging area per thread (per shard), shared by every file it reads: at most a round's
-    /// bytes and a block on either side.
-    static STAGING: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
+/// The next reader's name: never reused, so a window never serves a file opened since.
+static NEXT_READER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One file's `O_DIRECT` read side, opened on first use.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct ColdReader {
     /// `None` once opening it was refused.
     pub(super) file: OnceLock<Option<File>>,
     /// A direct read was refused (`EINVAL`: an alignment the device wants larger than ours) or
     /// `cachestat` is missing: this file's reads stay buffered.
     refused: AtomicBool,
+    /// Names this file's windows.
+    id: u64,
+    /// Bumped by every write and length change through the file ([`ColdReader::file_changed`]).
+    generation: AtomicU64,
+}
+
+impl Default for ColdReader {
+    fn default() -> ColdReader {
+        ColdReader {
+            file: OnceLock::new(),
+            refused: AtomicBool::new(false),
+            id: NEXT_READER_ID.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
+        }
+    }
 }
 
 impl ColdReader {
@@ -76,10 +112,26 @@ impl ColdReader {
         self.file.get_or_init(|| reopen_direct(file)).as_ref()
     }
 
+    /// Whether one of this thread's windows holds `position` of the file as it is now.
+    #[cfg(test)]
+    pub(super) fn window_holds(&self, position: u64) -> bool {
+        let name = WindowName {
+            reader: self.id,
+            generation: self.generation.load(Ordering::Acquire),
+        };
+        with_ring(|ring| ring.windows.find(name, position).is_some()).unwrap_or(false)
+    }
+
+    /// The file is about to be written or change length: windows read before do not serve it.
+    pub(super) fn file_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Reads up to `length` bytes at `position` into `destination` through `direct` (from
-    /// [`ColdReader::for_read`]); the bytes read, fewer only at the end of the file. `None` when
-    /// nothing was read and the caller is to read buffered: the thread has no ring, or the
-    /// first round was refused (`EINVAL`), after which every read of this file is buffered.
+    /// [`ColdReader::for_read`]), from this thread's windows; the bytes read, fewer only at the
+    /// end of the file. `None` when nothing was read and the caller is to read buffered: the
+    /// thread has no ring, or the first read was refused (`EINVAL`), after which every read of
+    /// this file is buffered.
     ///
     /// # Safety
     /// `destination` must be valid for writes of `length` bytes, and unaliased, for the call.
@@ -90,28 +142,36 @@ impl ColdReader {
         length: usize,
         position: u64,
     ) -> Option<io::Result<usize>> {
-        let mut read = 0;
-        while read < length {
-            let round = (length - read).min(PIECE_BYTES * PIECES_MAX);
-            // SAFETY: `read < length`: the rest of the destination is within it (our contract).
-            let rest = unsafe { destination.add(read) };
-            // SAFETY: `rest` is valid for `round` bytes of writes.
-            match unsafe { read_round(direct, rest, round, position + read as u64) } {
-                Ok(0) => break, // the end of the file
-                Ok(count) => read += count,
-                // No ring on this thread: this read is buffered, as every read of the thread.
-                Err(error) if read == 0 && error.kind() == io::ErrorKind::Unsupported => {
-                    return None;
+        let name = WindowName {
+            reader: self.id,
+            generation: self.generation.load(Ordering::Acquire),
+        };
+        let (read, error) = with_ring(|ring| {
+            let mut read = 0;
+            while read < length {
+                // SAFETY: `read < length`: the rest of the destination is within it (our
+                // contract), valid for `length - read` bytes of writes.
+                let count = unsafe {
+                    let rest = (destination.add(read), length - read, position + read as u64);
+                    read_from_window(ring, name, direct, rest, position)
+                };
+                match count {
+                    Ok(0) => break, // the end of the file
+                    Ok(count) => read += count,
+                    Err(error) => return (read, Some(error)),
                 }
-                Err(error) if read == 0 && error.raw_os_error() == Some(libc::EINVAL) => {
-                    log::debug!("O_DIRECT read refused ({error}); reading through the page cache");
-                    self.refused.store(true, Ordering::Relaxed);
-                    return None;
-                }
-                Err(error) => return Some(Err(error)),
             }
+            (read, None)
+        })?;
+        match error {
+            None => Some(Ok(read)),
+            Some(error) if read == 0 && error.raw_os_error() == Some(libc::EINVAL) => {
+                log::debug!("O_DIRECT read refused ({error}); reading through the page cache");
+                self.refused.store(true, Ordering::Relaxed);
+                None
+            }
+            Some(error) => Some(Err(error)),
         }
-        Some(Ok(read))
     }
 }
 
@@ -173,64 +233,240 @@ pub(super) fn reopen_direct(file: &File) -> Option<File> {
     }
 }
 
-/// One round: `[position, position + length)` widened to whole blocks, read into the staging
-/// area in up to `PIECES_MAX` pieces at once, the wanted bytes copied to `destination`. Returns
-/// them, fewer when the file ends in the round.
-///
-/// # Safety
-/// As [`ColdReader::read`].
-unsafe fn read_round(
-    direct: &File,
-    destination: *mut u8,
-    length: usize,
-    position: u64,
-) -> io::Result<usize> {
-    let block = DIRECT_IO_ALIGN_BYTES as u64;
-    let start = position - position % block;
-    let skip = (position - start) as usize;
-    let span = (skip + length).next_multiple_of(DIRECT_IO_ALIGN_BYTES);
-    STAGING.with(|staging| {
-        let mut staging = staging.borrow_mut();
-        let area = crate::io::aligned_mut(&mut staging, span);
-        let fd = types::Fd(direct.as_raw_fd());
-        // The last piece takes what is left (the blocks the widening added).
-        let pieces = span.div_ceil(PIECE_BYTES).min(PIECES_MAX);
-        let piece_length = |index: usize| {
-            if index + 1 == pieces {
-                span - index * PIECE_BYTES
-            } else {
-                PIECE_BYTES
-            }
-        };
-        let entries: [squeue::Entry; PIECES_MAX] = std::array::from_fn(|index| {
-            if index >= pieces {
-                return opcode::Nop::new().build();
-            }
-            let piece = &mut area[index * PIECE_BYTES..][..piece_length(index)];
-            opcode::Read::new(fd, piece.as_mut_ptr(), piece.len() as u32)
-                .offset(start + (index * PIECE_BYTES) as u64)
-                .build()
-        });
-        let mut results = [0i32; PIECES_MAX];
-        // SAFETY: every entry points into `area`, borrowed for this whole closure, and
-        // `submit_and_poll` returns only after all of them completed.
-        with_ring(|ring| unsafe {
-            submit_and_poll(ring, &entries[..pieces], &mut results[..pieces], READ_POLL)
-        })
-        .ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))?;
-        // The bytes read from `start`: whole pieces, up to the first short one (the file's end).
+/// Which file a window holds, as of which change: [`ColdReader::id`] and its generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WindowName {
+    reader: u64,
+    generation: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Unread,
+    InFlight,
+    /// Its read's result (`cqe.res`): the bytes read, or `-errno`.
+    Done(i32),
+}
+
+/// [`WINDOW_BYTES`] of a file from `start`, read into `staging` in pieces.
+struct Window {
+    /// `None`: serves no read (never filled, or a read of it failed).
+    name: Option<WindowName>,
+    start: u64,
+    /// Allocated once, `WINDOW_BYTES` and a block, never resized: the pieces' reads write into it.
+    staging: Vec<u8>,
+    pieces: [Piece; PIECES_PER_WINDOW],
+    /// When it last served or was filled, for choosing which to reuse.
+    used: u64,
+}
+
+impl Window {
+    /// The staging area's first block-aligned byte. A pointer, not a slice: the reads of pieces
+    /// still in flight write into the area meanwhile.
+    fn area(&mut self) -> *mut u8 {
+        let address = self.staging.as_mut_ptr();
+        let offset = (address as usize).next_multiple_of(DIRECT_IO_ALIGN_BYTES) - address as usize;
+        // SAFETY: `offset` is under a block, and the allocation is `WINDOW_BYTES` and a block.
+        unsafe { address.add(offset) }
+    }
+
+    fn in_flight(&self, pieces: Range<usize>) -> bool {
+        self.pieces[pieces].contains(&Piece::InFlight)
+    }
+
+    /// The file ended inside it: a piece read short.
+    fn ends_file(&self) -> bool {
+        self.pieces
+            .iter()
+            .any(|piece| matches!(piece, Piece::Done(count) if *count < PIECE_BYTES as i32))
+    }
+
+    /// The bytes read from `start` through piece `last`: whole pieces up to the first short
+    /// one, or the first error.
+    fn filled(&self, last: usize) -> io::Result<usize> {
         let mut filled = 0;
-        for (index, result) in results[..pieces].iter().enumerate() {
-            let count = result_to_io(*result)?;
+        for piece in &self.pieces[..=last] {
+            let Piece::Done(result) = *piece else {
+                unreachable!("waited for")
+            };
+            let count = result_to_io(result)?;
             filled += count;
-            if count < piece_length(index) {
+            if count < PIECE_BYTES {
                 break;
             }
         }
-        let count = filled.saturating_sub(skip).min(length);
-        // SAFETY: `destination` is valid for `length >= count` bytes of writes (our contract)
-        // and does not overlap the staging area, which this thread owns.
-        unsafe { std::ptr::copy_nonoverlapping(area[skip..].as_ptr(), destination, count) };
-        Ok(count)
-    })
+        Ok(filled)
+    }
+}
+
+/// A thread's windows, kept with its ring (`Ring::windows`).
+#[derive(Default)]
+pub(super) struct Windows {
+    windows: Vec<Window>,
+    clock: u64,
+}
+
+impl Windows {
+    /// Records a piece's completion (`user_data` tagged [`WINDOW_PIECE_TAG`]).
+    pub(super) fn complete(&mut self, user_data: u64, result: i32) {
+        let number = (user_data & !WINDOW_PIECE_TAG) as usize;
+        let (window, piece) = (number / PIECES_PER_WINDOW, number % PIECES_PER_WINDOW);
+        if let Some(window) = self.windows.get_mut(window) {
+            window.pieces[piece] = Piece::Done(result);
+        }
+    }
+
+    pub(super) fn any_in_flight(&self) -> bool {
+        self.windows
+            .iter()
+            .any(|window| window.in_flight(0..PIECES_PER_WINDOW))
+    }
+
+    /// The window named `name` that holds `position`.
+    fn find(&self, name: WindowName, position: u64) -> Option<usize> {
+        self.windows.iter().position(|window| {
+            window.name == Some(name)
+                && window.start <= position
+                && position < window.start + WINDOW_BYTES as u64
+        })
+    }
+
+    /// A window to fill, other than `keep`: a new one while there are fewer than
+    /// [`WINDOWS_PER_THREAD`], else a freed one, else the one unused longest (its reads may
+    /// still be in flight).
+    fn choose(&mut self, keep: Option<usize>) -> usize {
+        if self.windows.len() < WINDOWS_PER_THREAD {
+            self.windows.push(Window {
+                name: None,
+                start: 0,
+                staging: vec![0; WINDOW_BYTES + DIRECT_IO_ALIGN_BYTES],
+                pieces: [Piece::Unread; PIECES_PER_WINDOW],
+                used: 0,
+            });
+            return self.windows.len() - 1;
+        }
+        (0..self.windows.len())
+            .filter(|index| Some(*index) != keep)
+            .min_by_key(|index| {
+                let window = &self.windows[*index];
+                (window.name.is_some(), window.used)
+            })
+            .unwrap_or(0) // never: there are more windows than one
+    }
+
+    fn touch(&mut self, index: usize) {
+        self.clock += 1;
+        self.windows[index].used = self.clock;
+    }
+}
+
+/// Fills a window (not `keep`) with `WINDOW_BYTES` of `direct` from `start`: waits for the reads
+/// still in flight into the one chosen, then submits one read per piece. Returns its index.
+fn fill(
+    ring: &mut Ring,
+    name: WindowName,
+    direct: &File,
+    start: u64,
+    keep: Option<usize>,
+) -> usize {
+    let index = ring.windows.choose(keep);
+    ring.wait_until(READ_POLL, |ring| {
+        ring.reap(&mut []);
+        !ring.windows.windows[index].in_flight(0..PIECES_PER_WINDOW)
+    });
+    ring.windows.touch(index);
+    let window = &mut ring.windows.windows[index];
+    window.name = Some(name);
+    window.start = start;
+    window.pieces = [Piece::InFlight; PIECES_PER_WINDOW];
+    let area = window.area();
+    let fd = types::Fd(direct.as_raw_fd());
+    for piece in 0..PIECES_PER_WINDOW {
+        let offset = piece * PIECE_BYTES;
+        // SAFETY: the piece lies inside the staging area (`WINDOW_BYTES` from `area`).
+        let buffer = unsafe { area.add(offset) };
+        let entry = opcode::Read::new(fd, buffer, PIECE_BYTES as u32)
+            .offset(start + offset as u64)
+            .build()
+            .user_data(WINDOW_PIECE_TAG | (index * PIECES_PER_WINDOW + piece) as u64);
+        // SAFETY: the staging area is the window's, never resized and freed only with the ring,
+        // which first waits for every piece in flight (`Ring::drop`); the window is not filled
+        // again before this piece completed (the wait above). Nothing else reads or writes it
+        // while the piece is in flight: a read copies out only pieces that completed.
+        unsafe { ring.push(&entry) };
+    }
+    // An error leaves the entries queued: the next enter submits them.
+    let _ = ring.uring.submit();
+    index
+}
+
+/// Copies up to `length` bytes at `position` of `direct` to `destination` from the window that
+/// holds `position` (filled now if there is none), having made sure the window after it is read
+/// ahead when the read (from `read_start`) starts in it. Returns the bytes copied: fewer than `length` where the window ends first, 0 past the
+/// end of the file (as a window read now finds it).
+///
+/// # Safety
+/// `destination` must be valid for writes of `length` bytes, and unaliased, for the call.
+unsafe fn read_from_window(
+    ring: &mut Ring,
+    name: WindowName,
+    direct: &File,
+    (destination, length, position): (*mut u8, usize, u64),
+    read_start: u64,
+) -> io::Result<usize> {
+    let (index, fresh) = match ring.windows.find(name, position) {
+        Some(index) => (index, false),
+        None => {
+            let start = position - position % DIRECT_IO_ALIGN_BYTES as u64;
+            (fill(ring, name, direct, start, None), true)
+        }
+    };
+    ring.windows.touch(index);
+    let window = &ring.windows.windows[index];
+    let (start, ends_file) = (window.start, window.ends_file());
+    let skip = (position - start) as usize;
+    if read_start >= start {
+        // A read that starts in this window: the reader has moved on from the window before it
+        // (its next read starts where this one's last whole batch ends, further on), which is
+        // free for the one after this. A read's rest, continued here from the window before,
+        // may be read again from there: the last batch it holds may end in this window.
+        if let Some(behind) = start
+            .checked_sub(WINDOW_BYTES as u64)
+            .and_then(|behind| ring.windows.find(name, behind))
+        {
+            ring.windows.windows[behind].name = None;
+        }
+        let ahead = start + WINDOW_BYTES as u64;
+        if !ends_file && ring.windows.find(name, ahead).is_none() {
+            fill(ring, name, direct, ahead, Some(index));
+        }
+    }
+    let wanted = length.min(WINDOW_BYTES - skip);
+    let last = (skip + wanted - 1) / PIECE_BYTES;
+    ring.wait_until(READ_POLL, |ring| {
+        ring.reap(&mut []);
+        !ring.windows.windows[index].in_flight(0..last + 1)
+    });
+    let window = &mut ring.windows.windows[index];
+    let filled = match window.filled(last) {
+        Ok(filled) => filled,
+        Err(error) => {
+            window.name = None;
+            return Err(error);
+        }
+    };
+    let count = filled.saturating_sub(skip).min(wanted);
+    if count == 0 && !fresh {
+        // The file ended before `position` when the window was read. It may have grown since
+        // (appended to through another descriptor, such as an `O_DIRECT` writer's): read anew.
+        window.name = None;
+        // SAFETY: our contract; the window is found no more, so this reads a fresh one.
+        let read = (destination, length, position);
+        return unsafe { read_from_window(ring, name, direct, read, read_start) };
+    }
+    // SAFETY: `skip + count <= WINDOW_BYTES` lie in the staging area, in pieces whose reads
+    // completed; `destination` is valid for `length >= count` bytes of writes (our contract) and
+    // does not overlap the staging area, which this thread owns.
+    unsafe { std::ptr::copy_nonoverlapping(window.area().add(skip), destination, count) };
+    Ok(count)
 }
