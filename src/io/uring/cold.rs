@@ -286,8 +286,9 @@ impl Window {
     fn filled(&self, last: usize) -> io::Result<usize> {
         let mut filled = 0;
         for piece in &self.pieces[..=last] {
+            // Each was waited for; one that was not ends what is served.
             let Piece::Done(result) = *piece else {
-                unreachable!("waited for")
+                break;
             };
             let count = result_to_io(result)?;
             filled += count;
@@ -402,8 +403,9 @@ fn fill(
 
 /// Copies up to `length` bytes at `position` of `direct` to `destination` from the window that
 /// holds `position` (filled now if there is none), having made sure the window after it is read
-/// ahead when the read (from `read_start`) starts in it. Returns the bytes copied: fewer than `length` where the window ends first, 0 past the
-/// end of the file (as a window read now finds it).
+/// ahead when the read (from `read_start`) starts in it. Returns the bytes copied: fewer than
+/// `length` where the window ends first, 0 past the end of the file (as a window read now finds
+/// it).
 ///
 /// # Safety
 /// `destination` must be valid for writes of `length` bytes, and unaliased, for the call.
