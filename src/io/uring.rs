@@ -45,8 +45,14 @@ use super::{OpenMode, Storage, StorageFile};
 
 mod cold;
 
-/// Submission queue entries per ring. Groups larger than this are submitted in chunks.
+/// Submission queue entries per ring (the completion queue holds twice as many).
 const RING_ENTRIES: u32 = 256;
+
+/// The entries of a group submitted at once: larger groups are submitted in chunks. Half the
+/// ring, so that with every window piece in flight (`cold.rs`, 64) the completions fit the
+/// completion queue and the submission queue has room.
+const CHUNK_ENTRIES: usize = RING_ENTRIES as usize / 2;
+const _: () = assert!(CHUNK_ENTRIES + cold::PIECES_PER_THREAD <= RING_ENTRIES as usize);
 
 /// How long a read from the device is polled for before the thread waits for it asleep: a few
 /// small reads' time on an SSD (≈ 50-100 µs each here at queue depth 1), so a point lookup's or a
@@ -141,7 +147,8 @@ impl Ring {
         }
     }
 
-    /// Queues `entry` and every one before it, submitting them first when the queue is full.
+    /// Queues `entry`, submitting what is queued first when the queue is full (which the chunks
+    /// of `submit_and_reap` and a window's 16 pieces, each submitted at once, never make it).
     ///
     /// # Safety
     /// As `io_uring::SubmissionQueue::push`: every buffer `entry` points at stays valid until its
@@ -233,17 +240,22 @@ fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
 /// function returns. It returns only after the completions of all submitted entries were reaped.
 unsafe fn submit_and_reap(ring: &mut Ring, entries: &[squeue::Entry]) -> Vec<i32> {
     let mut results = vec![0i32; entries.len()];
-    for (index, entry) in entries.iter().enumerate() {
-        // SAFETY: the caller keeps every buffer valid until we return, and we return only after
-        // reaping this entry's completion (below).
-        unsafe { ring.push(&entry.clone().user_data(index as u64)) };
+    // In chunks, each reaped before the next is pushed, so that with the windows' pieces in
+    // flight the completions never outnumber the completion queue (twice `RING_ENTRIES`).
+    for (chunk_index, chunk) in entries.chunks(CHUNK_ENTRIES).enumerate() {
+        let first = chunk_index * CHUNK_ENTRIES;
+        for (index, entry) in chunk.iter().enumerate() {
+            // SAFETY: the caller keeps every buffer valid until we return, and we return only
+            // after reaping this entry's completion (below).
+            unsafe { ring.push(&entry.clone().user_data((first + index) as u64)) };
+        }
+        let mut outstanding = chunk.len();
+        // Asleep at once: a sync or a write, not worth polling for.
+        ring.wait_until(Duration::ZERO, |ring| {
+            outstanding -= ring.reap(&mut results);
+            outstanding == 0
+        });
     }
-    let mut outstanding = entries.len();
-    // Asleep at once: a sync or a write, not worth polling for.
-    ring.wait_until(Duration::ZERO, |ring| {
-        outstanding -= ring.reap(&mut results);
-        outstanding == 0
-    });
     results
 }
 
@@ -1031,10 +1043,14 @@ mod tests {
             other.read_to_vec(8192, 100_000).unwrap(),
             other_payload[100_000..108_192]
         );
+        // More files than a chunk: the group is submitted in two.
         let storage = UringIo::default();
-        let synced: Vec<Box<dyn StorageFile>> = [dir.path(), other_dir.path()]
-            .iter()
-            .map(|place| storage.open(&place.join("s"), OpenMode::CreateNew).unwrap())
+        let synced: Vec<Box<dyn StorageFile>> = (0..CHUNK_ENTRIES + 20)
+            .map(|index| {
+                let place = [dir.path(), other_dir.path()][index % 2];
+                let path = place.join(format!("s{index}"));
+                storage.open(&path, OpenMode::CreateNew).unwrap()
+            })
             .collect();
         for each in &synced {
             each.write_all_at(b"x", 0).unwrap();

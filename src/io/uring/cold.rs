@@ -59,6 +59,9 @@ const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
 /// Windows per thread: the one being read and the one ahead of it, for two readers at once.
 const WINDOWS_PER_THREAD: usize = 4;
 
+/// The most window pieces a thread has in flight.
+pub(super) const PIECES_PER_THREAD: usize = PIECES_PER_WINDOW * WINDOWS_PER_THREAD;
+
 /// The `user_data` bit of a window piece's read; below it, the piece's number in the thread's
 /// windows (`window * PIECES_PER_WINDOW + piece`).
 pub(super) const WINDOW_PIECE_TAG: u64 = 1 << 63;
