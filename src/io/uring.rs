@@ -308,16 +308,31 @@ struct UringFile {
     nowait_refused: AtomicBool,
     /// Large cold reads' `O_DIRECT` side; `None` when they go through the page cache.
     cold: Option<cold::ColdReader>,
+    /// The file's changes, bumped before each write and length change, when cold reads are on
+    /// (whether this descriptor reads or is a segment's `O_DIRECT` writer).
+    generation: Option<cold::Generation>,
 }
 
 impl UringFile {
     fn new(file: File, direct: bool, direct_cold_reads: bool) -> UringFile {
+        let generation = direct_cold_reads.then(|| cold::generation_of(&file));
         UringFile {
+            // A file opened `O_DIRECT` is only written (`segment::direct`).
+            cold: generation
+                .clone()
+                .filter(|_| !direct)
+                .map(cold::ColdReader::new),
             file,
             direct,
             nowait_refused: AtomicBool::new(false),
-            // A file opened `O_DIRECT` is only written (`segment::direct`).
-            cold: (direct_cold_reads && !direct).then(cold::ColdReader::default),
+            generation,
+        }
+    }
+
+    /// The file is about to be written or change length: no window read before serves it.
+    fn file_changed(&self) {
+        if let Some(generation) = &self.generation {
+            generation.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -490,9 +505,7 @@ impl StorageFile for UringFile {
     }
 
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
-        if let Some(cold) = &self.cold {
-            cold.file_changed();
-        }
+        self.file_changed();
         let mut written = 0;
         while written < buf.len() {
             match self.write_once(&buf[written..], position + written as u64) {
@@ -518,9 +531,7 @@ impl StorageFile for UringFile {
     }
 
     fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
-        if let Some(cold) = &self.cold {
-            cold.file_changed();
-        }
+        self.file_changed();
         self.file.set_len(length_bytes)
     }
 
@@ -1001,6 +1012,39 @@ mod tests {
             .read_to_vec(1024 * 1024, 2 * 1024 * 1024 - 5_000)
             .unwrap();
         assert_eq!(read, payload[2 * 1024 * 1024 - 5_000..][..1024 * 1024]);
+    }
+
+    #[test]
+    fn a_cold_read_after_a_write_through_an_o_direct_descriptor_does_not_see_the_window_before_it()
+    {
+        let Some((dir, file, mut payload)) = cold_file(5 * 1024 * 1024) else {
+            return;
+        };
+        assert_eq!(
+            file.read_to_vec(1024 * 1024, 0).unwrap(),
+            payload[..1024 * 1024]
+        );
+        assert!(file.cold.as_ref().unwrap().window_holds(3 * 1024 * 1024));
+        // The segment's O_DIRECT writer: a descriptor of its own on the same file, which
+        // rewrites a block below the end (as it rewrites the last partial block on each append).
+        let Ok(direct) =
+            PositionedIo::open_file(&dir.path().join("cold"), OpenMode::ExistingDirect)
+        else {
+            return; // no O_DIRECT here
+        };
+        let writer = UringFile::new(direct, true, true);
+        let mut memory = vec![0x77u8; 3 * 4096];
+        let start = (memory.as_ptr() as usize).next_multiple_of(4096) - memory.as_ptr() as usize;
+        writer
+            .write_all_at(&memory[start..start + 4096], 3 * 1024 * 1024)
+            .unwrap();
+        memory.clear();
+        payload[3 * 1024 * 1024..][..4096].fill(0x77);
+        file.drop_cache().unwrap();
+        let read = file
+            .read_to_vec(512 * 1024, 3 * 1024 * 1024 - 100_000)
+            .unwrap();
+        assert_eq!(read, payload[3 * 1024 * 1024 - 100_000..][..512 * 1024]);
     }
 
     #[test]

@@ -18,8 +18,9 @@
 //! consumer decodes its fetch (as the page cache's read-ahead does), up to two windows' pieces
 //! deep. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever function of the
 //! thread reaps them hands them to their window (`Ring::reap`). A window is named by its file's
-//! reader and that file's generation, which every write and length change through the file
-//! bumps, so no window filled before a change serves a read after it. A window is reused only
+//! reader and that file's generation, which every write and length change through any of the
+//! backend's descriptors on the file bumps ([`Generation`]), so no window filled before a change
+//! serves a read after it. A window is reused only
 //! when none of its reads is in flight, and the thread's ring, dropped with the thread, first waits
 //! for all of them (`Ring::drop`): the kernel never writes into freed memory.
 //!
@@ -29,13 +30,14 @@
 //! reads stay buffered; tmpfs keeps every page cached, so none of its reads is cold. An
 //! `O_DIRECT` read sees every write: the kernel writes back the dirty pages of its range first.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::sync::OnceLock;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use io_uring::{opcode, types};
 
@@ -82,19 +84,63 @@ pub(super) struct ColdReader {
     refused: AtomicBool,
     /// Names this file's windows.
     id: u64,
-    /// Bumped by every write and length change through the file ([`ColdReader::file_changed`]).
-    generation: AtomicU64,
+    /// The file's changes ([`Generation`]), shared with every descriptor the backend opened on it.
+    generation: Generation,
 }
 
-impl Default for ColdReader {
-    fn default() -> ColdReader {
+impl ColdReader {
+    pub(super) fn new(generation: Generation) -> ColdReader {
         ColdReader {
             file: OnceLock::new(),
             refused: AtomicBool::new(false),
             id: NEXT_READER_ID.fetch_add(1, Ordering::Relaxed),
-            generation: AtomicU64::new(0),
+            generation,
         }
     }
+}
+
+/// How many times a file was written or changed length through any descriptor the backend
+/// opened on it with cold reads on: one counter per file (device and inode), shared by its
+/// descriptors, so that an append through the segment's `O_DIRECT` writer (a descriptor of its
+/// own, `segment::direct`) is a change for the windows of its buffered one. Their bytes past
+/// the log end are the writer's zero padding until it appends there.
+pub(super) type Generation = Arc<AtomicU64>;
+
+/// Every file's [`Generation`], while a descriptor holds it.
+static GENERATIONS: Mutex<Generations> = Mutex::new(Generations {
+    by_inode: BTreeMap::new(),
+    pruned_at: 0,
+});
+
+struct Generations {
+    by_inode: BTreeMap<(u64, u64), Weak<AtomicU64>>,
+    /// How many entries were left at the last pruning of dropped ones; pruned again at twice
+    /// that, so each open costs amortized O(log n).
+    pruned_at: usize,
+}
+
+/// `file`'s [`Generation`]: the one its other descriptors hold, or a new one.
+pub(super) fn generation_of(file: &File) -> Generation {
+    let Ok(metadata) = file.metadata() else {
+        // No identity to share: a counter of its own.
+        return Arc::new(AtomicU64::new(0));
+    };
+    let key = (metadata.dev(), metadata.ino());
+    let mut generations = GENERATIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(shared) = generations.by_inode.get(&key).and_then(Weak::upgrade) {
+        return shared;
+    }
+    if generations.by_inode.len() >= generations.pruned_at * 2 {
+        generations
+            .by_inode
+            .retain(|_, held| held.strong_count() > 0);
+        generations.pruned_at = generations.by_inode.len().max(64);
+    }
+    let generation = Arc::new(AtomicU64::new(0));
+    generations
+        .by_inode
+        .insert(key, Arc::downgrade(&generation));
+    generation
 }
 
 impl ColdReader {
@@ -123,11 +169,6 @@ impl ColdReader {
             generation: self.generation.load(Ordering::Acquire),
         };
         with_ring(|ring| ring.windows.find(name, position).is_some()).unwrap_or(false)
-    }
-
-    /// The file is about to be written or change length: windows read before do not serve it.
-    pub(super) fn file_changed(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Reads up to `length` bytes at `position` into `destination` through `direct` (from
@@ -236,7 +277,7 @@ pub(super) fn reopen_direct(file: &File) -> Option<File> {
     }
 }
 
-/// Which file a window holds, as of which change: [`ColdReader::id`] and its generation.
+/// Which file a window holds, as of which change: [`ColdReader::id`] and its [`Generation`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WindowName {
     reader: u64,
