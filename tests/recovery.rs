@@ -26,7 +26,7 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::storage_from_env;
+use seglog::io::{IoBackend, storage_from_env};
 use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
@@ -1660,6 +1660,70 @@ fn direct_writes_serve_every_batch_and_leave_no_padding_after_close() {
     assert_serves(&mut log, &batches);
     assert_time_lookups(&mut log);
     assert_appends_at(&mut log, end.0);
+}
+
+/// Every batch from `offset` to the log end, read in fetches of 1 MiB, checked record by record.
+/// Returns the offset after the last one.
+fn consume(log: &mut PartitionLog, mut offset: u64) -> u64 {
+    while offset < log.log_end_offset().0 {
+        let mut rest = log.read(Offset(offset), 1024 * 1024).unwrap().records;
+        assert!(
+            !rest.is_empty(),
+            "a fetch at {offset} below the log end is empty"
+        );
+        while !rest.is_empty() {
+            let batch = Batch::decode(&rest, u64::MAX).unwrap();
+            assert_eq!(batch.base_offset() as u64, offset, "batches in order");
+            check_records(&batch);
+            offset = batch.last_offset() as u64 + 1;
+            rest = rest.slice(batch.size_bytes() as usize..);
+        }
+    }
+    offset
+}
+
+#[test]
+fn a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_reads_every_record()
+{
+    // Both options on: large cold reads go through windows read past the page cache (io_uring's
+    // `direct_cold_reads`; some of this consumer's reads do) while the active segment is
+    // appended to through its O_DIRECT descriptor. That a window read before such an append is
+    // not served after it is pinned by `io::uring`'s own test of an O_DIRECT descriptor's write.
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let Ok(storage) = IoBackend::IoUring.storage_with_direct_cold_reads(true) else {
+        println!("skipped: no io_uring here");
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let options = LogOpenOptions {
+        had_clean_shutdown: false,
+        recovery_point: Offset(0),
+        log_start_offset: None,
+        now: now(),
+    };
+    let config = LogConfig {
+        segment_bytes: 64 * 1024 * 1024,
+        index_interval_bytes: 4096,
+        direct_writes: true,
+        ..config()
+    };
+    let (mut log, _) =
+        PartitionLog::open(storage, &dir, topic_partition(), config, options).unwrap();
+    let append = |log: &mut PartitionLog, batches: usize| {
+        for _ in 0..batches {
+            let first = log.log_end_offset().0;
+            log.append(batch(first, 100), now()).unwrap();
+        }
+    };
+    append(&mut log, 400); // about 2.6 MB
+    let mut offset = 0;
+    for _ in 0..6 {
+        offset = consume(&mut log, offset);
+        append(&mut log, 60);
+    }
+    assert_eq!(consume(&mut log, offset), log.log_end_offset().0);
 }
 
 #[test]
