@@ -1609,12 +1609,7 @@ fn direct_scratch() -> Option<tempfile::TempDir> {
 }
 
 fn open_direct(dir: &Path, clean: bool, recovery_point: Offset) -> (PartitionLog, RecoveryReport) {
-    let options = LogOpenOptions {
-        had_clean_shutdown: clean,
-        recovery_point,
-        log_start_offset: None,
-        now: now(),
-    };
+    let options = open_options(clean, recovery_point);
     PartitionLog::open(
         storage_from_env(),
         dir,
@@ -1623,6 +1618,16 @@ fn open_direct(dir: &Path, clean: bool, recovery_point: Offset) -> (PartitionLog
         options,
     )
     .unwrap()
+}
+
+/// How a log is opened after a clean or an unclean shutdown, from `recovery_point`.
+fn open_options(clean: bool, recovery_point: Offset) -> LogOpenOptions {
+    LogOpenOptions {
+        had_clean_shutdown: clean,
+        recovery_point,
+        log_start_offset: None,
+        now: now(),
+    }
 }
 
 /// The bytes of `batches` as the log serves them.
@@ -1697,12 +1702,7 @@ fn a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_
         return;
     };
     let dir = partition_dir(root.path());
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
+    let options = open_options(false, Offset(0));
     let config = LogConfig {
         segment_bytes: 64 * 1024 * 1024,
         index_interval_bytes: 4096,
@@ -1983,12 +1983,7 @@ fn try_open_on(
     dir: &Path,
     clean: bool,
 ) -> Result<(PartitionLog, RecoveryReport), String> {
-    let options = LogOpenOptions {
-        had_clean_shutdown: clean,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
+    let options = open_options(clean, Offset(0));
     let config = LogConfig {
         segment_bytes: 1024 * 1024,
         ..config()

@@ -161,13 +161,18 @@ impl ColdReader {
         self.file.get_or_init(|| reopen_direct(file)).as_ref()
     }
 
+    /// The name of this file's windows as the file is now.
+    fn window_name(&self) -> WindowName {
+        WindowName {
+            reader: self.id,
+            generation: self.generation.load(Ordering::Acquire),
+        }
+    }
+
     /// Whether one of this thread's windows holds `position` of the file as it is now.
     #[cfg(test)]
     pub(super) fn window_holds(&self, position: u64) -> bool {
-        let name = WindowName {
-            reader: self.id,
-            generation: self.generation.load(Ordering::Acquire),
-        };
+        let name = self.window_name();
         with_ring(|ring| ring.windows.find(name, position).is_some()).unwrap_or(false)
     }
 
@@ -186,10 +191,7 @@ impl ColdReader {
         length: usize,
         position: u64,
     ) -> Option<io::Result<usize>> {
-        let name = WindowName {
-            reader: self.id,
-            generation: self.generation.load(Ordering::Acquire),
-        };
+        let name = self.window_name();
         let (read, error) = with_ring(|ring| {
             let mut read = 0;
             while read < length {
