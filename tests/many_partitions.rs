@@ -2,7 +2,9 @@
 //! re-executes itself in a child process whose open-file limit is lowered with the shell's
 //! `ulimit`; the child opens an engine with the default configuration (which sizes its bound on
 //! open partitions from that limit), appends to every partition, reads every record back, closes,
-//! reopens and reads again. It fails if any open runs out of file descriptors.
+//! reopens and reads again. It fails if any open runs out of file descriptors. It runs twice:
+//! through the page cache, and with `O_DIRECT` appends, whose active segments hold a second
+//! descriptor each.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,6 +17,8 @@ use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::types::{Offset, TopicName};
 
 const CHILD_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIR";
+/// Set in the child when it appends with `O_DIRECT` (`EngineConfig::direct_writes`).
+const CHILD_DIRECT_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIRECT";
 const PARTITION_COUNT: u32 = 10_000;
 const OPEN_FILES_LIMIT: u32 = 1024;
 
@@ -47,21 +51,33 @@ fn read_single_value(engine: &Engine, topic: &TopicName, partition: u32) -> Stri
 
 #[test]
 fn ten_thousand_partitions_run_under_an_open_file_limit_of_1024() {
+    run_child(false);
+}
+
+#[test]
+fn ten_thousand_partitions_written_with_o_direct_run_under_an_open_file_limit_of_1024() {
+    run_child(true);
+}
+
+fn run_child(direct_writes: bool) {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
-    let status = Command::new("bash")
+    let mut child = Command::new("bash");
+    child
         .arg("-c")
         .arg(format!("ulimit -n {OPEN_FILES_LIMIT} && exec \"$0\" --exact child_process_body --nocapture --test-threads 1"))
         .arg(&exe)
-        .env(CHILD_ENV, dir.path())
-        .status()
-        .unwrap();
+        .env(CHILD_ENV, dir.path());
+    if direct_writes {
+        child.env(CHILD_DIRECT_ENV, "1");
+    }
+    let status = child.status().unwrap();
     assert!(
         status.success(),
-        "the child under ulimit -n {OPEN_FILES_LIMIT} failed: {status}"
+        "the child under ulimit -n {OPEN_FILES_LIMIT} (direct writes: {direct_writes}) failed: {status}"
     );
 }
 
@@ -78,6 +94,7 @@ fn child_process_body() {
     );
     let config = EngineConfig {
         pin_shards: false,
+        direct_writes: std::env::var_os(CHILD_DIRECT_ENV).is_some(),
         ..EngineConfig::default()
     };
     assert!(config.open_partitions_max < PARTITION_COUNT as usize);

@@ -81,8 +81,9 @@ pub struct EngineConfig {
     /// at least its active segment).
     pub open_partitions_max: usize,
     /// Bound on segments open at once across all shards. An open segment holds one file
-    /// descriptor (its `.log`) and two index maps; an open partition holds its active segment and
-    /// at most `SEALED_OPEN_MAX` sealed ones. Opening a partition beyond the bound releases the
+    /// descriptor (its `.log`) and two index maps, an active one written with `O_DIRECT`
+    /// (`direct_writes`) a second descriptor, counted too; an open partition holds its active
+    /// segment and at most `SEALED_OPEN_MAX` sealed ones. Opening a partition beyond the bound releases the
     /// least recently used ones. Default: what fits `RLIMIT_NOFILE` and `vm.max_map_count` after
     /// a reserve each (see [`open_segments_default`]).
     pub open_segments_max: usize,

@@ -596,13 +596,13 @@ impl Shard {
         if !self.partitions.contains_key(tp) {
             // Counted on each open (rarer and dearer than the sum): reads open sealed segments
             // and rolls add one, so a count kept between opens would drift.
-            let mut open_segments = self.open_segments();
-            if self.full_for_one_more(open_segments) {
+            let mut open_files = self.open_segment_files();
+            if self.full_for_one_more(open_files) {
                 self.settle_syncs();
             }
-            while self.full_for_one_more(open_segments) {
+            while self.full_for_one_more(open_files) {
                 match self.evict_least_recently_used() {
-                    Some(closed) => open_segments -= closed,
+                    Some(closed) => open_files -= closed,
                     None => break,
                 }
             }
@@ -625,25 +625,28 @@ impl Shard {
         self.partitions.get_mut(tp).ok_or(LookupError::Unknown)
     }
 
-    /// Segments open now across this shard's open partitions.
-    fn open_segments(&self) -> usize {
+    /// Descriptors this shard's open partitions hold on their segments' `.log` files.
+    fn open_segment_files(&self) -> usize {
         self.partitions
             .values()
-            .map(PartitionLog::open_segment_count)
+            .map(PartitionLog::open_segment_files)
             .sum()
     }
 
     /// Whether opening one more partition (its active segment, and room for its sealed ones)
-    /// would pass a bound, with `open_segments` open now.
-    fn full_for_one_more(&self, open_segments: usize) -> bool {
+    /// would pass a bound, with `open_files` segment descriptors open now. An active segment
+    /// written with `O_DIRECT` holds two.
+    fn full_for_one_more(&self, open_files: usize) -> bool {
+        let active_files = if self.context.direct_writes { 2 } else { 1 };
         !self.partitions.is_empty()
             && (self.partitions.len() >= self.context.open_partitions_max.max(1)
-                || open_segments + 1 + crate::log::SEALED_OPEN_MAX > self.context.open_segments_max)
+                || open_files + active_files + crate::log::SEALED_OPEN_MAX
+                    > self.context.open_segments_max)
     }
 
     /// Releases the least recently used open partition (files closed, maps dropped, nothing
     /// synced); its next open in this process trusts its files. Returns how many segments it
-    /// held open, `None` if no partition is open.
+    /// held open (in descriptors), `None` if no partition is open.
     fn evict_least_recently_used(&mut self) -> Option<usize> {
         let tp = self
             .last_used
@@ -657,7 +660,7 @@ impl Shard {
         self.file_deleter
             .delete(log.take_expired_files(TimestampMs(i64::MAX)));
         self.file_deletion_deadlines.remove(&tp);
-        let closed = log.open_segment_count();
+        let closed = log.open_segment_files();
         let checkpoint = PartitionCheckpoint::of(&tp, &log);
         match log.release() {
             Ok(()) => {

@@ -161,9 +161,11 @@ impl PartitionLog {
             .sum()
     }
 
-    /// Segments whose files are open now (one descriptor and two index maps each).
-    pub fn open_segment_count(&self) -> usize {
-        self.segments.open_count()
+    /// Descriptors open now on this log's `.log` files: one per open segment (which also holds
+    /// two index maps), and a second one on an active segment written with `O_DIRECT`.
+    pub fn open_segment_files(&self) -> usize {
+        let direct = self.segments.active().is_some_and(Segment::writes_direct);
+        self.segments.open_count() + usize::from(direct)
     }
 
     pub fn segment_count(&self) -> usize {

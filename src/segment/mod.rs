@@ -186,6 +186,11 @@ impl Segment {
         self.next_offset
     }
 
+    /// Whether the segment's appends go through a second, `O_DIRECT` descriptor.
+    pub fn writes_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.size_bytes
     }
