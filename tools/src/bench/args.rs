@@ -89,6 +89,28 @@ pub enum BenchBackend {
     Pio,
 }
 
+/// How the engine writes its active segments (`--direct-io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DirectIo {
+    /// The faster of the disk's two sequential writes, as `--vs-disk` measured them in this
+    /// run (their own sync policy included); through the page cache without `--vs-disk`.
+    Auto,
+    /// With `O_DIRECT` (`EngineConfig::direct_writes`).
+    On,
+    /// Through the page cache.
+    Off,
+}
+
+impl DirectIo {
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectIo::Auto => "auto",
+            DirectIo::On => "on",
+            DirectIo::Off => "off",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// What to run.
@@ -138,11 +160,20 @@ pub struct BenchArgs {
     /// I/O backend [default: SEGLOG_IO_BACKEND, else io_uring where available].
     #[arg(long, value_enum)]
     pub backend: Option<BenchBackend>,
-    /// Write the active segments with O_DIRECT (`EngineConfig::direct_writes`): appends skip the
-    /// page cache. Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) the engine warns and writes
-    /// through the page cache.
-    #[arg(long)]
-    pub direct_io: bool,
+    /// Write the active segments with O_DIRECT (`EngineConfig::direct_writes`), appends skipping
+    /// the page cache: `on` (also `--direct-io` alone), `off`, or `auto`, whichever of the disk's
+    /// buffered and O_DIRECT sequential writes `--vs-disk` measured faster just before (`off`
+    /// without `--vs-disk`). Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) the
+    /// engine warns and writes through the page cache.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHEN",
+        num_args = 0..=1,
+        default_value_t = DirectIo::Auto,
+        default_missing_value = "on"
+    )]
+    pub direct_io: DirectIo,
     /// Read large ranges the page cache holds none of with O_DIRECT
     /// (`EngineConfig::direct_cold_reads`; io_uring backend).
     #[arg(long)]

@@ -88,6 +88,8 @@ pub struct ProducersPattern {
     pub producers: usize,
     pub files: usize,
     pub block_bytes: usize,
+    /// `O_DIRECT` or not: as the engine writes (`--direct-io`, `auto` resolved from the
+    /// sequential writes measured before, [`DiskFigures::measure_producers`]).
     pub direct: bool,
     /// How long they append: as long as the engine's phase, within [`PRODUCERS_TIME_MIN`] and
     /// [`PRODUCERS_TIME_MAX`] ([`ProducersPattern::time_for`]).
@@ -215,6 +217,32 @@ impl DiskFigures {
         }
     }
 
+    /// Runs [`DiskPattern::producers`], if any, in a scratch directory under `parent`: `direct`
+    /// or not, as the engine will write.
+    pub fn measure_producers(
+        &mut self,
+        parent: &Path,
+        direct: bool,
+        settles: &mut Settles,
+    ) -> anyhow::Result<()> {
+        let Some(producers) = &mut self.pattern.producers else {
+            return Ok(());
+        };
+        producers.direct = direct;
+        let producers = *producers;
+        let scratch = scratch_dir(parent)?;
+        // The sequential reads dropped the buffered file's pages: let them be reported first.
+        settles.wait("bare producers");
+        self.producers = Some(durable_producers(scratch.path(), producers)?);
+        Ok(())
+    }
+
+    /// Whether the `O_DIRECT` sequential write was faster than the buffered one.
+    pub fn direct_write_is_faster(&self) -> bool {
+        self.write_direct_mb_per_s
+            .is_some_and(|direct| direct > self.write_buffered_mb_per_s)
+    }
+
     /// The best sequential write rate, buffered or `O_DIRECT`.
     pub fn write_mb_per_s(&self) -> f64 {
         self.write_buffered_mb_per_s
@@ -228,16 +256,10 @@ impl DiskFigures {
     }
 }
 
-/// Measures in a fresh scratch directory under `parent`, removed afterwards.
-pub fn measure(
-    parent: &Path,
-    pattern: DiskPattern,
-    settles: &mut Settles,
-) -> anyhow::Result<DiskFigures> {
-    let scratch = tempfile::Builder::new()
-        .prefix("seglog-bench-disk-")
-        .tempdir_in(parent)
-        .with_context(|| format!("cannot create a scratch directory in {}", parent.display()))?;
+/// Measures in a fresh scratch directory under `parent`, removed afterwards; all but
+/// [`DiskPattern::producers`] ([`DiskFigures::measure_producers`]).
+pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> {
+    let scratch = scratch_dir(parent)?;
     let mut notes = Vec::new();
     let mut figures = None;
     if fio::installed() {
@@ -251,12 +273,14 @@ pub fn measure(
         None => measure_built_in(scratch.path(), pattern)?,
     };
     figures.notes.splice(0..0, notes);
-    if let Some(producers) = pattern.producers {
-        // The sequential reads dropped the buffered file's pages: let them be reported first.
-        settles.wait("bare producers");
-        figures.producers = Some(durable_producers(scratch.path(), producers)?);
-    }
     Ok(figures)
+}
+
+fn scratch_dir(parent: &Path) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("seglog-bench-disk-")
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot create a scratch directory in {}", parent.display()))
 }
 
 /// What one scratch write in `dir` may take: [`SCRATCH_SHARE_DIVISOR`]'s share of the space

@@ -69,7 +69,7 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 const DATA_SET_SHARE: f64 = 0.3;
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
-    let settings = Settings::from_args(args)?;
+    let mut settings = Settings::from_args(args)?;
     // The temporary directory lives until the end of the run and is removed when dropped.
     let (dir, _temporary) = match &args.dir {
         Some(dir) => (dir.clone(), None),
@@ -86,7 +86,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let mut settles = Settles::new(!args.no_settle);
     let disk = if args.vs_disk {
         settles.wait("disk");
-        Some(measure_disk(&dir, &settings, &mut settles)?)
+        let mut disk = measure_disk(&dir, &settings)?;
+        settings.choose_write_path(&disk);
+        disk.measure_producers(&scratch_parent(&dir), settings.direct_io, &mut settles)?;
+        Some(disk)
     } else {
         None
     };
@@ -138,15 +141,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
 const BUFFERED_WRITE_TIME_MAX: Duration = Duration::from_secs(30);
 
 /// The disk's limits, in a scratch directory beside the data directory (same file system).
-fn measure_disk(
-    dir: &Path,
-    settings: &Settings,
-    settles: &mut Settles,
-) -> anyhow::Result<DiskFigures> {
-    let parent = match dir.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+fn measure_disk(dir: &Path, settings: &Settings) -> anyhow::Result<DiskFigures> {
+    let parent = scratch_parent(dir);
     let writers = (settings.partitions as usize)
         .min(settings.producers)
         .max(1);
@@ -163,7 +159,8 @@ fn measure_disk(
         producers: settings.producers,
         files: writers,
         block_bytes: settings.batch_bytes,
-        direct: settings.direct_io,
+        // Set by `DiskFigures::measure_producers`, once `--direct-io auto` is resolved.
+        direct: false,
         time: disk::ProducersPattern::time_for(buffered_write_time),
     });
     let pattern = DiskPattern {
@@ -174,7 +171,15 @@ fn measure_disk(
         producers,
         buffered_write_time,
     };
-    disk::measure(&parent, pattern, settles)
+    disk::measure(&parent, pattern)
+}
+
+/// Where the disk's scratch files go: beside the data directory (the same file system).
+fn scratch_parent(dir: &Path) -> PathBuf {
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 fn write_outputs(args: &BenchArgs, report: &Report<'_>) -> anyhow::Result<()> {

@@ -93,7 +93,7 @@ impl Report<'_> {
         writeln!(
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
-             linger_ms={} key_space={} compression={} backend={} direct_io={} \
+             linger_ms={} key_space={} compression={} backend={} direct_io={} ({}) \
              direct_cold_reads={} prewrite={} background_sync_bytes={} segment_bytes={} retention_bytes={}",
             settings.workload.name(),
             settings.producers,
@@ -106,6 +106,7 @@ impl Report<'_> {
             settings.compression,
             settings.backend_name,
             settings.direct_io,
+            settings.direct_io_choice.name(),
             settings.direct_cold_reads,
             settings.prewrite,
             settings.background_sync_bytes,
@@ -352,6 +353,7 @@ impl Report<'_> {
             "shards": settings.shards,
             "backend": settings.backend_name,
             "direct_io": settings.direct_io,
+            "direct_io_choice": settings.direct_io_choice.name(),
             "direct_cold_reads": settings.direct_cold_reads,
             "prewrite": settings.prewrite,
             "background_sync_bytes": settings.background_sync_bytes,
