@@ -52,19 +52,20 @@ def preset_rows(run):
     append = load(run, "append")
     append_mb = get(append, "append.mb_per_s")
     rows.append((
-        "1. `append` ≥ 0.9× the disk's best sequential write",
+        f"1. `append`{write_path(append)} ≥ 0.9× the disk's best sequential write",
         f"{fmt(append_mb, 1)} MB/s over {fmt(get(append, 'disk.write_mb_per_s'), 1)} "
         f"(buffered {fmt(get(append, 'disk.write_buffered_mb_per_s'), 1)}, O_DIRECT "
         f"{fmt(get(append, 'disk.write_direct_mb_per_s'), 1)})",
         get(append, "append.vs_disk"), verdict(get(append, "append.vs_disk"), 0.9)))
 
-    direct = load(run, "append-direct")
-    if direct:
-        rows.append((
-            "1. `append --direct-io` ≥ 0.9× the disk's best sequential write",
-            f"{fmt(get(direct, 'append.mb_per_s'), 1)} MB/s over "
-            f"{fmt(get(direct, 'disk.write_mb_per_s'), 1)}",
-            get(direct, "append.vs_disk"), verdict(get(direct, "append.vs_disk"), 0.9)))
+    for name, flag in (("append-direct", "--direct-io"), ("append-buffered", "--direct-io off")):
+        other = load(run, name)
+        if other:
+            rows.append((
+                f"1. `append {flag}` ≥ 0.9× the disk's best sequential write",
+                f"{fmt(get(other, 'append.mb_per_s'), 1)} MB/s over "
+                f"{fmt(get(other, 'disk.write_mb_per_s'), 1)}",
+                get(other, "append.vs_disk"), verdict(get(other, "append.vs_disk"), 0.9)))
 
     group = load(run, "group-commit")
     group_mb = get(group, "durable.mb_per_s")
@@ -74,9 +75,11 @@ def preset_rows(run):
         f"{fmt(group_mb, 1)} of {fmt(append_mb, 1)} MB/s; the same 16 producers on the bare "
         f"disk: {fmt(get(group, 'disk.producers.mb_per_s'), 1)} MB/s",
         throughput, verdict(throughput, 0.5)))
-    rows.append(durable_latency_row("2b. `group-commit`", group))
-    rows.append(durable_latency_row("2b. `group-commit --direct-io`",
-                                    load(run, "group-commit-direct")))
+    rows.append(durable_latency_row(f"2b. `group-commit`{write_path(group)}", group))
+    for name, flag in (("group-commit-direct", "--direct-io"),
+                       ("group-commit-buffered", "--direct-io off")):
+        if load(run, name):
+            rows.append(durable_latency_row(f"2b. `group-commit {flag}`", load(run, name)))
 
     for name, bound, what in (
         ("fetch-cold", 0.9, "the disk's sequential read over the engine's files"),
@@ -148,6 +151,14 @@ def tmpfs_scaling_row(scaling):
         status += " (the machine's: the kernel's copy into fresh pages costs more per GB with "
         status += "two writers, fio's too; the engine's own cost per GB does not)"
     return (target, figures, engine, status)
+
+
+def write_path(report):
+    """How a preset's engine wrote, when `--direct-io auto` chose (runs since 2026-12-05)."""
+    if get(report, "config.direct_io_choice") != "auto":
+        return ""
+    chosen = "O_DIRECT" if get(report, "config.direct_io") else "buffered"
+    return f" (`--direct-io auto`: {chosen}, the disk's faster write here)"
 
 
 def durable_latency_row(target, report):
