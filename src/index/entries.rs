@@ -56,9 +56,11 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Creates a new, empty index of `max_bytes` (rounded down to whole entries). A leftover
     /// file at `path` is cut to nothing first, then extended: the length reads as zeros without
     /// writing a page or reserving a block (a sparse file; [`IndexFile::append`] reserves blocks
-    /// as entries reach them), so a roll costs no index I/O.
+    /// as entries reach them), so a roll costs no index I/O. Its maps are advised `MADV_RANDOM`,
+    /// so the first entry of each page zeroes that page alone.
     pub fn create(path: &Path, max_bytes: u64) -> Result<IndexFile<E>, StorageError> {
         let mut file = MappedIndexFile::open(path, Some(0))?;
+        file.advise_random();
         file.resize(round_down::<E>(max_bytes))?;
         Ok(IndexFile {
             file,
