@@ -162,17 +162,27 @@ def write_path(report):
 
 
 def durable_latency_row(target, report):
-    """Durable p99.9 over fio's one writer's, beside the same producers on the bare disk."""
+    """Durable p99.9 over fio's one writer's, beside the same producers on the bare disk. Above
+    the bound, the limit is judged the machine's when those producers, with no engine, are above
+    it too and the engine's p99.9 is not above theirs."""
     one_writer = get(report, "disk.write_latency_us.p999")
     durable = get(report, "durable.latency_us.p999")
     bare = get(report, "disk.producers.latency_us.p999")
     latency = ratio(durable, one_writer)
+    status = verdict(latency, 2.0, at_most=True)
+    bare_ratio, over_bare = ratio(bare, one_writer), ratio(durable, bare)
+    if latency is not None and latency > 2.0 and None not in (bare_ratio, over_bare) \
+            and bare_ratio > 2.0 and over_bare <= 1.0:
+        # The same producers' appends and syncs with no engine between them and the disk miss
+        # the bound too, by at least as much: the bound is below what this disk gives the load.
+        status += (" (the machine's: the same producers on the bare disk miss the bound "
+                   "themselves, and the engine's p99.9 is at or below theirs)")
     return (
         f"{target} durable p99.9 ≤ 2× one writer's 64 KiB append + fdatasync p99.9",
         f"{fmt(durable, 0)} µs over {fmt(one_writer, 0)} µs; the bare producers' own p99.9 "
-        f"{fmt(bare, 0)} µs = {fmt(ratio(bare, one_writer))}× the one writer's, the engine "
-        f"{fmt(ratio(durable, bare))}× theirs",
-        latency, verdict(latency, 2.0, at_most=True))
+        f"{fmt(bare, 0)} µs = {fmt(bare_ratio)}× the one writer's, the engine "
+        f"{fmt(over_bare)}× theirs",
+        latency, status)
 
 
 def rounds(run, prefix):
