@@ -103,7 +103,7 @@ impl MappedIndexFile {
     /// sparse stretch, zeroes) only its own page, not the device's read-ahead window around it.
     /// For a new index written an entry at a time: its first fault would otherwise zero up to
     /// `read_ahead_kb` of the sparse file (here the whole 64 KiB index of each of
-    /// `many-partitions`' 10,000 segments, twice per partition: 16 % of the shards' time).
+    /// `many-partitions`' 10,000 segments, twice per partition: 15.6 % of all its samples).
     pub fn advise_random(&mut self) {
         self.random_access = true;
         self.apply_advice();
