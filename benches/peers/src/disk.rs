@@ -1,12 +1,15 @@
 //! The disk's own limits in the same run, with no engine logic: sequential buffered 1 MiB
-//! `pwrite`s (until the last returns, and with a final `fdatasync`), cold sequential 1 MiB
+//! `pwrite`s (until the last returns, and with a final `fdatasync`), sequential `O_DIRECT` 1 MiB
+//! `pwrite`s (through a final `fdatasync`, as `seglog bench --vs-disk` times them), both write
+//! paths again in writes of each cell's batch size (seglog's write path is chosen from them),
+//! cold sequential 1 MiB
 //! `pread`s, cold random 4 KiB `pread`s one at a time (a cold lookup's floor: one read from the
 //! device per lookup), and the per-batch sync floor (one batch's bytes appended, then
 //! `fdatasync`). The cold reads wait for free page reporting after their cache drop, as the
 //! engines' cold phases do (`machine::settle_page_reporting`).
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
 
@@ -14,7 +17,7 @@ use serde::Serialize;
 
 use crate::device::{BlockDevice, DeviceReads, on_device};
 use crate::machine;
-use crate::workload::{BATCH_RECORDS, PeerResult, Rng, context, drop_page_cache};
+use crate::workload::{BATCH_RECORDS, PeerResult, Rng, context, drop_page_cache, sync_all};
 
 const BLOCK_BYTES: usize = 1024 * 1024;
 const PAGE_BYTES: usize = 4096;
@@ -26,6 +29,9 @@ pub struct DiskLimits {
     pub write_mb_per_s: f64,
     /// The same, timed through a final `fdatasync`.
     pub write_fdatasync_mb_per_s: f64,
+    /// `O_DIRECT` 1 MiB `pwrite`s of `bytes` to a second file, timed through a final
+    /// `fdatasync` (None where the file system refuses `O_DIRECT`).
+    pub direct_write_mb_per_s: Option<f64>,
     /// 1 MiB `pread`s of the file after dropping the page cache (None: not permitted).
     pub read_cold_mb_per_s: Option<f64>,
     /// 4 KiB `pread`s at random page-aligned positions of the file after dropping the page
@@ -34,9 +40,33 @@ pub struct DiskLimits {
     /// The device's reads during the two cold phases (as the engines' cold phases are shown).
     pub read_cold_device: Option<DeviceReads>,
     pub read_cold_random_device: Option<DeviceReads>,
+    /// Per record size: buffered and `O_DIRECT` sequential writes of one batch's bytes each.
+    pub batch_writes: Vec<BatchWrites>,
     /// Per record size: records/s when each batch of 100 records' bytes is appended with one
     /// `pwrite` and followed by `fdatasync` (the floor of the sync cells).
     pub sync_floor: Vec<SyncFloor>,
+}
+
+/// The disk's two sequential write paths in writes of one batch's bytes (100 records' payload).
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchWrites {
+    pub record_bytes: usize,
+    /// Bytes per buffered write (the batch's payload).
+    pub batch_bytes: usize,
+    /// Buffered writes of `batch_bytes`, timed until the last returns (no sync).
+    pub buffered_mb_per_s: f64,
+    /// `O_DIRECT` writes of `batch_bytes` rounded up to 4 KiB, timed through a final `fdatasync`
+    /// (None where the file system refuses `O_DIRECT`).
+    pub direct_mb_per_s: Option<f64>,
+}
+
+impl BatchWrites {
+    /// Whether `O_DIRECT` writes beat buffered ones at this batch size: `seglog bench --direct-io
+    /// auto`'s rule.
+    pub fn direct_is_faster(&self) -> bool {
+        self.direct_mb_per_s
+            .is_some_and(|direct| direct > self.buffered_mb_per_s)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -68,6 +98,82 @@ fn create(path: &Path) -> PeerResult<File> {
         .map_err(context("creating the disk-limit file"))
 }
 
+/// `O_DIRECT` sequential writes of `write_bytes` (a multiple of 4 KiB, at most 1 MiB) until
+/// `total_bytes` are written, through a final `fdatasync`, MB/s; `None` where the file system
+/// refuses `O_DIRECT` (tmpfs before Linux 6.6).
+fn write_direct(dir: &Path, write_bytes: usize, total_bytes: u64) -> PeerResult<Option<f64>> {
+    let path = dir.join("disk-limit-direct.bin");
+    let opened = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
+        Err(error) => return Err(context("creating the O_DIRECT disk-limit file")(error)),
+    };
+    // A block at a page-aligned address inside a larger buffer, as O_DIRECT needs.
+    let mut buffer = vec![0u8; BLOCK_BYTES + PAGE_BYTES];
+    let start = buffer.as_ptr().align_offset(PAGE_BYTES);
+    let aligned = &mut buffer[start..start + BLOCK_BYTES];
+    aligned.copy_from_slice(&block());
+    let writes = total_bytes.div_ceil(write_bytes as u64);
+    let started = Instant::now();
+    for index in 0..writes {
+        file.write_all_at(&aligned[..write_bytes], index * write_bytes as u64)
+            .map_err(context("O_DIRECT pwrite"))?;
+    }
+    file.sync_data().map_err(context("fdatasync"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    Ok(Some((writes * write_bytes as u64) as f64 / seconds / 1e6))
+}
+
+/// Buffered sequential writes of `write_bytes` (at most 1 MiB) until `total_bytes` are written,
+/// timed until the last returns, MB/s.
+fn write_buffered(dir: &Path, write_bytes: usize, total_bytes: u64) -> PeerResult<f64> {
+    let path = dir.join("disk-limit-buffered.bin");
+    let file = create(&path)?;
+    let data = block();
+    let writes = total_bytes.div_ceil(write_bytes as u64);
+    let started = Instant::now();
+    for index in 0..writes {
+        file.write_all_at(&data[..write_bytes], index * write_bytes as u64)
+            .map_err(context("pwrite"))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    Ok((writes * write_bytes as u64) as f64 / seconds / 1e6)
+}
+
+/// Both write paths in writes of one batch of `record_bytes` records, each after a page-cache
+/// drop (where permitted) and the wait for free page reporting: a buffered write that reused
+/// pages freed a moment before, still backed by the host, would measure that luck, not the
+/// sustained rate.
+fn batch_writes(dir: &Path, record_bytes: usize, total_bytes: u64) -> PeerResult<BatchWrites> {
+    let batch_bytes = (record_bytes * BATCH_RECORDS).min(BLOCK_BYTES);
+    let settle = || {
+        let _ = drop_page_cache();
+        machine::settle_page_reporting();
+    };
+    settle();
+    let buffered_mb_per_s = write_buffered(dir, batch_bytes, total_bytes)?;
+    sync_all();
+    settle();
+    let direct_bytes = batch_bytes.next_multiple_of(PAGE_BYTES);
+    let direct_mb_per_s = write_direct(dir, direct_bytes, total_bytes)?;
+    Ok(BatchWrites {
+        record_bytes,
+        batch_bytes,
+        buffered_mb_per_s,
+        direct_mb_per_s,
+    })
+}
+
 /// Measures the limits in `dir` (a scratch file, removed after).
 pub fn measure(
     dir: &Path,
@@ -80,6 +186,7 @@ pub fn measure(
     let data = block();
     let blocks = (bytes / BLOCK_BYTES as u64).max(1);
     let file = create(&path)?;
+    machine::settle_page_reporting();
     let started = Instant::now();
     for index in 0..blocks {
         file.write_all_at(&data, index * BLOCK_BYTES as u64)
@@ -98,6 +205,12 @@ pub fn measure(
     };
     drop(file);
     let _ = std::fs::remove_file(&path);
+    machine::settle_page_reporting();
+    let direct_write_mb_per_s = write_direct(dir, BLOCK_BYTES, total)?;
+    let batch_writes = record_sizes
+        .iter()
+        .map(|record_bytes| batch_writes(dir, *record_bytes, total))
+        .collect::<PeerResult<_>>()?;
     let sync_floor = record_sizes
         .iter()
         .map(|record_bytes| sync_floor(dir, *record_bytes, sync_batches))
@@ -106,6 +219,8 @@ pub fn measure(
         bytes: total,
         write_mb_per_s: total as f64 / written_s / 1e6,
         write_fdatasync_mb_per_s: total as f64 / synced_s / 1e6,
+        direct_write_mb_per_s,
+        batch_writes,
         read_cold_mb_per_s,
         read_cold_random_4kib_per_s,
         read_cold_device,
@@ -126,6 +241,22 @@ fn cold_phase(
     machine::settle_page_reporting();
     let (figure, reads) = on_device(device, phase)?;
     Ok((Some(figure), reads))
+}
+
+impl DiskLimits {
+    /// The two write paths measured at `record_bytes`' batch size.
+    pub fn batch_writes(&self, record_bytes: usize) -> Option<&BatchWrites> {
+        self.batch_writes
+            .iter()
+            .find(|writes| writes.record_bytes == record_bytes)
+    }
+
+    /// The faster of the two sequential writes, MB/s.
+    pub fn best_write_mb_per_s(&self) -> f64 {
+        self.direct_write_mb_per_s
+            .unwrap_or(0.0)
+            .max(self.write_mb_per_s)
+    }
 }
 
 fn read_cold(file: &File, blocks: u64) -> PeerResult<f64> {

@@ -12,7 +12,7 @@ mod workload;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 use crate::device::{BlockDevice, on_device};
 use crate::engines::{ENGINE_NAMES, LogStore};
@@ -52,15 +52,60 @@ struct Args {
     /// `max.in.flight.requests.per.connection` default is 5). With sync it waits for each.
     #[arg(long, default_value_t = 5)]
     seglog_in_flight: usize,
+    /// seglog's write path (all three seglog rows): `auto` writes with `O_DIRECT` when the
+    /// disk's own `O_DIRECT` 1 MiB writes beat its buffered ones in this run, as `seglog bench
+    /// --direct-io auto` chooses (buffered with `--no-disk`).
+    #[arg(long, value_enum, default_value_t = DirectIo::Auto)]
+    seglog_direct_io: DirectIo,
     /// Batches appended with one `fdatasync` each for the disk's sync floor.
     #[arg(long, default_value_t = 2000)]
     disk_sync_batches: u64,
+    /// Measure the appends only (no scans, lookups or reopen).
+    #[arg(long)]
+    appends_only: bool,
     /// Skip the disk-limit measurement.
     #[arg(long)]
     no_disk: bool,
     /// Also write every figure as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DirectIo {
+    Auto,
+    On,
+    Off,
+}
+
+/// Whether seglog writes `record_bytes`' cells with `O_DIRECT` in this run, and why (for the
+/// report): `auto` follows the disk's faster write path at the cells' batch size.
+fn seglog_write_path(
+    choice: DirectIo,
+    disk: Option<&disk::DiskLimits>,
+    record_bytes: usize,
+) -> report::WritePath {
+    let (direct_writes, reason) = match (choice, disk.and_then(|d| d.batch_writes(record_bytes))) {
+        (DirectIo::On, _) => (true, "--seglog-direct-io on".to_owned()),
+        (DirectIo::Off, _) => (false, "--seglog-direct-io off".to_owned()),
+        (DirectIo::Auto, None) => (false, "auto, the disk not measured".to_owned()),
+        (DirectIo::Auto, Some(writes)) => (
+            writes.direct_is_faster(),
+            format!(
+                "auto: the disk's {} B writes O_DIRECT {} MB/s, buffered {:.0} MB/s",
+                writes.batch_bytes,
+                writes
+                    .direct_mb_per_s
+                    .map_or_else(|| "refused".to_owned(), |mb| format!("{mb:.0}")),
+                writes.buffered_mb_per_s
+            ),
+        ),
+    };
+    report::WritePath {
+        record_bytes,
+        direct_writes,
+        reason,
+    }
 }
 
 fn selected_cells(args: &Args) -> PeerResult<Vec<Cell>> {
@@ -127,6 +172,23 @@ fn run(args: &Args) -> PeerResult<()> {
         )?);
     }
     for cell in &cells {
+        if !report
+            .seglog_writes
+            .iter()
+            .any(|w| w.record_bytes == cell.record_bytes)
+        {
+            let path = seglog_write_path(
+                args.seglog_direct_io,
+                report.disk.as_ref(),
+                cell.record_bytes,
+            );
+            eprintln!("peers: seglog writes {}", path.describe());
+            report.seglog_writes.push(path);
+        }
+        let seglog = engines::SeglogOptions {
+            in_flight: args.seglog_in_flight,
+            direct_writes: report.seglog_direct_writes(cell.record_bytes),
+        };
         let payloads = Payloads::new(cell.record_bytes, report.volume_bytes);
         for engine in &engines {
             if *engine == "seglog-gc16" && !cell.sync {
@@ -134,7 +196,7 @@ fn run(args: &Args) -> PeerResult<()> {
             }
             eprintln!("peers: {engine} {}", cell.name());
             let dir = root.path().join(format!("{engine}-{}", cell.name()));
-            let result = run_cell(args, engine, *cell, &payloads, &dir);
+            let result = run_cell(args, seglog, engine, *cell, &payloads, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             sync_all();
             eprintln!("peers:   {}", result.one_line());
@@ -151,13 +213,14 @@ fn run(args: &Args) -> PeerResult<()> {
 
 fn run_cell(
     args: &Args,
+    seglog: engines::SeglogOptions,
     engine: &str,
     cell: Cell,
     payloads: &Payloads,
     dir: &std::path::Path,
 ) -> CellResult {
     let mut result = CellResult::new(engine, cell, payloads);
-    if let Err(error) = measure(args, engine, cell, payloads, dir, &mut result) {
+    if let Err(error) = measure(args, seglog, engine, cell, payloads, dir, &mut result) {
         result.error = Some(error.to_string());
     }
     result
@@ -165,6 +228,7 @@ fn run_cell(
 
 fn measure(
     args: &Args,
+    seglog: engines::SeglogOptions,
     name: &str,
     cell: Cell,
     payloads: &Payloads,
@@ -173,7 +237,7 @@ fn measure(
 ) -> PeerResult<()> {
     std::fs::create_dir_all(dir).map_err(context("creating the engine directory"))?;
     settle(result);
-    let mut store = engines::open(name, dir, args.seglog_in_flight)?;
+    let mut store = engines::open(name, dir, seglog)?;
     let started = Instant::now();
     let latencies_us = store.append_all(payloads, cell.sync)?;
     result.append = Some(Rate::of(
@@ -182,9 +246,12 @@ fn measure(
         started,
     ));
     result.append_latency_us = Some(LatencyUs::of(latencies_us));
-    if !store.measures_reads() {
+    if !store.measures_reads() || args.appends_only {
         return Ok(());
     }
+    // The first pass reads what the appends left: the page cache's copy, or the device's after
+    // writes that bypass it (O_DIRECT). The second reads with every engine's data in memory.
+    result.first_scan = Some(scan(store.as_mut(), payloads)?);
     result.hot_scan = Some(scan(store.as_mut(), payloads)?);
     let round_trip_before_ns = machine::core_round_trip_ns();
     result.hot_lookups = Some(lookups(store.as_mut(), payloads, args.hot_lookups, 1)?);
@@ -241,4 +308,56 @@ fn lookups(
         count * payloads.record_bytes as u64,
         started,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::{BatchWrites, DiskLimits};
+
+    fn disk(buffered_mb_per_s: f64, direct_mb_per_s: Option<f64>) -> DiskLimits {
+        DiskLimits {
+            bytes: 0,
+            write_mb_per_s: 400.0,
+            write_fdatasync_mb_per_s: 350.0,
+            direct_write_mb_per_s: Some(2000.0),
+            batch_writes: vec![BatchWrites {
+                record_bytes: 1024,
+                batch_bytes: 102_400,
+                buffered_mb_per_s,
+                direct_mb_per_s,
+            }],
+            read_cold_mb_per_s: None,
+            read_cold_random_4kib_per_s: None,
+            read_cold_device: None,
+            read_cold_random_device: None,
+            sync_floor: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn auto_follows_the_faster_write_at_the_cells_batch_size() {
+        let direct_faster = disk(689.0, Some(1016.0));
+        let buffered_faster = disk(845.0, Some(244.0));
+        let refused = disk(845.0, None);
+        let path = |disk: &DiskLimits| seglog_write_path(DirectIo::Auto, Some(disk), 1024);
+        assert!(path(&direct_faster).direct_writes);
+        assert!(!path(&buffered_faster).direct_writes);
+        assert!(!path(&refused).direct_writes);
+        assert!(
+            path(&direct_faster)
+                .reason
+                .contains("O_DIRECT 1016 MB/s, buffered 689 MB/s")
+        );
+    }
+
+    #[test]
+    fn auto_writes_buffered_without_the_disks_figures_and_on_off_override_them() {
+        let direct_faster = disk(689.0, Some(1016.0));
+        assert!(!seglog_write_path(DirectIo::Auto, None, 1024).direct_writes);
+        // A record size the disk was not measured at is not guessed.
+        assert!(!seglog_write_path(DirectIo::Auto, Some(&direct_faster), 100).direct_writes);
+        assert!(seglog_write_path(DirectIo::On, None, 100).direct_writes);
+        assert!(!seglog_write_path(DirectIo::Off, Some(&direct_faster), 1024).direct_writes);
+    }
 }

@@ -26,7 +26,29 @@ pub struct Report {
     pub volume_bytes: u64,
     pub batch_records: usize,
     pub disk: Option<DiskLimits>,
+    /// Per record size, whether the seglog rows wrote with `O_DIRECT`, and why
+    /// (`--seglog-direct-io`).
+    pub seglog_writes: Vec<WritePath>,
     pub results: Vec<CellResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WritePath {
+    pub record_bytes: usize,
+    pub direct_writes: bool,
+    pub reason: String,
+}
+
+impl WritePath {
+    /// `1024 B records O_DIRECT (auto: …)`.
+    pub fn describe(&self) -> String {
+        let path = if self.direct_writes {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        };
+        format!("{} B records {path} ({})", self.record_bytes, self.reason)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -40,6 +62,10 @@ pub struct CellResult {
     pub append_latency_us: Option<LatencyUs>,
     /// Bytes allocated on disk (after reopen and `sync`) per payload byte.
     pub disk_bytes_per_payload_byte: Option<f64>,
+    /// The scan right after the appends: from the page cache, or from the device where the
+    /// writes bypassed it (seglog with `O_DIRECT`).
+    pub first_scan: Option<Rate>,
+    /// The scan after that one, every engine's data in memory.
     pub hot_scan: Option<Rate>,
     pub hot_lookups: Option<Rate>,
     /// The machine's cross-core round trip right before and right after the hot lookups, ns.
@@ -66,6 +92,7 @@ impl CellResult {
             append: None,
             append_latency_us: None,
             disk_bytes_per_payload_byte: None,
+            first_scan: None,
             hot_scan: None,
             hot_lookups: None,
             core_round_trip_ns: None,
@@ -81,9 +108,10 @@ impl CellResult {
     /// A progress line for stderr.
     pub fn one_line(&self) -> String {
         let mut line = format!(
-            "append {} rec/s {} MB/s; hot scan {} MB/s; hot lookups {}/s (core round trip {} ns); cold scan {} MB/s; cold lookups {}/s",
+            "append {} rec/s {} MB/s; first scan {} MB/s; hot scan {} MB/s; hot lookups {}/s (core round trip {} ns); cold scan {} MB/s; cold lookups {}/s",
             records(self.append.map(|r| r.records_per_s)),
             mb(self.append.map(|r| r.mb_per_s)),
+            mb(self.first_scan.map(|r| r.mb_per_s)),
             mb(self.hot_scan.map(|r| r.mb_per_s)),
             records(self.hot_lookups.map(|r| r.records_per_s)),
             round_trips(self.core_round_trip_ns),
@@ -146,12 +174,20 @@ impl Report {
             volume_bytes,
             batch_records: crate::workload::BATCH_RECORDS,
             disk: None,
+            seglog_writes: Vec::new(),
             results: Vec::new(),
         }
     }
 
-    /// The engine's append figure as a share of the disk's: MB/s over buffered `pwrite` MB/s
-    /// without sync, records/s over the `pwrite`+`fdatasync` floor with sync.
+    /// Whether the seglog rows write `record_bytes`' cells with `O_DIRECT`.
+    pub fn seglog_direct_writes(&self, record_bytes: usize) -> bool {
+        self.seglog_writes
+            .iter()
+            .any(|w| w.record_bytes == record_bytes && w.direct_writes)
+    }
+
+    /// The engine's append figure as a share of the disk's: MB/s over the faster of its buffered
+    /// and `O_DIRECT` 1 MiB `pwrite` MB/s without sync, records/s over the `pwrite`+`fdatasync` floor with sync.
     fn disk_ratio(&self, result: &CellResult) -> Option<f64> {
         let disk = self.disk.as_ref()?;
         let append = result.append?;
@@ -162,7 +198,7 @@ impl Report {
                 .find(|floor| floor.record_bytes == result.record_bytes)?;
             Some(append.records_per_s / floor.records_per_s)
         } else {
-            Some(append.mb_per_s / disk.write_mb_per_s)
+            Some(append.mb_per_s / disk.best_write_mb_per_s())
         }
     }
 
@@ -171,7 +207,8 @@ impl Report {
         let _ = writeln!(
             out,
             "Run {}: `{}` — {} cores, Linux {}, scratch on {}; {} MB of payload per engine and cell, \
-             batches of {} records, one writer (seglog-gc16: 16 producers); page-cache drop: {}.\n",
+             batches of {} records, one writer (seglog-gc16: 16 producers); page-cache drop: {}; \
+             seglog writes: {}.\n",
             self.date_utc,
             self.command,
             self.cores,
@@ -179,7 +216,12 @@ impl Report {
             self.file_system,
             self.volume_bytes / 1_000_000,
             self.batch_records,
-            self.drop_caches
+            self.drop_caches,
+            self.seglog_writes
+                .iter()
+                .map(WritePath::describe)
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         self.write_disk(&mut out);
         self.write_table(&mut out);
@@ -195,9 +237,10 @@ impl Report {
         let _ = write!(
             out,
             "Disk, same run: buffered 1 MiB `pwrite` {} MB/s ({} MB/s with a final `fdatasync`), \
-             cold 1 MiB `pread` {} MB/s, cold random 4 KiB `pread` one at a time {} reads/s",
+             `O_DIRECT` 1 MiB `pwrite` {} MB/s (through a final `fdatasync`), cold 1 MiB `pread` {} MB/s, cold random 4 KiB `pread` one at a time {} reads/s",
             mb(Some(disk.write_mb_per_s)),
             mb(Some(disk.write_fdatasync_mb_per_s)),
+            mb(disk.direct_write_mb_per_s),
             mb(disk.read_cold_mb_per_s),
             records(disk.read_cold_random_4kib_per_s),
         );
@@ -211,6 +254,16 @@ impl Report {
                 whole(scan.read_wait_us()),
                 percent(scan.busy_share()),
                 whole(random.read_wait_us()),
+            );
+        }
+        for writes in &disk.batch_writes {
+            let _ = write!(
+                out,
+                "; {} B records' batches ({} B writes): buffered {} MB/s, `O_DIRECT` {} MB/s",
+                writes.record_bytes,
+                writes.batch_bytes,
+                mb(Some(writes.buffered_mb_per_s)),
+                mb(writes.direct_mb_per_s),
             );
         }
         for floor in &disk.sync_floor {
@@ -231,9 +284,10 @@ impl Report {
         let _ = writeln!(
             out,
             "| engine | cell | appends/s | append MB/s | × disk | batch latency p50 / p99 / p99.9 / max µs \
-             | disk B per payload B | hot scan MB/s | cold scan MB/s | hot lookups/s | core round trip before / after ns | cold lookups/s |"
+             | disk B per payload B | first scan MB/s | hot scan MB/s | cold scan MB/s | hot lookups/s \
+             | core round trip before / after ns | cold lookups/s |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for result in &self.results {
             let latency = result.append_latency_us.map_or_else(
                 || "–".to_owned(),
@@ -245,7 +299,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 result.engine,
                 result.cell,
                 appends,
@@ -256,6 +310,7 @@ impl Report {
                 result
                     .disk_bytes_per_payload_byte
                     .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}")),
+                mb(result.first_scan.map(|r| r.mb_per_s)),
                 mb(result.hot_scan.map(|r| r.mb_per_s)),
                 mb(result.cold_scan.map(|r| r.mb_per_s)),
                 records(result.hot_lookups.map(|r| r.records_per_s)),

@@ -65,12 +65,27 @@ pub trait LogStore {
     }
 }
 
+/// How the seglog rows run.
+#[derive(Debug, Clone, Copy)]
+pub struct SeglogOptions {
+    /// Appends the single writer keeps in flight without sync.
+    pub in_flight: usize,
+    /// Appends written with `O_DIRECT` (`EngineConfig::direct_writes`, `LogConfig::direct_writes`).
+    pub direct_writes: bool,
+}
+
 /// Opens engine `name` in the empty directory `dir`.
-pub fn open(name: &str, dir: &Path, seglog_in_flight: usize) -> PeerResult<Box<dyn LogStore>> {
+pub fn open(name: &str, dir: &Path, seglog: SeglogOptions) -> PeerResult<Box<dyn LogStore>> {
+    let direct = seglog.direct_writes;
     Ok(match name {
-        "seglog" => Box::new(seglog_log::SeglogLog::open(dir, seglog_in_flight, 1)?),
-        "seglog-gc16" => Box::new(seglog_log::SeglogLog::open(dir, 1, 16)?),
-        "seglog-logdir" => Box::new(seglog_dir::SeglogDir::open(dir)?),
+        "seglog" => Box::new(seglog_log::SeglogLog::open(
+            dir,
+            seglog.in_flight,
+            1,
+            direct,
+        )?),
+        "seglog-gc16" => Box::new(seglog_log::SeglogLog::open(dir, 1, 16, direct)?),
+        "seglog-logdir" => Box::new(seglog_dir::SeglogDir::open(dir, direct)?),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Box::new(rocksdb_log::RocksLog::open(dir)?),
         #[cfg(not(feature = "rocksdb"))]

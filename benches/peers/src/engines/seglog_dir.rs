@@ -28,16 +28,21 @@ pub struct SeglogDir {
     log_dir: Option<LogDir>,
     topic: TopicName,
     batches: PrebuiltBatches,
+    direct_writes: bool,
 }
 
-fn open_log_dir(dir: &Path) -> PeerResult<LogDir> {
-    LogDir::open(dir, storage_from_env(), LogConfig::default()).map_err(context("LogDir::open"))
+fn open_log_dir(dir: &Path, direct_writes: bool) -> PeerResult<LogDir> {
+    let config = LogConfig {
+        direct_writes,
+        ..LogConfig::default()
+    };
+    LogDir::open(dir, storage_from_env(), config).map_err(context("LogDir::open"))
 }
 
 impl SeglogDir {
-    pub fn open(dir: &Path) -> PeerResult<SeglogDir> {
+    pub fn open(dir: &Path, direct_writes: bool) -> PeerResult<SeglogDir> {
         let dir = dir.join("seglog-dir");
-        let mut log_dir = open_log_dir(&dir)?;
+        let mut log_dir = open_log_dir(&dir, direct_writes)?;
         let topic = TopicName::parse(TOPIC).map_err(context("TopicName::parse"))?;
         log_dir
             .create_topic(&topic, 1)
@@ -47,6 +52,7 @@ impl SeglogDir {
             log_dir: Some(log_dir),
             topic,
             batches: PrebuiltBatches::default(),
+            direct_writes,
         })
     }
 
@@ -130,7 +136,7 @@ impl LogStore for SeglogDir {
         if let Some(log_dir) = self.log_dir.take() {
             log_dir.close().map_err(context("LogDir::close"))?;
         }
-        self.log_dir = Some(open_log_dir(&self.dir)?);
+        self.log_dir = Some(open_log_dir(&self.dir, self.direct_writes)?);
         Ok(())
     }
 }

@@ -34,20 +34,28 @@ pub struct SeglogLog {
     /// Producer threads appending to the one partition (group commit when > 1).
     producers: usize,
     batches: PrebuiltBatches,
+    direct_writes: bool,
 }
 
-fn engine_config() -> EngineConfig {
+fn engine_config(direct_writes: bool) -> EngineConfig {
     EngineConfig {
         shard_count: 1,
         pin_shards: false,
+        direct_writes,
         ..EngineConfig::default()
     }
 }
 
 impl SeglogLog {
-    pub fn open(dir: &Path, in_flight_max: usize, producers: usize) -> PeerResult<SeglogLog> {
+    pub fn open(
+        dir: &Path,
+        in_flight_max: usize,
+        producers: usize,
+        direct_writes: bool,
+    ) -> PeerResult<SeglogLog> {
         let dir = dir.join("seglog");
-        let engine = Engine::open(&dir, engine_config()).map_err(context("Engine::open"))?;
+        let engine =
+            Engine::open(&dir, engine_config(direct_writes)).map_err(context("Engine::open"))?;
         let topic = engine
             .create_topic(TOPIC, 1, LogConfig::default())
             .map_err(context("create_topic"))?;
@@ -58,6 +66,7 @@ impl SeglogLog {
             in_flight_max: in_flight_max.max(1),
             producers: producers.max(1),
             batches: PrebuiltBatches::default(),
+            direct_writes,
         })
     }
 
@@ -286,7 +295,8 @@ impl LogStore for SeglogLog {
 
     fn reopen(&mut self) -> PeerResult<()> {
         self.engine.close().map_err(context("Engine::close"))?;
-        self.engine = Engine::open(&self.dir, engine_config()).map_err(context("Engine::open"))?;
+        self.engine = Engine::open(&self.dir, engine_config(self.direct_writes))
+            .map_err(context("Engine::open"))?;
         Ok(())
     }
 
