@@ -138,15 +138,18 @@ impl<E: IndexEntry> IndexFile<E> {
     }
 
     /// Appends an entry; the caller has checked `!is_full()` and the ordering rules. Where the
-    /// disk has no block for it (a full file system), the entry is left out, and the error
-    /// logged: an index is a sparse set of hints, and loading a segment scans its batches past
-    /// the last entry of either index.
+    /// index is full anyway, or the disk has no block for it (a full file system), the entry is
+    /// left out, and that logged: an index is a sparse set of hints, and loading a segment scans
+    /// its batches past the last entry of either index. Never panics the host.
     pub fn append(&mut self, entry: E) {
-        assert!(
-            !self.is_full(),
-            "append to a full index {}",
-            self.path().display()
-        );
+        if self.is_full() {
+            log::error!(
+                "index entry left out: {} is full ({} entries)",
+                self.path().display(),
+                self.entry_count
+            );
+            return;
+        }
         let start = self.entry_count * E::BYTES;
         if let Err(error) = self.file.reserve_through((start + E::BYTES) as u64) {
             log::warn!("index entry left out: {error}");

@@ -100,13 +100,22 @@ impl OffsetIndex {
     }
 
     /// Appends `(offset, position)`. The caller guarantees offsets and positions increase and
-    /// that `offset - base_offset` fits 31 bits.
+    /// that `offset - base_offset` fits 31 bits; an entry that breaks either is left out and
+    /// logged (the index stays a sorted set of hints), not a panic of the host.
     pub fn append(&mut self, offset: Offset, position: u32) {
-        let relative_offset = offset.0 - self.base_offset.0;
-        assert!(relative_offset <= crate::limits::RELATIVE_OFFSET_MAX);
-        if let Some(last) = self.last_entry() {
-            assert!(offset > last.offset, "index offsets must increase");
-        }
+        let relative_offset = offset.0.checked_sub(self.base_offset.0);
+        let in_range = relative_offset.filter(|r| *r <= crate::limits::RELATIVE_OFFSET_MAX);
+        let increasing = self.last_entry().is_none_or(|last| offset > last.offset);
+        let Some(relative_offset) = in_range.filter(|_| increasing) else {
+            log::error!(
+                "index entry left out: offset {} at position {position} does not follow the last \
+                 entry of {} (base offset {}) or does not fit it",
+                offset.0,
+                self.file.path().display(),
+                self.base_offset.0
+            );
+            return;
+        };
         self.file.append(OffsetIndexEntry {
             relative_offset: relative_offset as u32,
             position,
@@ -290,5 +299,27 @@ mod tests {
         index.truncate_to(Offset(30));
         assert_eq!(index.entry_count(), 2);
         assert_eq!(index.last_entry().unwrap().offset, Offset(20));
+    }
+
+    #[test]
+    fn an_entry_that_breaks_the_rules_is_left_out_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        // Room for two entries.
+        let mut index = OffsetIndex::create(&dir.path().join("i"), Offset(100), 16).unwrap();
+        index.append(Offset(110), 1000);
+        // Not above the last entry, below the base offset, beyond 31 bits of relative offset.
+        index.append(Offset(110), 2000);
+        index.append(Offset(50), 2000);
+        index.append(Offset(100 + crate::limits::RELATIVE_OFFSET_MAX + 1), 2000);
+        assert_eq!(index.entry_count(), 1);
+        index.append(Offset(120), 2000);
+        // Full: the third entry is left out.
+        index.append(Offset(130), 3000);
+        let entries: Vec<_> = index.entries().collect();
+        assert_eq!(
+            entries.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            [Offset(110), Offset(120)]
+        );
+        assert_eq!(index.lookup(Offset(125)).position, 2000);
     }
 }

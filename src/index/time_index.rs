@@ -97,8 +97,19 @@ impl TimeIndex {
         if self.file.is_full() || (!force_final && self.is_full()) {
             return;
         }
-        let relative_offset = offset.0 - self.base_offset.0;
-        assert!(relative_offset <= crate::limits::RELATIVE_OFFSET_MAX);
+        let relative_offset = offset
+            .0
+            .checked_sub(self.base_offset.0)
+            .filter(|relative| *relative <= crate::limits::RELATIVE_OFFSET_MAX);
+        let Some(relative_offset) = relative_offset else {
+            log::error!(
+                "time index entry left out: offset {} does not fit {} (base offset {})",
+                offset.0,
+                self.file.path().display(),
+                self.base_offset.0
+            );
+            return;
+        };
         self.file.append(TimeIndexEntry {
             timestamp_ms: timestamp.0,
             relative_offset: relative_offset as u32,
@@ -199,5 +210,17 @@ mod tests {
         assert_eq!(index.lookup(TimestampMs(5)).offset, Offset(100));
         assert!(index.check(Offset(106)).is_ok());
         assert!(index.check(Offset(105)).is_err());
+    }
+
+    #[test]
+    fn an_offset_that_does_not_fit_the_index_is_left_out_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = TimeIndex::create(&dir.path().join("t"), Offset(100), 36).unwrap();
+        index.maybe_append(TimestampMs(10), Offset(50), false);
+        let beyond = Offset(100 + crate::limits::RELATIVE_OFFSET_MAX + 1);
+        index.maybe_append(TimestampMs(20), beyond, false);
+        assert_eq!(index.entry_count(), 0);
+        index.maybe_append(TimestampMs(30), Offset(101), false);
+        assert_eq!(index.last_entry().unwrap().offset, Offset(101));
     }
 }
