@@ -13,3 +13,15 @@ pub mod time_index;
 pub use entries::{IndexEntry, IndexFile};
 pub use offset_index::OffsetIndex;
 pub use time_index::TimeIndex;
+
+use crate::types::Offset;
+
+/// `offset` relative to a segment's `base_offset`, as both indexes store it; `None` below the
+/// base offset or past the signed 32-bit field (`limits::RELATIVE_OFFSET_MAX`).
+fn relative_offset(base_offset: Offset, offset: Offset) -> Option<u32> {
+    offset
+        .0
+        .checked_sub(base_offset.0)
+        .filter(|relative| *relative <= crate::limits::RELATIVE_OFFSET_MAX)
+        .map(|relative| relative as u32)
+}

@@ -103,10 +103,9 @@ impl OffsetIndex {
     /// that `offset - base_offset` fits 31 bits; an entry that breaks either is left out and
     /// logged (the index stays a sorted set of hints), not a panic of the host.
     pub fn append(&mut self, offset: Offset, position: u32) {
-        let relative_offset = offset.0.checked_sub(self.base_offset.0);
-        let in_range = relative_offset.filter(|r| *r <= crate::limits::RELATIVE_OFFSET_MAX);
         let increasing = self.last_entry().is_none_or(|last| offset > last.offset);
-        let Some(relative_offset) = in_range.filter(|_| increasing) else {
+        let relative_offset = super::relative_offset(self.base_offset, offset);
+        let Some(relative_offset) = relative_offset.filter(|_| increasing) else {
             log::error!(
                 "index entry left out: offset {} at position {position} does not follow the last \
                  entry of {} (base offset {}) or does not fit it",
@@ -117,7 +116,7 @@ impl OffsetIndex {
             return;
         };
         self.file.append(OffsetIndexEntry {
-            relative_offset: relative_offset as u32,
+            relative_offset,
             position,
         });
     }

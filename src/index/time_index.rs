@@ -97,11 +97,7 @@ impl TimeIndex {
         if self.file.is_full() || (!force_final && self.is_full()) {
             return;
         }
-        let relative_offset = offset
-            .0
-            .checked_sub(self.base_offset.0)
-            .filter(|relative| *relative <= crate::limits::RELATIVE_OFFSET_MAX);
-        let Some(relative_offset) = relative_offset else {
+        let Some(relative_offset) = super::relative_offset(self.base_offset, offset) else {
             log::error!(
                 "time index entry left out: offset {} does not fit {} (base offset {})",
                 offset.0,
@@ -112,7 +108,7 @@ impl TimeIndex {
         };
         self.file.append(TimeIndexEntry {
             timestamp_ms: timestamp.0,
-            relative_offset: relative_offset as u32,
+            relative_offset,
         });
     }
 
