@@ -52,9 +52,9 @@ struct Args {
     /// `max.in.flight.requests.per.connection` default is 5). With sync it waits for each.
     #[arg(long, default_value_t = 5)]
     seglog_in_flight: usize,
-    /// seglog's write path (all three seglog rows): `auto` writes with `O_DIRECT` when the
-    /// disk's own `O_DIRECT` 1 MiB writes beat its buffered ones in this run, as `seglog bench
-    /// --direct-io auto` chooses (buffered with `--no-disk`).
+    /// seglog's write path (all three seglog rows), per record size: `auto` writes with
+    /// `O_DIRECT` when the disk's own `O_DIRECT` writes of one batch beat its buffered ones in
+    /// this run, as `seglog bench --direct-io auto` chooses (buffered with `--no-disk`).
     #[arg(long, value_enum, default_value_t = DirectIo::Auto)]
     seglog_direct_io: DirectIo,
     /// Batches appended with one `fdatasync` each for the disk's sync floor.
@@ -158,10 +158,9 @@ fn run(args: &Args) -> PeerResult<()> {
         root.path().display(),
         report.file_system
     );
+    let mut sizes: Vec<usize> = cells.iter().map(|cell| cell.record_bytes).collect();
+    sizes.dedup();
     if !args.no_disk {
-        let sizes: Vec<usize> = cells.iter().map(|cell| cell.record_bytes).collect();
-        let mut sizes = sizes;
-        sizes.dedup();
         eprintln!("peers: measuring the disk's limits");
         report.disk = Some(disk::measure(
             root.path(),
@@ -171,20 +170,12 @@ fn run(args: &Args) -> PeerResult<()> {
             args.cold_lookups,
         )?);
     }
+    for record_bytes in sizes {
+        let path = seglog_write_path(args.seglog_direct_io, report.disk.as_ref(), record_bytes);
+        eprintln!("peers: seglog writes {}", path.describe());
+        report.seglog_writes.push(path);
+    }
     for cell in &cells {
-        if !report
-            .seglog_writes
-            .iter()
-            .any(|w| w.record_bytes == cell.record_bytes)
-        {
-            let path = seglog_write_path(
-                args.seglog_direct_io,
-                report.disk.as_ref(),
-                cell.record_bytes,
-            );
-            eprintln!("peers: seglog writes {}", path.describe());
-            report.seglog_writes.push(path);
-        }
         let seglog = engines::SeglogOptions {
             in_flight: args.seglog_in_flight,
             direct_writes: report.seglog_direct_writes(cell.record_bytes),
