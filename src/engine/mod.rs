@@ -149,9 +149,10 @@ pub struct EngineConfig {
     /// `bytes_per_sync` plays the same part.
     pub background_sync_bytes: u64,
     /// Memory each shard may keep in point lookups' batch digests (default 64 MiB): a lookup in
-    /// a digested batch reads one or two 4 KiB chunks instead of the batch (`segment/lookup.rs`;
-    /// a digest takes about 0.7 % of a 100 KiB batch, 1.7 % of an 11 KB one, so 64 MiB covers
-    /// 4-9 GB of looked-up batches). Past it, lookups read undigested batches whole.
+    /// a digested batch reads one to three 1 KiB chunks instead of the batch
+    /// (`segment/lookup.rs`; a digest takes about 2.4 % of a 100 KiB batch, 3.2 % of an 11 KB
+    /// one, so 64 MiB covers 2-2.7 GB of looked-up batches). Past it, lookups read undigested
+    /// batches whole.
     pub lookup_digest_bytes_max: usize,
 }
 
@@ -591,7 +592,7 @@ impl Engine {
 
     /// The record at `offset` (a point lookup): the shard reads the batch holding it, checks
     /// its CRC and decodes just that record, so the caller walks no batch; in a batch it read
-    /// before, it reads and checks only the 4 KiB chunks holding the record (`segment/lookup.rs`). `None` where the log
+    /// before, it reads and checks only the 1 KiB chunks holding the record (`segment/lookup.rs`). `None` where the log
     /// holds no data record at `offset` (compaction removed it, a transaction marker, or
     /// `offset` is the log end); `OffsetOutOfRange` outside `[log start, log end]`. Reads up to
     /// the log end, as [`Isolation::LogEnd`].

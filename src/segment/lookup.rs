@@ -6,15 +6,15 @@
 //! the header and, for each [`CHUNK_BYTES`] chunk of the batch, the chunk's CRC-32C and the first
 //! and last records that start in it. A later lookup in that batch reads only the chunks that
 //! hold its record: the one chunk where a record ends that starts before the chunk's last record
-//! start, else from that last record to the next chunk's first one (one chunk for most 100 B and
-//! 1 KiB records, two for a record that crosses into the next), and checks each chunk against
+//! start, else from that last record to the next chunk's first one (one chunk for most 100 B
+//! records, two for a 1 KiB one or a record that crosses into the next), and checks each chunk against
 //! the CRC the digest took from bytes that had passed the batch CRC. A chunk that no longer
 //! matches drops the digest and the lookup reads the batch whole again, so every record served
 //! was checked against a CRC, as on every other read.
 //!
 //! Digests live with the open segment: dropped when it is truncated, released, deleted or
-//! replaced by the cleaner. Each costs about 100 bytes plus 24 per chunk (0.7 % of a 100 KiB
-//! batch, 1.7 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
+//! replaced by the cleaner. Each costs about 100 bytes plus 24 per chunk (2.4 % of a 100 KiB
+//! batch, 3.2 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
 //! starts again when that is full, and all the segments of an engine's shard together at most
 //! its [`DigestBudget`] (`EngineConfig::lookup_digest_bytes_max`): past it, lookups in batches
 //! not yet digested read them whole, as without digests.
@@ -28,15 +28,17 @@ use crate::format::crc::crc32c;
 use crate::format::{Batch, BatchHeader, Compression, DecodeError, Reader, Record, RecordView};
 use crate::limits::BATCH_HEADER_BYTES;
 
-/// The unit a digested batch is read and checked in.
-pub(crate) const CHUNK_BYTES: usize = 4096;
-/// Smaller batches are read whole: a digest would save a part of one page's read at most. A
-/// batch of a hundred 100 B records (11 KB) is digested: its lookups read 4 KiB, 8 for a record
-/// that crosses a chunk's end (hot lookups +9 % when they read 4 or 8, BENCHMARKS.md).
-pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 2 * CHUNK_BYTES as u64;
-/// The most a segment's digests take: those of about 0.5 GB (11 KB batches) to 1.2 GB (100 KiB
-/// ones).
-pub(crate) const DIGESTS_BYTES_MAX: usize = 8 << 20;
+/// The unit a digested batch is read and checked in: a lookup of a 100 B record reads 1 KiB
+/// (2 where it crosses a chunk's end), of a 1 KiB record 2 KiB (3 at most). With 4 KiB chunks
+/// the storage layer's 100 B hot lookups ran a quarter slower (BENCHMARKS.md § Lookups in 1 KiB
+/// chunks).
+pub(crate) const CHUNK_BYTES: usize = 1024;
+/// Smaller batches are read whole: a digest would save a part of two pages' read at most. A
+/// batch of a hundred 100 B records (11 KB) is digested.
+pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 8 * 1024;
+/// The most a segment's digests take (24 bytes per chunk, 2.3 % of the batches they cover):
+/// those of about 1.3 GB of batches, a whole default segment.
+pub(crate) const DIGESTS_BYTES_MAX: usize = 32 << 20;
 
 /// A span buffer larger than this is not kept after its lookup (a lookup of a record of
 /// megabytes does not leave megabytes with the thread).
@@ -295,10 +297,18 @@ impl BatchDigest {
     /// record is that last one (or absent), read from its start to the next chunk's first
     /// record start (or the batch's end).
     pub(crate) fn span(&self, offset_delta: i32) -> Option<ChunkSpan> {
-        let starts = || self.chunks.iter().filter_map(|chunk| chunk.record_starts);
-        let from = starts()
-            .take_while(|starts| starts.first.offset_delta <= offset_delta)
-            .last()?;
+        // Chunks up to `after` have their last record start at or before the record (binary
+        // search: a chunk no record starts in takes the start of the nearest one before it).
+        let (mut low, mut high) = (0, self.chunks.len());
+        while low < high {
+            let middle = (low + high) / 2;
+            match self.starts_at_or_before(middle) {
+                Some(starts) if starts.first.offset_delta <= offset_delta => low = middle + 1,
+                _ => high = middle,
+            }
+        }
+        let after = low;
+        let from = self.starts_at_or_before(after.checked_sub(1)?)?;
         let first_chunk = from.first.position as usize / CHUNK_BYTES;
         if offset_delta < from.last.offset_delta {
             return Some(ChunkSpan {
@@ -308,8 +318,9 @@ impl BatchDigest {
                 records_to: from.last.position as usize,
             });
         }
-        let to = starts()
-            .find(|starts| starts.first.offset_delta > offset_delta)
+        let to = self.chunks[after..]
+            .iter()
+            .find_map(|chunk| chunk.record_starts)
             .map_or(self.size_bytes(), |starts| starts.first.position as usize);
         Some(ChunkSpan {
             first_chunk,
@@ -317,6 +328,15 @@ impl BatchDigest {
             records_from: from.last.position as usize,
             records_to: to,
         })
+    }
+
+    /// The record starts of chunk `index`, or of the nearest chunk before it that has some
+    /// (a chunk inside a record longer than a chunk has none).
+    fn starts_at_or_before(&self, index: usize) -> Option<ChunkRecordStarts> {
+        self.chunks[..=index]
+            .iter()
+            .rev()
+            .find_map(|chunk| chunk.record_starts)
     }
 
     /// How many bytes `span` reads: whole chunks, the batch's last one shorter.
@@ -465,17 +485,21 @@ mod tests {
     }
 
     #[test]
-    fn a_lookup_of_a_1_kib_record_reads_one_chunk_unless_its_record_crosses_into_the_next() {
+    fn a_lookup_of_a_1_kib_record_reads_two_chunks_three_where_it_starts_at_a_chunk_end() {
         let spans = span_bytes_of_each_record(1024, 100);
         assert!(
-            spans.iter().all(|&bytes| bytes <= 2 * CHUNK_BYTES),
+            spans.iter().all(|&bytes| bytes <= 3 * CHUNK_BYTES),
             "{spans:?}"
         );
-        // Four 1 KiB records start in most chunks; only the last of them may cross.
-        let one_chunk = spans.iter().filter(|&&bytes| bytes <= CHUNK_BYTES).count();
+        // A record a little longer than a chunk covers two unless it starts in a chunk's last
+        // few bytes.
+        let two_chunks = spans
+            .iter()
+            .filter(|&&bytes| bytes <= 2 * CHUNK_BYTES)
+            .count();
         assert!(
-            one_chunk >= 70,
-            "{one_chunk} of 100 in one chunk: {spans:?}"
+            two_chunks >= 95,
+            "{two_chunks} of 100 in two chunks: {spans:?}"
         );
     }
 
@@ -486,11 +510,25 @@ mod tests {
             spans.iter().all(|&bytes| bytes <= 2 * CHUNK_BYTES),
             "{spans:?}"
         );
-        // A few chunks hold the batch: only the last record starting in each may cross.
+        // Nine records start in most chunks: only the last of them may cross.
         let one_chunk = spans.iter().filter(|&&bytes| bytes <= CHUNK_BYTES).count();
         assert!(
-            one_chunk >= 95,
+            one_chunk >= 85,
             "{one_chunk} of 100 in one chunk: {spans:?}"
+        );
+    }
+
+    #[test]
+    fn a_lookup_of_a_record_longer_than_many_chunks_reads_from_its_start_to_the_next() {
+        let batch = batch_of_sizes(&[100, 9_000, 100, 100]);
+        let digest = BatchDigest::of(0, &batch).unwrap();
+        let span = digest.span(1).unwrap();
+        assert!(span.records_from < CHUNK_BYTES + BATCH_HEADER_BYTES);
+        assert!(span.records_to > 9_000);
+        assert!(digest.span_bytes(&span) >= 9_000);
+        assert_eq!(
+            digested_lookup(&digest, &batch, 2),
+            DigestedRecord::Found(batch.record_at(BASE_OFFSET + 2).unwrap().unwrap())
         );
     }
 
