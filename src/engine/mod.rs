@@ -150,7 +150,7 @@ pub struct EngineConfig {
     pub background_sync_bytes: u64,
     /// Memory each shard may keep in point lookups' batch digests (default 64 MiB): a lookup in
     /// a digested batch reads one to three 1 KiB chunks instead of the batch
-    /// (`segment/lookup.rs`; a digest takes about 2.4 % of a 100 KiB batch, 3.2 % of an 11 KB
+    /// (`segment/lookup.rs`; a digest takes about 2.4 % of a 100 KiB batch, 3.3 % of an 11 KB
     /// one, so 64 MiB covers 2-2.7 GB of looked-up batches). Past it, lookups read undigested
     /// batches whole.
     pub lookup_digest_bytes_max: usize,

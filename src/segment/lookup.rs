@@ -14,7 +14,7 @@
 //!
 //! Digests live with the open segment: dropped when it is truncated, released, deleted or
 //! replaced by the cleaner. Each costs about 100 bytes plus 24 per chunk (2.4 % of a 100 KiB
-//! batch, 3.2 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
+//! batch, 3.3 % of an 11 KB one); a segment keeps at most [`DIGESTS_BYTES_MAX`] of them and
 //! starts again when that is full, and all the segments of an engine's shard together at most
 //! its [`DigestBudget`] (`EngineConfig::lookup_digest_bytes_max`): past it, lookups in batches
 //! not yet digested read them whole, as without digests.
