@@ -49,7 +49,7 @@ mod cold;
 const RING_ENTRIES: u32 = 256;
 
 /// The entries of a group submitted at once: larger groups are submitted in chunks. Half the
-/// ring, so that with every window piece in flight (`cold.rs`, 64) the completions fit the
+/// ring, so that with every window piece in flight (`cold.rs`, 128) the completions fit the
 /// completion queue and the submission queue has room.
 const CHUNK_ENTRIES: usize = RING_ENTRIES as usize / 2;
 const _: () = assert!(CHUNK_ENTRIES + cold::PIECES_PER_THREAD <= RING_ENTRIES as usize);

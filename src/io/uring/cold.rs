@@ -11,12 +11,14 @@
 //! buffered, as does any read the cache holds part of.
 //!
 //! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
-//! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps
-//! [`WINDOWS_PER_THREAD`] of them (16 MiB, allocated on its first cold read). A read served from
-//! a window waits only for the pieces it covers, and first makes sure the window after it is read
-//! ahead: those reads stay in flight after the read returns, so the device reads on while the
-//! consumer decodes its fetch (as the page cache's read-ahead does), up to two windows' pieces
-//! deep. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever function of the
+//! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps up to
+//! [`WINDOWS_PER_THREAD`] of them (32 MiB, each allocated when no freed one is left). A read
+//! served from a window waits only for the pieces it covers, and first makes sure the window
+//! after it is read ahead: those reads stay in flight after the read returns, so the device reads
+//! on while the consumer decodes its fetch (as the page cache's read-ahead does), up to two
+//! windows' pieces deep. A read ahead never takes a window that was itself read ahead and has
+//! served no read yet: with more readers than windows it is skipped, and each reader fills its
+//! windows as it comes to them. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever function of the
 //! thread reaps them hands them to their window (`Ring::reap`). A window is named by its file's
 //! reader and that file's generation, which every write and length change through any of the
 //! backend's descriptors on the file bumps ([`Generation`]), so no window filled before a change
@@ -58,8 +60,11 @@ const WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The pieces of a window, submitted together.
 const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
 
-/// Windows per thread: the one being read and the one ahead of it, for two readers at once.
-const WINDOWS_PER_THREAD: usize = 4;
+/// Windows per thread at most: the one being read and the one ahead of it, for four readers at
+/// once (a shard serving four partitions' consumers). With 4, one shard serving four cold readers
+/// read 0.07× the disk: each read ahead took a window another reader was about to use (BENCHMARKS.md
+/// § Cold readers past the windows). A thread allocates them as its readers need them.
+const WINDOWS_PER_THREAD: usize = 8;
 
 /// The most window pieces a thread has in flight.
 pub(super) const PIECES_PER_THREAD: usize = PIECES_PER_WINDOW * WINDOWS_PER_THREAD;
@@ -304,6 +309,9 @@ struct Window {
     pieces: [Piece; PIECES_PER_WINDOW],
     /// When it last served or was filled, for choosing which to reuse.
     used: u64,
+    /// It served a read since it was filled: a window read ahead and not yet served is not
+    /// taken for another read ahead.
+    served: bool,
 }
 
 impl Window {
@@ -378,27 +386,54 @@ impl Windows {
         })
     }
 
-    /// A window to fill, other than `keep`: a new one while there are fewer than
-    /// [`WINDOWS_PER_THREAD`], else a freed one, else the one unused longest (its reads may
-    /// still be in flight).
+    /// A window to fill for a read, other than `keep`: a freed one, else a new one while there
+    /// are fewer than [`WINDOWS_PER_THREAD`], else the one unused longest (its reads may still be
+    /// in flight).
     fn choose(&mut self, keep: Option<usize>) -> usize {
-        if self.windows.len() < WINDOWS_PER_THREAD {
-            self.windows.push(Window {
-                name: None,
-                start: 0,
-                staging: vec![0; WINDOW_BYTES + DIRECT_IO_ALIGN_BYTES],
-                pieces: [Piece::Unread; PIECES_PER_WINDOW],
-                used: 0,
-            });
-            return self.windows.len() - 1;
+        if let Some(freed) = self.freed(keep) {
+            return freed;
         }
+        if self.windows.len() < WINDOWS_PER_THREAD {
+            return self.allocate();
+        }
+        self.least_recently_used(keep).unwrap_or(0) // never: there are more windows than one
+    }
+
+    /// A window to read ahead into, other than `keep`, as [`Windows::choose`]; `None` where the
+    /// one unused longest was itself read ahead and has served no read yet: with more readers
+    /// than windows, reading ahead would only take the window another reader comes to next.
+    fn choose_ahead(&mut self, keep: usize) -> Option<usize> {
+        if let Some(freed) = self.freed(Some(keep)) {
+            return Some(freed);
+        }
+        if self.windows.len() < WINDOWS_PER_THREAD {
+            return Some(self.allocate());
+        }
+        self.least_recently_used(Some(keep))
+            .filter(|&index| self.windows[index].served)
+    }
+
+    fn freed(&self, keep: Option<usize>) -> Option<usize> {
         (0..self.windows.len())
-            .filter(|index| Some(*index) != keep)
-            .min_by_key(|index| {
-                let window = &self.windows[*index];
-                (window.name.is_some(), window.used)
-            })
-            .unwrap_or(0) // never: there are more windows than one
+            .find(|&index| Some(index) != keep && self.windows[index].name.is_none())
+    }
+
+    fn least_recently_used(&self, keep: Option<usize>) -> Option<usize> {
+        (0..self.windows.len())
+            .filter(|&index| Some(index) != keep)
+            .min_by_key(|&index| self.windows[index].used)
+    }
+
+    fn allocate(&mut self) -> usize {
+        self.windows.push(Window {
+            name: None,
+            start: 0,
+            staging: vec![0; WINDOW_BYTES + DIRECT_IO_ALIGN_BYTES],
+            pieces: [Piece::Unread; PIECES_PER_WINDOW],
+            used: 0,
+            served: false,
+        });
+        self.windows.len() - 1
     }
 
     fn touch(&mut self, index: usize) {
@@ -407,16 +442,9 @@ impl Windows {
     }
 }
 
-/// Fills a window (not `keep`) with `WINDOW_BYTES` of `direct` from `start`: waits for the reads
-/// still in flight into the one chosen, then submits one read per piece. Returns its index.
-fn fill(
-    ring: &mut Ring,
-    name: WindowName,
-    direct: &File,
-    start: u64,
-    keep: Option<usize>,
-) -> usize {
-    let index = ring.windows.choose(keep);
+/// Fills window `index` with `WINDOW_BYTES` of `direct` from `start`: waits for the reads still
+/// in flight into it, then submits one read per piece.
+fn fill(ring: &mut Ring, name: WindowName, direct: &File, start: u64, index: usize) {
     ring.wait_until(READ_POLL, |ring| {
         ring.reap(&mut []);
         !ring.windows.windows[index].in_flight(0..PIECES_PER_WINDOW)
@@ -425,6 +453,7 @@ fn fill(
     let window = &mut ring.windows.windows[index];
     window.name = Some(name);
     window.start = start;
+    window.served = false;
     window.pieces = [Piece::InFlight; PIECES_PER_WINDOW];
     let area = window.area();
     let fd = types::Fd(direct.as_raw_fd());
@@ -444,7 +473,6 @@ fn fill(
     }
     // An error leaves the entries queued: the next enter submits them.
     let _ = ring.uring.submit();
-    index
 }
 
 /// Copies up to `length` bytes at `position` of `direct` to `destination` from the window that
@@ -466,7 +494,9 @@ unsafe fn read_from_window(
         Some(index) => (index, false),
         None => {
             let start = position - position % DIRECT_IO_ALIGN_BYTES as u64;
-            (fill(ring, name, direct, start, None), true)
+            let index = ring.windows.choose(None);
+            fill(ring, name, direct, start, index);
+            (index, true)
         }
     };
     ring.windows.touch(index);
@@ -485,8 +515,11 @@ unsafe fn read_from_window(
             ring.windows.windows[behind].name = None;
         }
         let ahead = start + WINDOW_BYTES as u64;
-        if !ends_file && ring.windows.find(name, ahead).is_none() {
-            fill(ring, name, direct, ahead, Some(index));
+        if !ends_file
+            && ring.windows.find(name, ahead).is_none()
+            && let Some(target) = ring.windows.choose_ahead(index)
+        {
+            fill(ring, name, direct, ahead, target);
         }
     }
     let wanted = length.min(WINDOW_BYTES - skip);
@@ -496,6 +529,7 @@ unsafe fn read_from_window(
         !ring.windows.windows[index].in_flight(0..last + 1)
     });
     let window = &mut ring.windows.windows[index];
+    window.served = true;
     let filled = match window.filled(last) {
         Ok(filled) => filled,
         Err(error) => {
@@ -517,4 +551,56 @@ unsafe fn read_from_window(
     // does not overlap the staging area, which this thread owns.
     unsafe { std::ptr::copy_nonoverlapping(window.area().add(skip), destination, count) };
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(reader: u64) -> WindowName {
+        WindowName {
+            reader,
+            generation: 0,
+        }
+    }
+
+    /// Windows all named, as after `readers` readers each filled one and read one ahead.
+    fn filled_windows(served: bool) -> Windows {
+        let mut windows = Windows::default();
+        for reader in 0..WINDOWS_PER_THREAD as u64 {
+            let index = windows.choose(None);
+            windows.touch(index);
+            windows.windows[index].name = Some(name(reader));
+            windows.windows[index].served = served;
+        }
+        windows
+    }
+
+    #[test]
+    fn a_freed_window_is_reused_before_another_is_allocated() {
+        let mut windows = Windows::default();
+        let first = windows.choose(None);
+        windows.windows[first].name = Some(name(1));
+        let second = windows.choose(Some(first));
+        assert_ne!(first, second);
+        windows.windows[first].name = None;
+        assert_eq!(windows.choose(Some(second)), first);
+        assert_eq!(windows.windows.len(), 2);
+    }
+
+    #[test]
+    fn reading_ahead_takes_no_window_read_ahead_and_not_yet_served() {
+        let mut windows = filled_windows(false);
+        assert_eq!(windows.choose_ahead(0), None);
+        // A read of its own still takes the one unused longest.
+        assert_eq!(windows.choose(Some(0)), 1);
+    }
+
+    #[test]
+    fn reading_ahead_takes_the_served_window_unused_longest() {
+        let mut windows = filled_windows(true);
+        assert_eq!(windows.choose_ahead(0), Some(1));
+        windows.touch(1);
+        assert_eq!(windows.choose_ahead(0), Some(2));
+    }
 }
