@@ -61,9 +61,10 @@ const WINDOW_BYTES: usize = 4 * 1024 * 1024;
 const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
 
 /// Windows per thread at most: the one being read and the one ahead of it, for four readers at
-/// once (a shard serving four partitions' consumers). With 4, one shard serving four cold readers
-/// read 0.07× the disk: each read ahead took a window another reader was about to use (BENCHMARKS.md
-/// § Cold readers past the windows). A thread allocates them as its readers need them.
+/// once (a shard serving four partitions' consumers). With 4, one shard serving four cold
+/// readers read 0.07× the disk: each read ahead took a window another reader was about to use
+/// (BENCHMARKS.md § Cold readers past the windows). A thread allocates them as its readers need
+/// them.
 const WINDOWS_PER_THREAD: usize = 8;
 
 /// The most window pieces a thread has in flight.
