@@ -7,8 +7,8 @@
 //! and last records that start in it. A later lookup in that batch reads only the chunks that
 //! hold its record: the one chunk where a record ends that starts before the chunk's last record
 //! start, else from that last record to the next chunk's first one (one chunk for most 100 B
-//! records, two for a 1 KiB one or a record that crosses into the next), and checks each chunk against
-//! the CRC the digest took from bytes that had passed the batch CRC. A chunk that no longer
+//! records, two for a 1 KiB one or a record that crosses into the next), and checks each chunk
+//! against the CRC the digest took from bytes that had passed the batch CRC. A chunk that no longer
 //! matches drops the digest and the lookup reads the batch whole again, so every record served
 //! was checked against a CRC, as on every other read.
 //!
@@ -33,7 +33,7 @@ use crate::limits::BATCH_HEADER_BYTES;
 /// the storage layer's 100 B hot lookups ran a quarter slower (BENCHMARKS.md § Lookups in 1 KiB
 /// chunks).
 pub(crate) const CHUNK_BYTES: usize = 1024;
-/// Smaller batches are read whole: a digest would save a part of two pages' read at most. A
+/// Smaller batches are read whole: two or three pages at most, not worth a digest's memory. A
 /// batch of a hundred 100 B records (11 KB) is digested.
 pub(crate) const DIGESTED_BATCH_BYTES_MIN: u64 = 8 * 1024;
 /// The most a segment's digests take (24 bytes per chunk, 2.3 % of the batches they cover):

@@ -16,15 +16,15 @@
 //! served from a window waits only for the pieces it covers, and first makes sure the window
 //! after it is read ahead: those reads stay in flight after the read returns, so the device reads
 //! on while the consumer decodes its fetch (as the page cache's read-ahead does), up to two
-//! windows' pieces deep. A read ahead never takes a window that was itself read ahead and has
-//! served no read yet: with more readers than windows it is skipped, and each reader fills its
-//! windows as it comes to them. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever function of the
-//! thread reaps them hands them to their window (`Ring::reap`). A window is named by its file's
-//! reader and that file's generation, which every write and length change through any of the
-//! backend's descriptors on the file bumps ([`Generation`]), so no window filled before a change
-//! serves a read after it. A window is reused only
-//! when none of its reads is in flight, and the thread's ring, dropped with the thread, first waits
-//! for all of them (`Ring::drop`): the kernel never writes into freed memory.
+//! windows' pieces deep. Their completions are told apart by [`WINDOW_PIECE_TAG`]: whichever
+//! function of the thread reaps them hands them to their window (`Ring::reap`). A read ahead never
+//! takes a window that was itself read ahead and has served no read yet: with more readers than
+//! windows it is skipped, and each reader fills its windows as it comes to them. A window is
+//! named by its file's reader and that file's generation, which every write and length change
+//! through any of the backend's descriptors on the file bumps ([`Generation`]), so no window
+//! filled before a change serves a read after it. A window is reused only when none of its reads
+//! is in flight, and the thread's ring, dropped with the thread, first waits for all of them
+//! (`Ring::drop`): the kernel never writes into freed memory.
 //!
 //! The direct descriptor is the file reopened through `/proc/self/fd` (the same inode whatever
 //! the file is renamed to since), on the first read that wants it. Where `cachestat` is missing
@@ -387,31 +387,30 @@ impl Windows {
         })
     }
 
-    /// A window to fill for a read, other than `keep`: a freed one, else a new one while there
-    /// are fewer than [`WINDOWS_PER_THREAD`], else the one unused longest (its reads may still be
-    /// in flight).
+    /// A window to fill for a read, other than `keep`: a freed or new one
+    /// ([`Windows::freed_or_new`]), else the one unused longest (its reads may still be in
+    /// flight).
     fn choose(&mut self, keep: Option<usize>) -> usize {
-        if let Some(freed) = self.freed(keep) {
-            return freed;
-        }
-        if self.windows.len() < WINDOWS_PER_THREAD {
-            return self.allocate();
-        }
-        self.least_recently_used(keep).unwrap_or(0) // never: there are more windows than one
+        self.freed_or_new(keep)
+            .or_else(|| self.least_recently_used(keep))
+            .unwrap_or(0) // never: there are more windows than one
     }
 
     /// A window to read ahead into, other than `keep`, as [`Windows::choose`]; `None` where the
     /// one unused longest was itself read ahead and has served no read yet: with more readers
     /// than windows, reading ahead would only take the window another reader comes to next.
     fn choose_ahead(&mut self, keep: usize) -> Option<usize> {
-        if let Some(freed) = self.freed(Some(keep)) {
-            return Some(freed);
-        }
-        if self.windows.len() < WINDOWS_PER_THREAD {
-            return Some(self.allocate());
-        }
-        self.least_recently_used(Some(keep))
-            .filter(|&index| self.windows[index].served)
+        self.freed_or_new(Some(keep)).or_else(|| {
+            self.least_recently_used(Some(keep))
+                .filter(|&index| self.windows[index].served)
+        })
+    }
+
+    /// A freed window other than `keep`, else a new one while there are fewer than
+    /// [`WINDOWS_PER_THREAD`].
+    fn freed_or_new(&mut self, keep: Option<usize>) -> Option<usize> {
+        self.freed(keep)
+            .or_else(|| (self.windows.len() < WINDOWS_PER_THREAD).then(|| self.allocate()))
     }
 
     fn freed(&self, keep: Option<usize>) -> Option<usize> {
@@ -565,7 +564,7 @@ mod tests {
         }
     }
 
-    /// Windows all named, as after `readers` readers each filled one and read one ahead.
+    /// Every window a thread may keep, each named for a reader of its own and touched in turn.
     fn filled_windows(served: bool) -> Windows {
         let mut windows = Windows::default();
         for reader in 0..WINDOWS_PER_THREAD as u64 {
