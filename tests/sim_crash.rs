@@ -890,3 +890,95 @@ fn misdirected_writes_are_reported_never_served_and_never_silently_drop_records(
     let tally = run_many(5_000..5_100, 20, Regime::Delete, Faults::Misdirected);
     assert_eq!(tally.crash_points % 20, 0);
 }
+
+/// A deferred-seal log whose first segment (offsets 0-2, every batch synced, the space past them
+/// prewritten) was sealed by a roll whose seal sync failed; then the process restarted on the
+/// same kernel (no power cut), with the recovery point checkpointed at the segment's end.
+fn restarted_after_a_failed_deferred_seal_sync(
+    seed: u64,
+) -> (tempfile::TempDir, SimStorage, LogDir) {
+    let dir = scratch();
+    let sim = SimStorage::new(dir.path(), seed).unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let mut log_dir = LogDir::open(dir.path(), storage.clone(), deferred_config()).unwrap();
+    log_dir.create_topic(&topic(), 1).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert!(append_and_flush(log, 0, 2), "a small sync");
+    assert!(
+        append_and_flush(log, 2, 1),
+        "a small sync after a small sync"
+    );
+    log.roll(TimestampMs(T0)).unwrap();
+    let seals = log.take_unsynced_seals();
+    assert_eq!(seals.len(), 1, "the roll left its seal to the owner");
+    sim.schedule(Fault::SyncError, 1);
+    let result = seals[0].sync(&sim);
+    assert!(result.is_err(), "the seal's fsync fails");
+    assert!(log.mark_seal_synced(seals[0].through, result).is_err());
+    // The recovery point stays at the roll: every batch below it was synced before the roll.
+    assert_eq!(log.recovery_point(), Offset(3));
+    log_dir.checkpoint().unwrap();
+    assert!(
+        log_dir.close().is_err(),
+        "the failed log does not close cleanly"
+    );
+    let log_dir = LogDir::open(dir.path(), storage, deferred_config()).unwrap();
+    (dir, sim, log_dir)
+}
+
+fn deferred_config() -> LogConfig {
+    LogConfig {
+        deferred_seal_syncs: true,
+        ..config(Regime::Delete)
+    }
+}
+
+/// What a power cut leaves of the log in `dir`, read back in full.
+fn values_after_a_power_cut(dir: &Path, sim: &SimStorage) -> Result<Vec<u8>, String> {
+    sim.crash_with(CrashMode::DropVolatile).unwrap();
+    let mut log_dir = LogDir::open(dir, Arc::new(sim.clone()), deferred_config()).unwrap();
+    let log = log_dir
+        .partition(&topic(), 0)
+        .map_err(|error| error.to_string())?;
+    values(log)
+}
+
+/// R10 at a deferred seal (fuzz findings S8, S9 of `sim_ops`, 2026-12-05): the failed seal sync
+/// lost the seal's cut of the prewritten space, which the device still holds while the restarted
+/// process trusts the cut file in the page cache. The restart must make the cut durable before
+/// it acknowledges anything after the segment: a power cut after appends acknowledged in the next
+/// segment must keep them (S8: the cut was found again and the next segment deleted with them).
+#[test]
+fn restart_after_a_failed_deferred_seal_sync_keeps_the_next_segments_acknowledged_appends() {
+    let (dir, sim, mut log_dir) = restarted_after_a_failed_deferred_seal_sync(4);
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
+    assert!(append_and_flush(log, 3, 2), "the reopened log acknowledges");
+    drop(log_dir);
+    assert_eq!(
+        values_after_a_power_cut(dir.path(), &sim),
+        Ok((0..5).collect::<Vec<u8>>())
+    );
+}
+
+/// The same once the recovery point has moved past the segment (S9): a cut found below it would
+/// be damage to synced data, so the segment must never be found uncut.
+#[test]
+fn restart_after_a_failed_deferred_seal_sync_leaves_no_uncut_segment_below_the_recovery_point() {
+    let (dir, sim, mut log_dir) = restarted_after_a_failed_deferred_seal_sync(5);
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert!(append_and_flush(log, 3, 2), "the reopened log acknowledges");
+    log.roll(TimestampMs(T0)).unwrap();
+    for seal in log.take_unsynced_seals() {
+        let result = seal.sync(&sim);
+        log.mark_seal_synced(seal.through, result).unwrap();
+    }
+    assert!(append_and_flush(log, 5, 1));
+    assert_eq!(log.recovery_point(), Offset(6));
+    log_dir.checkpoint().unwrap();
+    drop(log_dir);
+    assert_eq!(
+        values_after_a_power_cut(dir.path(), &sim),
+        Ok((0..6).collect::<Vec<u8>>())
+    );
+}

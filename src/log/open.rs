@@ -2,12 +2,12 @@
 //! what an unclean shutdown may have left torn, and settle the log start offset and recovery point
 //! (Kafka's `LogLoader`).
 //!
-//! | shutdown | segment                              | action                                   |
-//! |----------|--------------------------------------|------------------------------------------|
-//! | clean    | any                                  | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | wholly below the recovery point      | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate a torn tail |
-//! | any      | after a segment that was truncated   | delete                                   |
+//! | shutdown | segment                                        | action                                   |
+//! |----------|------------------------------------------------|------------------------------------------|
+//! | clean    | any                                            | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | wholly below the recovery point                | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | holding or above the recovery point            | re-validate every batch, rebuild indexes, truncate a torn tail |
+//! | any      | after one a cut left ending short of the next  | delete                                   |
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -202,9 +202,13 @@ fn seal_recovered(segments: &mut [Segment]) -> Result<(), StorageError> {
 /// owner (`seal_sync.rs`) and the crash came first. Below the recovery point they fail the open
 /// (`StorageError::Corrupt`) instead of truncating acknowledged data. A recovered sealed segment
 /// may also have lost its unsynced tail whole, ending before the next segment starts: above the
-/// recovery point that gap is the same cut. After a truncated or cut-short segment the rest are
-/// deleted: nothing in them was acknowledged as durable, since a durable append's sync comes after
-/// the seal syncs of every segment before it.
+/// recovery point that gap is the same cut. After a segment that a cut left ending short of the
+/// next one the rest are deleted: nothing in them was acknowledged as durable, since a durable
+/// append's sync comes after the seal syncs of every segment before it. A cut that leaves a
+/// sealed segment ending where the next one starts removed no batch, only space past them that a
+/// seal had cut and whose sync failed before a restart (prewritten or preallocated space, still on
+/// the device); the segments after it are kept, and may hold acknowledged appends made after the
+/// restart.
 fn load_segments(
     storage: &dyn Storage,
     dir: &Path,
@@ -248,6 +252,17 @@ fn load_segments(
             dense,
             options.now,
         )?;
+        if !recover
+            && !options.had_clean_shutdown
+            && !is_last
+            && config.deferred_seal_syncs
+            && loaded.segment.next_offset() == options.recovery_point
+        {
+            // Its batches were synced, but the roll that sealed it left the sync of its cut to
+            // the owner, and a restart forgets a seal sync that failed: make the cut durable now,
+            // before anything after it is acknowledged.
+            loaded.segment.sync_length()?;
+        }
         let truncated = loaded
             .recovery
             .as_ref()
@@ -275,8 +290,10 @@ fn load_segments(
             check_follows(previous, &loaded.segment, previous_dense)?;
         }
         previous_recovered = recover;
+        let end = loaded.segment.next_offset();
         segments.push(loaded.segment);
-        if truncated {
+        let next_base = base_offsets.get(segment_index + 1);
+        if truncated && next_base.is_some_and(|next_base| end < *next_base) {
             for later in &base_offsets[segment_index + 1..] {
                 delete_segment_files(storage, dir, *later)?;
                 report.segments_deleted += 1;

@@ -17,10 +17,16 @@
 //!   implies every older segment was synced;
 //! - recovery of a log opened with the flag may therefore find invalid bytes at the tail of a
 //!   sealed segment at or above the recovery point (a crash before its seal sync finished), or
-//!   the segment ending short of the next one. It cuts them and deletes the later segments, which
-//!   can hold no acknowledged durable data (`open.rs`). A segment the cleaner rewrote was synced
-//!   before its swap, and invalid bytes followed by valid batches, or below the recovery point,
-//!   are damage: those, and any such tail without the flag, fail the open;
+//!   the segment ending short of the next one. It cuts them and, when the segment then ends short
+//!   of the next one, deletes the later segments, which can hold no acknowledged durable data
+//!   (`open.rs`); a cut that leaves it ending where the next one starts removed no batch, and the
+//!   later segments stay. A segment the cleaner rewrote was synced before its swap, and invalid
+//!   bytes followed by valid batches, or below the recovery point, are damage: those, and any
+//!   such tail without the flag, fail the open;
+//! - a restart forgets a seal sync that failed. If the segment's batches had been synced before
+//!   its roll, the recovery point is already at its end and it loads as trusted, though the
+//!   device may still hold the space its seal cut: an unclean open therefore sets that segment's
+//!   length again and syncs it (`open.rs`) before anything after it is acknowledged;
 //! - [`PartitionLog::flush`], [`PartitionLog::close`] and [`PartitionLog::truncate_to`] first
 //!   sync, on the caller's thread, any seal the owner has not taken yet.
 

@@ -999,6 +999,19 @@ impl Segment {
             .map_err(|source| StorageError::io("fdatasync", &self.log_path, source))
     }
 
+    /// Makes the `.log`'s length durable as this process sees it: sets it again and syncs the
+    /// file with its metadata. A seal cuts the space reserved past the batches; if that cut's
+    /// sync failed, the device may still hold the longer file while the page cache shows the
+    /// cut one.
+    pub fn sync_length(&self) -> Result<(), StorageError> {
+        self.log
+            .set_length_bytes(self.size_bytes)
+            .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
+        self.log
+            .sync_all()
+            .map_err(|source| StorageError::io("fsync", &self.log_path, source))
+    }
+
     /// Seals the segment when it stops being active: forces the final time index entry, trims both
     /// indexes to their entries and syncs everything (Kafka's `onBecomeInactiveSegment` + flush).
     pub fn seal(&mut self) -> Result<(), StorageError> {
