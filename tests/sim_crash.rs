@@ -982,3 +982,86 @@ fn restart_after_a_failed_deferred_seal_sync_leaves_no_uncut_segment_below_the_r
         Ok((0..6).collect::<Vec<u8>>())
     );
 }
+
+/// A one-record batch: `key` with `value`, or a tombstone (`None`).
+fn keyed_record(key: &[u8], value: Option<&[u8]>) -> Bytes {
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: T0,
+        key: Some(key),
+        value,
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+/// Appends `batch`, flushes and rolls, syncing the seal as the owner does.
+fn append_flush_roll(log: &mut PartitionLog, sim: &SimStorage, batch: Bytes, now: i64) {
+    log.append(batch, TimestampMs(now)).unwrap();
+    log.flush().unwrap();
+    log.roll(TimestampMs(now)).unwrap();
+    for seal in log.take_unsynced_seals() {
+        let result = seal.sync(sim);
+        log.mark_seal_synced(seal.through, result).unwrap();
+    }
+}
+
+/// Fuzz finding S10 (`sim_ops`, 2026-12-05), as a resurrection: DeleteRecords takes two segments
+/// out of the log; the first is renamed `.deleted` and its directory sync left to the owner, who
+/// has not taken it, so the second keeps its live name meanwhile. Compaction then removes the
+/// tombstone that deleted the second one's value, and its swap makes that durable. A power cut
+/// before the log start offset was checkpointed must not bring the value back: the swap first
+/// makes the deletions durable.
+#[test]
+fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
+    let dir = scratch();
+    let sim = SimStorage::new(dir.path(), 6).unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let config = LogConfig {
+        deferred_seal_syncs: true,
+        ..config(Regime::Compact)
+    };
+    let mut log_dir = LogDir::open(dir.path(), storage.clone(), config.clone()).unwrap();
+    log_dir.create_topic(&topic(), 1).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    append_flush_roll(log, &sim, keyed_record(b"z", Some(b"0")), T0);
+    append_flush_roll(log, &sim, keyed_record(b"k", Some(b"deleted")), T0);
+    append_flush_roll(log, &sim, keyed_record(b"k", None), T0);
+    append_flush_roll(log, &sim, keyed_record(b"y", Some(b"3")), T0);
+    log.delete_records(Offset(1)).unwrap();
+    log.delete_records(Offset(2)).unwrap();
+    assert_eq!(log.log_start_offset(), Offset(2));
+    // Two rounds: the first starts the tombstone's `delete.retention.ms` (0), the second removes
+    // it.
+    let mut map = OffsetMap::new(64 * 1024).unwrap();
+    log.compact(&mut map, Offset(0), 0, TimestampMs(T0 + 1))
+        .unwrap();
+    log.compact(&mut map, Offset(0), 0, TimestampMs(T0 + 2))
+        .unwrap();
+    drop(log_dir);
+    sim.crash_with(CrashMode::DropVolatile).unwrap();
+
+    let mut log_dir = LogDir::open(dir.path(), storage, config).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    let mut served = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let data = log.read(offset, 4096).unwrap();
+        for batch in BatchIter::new(data.records.clone(), u64::MAX) {
+            let batch = batch.unwrap();
+            for record in batch.records().unwrap() {
+                let at = (batch.base_offset() + i64::from(record.offset_delta)) as u64;
+                served.push((
+                    at,
+                    record.key.unwrap().to_vec(),
+                    record.value.map(|v| v.to_vec()),
+                ));
+            }
+            offset = Offset(batch.last_offset() as u64 + 1);
+        }
+    }
+    assert!(
+        served.iter().all(|(_, key, _)| key != b"k"),
+        "the value the tombstone deleted is back: {served:?}"
+    );
+}

@@ -85,7 +85,9 @@ impl PartitionLog {
     }
 
     /// Swaps a cleaned group in for the segments it replaces, if the log still holds exactly
-    /// those segments, sealed and unchanged; otherwise answers `Stale` and changes nothing.
+    /// those segments, sealed and unchanged; otherwise answers `Stale` and changes nothing. First
+    /// the segments that left the log are deleted durably (`settle_deletions`; `Stale` when that
+    /// waits for a directory sync the owner has taken).
     pub fn swap_in_cleaned(
         &mut self,
         group: &CleanedGroup,
@@ -95,6 +97,9 @@ impl PartitionLog {
         let Some(index) = self.group_index(group) else {
             return Ok(SwapOutcome::Stale);
         };
+        if !self.settle_deletions(now)? {
+            return Ok(SwapOutcome::Stale);
+        }
         let result = self.swap_group(index, group, now);
         if result.is_err() {
             self.failed = true;

@@ -200,6 +200,32 @@ impl PartitionLog {
         }
     }
 
+    /// Makes every segment that left the log `.deleted` durably, here: renames those that still
+    /// have their live names and syncs the directory, also for renames whose sync the owner has
+    /// not taken. `false` when the owner has taken that sync and not reported it yet: then not
+    /// now.
+    ///
+    /// A compaction's swap comes first to this: it makes the cleaner's removals durable, and a
+    /// segment that left the log below its start but could still be found after a crash (the
+    /// log start offset is checkpointed lazily) would then serve values beside the cleaned
+    /// segments whose tombstone is gone (fuzz finding S10).
+    pub(super) fn settle_deletions(&mut self, now: TimestampMs) -> Result<bool, StorageError> {
+        if self.renames_sync == RenamesSync::Taken {
+            return Ok(false);
+        }
+        if self.renames_sync == RenamesSync::Due {
+            self.sync_renames_here()?;
+        }
+        self.finish_pending_renames(now)?;
+        if self.renames_sync == RenamesSync::Due {
+            self.sync_renames_here()?;
+        }
+        Ok(self
+            .pending_deletions
+            .iter()
+            .all(|pending| pending.state == DeletionState::Durable))
+    }
+
     /// Syncs the directory after renames, or leaves that sync due to the owner.
     fn make_renames_durable(&mut self) -> Result<(), StorageError> {
         if self.config.deferred_seal_syncs {
