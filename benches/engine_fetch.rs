@@ -10,7 +10,7 @@
 //! (`Engine::fetch_record`), which the shard decodes from the batch it has just checked.
 //!
 //! Group `lookup_1kib`: 2,000 batches of 100 records of 1 KiB (about 200 MB, hot), where
-//! `engine_fetch_record` reads a looked-up batch whole once and afterwards only the 4 KiB chunks
+//! `engine_fetch_record` reads a looked-up batch whole once and afterwards only the 1 KiB chunks
 //! holding the record (`segment/lookup.rs`); `pread_floor` reads a whole batch and
 //! `pread_4kib_floor` one 4 KiB block, a block store's lookup.
 //!
