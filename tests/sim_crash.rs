@@ -1042,26 +1042,9 @@ fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
     sim.crash_with(CrashMode::DropVolatile).unwrap();
 
     let mut log_dir = LogDir::open(dir.path(), storage, config).unwrap();
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    let mut served = Vec::new();
-    let mut offset = log.log_start_offset();
-    while offset < log.log_end_offset() {
-        let data = log.read(offset, 4096).unwrap();
-        for batch in BatchIter::new(data.records.clone(), u64::MAX) {
-            let batch = batch.unwrap();
-            for record in batch.records().unwrap() {
-                let at = (batch.base_offset() + i64::from(record.offset_delta)) as u64;
-                served.push((
-                    at,
-                    record.key.unwrap().to_vec(),
-                    record.value.map(|v| v.to_vec()),
-                ));
-            }
-            offset = Offset(batch.last_offset() as u64 + 1);
-        }
-    }
+    let served = read_all(log_dir.partition(&topic(), 0).unwrap(), Regime::Compact).unwrap();
     assert!(
-        served.iter().all(|(_, key, _)| key != b"k"),
+        served.iter().all(|(_, record)| record.key != b"k"),
         "the value the tombstone deleted is back: {served:?}"
     );
 }

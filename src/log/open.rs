@@ -2,12 +2,12 @@
 //! what an unclean shutdown may have left torn, and settle the log start offset and recovery point
 //! (Kafka's `LogLoader`).
 //!
-//! | shutdown | segment                                        | action                                   |
-//! |----------|------------------------------------------------|------------------------------------------|
-//! | clean    | any                                            | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | wholly below the recovery point                | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | holding or above the recovery point            | re-validate every batch, rebuild indexes, truncate a torn tail |
-//! | any      | after one a cut left ending short of the next  | delete                                   |
+//! | shutdown | segment                              | action                                   |
+//! |----------|--------------------------------------|------------------------------------------|
+//! | clean    | any                                  | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | wholly below the recovery point      | trust the `.log`; check indexes, rebuild a bad one |
+//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate a torn tail |
+//! | any      | after one cut short of the next one  | delete                                   |
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
