@@ -11,6 +11,7 @@
 //! kernel allows it, positioned I/O where it does not, the simulator in tests), and one
 //! dynamic call per system call costs nothing next to the system call itself.
 
+pub(crate) mod direct_buffer;
 pub mod hooked;
 pub mod pio;
 pub mod sim;
@@ -102,17 +103,6 @@ pub enum OpenMode {
 /// The alignment of `O_DIRECT` writes: positions, lengths and buffer addresses. 4 KiB covers
 /// devices with 512-byte and 4 KiB logical blocks and the page size.
 pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
-
-/// `length` bytes of `buffer` starting at an address aligned to [`DIRECT_IO_ALIGN_BYTES`], for
-/// an `O_DIRECT` transfer; the buffer grows as needed (a staging area kept between calls).
-pub(crate) fn aligned_mut(buffer: &mut Vec<u8>, length: usize) -> &mut [u8] {
-    if buffer.len() < length + DIRECT_IO_ALIGN_BYTES {
-        buffer.resize(length + DIRECT_IO_ALIGN_BYTES, 0);
-    }
-    let address = buffer.as_ptr() as usize;
-    let start = address.next_multiple_of(DIRECT_IO_ALIGN_BYTES) - address;
-    &mut buffer[start..start + length]
-}
 
 /// A file opened through a [`Storage`]. Positions are absolute byte offsets.
 pub trait StorageFile: Debug + Send + Sync {

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Once;
 
 use crate::error::StorageError;
+use crate::io::direct_buffer::DirectBuffer;
 use crate::io::{DIRECT_IO_ALIGN_BYTES, OpenMode, Storage, StorageFile};
 
 const BLOCK_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
@@ -28,8 +29,9 @@ const STAGING_BYTES_MAX: usize = 1024 * 1024;
 
 thread_local! {
     /// One staging area per thread (per shard), shared by every segment it appends to: memory
-    /// stays at one megabyte per shard however many partitions are open.
-    static STAGING: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// stays at one megabyte per shard however many partitions are open. In huge pages, so that
+    /// a write is one segment for the device (`io::direct_buffer`). Allocated on first use.
+    static STAGING: RefCell<Option<DirectBuffer>> = const { RefCell::new(None) };
 }
 
 /// The direct write side of one active segment's `.log`.
@@ -105,11 +107,12 @@ impl DirectWriter {
         let mut rest = bytes;
         STAGING.with(|staging| {
             let mut staging = staging.borrow_mut();
+            let staging = staging.get_or_insert_with(|| DirectBuffer::new(STAGING_BYTES_MAX));
             while !rest.is_empty() {
                 let piece = rest.len().min(STAGING_BYTES_MAX - self.tail.len());
                 let used = self.tail.len() + piece;
                 let padded = used.next_multiple_of(BLOCK_BYTES);
-                let area = crate::io::aligned_mut(&mut staging, padded);
+                let area = &mut staging.as_mut_slice()[..padded];
                 area[..self.tail.len()].copy_from_slice(&self.tail);
                 area[self.tail.len()..used].copy_from_slice(&rest[..piece]);
                 area[used..].fill(0);

@@ -12,7 +12,8 @@
 //!
 //! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
 //! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps up to
-//! [`WINDOWS_PER_THREAD`] of them (32 MiB, each allocated when no freed one is left). A read
+//! [`WINDOWS_PER_THREAD`] of them (32 MiB, each allocated when no freed one is left, in huge
+//! pages: `io::direct_buffer` says why). A read
 //! served from a window waits only for the pieces it covers, and first makes sure the window
 //! after it is read ahead: those reads stay in flight after the read returns, so the device reads
 //! on while the consumer decodes its fetch (as the page cache's read-ahead does), up to two
@@ -45,6 +46,7 @@ use io_uring::{opcode, types};
 
 use super::{READ_POLL, Ring, result_to_io, with_ring};
 use crate::io::DIRECT_IO_ALIGN_BYTES;
+use crate::io::direct_buffer::DirectBuffer;
 
 /// Reads at least this long may go past the page cache: a sequential consumer's fetch (Kafka's
 /// `max.partition.fetch.bytes` is 1 MiB), never a point lookup's batch.
@@ -305,8 +307,9 @@ struct Window {
     /// `None`: serves no read (never filled, or a read of it failed).
     name: Option<WindowName>,
     start: u64,
-    /// Allocated once, `WINDOW_BYTES` and a block, never resized: the pieces' reads write into it.
-    staging: Vec<u8>,
+    /// Allocated once, never resized: the pieces' reads write into it. In huge pages, so that a
+    /// piece is one segment for the device (`io::direct_buffer`).
+    staging: DirectBuffer,
     pieces: [Piece; PIECES_PER_WINDOW],
     /// When it last served or was filled, for choosing which to reuse.
     used: u64,
@@ -316,13 +319,10 @@ struct Window {
 }
 
 impl Window {
-    /// The staging area's first block-aligned byte. A pointer, not a slice: the reads of pieces
-    /// still in flight write into the area meanwhile.
+    /// The staging area's first byte. A pointer, not a slice: the reads of pieces still in
+    /// flight write into the area meanwhile.
     fn area(&mut self) -> *mut u8 {
-        let address = self.staging.as_mut_ptr();
-        let offset = (address as usize).next_multiple_of(DIRECT_IO_ALIGN_BYTES) - address as usize;
-        // SAFETY: `offset` is under a block, and the allocation is `WINDOW_BYTES` and a block.
-        unsafe { address.add(offset) }
+        self.staging.as_mut_ptr()
     }
 
     fn in_flight(&self, pieces: Range<usize>) -> bool {
@@ -428,7 +428,7 @@ impl Windows {
         self.windows.push(Window {
             name: None,
             start: 0,
-            staging: vec![0; WINDOW_BYTES + DIRECT_IO_ALIGN_BYTES],
+            staging: DirectBuffer::new(WINDOW_BYTES),
             pieces: [Piece::Unread; PIECES_PER_WINDOW],
             used: 0,
             served: false,

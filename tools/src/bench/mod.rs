@@ -120,7 +120,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_random_reads_per_s.take()) {
         disk.use_data_set_random_reads(measured);
     }
-    if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_read_mb_per_s.take()) {
+    if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_reads.take()) {
         disk.use_data_set_sequential_reads(measured);
     }
     let report = Report {
@@ -221,7 +221,7 @@ struct WorkloadOutcome {
     /// `random-fetch` with `--vs-disk` and fio: the disk's random reads over the data set itself.
     data_set_random_reads_per_s: Option<anyhow::Result<f64>>,
     /// `fetch-cold` with `--vs-disk` and fio: the disk's sequential reads over the data set.
-    data_set_read_mb_per_s: Option<anyhow::Result<f64>>,
+    data_set_reads: Option<anyhow::Result<fio::SequentialReads>>,
 }
 
 fn run_workload(
@@ -289,7 +289,7 @@ fn run_workload(
             outcome.phases = vec![written, read];
             if measure_data_set && fio::installed() {
                 let files = log_files(dir)?;
-                outcome.data_set_read_mb_per_s = Some(fio::sequential_read_mb_per_s(&files));
+                outcome.data_set_reads = Some(fio::sequential_reads(&files));
             }
         }
         Workload::RandomFetch => {
