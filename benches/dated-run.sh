@@ -57,8 +57,7 @@ for workload in append group-commit; do
   bench "$workload-buffered" --workload "$workload" --duration "$duration" --vs-disk \
     --direct-io off
 done
-# `fetch-cold` reads past the page cache (`--direct-reads`, the engine's default); also through it.
-bench fetch-cold-buffered --workload fetch-cold --duration "$duration" --vs-disk --direct-reads off
+bench fetch-cold-direct --workload fetch-cold --duration "$duration" --vs-disk --direct-reads
 for round in 1 2; do
   bench "many-partitions-$round" --workload many-partitions --duration "$duration"
   bench "partitions-8-$round" --workload append --partitions 8 --duration "$duration"

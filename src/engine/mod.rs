@@ -117,12 +117,14 @@ pub struct EngineConfig {
     /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, through
-    /// 4 MiB windows of the shard's own read ahead (default: on; io_uring backend only; up to 32
+    /// 4 MiB windows of the shard's own read ahead (default: off; io_uring backend only; up to 32
     /// MiB of windows, in huge pages, per thread that reads so): a consumer catching up leaves
     /// the page cache to the hot tail and skips its page allocation and copy. Measured here,
-    /// `fetch-cold` read 3.3-3.5 GB/s this way, 1.3-1.4× fio's `O_DIRECT` reads of the same files
-    /// and about 3× the page cache's (BENCHMARKS.md § Cold reads and the disk's ring). Off, every
-    /// read goes through the page cache and its read-ahead. A segment read this way holds a
+    /// `fetch-cold` read 2.6-3.5 GB/s this way, about 3× the page cache's (BENCHMARKS.md § Cold
+    /// reads and the disk's ring). Off by default because nothing read this way enters the page
+    /// cache: with `direct_writes` too, data re-read (a second consumer, a second pass) comes from
+    /// the device every time, and `fetch-hot` fell from 12.9 to 3.3 GB/s. Off, every read goes
+    /// through the page cache and its read-ahead. A segment read this way holds a
     /// second descriptor, not counted by `open_segments_max`; where none is left (`EMFILE`), its
     /// reads stay buffered.
     pub direct_cold_reads: bool,
@@ -218,7 +220,7 @@ impl Default for EngineConfig {
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
             direct_writes: false,
-            direct_cold_reads: true,
+            direct_cold_reads: false,
             sync_inline_when_idle: true,
             prewrite_synced_logs: true,
             background_sync_bytes: 0,

@@ -387,28 +387,19 @@ fn fetch_cold_drops_the_page_cache_and_reads_every_record_once() {
 }
 
 #[test]
-fn fetch_cold_reads_every_record_once_past_the_page_cache_by_default() {
+fn fetch_cold_with_direct_reads_reads_every_record_once() {
     // 16 MiB over 4 partitions: each consumer's 1 MiB fetches find nothing cached, so on io_uring
     // they are read with O_DIRECT (the engine's `io::uring` tests check that they were).
-    let report = bench_json(&["--workload", "fetch-cold", "--records", "16000"]);
-    assert_throughput(&report, "fetch");
-    assert_eq!(report["fetch"]["records"], report["append"]["records"]);
-    assert_eq!(report["config"]["direct_cold_reads"], true);
-}
-
-#[test]
-fn fetch_cold_with_direct_reads_off_reads_every_record_once_through_the_page_cache() {
     let report = bench_json(&[
         "--workload",
         "fetch-cold",
         "--records",
         "16000",
         "--direct-reads",
-        "off",
     ]);
     assert_throughput(&report, "fetch");
     assert_eq!(report["fetch"]["records"], report["append"]["records"]);
-    assert_eq!(report["config"]["direct_cold_reads"], false);
+    assert_eq!(report["config"]["direct_cold_reads"], true);
 }
 
 #[test]

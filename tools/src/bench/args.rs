@@ -101,13 +101,6 @@ pub enum DirectIo {
     Off,
 }
 
-/// An engine option the bench turns on or off (`--direct-reads`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
 impl DirectIo {
     pub fn name(self) -> &'static str {
         match self {
@@ -182,17 +175,9 @@ pub struct BenchArgs {
     )]
     pub direct_io: DirectIo,
     /// Read large ranges the page cache holds none of with O_DIRECT
-    /// (`EngineConfig::direct_cold_reads`, on by default; io_uring backend). `--direct-reads`
-    /// alone is `on`.
-    #[arg(
-        long,
-        value_enum,
-        value_name = "WHEN",
-        num_args = 0..=1,
-        default_value_t = Switch::On,
-        default_missing_value = "on"
-    )]
-    pub direct_reads: Switch,
+    /// (`EngineConfig::direct_cold_reads`; io_uring backend).
+    #[arg(long)]
+    pub direct_reads: bool,
     /// Do not write zeros ahead of the appends of partitions whose syncs each cover little
     /// (`EngineConfig::prewrite_synced_logs`, on by default): each sync then grows the file.
     #[arg(long)]

@@ -7,7 +7,7 @@ use seglog::engine::Durability;
 use seglog::format::Compression;
 use seglog::io::IoBackend;
 
-use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Switch, Workload};
+use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Workload};
 use super::disk::DiskFigures;
 use super::progress::Limit;
 
@@ -100,7 +100,7 @@ impl Settings {
             shards: args.shards,
             direct_io: args.direct_io == DirectIo::On,
             direct_io_choice: args.direct_io,
-            direct_cold_reads: args.direct_reads == Switch::On,
+            direct_cold_reads: args.direct_reads,
             prewrite: !args.no_prewrite,
             background_sync_bytes: args.background_sync_mb.saturating_mul(1024 * 1024),
             segment_bytes: args.segment_bytes,
