@@ -92,8 +92,9 @@ def preset_rows(run):
         rows.append((
             f"3. `{name}` ≥ {bound}× {what}", f"{fmt(figure, 1)} {unit}",
             get(report, "fetch.vs_disk"), verdict(get(report, "fetch.vs_disk"), bound)))
-        # The other cold read path: through the page cache since direct reads became the
-        # engine's default (`fetch-cold-buffered`), past it in runs from before (`-direct`).
+        # The other cold read path: past the page cache (`fetch-cold-direct`, direct cold reads
+        # being off by default), or through it in the 12:51 run of 2026-12-05, whose commit
+        # had them on by default (`fetch-cold-buffered`).
         for other, option in (("fetch-cold-buffered", "--direct-reads off"),
                               ("fetch-cold-direct", "--direct-reads")):
             cold_other = load(run, other) if name == "fetch-cold" else None

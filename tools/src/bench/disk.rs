@@ -204,7 +204,8 @@ impl DiskFigures {
         match measured {
             Ok(reads) => {
                 let huge = reads.deep_huge_pages.map_or(
-                    "no huge pages reserved for fio's buffers".to_owned(),
+                    "none from buffers in huge pages (none reserved, or fio refused them)"
+                        .to_owned(),
                     |mb| format!("16 in flight from fio's buffers in huge pages {mb:.1}"),
                 );
                 let mb_per_s = reads.best();
