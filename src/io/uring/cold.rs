@@ -12,7 +12,7 @@
 //!
 //! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
 //! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps up to
-//! [`WINDOWS_PER_THREAD`] of them (32 MiB, each allocated when no freed one is left, in huge
+//! [`WINDOWS_PER_THREAD`] of them (64 MiB, each allocated when no freed one is left, in huge
 //! pages: `io::direct_buffer` says why). A read
 //! served from a window waits only for the pieces it covers, and first makes sure the window
 //! after it is read ahead: those reads stay in flight after the read returns, so the device reads
@@ -52,12 +52,16 @@ use crate::io::direct_buffer::DirectBuffer;
 /// `max.partition.fetch.bytes` is 1 MiB), never a point lookup's batch.
 pub(super) const DIRECT_READ_BYTES_MIN: usize = 256 * 1024;
 
-/// Each read of a window in flight: 4 × 256 KiB per 1 MiB read beat 16 × 64 KiB and 8 × 128 KiB
-/// (BENCHMARKS.md § Large cold reads past the page cache), and a fetch waits only for its own.
-const PIECE_BYTES: usize = 256 * 1024;
+/// Each read of a window in flight: one 1 MiB fetch. From huge pages a piece is one segment for
+/// the device however long it is; in five alternating runs each, 8 × 1 MiB windows read
+/// 0.84-0.92× fio (median 0.92) where 16 × 256 KiB of 4 MiB read 0.81-0.94× (median 0.87)
+/// (BENCHMARKS.md § Windows of 1 MiB pieces). From scattered pages, 256 KiB pieces had beaten
+/// 64 and 128 KiB (§ Large cold reads past the page cache). A fetch waits only for its own.
+const PIECE_BYTES: usize = 1024 * 1024;
 
-/// The bytes of a window: four 1 MiB fetches.
-const WINDOW_BYTES: usize = 4 * 1024 * 1024;
+/// The bytes of a window: eight 1 MiB fetches, so that with the window after it a reader keeps
+/// up to 16 MiB in flight, as fio's deep read does (16 × 1 MiB).
+const WINDOW_BYTES: usize = 8 * 1024 * 1024;
 
 /// The pieces of a window, submitted together.
 const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;

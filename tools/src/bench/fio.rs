@@ -90,6 +90,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         write_direct_mb_per_s: Some(number(&direct_write, "write", "bw_bytes")? / MB),
         write_latency: sync_latency(&buffered_write),
         read_buffered_mb_per_s: number(&buffered_read, "read", "bw_bytes")? / MB,
+        read_buffered_from_data_set: false,
         read_direct_mb_per_s: Some(number(&direct_read, "read", "bw_bytes")? / MB),
         random_read_iops: number(&random, "read", "iops")?,
         random_read_direct: true,
@@ -159,6 +160,26 @@ pub fn sequential_reads(files: &[PathBuf]) -> anyhow::Result<SequentialReads> {
         deep,
         deep_huge_pages,
     })
+}
+
+/// Sequential 1 MiB reads through the page cache over the engine's data set, one reader per
+/// partition (`partitions`: each one's `.log` files in order), all at once, each reading its
+/// files once: the disk's rate through the page cache for the cold consumers' pattern, in MB/s.
+/// The caller drops the page cache first. Not time-based: a second pass would read the first's
+/// pages from memory.
+pub fn sequential_reads_through_page_cache(partitions: &[Vec<PathBuf>]) -> anyhow::Result<f64> {
+    let mut arguments = vec![
+        "--rw=read".to_owned(),
+        "--bs=1m".to_owned(),
+        "--direct=0".to_owned(),
+        "--readonly".to_owned(),
+        "--group_reporting".to_owned(),
+    ];
+    for (number, files) in partitions.iter().enumerate() {
+        arguments.push(format!("--name=seglog-bench-partition-{number}"));
+        arguments.push(filename_option(files));
+    }
+    Ok(number(&fio(&arguments)?, "read", "bw_bytes")? / MB)
 }
 
 /// [`sequential_reads`]' figures, MB/s.

@@ -123,6 +123,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_reads.take()) {
         disk.use_data_set_sequential_reads(measured);
     }
+    if let (Some(disk), Some(measured)) =
+        (&mut disk, outcome.data_set_reads_through_page_cache.take())
+    {
+        disk.use_data_set_reads_through_page_cache(measured);
+    }
     let report = Report {
         settings: &settings,
         phases: outcome.phases,
@@ -222,6 +227,9 @@ struct WorkloadOutcome {
     data_set_random_reads_per_s: Option<anyhow::Result<f64>>,
     /// `fetch-cold` with `--vs-disk` and fio: the disk's sequential reads over the data set.
     data_set_reads: Option<anyhow::Result<fio::SequentialReads>>,
+    /// `fetch-cold` with `--vs-disk` and fio: the same through the page cache, one reader per
+    /// partition.
+    data_set_reads_through_page_cache: Option<anyhow::Result<f64>>,
 }
 
 fn run_workload(
@@ -290,6 +298,12 @@ fn run_workload(
             if measure_data_set && fio::installed() {
                 let files = log_files(dir)?;
                 outcome.data_set_reads = Some(fio::sequential_reads(&files));
+                // The page cache's own limit, from a cache as cold as the engine's was.
+                drop_page_cache(engine, dir)?;
+                settles.wait("disk's reads through the page cache");
+                let partitions = log_files_by_partition(dir)?;
+                outcome.data_set_reads_through_page_cache =
+                    Some(fio::sequential_reads_through_page_cache(&partitions));
             }
         }
         Workload::RandomFetch => {
@@ -317,20 +331,31 @@ fn run_workload(
 
 /// The `.log` files under the data directory.
 fn log_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
+    Ok(log_files_by_partition(dir)?.concat())
+}
+
+/// Each partition's `.log` files, in offset order (their names are their base offsets).
+fn log_files_by_partition(dir: &Path) -> anyhow::Result<Vec<Vec<PathBuf>>> {
+    let mut partitions = Vec::new();
     for partition in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let partition = partition?.path();
         if !partition.is_dir() {
             continue;
         }
+        let mut files = Vec::new();
         for file in fs::read_dir(&partition)? {
             let path = file?.path();
             if path.extension().is_some_and(|extension| extension == "log") {
                 files.push(path);
             }
         }
+        if !files.is_empty() {
+            files.sort();
+            partitions.push(files);
+        }
     }
-    Ok(files)
+    partitions.sort();
+    Ok(partitions)
 }
 
 /// Raises this process's open-file limit before the engine sizes its partition cache from it:

@@ -88,6 +88,21 @@ impl Report<'_> {
         })
     }
 
+    /// A cold fetch through the page cache beside the disk's own reads through it over the same
+    /// data set: the limit of the path the engine read by.
+    fn versus_page_cache(&self, phase: &Phase) -> Option<Versus> {
+        let disk = self.disk.as_ref()?;
+        let cold_through_page_cache = self.settings.workload == Workload::FetchCold
+            && !self.settings.direct_cold_reads
+            && disk.read_buffered_from_data_set;
+        (cold_through_page_cache && phase.name == "fetch").then(|| Versus {
+            engine: phase.mb_per_s().unwrap_or(0.0),
+            disk: disk.read_buffered_mb_per_s,
+            unit: "MB/s",
+            against: "the disk's reads through the page cache",
+        })
+    }
+
     pub fn print_table(&self, out: &mut impl Write) -> io::Result<()> {
         let settings = self.settings;
         writeln!(
@@ -276,7 +291,8 @@ impl Report<'_> {
             writeln!(out, "disk: {note}")?;
         }
         for phase in &self.phases {
-            if let Some(versus) = self.versus_disk(phase) {
+            let versus = [self.versus_disk(phase), self.versus_page_cache(phase)];
+            for versus in versus.into_iter().flatten() {
                 writeln!(
                     out,
                     "{}: {:.1} {unit} = {:.2} x {} {:.1} {unit}",
@@ -425,6 +441,9 @@ impl Report<'_> {
         if let Some(versus) = self.versus_disk(phase) {
             object.insert("vs_disk".into(), json!(versus.ratio()));
         }
+        if let Some(versus) = self.versus_page_cache(phase) {
+            object.insert("vs_disk_through_page_cache".into(), json!(versus.ratio()));
+        }
         Value::Object(object)
     }
 }
@@ -441,6 +460,7 @@ fn disk_json(disk: &DiskFigures) -> Value {
         "write_direct_mb_per_s": disk.write_direct_mb_per_s,
         "read_mb_per_s": disk.read_mb_per_s(),
         "read_buffered_mb_per_s": disk.read_buffered_mb_per_s,
+        "read_buffered_from_data_set": disk.read_buffered_from_data_set,
         "read_direct_mb_per_s": disk.read_direct_mb_per_s,
         "random_read_iops": disk.random_read_iops,
         "random_read_direct": disk.random_read_direct,
