@@ -53,8 +53,8 @@ use crate::io::direct_buffer::DirectBuffer;
 pub(super) const DIRECT_READ_BYTES_MIN: usize = 256 * 1024;
 
 /// Each read of a window in flight: one 1 MiB fetch. From huge pages a piece is one segment for
-/// the device however long it is; in five alternating runs each, 8 × 1 MiB windows read
-/// 0.84-0.92× fio (median 0.92) where 16 × 256 KiB of 4 MiB read 0.81-0.94× (median 0.87)
+/// the device however long it is; in alternating runs, 8 × 1 MiB windows read 0.84-0.92× fio
+/// (five runs, median 0.92) where 16 × 256 KiB of 4 MiB read 0.81-0.94× (seven, median 0.86)
 /// (BENCHMARKS.md § Windows of 1 MiB pieces). From scattered pages, 256 KiB pieces had beaten
 /// 64 and 128 KiB (§ Large cold reads past the page cache). A fetch waits only for its own.
 const PIECE_BYTES: usize = 1024 * 1024;
