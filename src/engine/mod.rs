@@ -117,7 +117,7 @@ pub struct EngineConfig {
     /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, through
-    /// 4 MiB windows of the shard's own read ahead (default: off; io_uring backend only; up to 32
+    /// 8 MiB windows of the shard's own read ahead (default: off; io_uring backend only; up to 64
     /// MiB of windows, in huge pages, per thread that reads so): a consumer catching up leaves
     /// the page cache to the hot tail and skips its page allocation and copy. Measured here,
     /// `fetch-cold` read 2.6-3.5 GB/s this way, about 3× the page cache's (BENCHMARKS.md § Cold
