@@ -95,7 +95,7 @@ def preset_rows(run):
         through_cache = get(report, "fetch.vs_disk_through_page_cache")
         if through_cache is not None:
             # The default cold path's own limit: the disk's reads through the page cache over
-            # the same files, one reader per partition (runs from 2026-12-05 15:00 UTC on).
+            # the same files, one reader per partition (runs from 2026-12-05 14:43 UTC on).
             rows.append((
                 f"3. `{name}` (through the page cache) ≥ {bound}× the disk's reads through "
                 "the page cache over the engine's files",

@@ -298,7 +298,10 @@ fn run_workload(
             if measure_data_set && fio::installed() {
                 let files = log_files(dir)?;
                 outcome.data_set_reads = Some(fio::sequential_reads(&files));
-                // The page cache's own limit, from a cache as cold as the engine's was.
+            }
+            // The limit of the path the engine read by, from a cache as cold as the engine's
+            // was: only when that path was the page cache.
+            if measure_data_set && fio::installed() && !settings.direct_cold_reads {
                 drop_page_cache(engine, dir)?;
                 settles.wait("disk's reads through the page cache");
                 let partitions = log_files_by_partition(dir)?;

@@ -92,11 +92,11 @@ impl Report<'_> {
     /// data set: the limit of the path the engine read by.
     fn versus_page_cache(&self, phase: &Phase) -> Option<Versus> {
         let disk = self.disk.as_ref()?;
-        let cold_through_page_cache = self.settings.workload == Workload::FetchCold
-            && !self.settings.direct_cold_reads
-            && disk.read_buffered_from_data_set;
-        (cold_through_page_cache && phase.name == "fetch").then(|| Versus {
-            engine: phase.mb_per_s().unwrap_or(0.0),
+        if !disk.read_buffered_from_data_set || phase.name != "fetch" {
+            return None;
+        }
+        Some(Versus {
+            engine: phase.mb_per_s()?,
             disk: disk.read_buffered_mb_per_s,
             unit: "MB/s",
             against: "the disk's reads through the page cache",
