@@ -5,6 +5,7 @@
 //! from the offset's entry through the next entry and a batch past it finds the batch. Either
 //! way a fetch serves whole batches from the one holding its offset. A point lookup
 //! (`read_record`) in a large batch it read before reads only the chunks holding its record.
+//! Reopening a log reads only its segments' tails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -45,12 +46,20 @@ fn batch_of(records: u64) -> bytes::Bytes {
     batch_of_values(records, &[b'v'; 100])
 }
 
+/// The timestamp of every record but where a test says otherwise.
+const T0: i64 = 1_700_000_000_000;
+
 /// `records` records, each with the value `value`.
 fn batch_of_values(records: u64, value: &[u8]) -> bytes::Bytes {
+    batch_stamped(records, value, T0)
+}
+
+/// `records` records, each with the value `value` and the timestamp `timestamp_ms`.
+fn batch_stamped(records: u64, value: &[u8], timestamp_ms: i64) -> bytes::Bytes {
     let mut builder = BatchBuilder::new(0);
     for _ in 0..records {
         builder.push(&NewRecord {
-            timestamp_ms: 1_700_000_000_000,
+            timestamp_ms,
             key: None,
             value: Some(value),
             headers: &[],
@@ -69,6 +78,15 @@ fn log_of(
     hooks: Arc<CountLogReads>,
     batch_at: impl Fn(u64) -> bytes::Bytes,
 ) -> PartitionLog {
+    let mut log = open_log(dir, hooks);
+    for n in 0..BATCHES {
+        log.append(batch_at(n), TimestampMs(T0)).unwrap();
+    }
+    log
+}
+
+/// The log in `dir`, opened as after a clean shutdown (none yet, the first time).
+fn open_log(dir: &Path, hooks: Arc<CountLogReads>) -> PartitionLog {
     let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks));
     let tp = TopicPartition {
         topic: TopicName::parse("reads").unwrap(),
@@ -78,13 +96,9 @@ fn log_of(
         had_clean_shutdown: true,
         recovery_point: Offset(0),
         log_start_offset: None,
-        now: TimestampMs(1_700_000_000_000),
+        now: TimestampMs(T0),
     };
-    let (mut log, _) = PartitionLog::open(storage, dir, tp, LogConfig::default(), options).unwrap();
-    for n in 0..BATCHES {
-        log.append(batch_at(n), TimestampMs(1_700_000_000_000))
-            .unwrap();
-    }
+    let (log, _) = PartitionLog::open(storage, dir, tp, LogConfig::default(), options).unwrap();
     log
 }
 
@@ -252,9 +266,56 @@ fn a_lookup_after_a_truncation_reads_the_batch_appended_in_the_truncated_ones_pl
         log.read_record(Offset(4_900)),
         Ok(RecordRead::Absent)
     ));
-    log.append(kib_batch(b'w'), TimestampMs(1_700_000_000_000))
-        .unwrap();
+    log.append(kib_batch(b'w'), TimestampMs(T0)).unwrap();
     for offset in [4_950, 4_951, 4_999] {
         assert_eq!(looked_up_value(&mut log, offset).unwrap(), vec![b'w'; 1024]);
     }
+}
+
+/// A segment whose timestamps stopped growing after its first batch has one time index entry,
+/// there. Reopening it reads the first batch's header and the batches from the offset index's
+/// last entry on, not the whole `.log` (as it did, at every open): the time index covers the
+/// rest, so the largest timestamp is still known.
+#[test]
+fn reopening_a_log_whose_timestamps_stopped_growing_reads_only_its_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(CountLogReads::default());
+    let mut log = open_log(dir.path(), reads.clone());
+    let value = [b'v'; 100];
+    log.append(
+        batch_stamped(RECORDS_PER_BATCH, &value, T0 + 10_000),
+        TimestampMs(T0),
+    )
+    .unwrap();
+    // 400 more batches of about 11 KB, all older than the first: some 17 of a scan's 256 KiB
+    // reads.
+    for _ in 0..400 {
+        log.append(
+            batch_stamped(RECORDS_PER_BATCH, &value, T0),
+            TimestampMs(T0),
+        )
+        .unwrap();
+    }
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    assert_eq!(
+        std::fs::metadata(dir.path().join("00000000000000000000.timeindex"))
+            .unwrap()
+            .len(),
+        12,
+        "one time index entry"
+    );
+    let before = reads.0.load(Ordering::SeqCst);
+    let mut log = open_log(dir.path(), reads.clone());
+    let opening_reads = reads.0.load(Ordering::SeqCst) - before;
+    assert!(
+        opening_reads <= 3,
+        "the open read the .log {opening_reads} times"
+    );
+    assert_eq!(log.log_end_offset(), end);
+    let found = log
+        .read_by_timestamp(TimestampMs(T0 + 5_000))
+        .unwrap()
+        .unwrap();
+    assert_eq!((found.timestamp.0, found.offset.0), (T0 + 10_000, 0));
 }

@@ -186,19 +186,24 @@ impl Segment {
             .offset_index
             .last_entry()
             .map_or(0, |entry| entry.position);
-        // A time index that lags the offset index (empty, or lost and recreated) does not cover
-        // the batches before `start`: scan from its last entry's batch, as Kafka's
-        // `LogSegment.readLargestTimestamp` does (from 0 when it has no entry).
-        let time_start = self
-            .max_timestamp_so_far
-            .map_or(0, |entry| self.offset_index.lookup(entry.offset).position);
+        // Each offset index entry was made with a time index entry for the largest timestamp up
+        // to its batch, where that grew (`maybe_index`; recovery and Kafka follow the same rule),
+        // so the time index covers every batch before `start`: the scan from there finds the
+        // rest, as Kafka takes the time index's last entry (`readMaxTimestampAndOffsetSoFar`)
+        // without a scan. An empty time index beside offset entries (lost and recreated) covers
+        // nothing: scan from the start. (Scanning from its last entry's batch read a whole sealed
+        // segment at every open when the timestamps stopped growing early in it.)
+        let scan_from = match self.max_timestamp_so_far {
+            Some(_) => start,
+            None => 0,
+        };
         self.first_batch_timestamp = self
             .first_header()?
             .map(|header| TimestampMs(header.max_timestamp));
         let mut scanner = LogScanner::new(
             self.log.as_ref(),
             &self.log_path,
-            u64::from(start.min(time_start)),
+            u64::from(scan_from),
             self.size_bytes,
         );
         loop {
