@@ -117,8 +117,9 @@ pub struct EngineConfig {
     /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, through
-    /// 8 MiB windows of the shard's own read ahead (default: off; io_uring backend only; up to 64
-    /// MiB of windows, in huge pages, per thread that reads so): a consumer catching up leaves
+    /// 8 MiB windows of the shard's own read ahead (default: off; io_uring backend only; 64 MiB of
+    /// windows, in huge pages, in memory per shard from its start, and up to as much on any other
+    /// thread that reads so): a consumer catching up leaves
     /// the page cache to the hot tail and skips its page allocation and copy. Measured here,
     /// `fetch-cold` read 2.6-3.5 GB/s this way, about 3× the page cache's (BENCHMARKS.md § Cold
     /// reads and the disk's ring). Off by default because nothing read this way enters the page
@@ -1341,6 +1342,7 @@ fn spawn_shard(
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
+            context.storage.prepare_reader_thread();
             let drain = receiver.clone();
             let shard = Shard::new(shard_id, context, receiver, syncer, file_deleter);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));

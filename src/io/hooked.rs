@@ -124,6 +124,9 @@ impl Storage for HookedStorage {
         self.hooks.before(StorageOp::CreateDir, dir)?;
         self.inner.create_dir_all(dir)
     }
+    fn prepare_reader_thread(&self) {
+        self.inner.prepare_reader_thread();
+    }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         self.inner.list_dir(dir)
     }

@@ -239,6 +239,11 @@ pub trait Storage: Debug + Send + Sync {
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
         files.iter().map(|file| file.sync_data()).collect()
     }
+
+    /// Called by a thread that will serve reads (a shard) as it starts, so that what its reads
+    /// need is set up before the first one (io_uring with cold reads past the page cache: the
+    /// thread's windows, allocated and faulted in). Nothing by default.
+    fn prepare_reader_thread(&self) {}
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@
 //!
 //! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
 //! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps up to
-//! [`WINDOWS_PER_THREAD`] of them (64 MiB, each allocated when no freed one is left, in huge
-//! pages: `io::direct_buffer` says why). A read
+//! [`WINDOWS_PER_THREAD`] of them (64 MiB in huge pages, `io::direct_buffer` says why; a shard
+//! thread has all of them in memory from its start, `Storage::prepare_reader_thread`, and any
+//! other thread allocates each when no freed one is left). A read
 //! served from a window waits only for the pieces it covers, and first makes sure the window
 //! after it is read ahead: those reads stay in flight after the read returns, so the device reads
 //! on while the consumer decodes its fetch (as the page cache's read-ahead does), up to two
@@ -69,9 +70,8 @@ const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
 /// Windows per thread at most: the one being read and the one ahead of it, for four readers at
 /// once (a shard serving four partitions' consumers). With 4, one shard serving four cold
 /// readers read 0.07× the disk: each read ahead took a window another reader was about to use
-/// (BENCHMARKS.md § Cold readers past the windows). A thread allocates them as its readers need
-/// them.
-const WINDOWS_PER_THREAD: usize = 8;
+/// (BENCHMARKS.md § Cold readers past the windows).
+pub(super) const WINDOWS_PER_THREAD: usize = 8;
 
 /// The most window pieces a thread has in flight.
 pub(super) const PIECES_PER_THREAD: usize = PIECES_PER_WINDOW * WINDOWS_PER_THREAD;
@@ -438,6 +438,21 @@ impl Windows {
             served: false,
         });
         self.windows.len() - 1
+    }
+
+    /// Allocates every window the thread may keep and writes each through, so that its memory
+    /// is there before the first read (`Storage::prepare_reader_thread`).
+    pub(super) fn reserve(&mut self) {
+        while self.windows.len() < WINDOWS_PER_THREAD {
+            let index = self.allocate();
+            self.windows[index].staging.as_mut_slice().fill(0);
+        }
+    }
+
+    /// How many windows the thread has.
+    #[cfg(test)]
+    pub(super) fn count(&self) -> usize {
+        self.windows.len()
     }
 
     fn touch(&mut self, index: usize) {
