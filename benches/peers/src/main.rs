@@ -92,11 +92,13 @@ fn seglog_write_path(
         (DirectIo::Auto, Some(writes)) => (
             writes.direct_is_faster(),
             format!(
-                "auto: the disk's {} B writes O_DIRECT {} MB/s, buffered {:.0} MB/s",
+                "auto: the disk's {} B writes through fdatasync O_DIRECT {} MB/s, \
+                 buffered {:.0} MB/s ({:.0} to the last write)",
                 writes.batch_bytes,
                 writes
                     .direct_mb_per_s
                     .map_or_else(|| "refused".to_owned(), |mb| format!("{mb:.0}")),
+                writes.buffered_synced_mb_per_s,
                 writes.buffered_mb_per_s
             ),
         ),
@@ -306,7 +308,9 @@ mod tests {
     use super::*;
     use crate::disk::{BatchWrites, DiskLimits};
 
-    fn disk(buffered_mb_per_s: f64, direct_mb_per_s: Option<f64>) -> DiskLimits {
+    /// `buffered_synced_mb_per_s`: the buffered writes through their `fdatasync`; to the last
+    /// write they ran four times as fast.
+    fn disk(buffered_synced_mb_per_s: f64, direct_mb_per_s: Option<f64>) -> DiskLimits {
         DiskLimits {
             bytes: 0,
             write_mb_per_s: 400.0,
@@ -315,7 +319,8 @@ mod tests {
             batch_writes: vec![BatchWrites {
                 record_bytes: 1024,
                 batch_bytes: 102_400,
-                buffered_mb_per_s,
+                buffered_mb_per_s: 4.0 * buffered_synced_mb_per_s,
+                buffered_synced_mb_per_s,
                 direct_mb_per_s,
             }],
             read_cold_mb_per_s: None,
@@ -338,7 +343,7 @@ mod tests {
         assert!(
             path(&direct_faster)
                 .reason
-                .contains("O_DIRECT 1016 MB/s, buffered 689 MB/s")
+                .contains("O_DIRECT 1016 MB/s, buffered 689 MB/s (2756 to the last write)")
         );
     }
 

@@ -259,10 +259,12 @@ impl Report {
         for writes in &disk.batch_writes {
             let _ = write!(
                 out,
-                "; {} B records' batches ({} B writes): buffered {} MB/s, `O_DIRECT` {} MB/s",
+                "; {} B records' batches ({} B writes): buffered {} MB/s ({} MB/s with a final \
+                 `fdatasync`), `O_DIRECT` {} MB/s",
                 writes.record_bytes,
                 writes.batch_bytes,
                 mb(Some(writes.buffered_mb_per_s)),
+                mb(Some(writes.buffered_synced_mb_per_s)),
                 mb(writes.direct_mb_per_s),
             );
         }
