@@ -598,9 +598,9 @@ impl Storage for UringIo {
     /// With cold reads past the page cache, every window the thread may use, in memory now: a
     /// first cold read then waits for the device only, not for 64 MiB of huge pages to be found
     /// and zeroed (after free page reporting, faulted in from the host). Measured: the device's
-    /// first 100 ms of a settled `fetch-cold --direct-reads` read 2,350 MB/s against 1,092-1,469,
-    /// and the phase's longest fetch took 20-25 ms against 50-59 (BENCHMARKS.md § Reopening
-    /// without a scan, and windows in memory from the start).
+    /// first 100 ms of a settled `fetch-cold --direct-reads` read 2,015-2,686 MB/s against
+    /// 672-1,469, and the phase's longest fetch took 20-27 ms against 50-64 (BENCHMARKS.md §
+    /// Reopening without a scan, and windows in memory from the start).
     fn prepare_reader_thread(&self) {
         if self.direct_cold_reads {
             with_ring(|ring| ring.windows.reserve());
