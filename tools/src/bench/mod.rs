@@ -296,17 +296,16 @@ fn run_workload(
             let read = fetch::sequential_phase(engine, &topic, settings, read_limit, AtEnd::Stop)?;
             outcome.phases = vec![written, read];
             if measure_data_set && fio::installed() {
-                let files = log_files(dir)?;
-                outcome.data_set_reads = Some(fio::sequential_reads(&files));
-            }
-            // The limit of the path the engine read by, from a cache as cold as the engine's
-            // was: only when that path was the page cache.
-            if measure_data_set && fio::installed() && !settings.direct_cold_reads {
-                drop_page_cache(engine, dir)?;
-                settles.wait("disk's reads through the page cache");
                 let partitions = log_files_by_partition(dir)?;
-                outcome.data_set_reads_through_page_cache =
-                    Some(fio::sequential_reads_through_page_cache(&partitions));
+                outcome.data_set_reads = Some(fio::sequential_reads(&partitions.concat()));
+                // The limit of the path the engine read by, from a cache as cold as the engine's
+                // was: only when that path was the page cache.
+                if !settings.direct_cold_reads {
+                    drop_page_cache(engine, dir)?;
+                    settles.wait("disk's reads through the page cache");
+                    outcome.data_set_reads_through_page_cache =
+                        Some(fio::sequential_reads_through_page_cache(&partitions));
+                }
             }
         }
         Workload::RandomFetch => {
