@@ -9,6 +9,7 @@ peers harness's run. Field names: BENCHMARKS.md § `seglog bench`, benches/peers
 """
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -207,18 +208,19 @@ def rounds(run, prefix):
 
 def paired_row(run, target, prefixes, measure, unit, bound, note=""):
     """The first preset's figure over the second's in each of the alternating rounds
-    (`{prefix}-{round}.json`); the lowest ratio is the one judged."""
+    (`{prefix}-{round}.json`); the median ratio is the one judged, as 5b's (runs before
+    2026-12-05 20:10 UTC judged the lowest), and every round's is given."""
     numerator, denominator = prefixes
     pairs = [(get(load(run, f"{numerator}-{round}"), measure),
               get(load(run, f"{denominator}-{round}"), measure))
              for round in rounds(run, numerator)]
     ratios = [r for r in (ratio(*pair) for pair in pairs) if r is not None]
     figures = "; ".join(f"{fmt(top, 0)} / {fmt(bottom, 0)} {unit}" for top, bottom in pairs)
-    lowest = min(ratios, default=None)
-    status = verdict(lowest, bound)
+    median = statistics.median(ratios) if ratios else None
+    status = verdict(median, bound)
     if len(ratios) > 1:
-        status += f" (ratios {', '.join(fmt(r) for r in ratios)})"
-    return (target, figures + note, lowest, status)
+        status += f" (median of the ratios {', '.join(fmt(r) for r in ratios)})"
+    return (target, figures + note, median, status)
 
 
 def best_crate(results, cell, measure):

@@ -56,25 +56,13 @@ pub struct BatchWrites {
     /// Buffered writes of `batch_bytes`, timed until the last returns (no sync).
     pub buffered_mb_per_s: f64,
     /// The same writes timed through a final `fdatasync`, as the `O_DIRECT` ones are: bytes on
-    /// the device, the figure the choice compares.
+    /// the device. Timed to the last write, 256 MB of buffered writes measure how fast memory
+    /// takes them that minute, not the disk (BENCHMARKS.md § The peers' write path from both
+    /// paths through their sync).
     pub buffered_synced_mb_per_s: f64,
     /// `O_DIRECT` writes of `batch_bytes` rounded up to 4 KiB, timed through a final `fdatasync`,
     /// as MB/s of the batches' payload (None where the file system refuses `O_DIRECT`).
     pub direct_mb_per_s: Option<f64>,
-}
-
-impl BatchWrites {
-    /// Whether `O_DIRECT` writes beat buffered ones at this batch size, both timed until the
-    /// bytes are on the device. Timed to the last write, the harness's 256 MB of buffered writes
-    /// measure how fast memory takes them that minute, not the disk: at 14:43 UTC on 2026-12-05
-    /// buffered 4,286 against `O_DIRECT` 1,106 MB/s chose buffered for the 1 KiB cells, and
-    /// seglog's 1 KiB appends ran 716 MB/s, against 1,297 on `O_DIRECT` at 16:30. At 17:46,
-    /// through the sync, buffered 1,582 against 1,122 chose buffered, and they ran 3,035
-    /// (BENCHMARKS.md § The peers' write path from both paths through their sync).
-    pub fn direct_is_faster(&self) -> bool {
-        self.direct_mb_per_s
-            .is_some_and(|direct| direct > self.buffered_synced_mb_per_s)
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -260,13 +248,6 @@ fn cold_phase(
 }
 
 impl DiskLimits {
-    /// The two write paths measured at `record_bytes`' batch size.
-    pub fn batch_writes(&self, record_bytes: usize) -> Option<&BatchWrites> {
-        self.batch_writes
-            .iter()
-            .find(|writes| writes.record_bytes == record_bytes)
-    }
-
     /// The faster of the two sequential writes, MB/s.
     pub fn best_write_mb_per_s(&self) -> f64 {
         self.direct_write_mb_per_s

@@ -9,7 +9,7 @@ mod machine;
 mod report;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
@@ -52,9 +52,8 @@ struct Args {
     /// `max.in.flight.requests.per.connection` default is 5). With sync it waits for each.
     #[arg(long, default_value_t = 5)]
     seglog_in_flight: usize,
-    /// seglog's write path (all three seglog rows), per record size: `auto` writes with
-    /// `O_DIRECT` when the disk's own `O_DIRECT` writes of one batch beat its buffered ones in
-    /// this run, as `seglog bench --direct-io auto` chooses (buffered with `--no-disk`).
+    /// seglog's write path (all three seglog rows), per cell: `auto` takes the path seglog's own
+    /// appends of the cell ran faster on, in a calibration just before it (README).
     #[arg(long, value_enum, default_value_t = DirectIo::Auto)]
     seglog_direct_io: DirectIo,
     /// Batches appended with one `fdatasync` each for the disk's sync floor.
@@ -78,36 +77,65 @@ enum DirectIo {
     Off,
 }
 
-/// Whether seglog writes `record_bytes`' cells with `O_DIRECT` in this run, and why (for the
-/// report): `auto` follows the disk's faster write path at the cells' batch size.
-fn seglog_write_path(
-    choice: DirectIo,
-    disk: Option<&disk::DiskLimits>,
-    record_bytes: usize,
-) -> report::WritePath {
-    let (direct_writes, reason) = match (choice, disk.and_then(|d| d.batch_writes(record_bytes))) {
-        (DirectIo::On, _) => (true, "--seglog-direct-io on".to_owned()),
-        (DirectIo::Off, _) => (false, "--seglog-direct-io off".to_owned()),
-        (DirectIo::Auto, None) => (false, "auto, the disk not measured".to_owned()),
-        (DirectIo::Auto, Some(writes)) => (
-            writes.direct_is_faster(),
-            format!(
-                "auto: the disk's {} B writes through fdatasync O_DIRECT {} MB/s, \
-                 buffered {:.0} MB/s ({:.0} to the last write)",
-                writes.batch_bytes,
-                writes
-                    .direct_mb_per_s
-                    .map_or_else(|| "refused".to_owned(), |mb| format!("{mb:.0}")),
-                writes.buffered_synced_mb_per_s,
-                writes.buffered_mb_per_s
-            ),
-        ),
+/// seglog's appends per path in a cell's calibration (`--seglog-direct-io auto`), in
+/// alternating runs of [`CALIBRATION_BYTES`] each.
+const CALIBRATION_ROUNDS: usize = 2;
+const CALIBRATION_BYTES: u64 = 32_000_000;
+
+/// Whether seglog writes `cell` with `O_DIRECT` in this run, and why (for the report): `on` and
+/// `off` as named, `auto` the path seglog's own appends of the cell ran faster on just before.
+fn seglog_write_path(args: &Args, root: &Path, cell: Cell) -> PeerResult<report::WritePath> {
+    let (direct_writes, reason) = match args.seglog_direct_io {
+        DirectIo::On => (true, "--seglog-direct-io on".to_owned()),
+        DirectIo::Off => (false, "--seglog-direct-io off".to_owned()),
+        DirectIo::Auto => {
+            let [buffered, direct] = calibrate(args, root, cell)?;
+            (direct > buffered, calibration_reason(buffered, direct))
+        }
     };
-    report::WritePath {
-        record_bytes,
+    Ok(report::WritePath {
+        cell: cell.name(),
         direct_writes,
         reason,
+    })
+}
+
+/// seglog's append MB/s for `cell` buffered and with `O_DIRECT`, each over
+/// [`CALIBRATION_ROUNDS`] runs of [`CALIBRATION_BYTES`], the paths alternating, each run in a
+/// fresh directory removed after it, timed as the cell times its appends.
+fn calibrate(args: &Args, root: &Path, cell: Cell) -> PeerResult<[f64; 2]> {
+    let payloads = Payloads::new(
+        cell.record_bytes,
+        CALIBRATION_BYTES.min(args.volume_mb * 1_000_000),
+    );
+    let mut seconds = [0.0f64; 2];
+    for _ in 0..CALIBRATION_ROUNDS {
+        for (path, direct_writes) in [false, true].into_iter().enumerate() {
+            let dir = root.join(format!("calibrate-{}-{path}", cell.name()));
+            std::fs::create_dir_all(&dir).map_err(context("creating the calibration directory"))?;
+            let options = engines::SeglogOptions {
+                in_flight: args.seglog_in_flight,
+                direct_writes,
+            };
+            let mut store = engines::open("seglog", &dir, options)?;
+            let started = Instant::now();
+            store.append_all(&payloads, cell.sync)?;
+            seconds[path] += started.elapsed().as_secs_f64();
+            drop(store);
+            let _ = std::fs::remove_dir_all(&dir);
+            sync_all();
+        }
     }
+    let megabytes = (CALIBRATION_ROUNDS as u64 * payloads.payload_bytes()) as f64 / 1e6;
+    Ok(seconds.map(|seconds| megabytes / seconds))
+}
+
+fn calibration_reason(buffered_mb_per_s: f64, direct_mb_per_s: f64) -> String {
+    format!(
+        "auto: seglog's own appends of the cell, {CALIBRATION_ROUNDS} × {} MB per path, \
+         O_DIRECT {direct_mb_per_s:.0} MB/s, buffered {buffered_mb_per_s:.0} MB/s",
+        CALIBRATION_BYTES / 1_000_000
+    )
 }
 
 fn selected_cells(args: &Args) -> PeerResult<Vec<Cell>> {
@@ -172,16 +200,14 @@ fn run(args: &Args) -> PeerResult<()> {
             args.cold_lookups,
         )?);
     }
-    for record_bytes in sizes {
-        let path = seglog_write_path(args.seglog_direct_io, report.disk.as_ref(), record_bytes);
-        eprintln!("peers: seglog writes {}", path.describe());
-        report.seglog_writes.push(path);
-    }
     for cell in &cells {
+        let path = seglog_write_path(args, root.path(), *cell)?;
+        eprintln!("peers: seglog writes {}", path.describe());
         let seglog = engines::SeglogOptions {
             in_flight: args.seglog_in_flight,
-            direct_writes: report.seglog_direct_writes(cell.record_bytes),
+            direct_writes: path.direct_writes,
         };
+        report.seglog_writes.push(path);
         let payloads = Payloads::new(cell.record_bytes, report.volume_bytes);
         for engine in &engines {
             if *engine == "seglog-gc16" && !cell.sync {
@@ -306,54 +332,35 @@ fn lookups(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::{BatchWrites, DiskLimits};
 
-    /// `buffered_synced_mb_per_s`: the buffered writes through their `fdatasync`; to the last
-    /// write they ran four times as fast.
-    fn disk(buffered_synced_mb_per_s: f64, direct_mb_per_s: Option<f64>) -> DiskLimits {
-        DiskLimits {
-            bytes: 0,
-            write_mb_per_s: 400.0,
-            write_fdatasync_mb_per_s: 350.0,
-            direct_write_mb_per_s: Some(2000.0),
-            batch_writes: vec![BatchWrites {
-                record_bytes: 1024,
-                batch_bytes: 102_400,
-                buffered_mb_per_s: 4.0 * buffered_synced_mb_per_s,
-                buffered_synced_mb_per_s,
-                direct_mb_per_s,
-            }],
-            read_cold_mb_per_s: None,
-            read_cold_random_4kib_per_s: None,
-            read_cold_device: None,
-            read_cold_random_device: None,
-            sync_floor: Vec::new(),
-        }
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["peers", "--volume-mb", "1"].iter().chain(extra))
     }
 
     #[test]
-    fn auto_follows_the_faster_write_at_the_cells_batch_size() {
-        let direct_faster = disk(689.0, Some(1016.0));
-        let buffered_faster = disk(845.0, Some(244.0));
-        let refused = disk(845.0, None);
-        let path = |disk: &DiskLimits| seglog_write_path(DirectIo::Auto, Some(disk), 1024);
-        assert!(path(&direct_faster).direct_writes);
-        assert!(!path(&buffered_faster).direct_writes);
-        assert!(!path(&refused).direct_writes);
-        assert!(
-            path(&direct_faster)
-                .reason
-                .contains("O_DIRECT 1016 MB/s, buffered 689 MB/s (2756 to the last write)")
-        );
+    fn auto_runs_seglogs_appends_of_the_cell_on_both_paths_and_keeps_the_faster() {
+        let root = tempfile::tempdir().unwrap();
+        let cell = Cell::ALL[1];
+        let path = seglog_write_path(&args(&[]), root.path(), cell).unwrap();
+        assert_eq!(path.cell, cell.name());
+        let figure = |label: &str| -> f64 {
+            let after = path.reason.split(label).nth(1).unwrap();
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let (direct, buffered) = (figure("O_DIRECT "), figure("buffered "));
+        assert!(direct > 0.0 && buffered > 0.0, "{}", path.reason);
+        assert_eq!(path.direct_writes, direct > buffered, "{}", path.reason);
+        let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
+        assert!(left.is_empty(), "the calibration's directories are removed");
     }
 
     #[test]
-    fn auto_writes_buffered_without_the_disks_figures_and_on_off_override_them() {
-        let direct_faster = disk(689.0, Some(1016.0));
-        assert!(!seglog_write_path(DirectIo::Auto, None, 1024).direct_writes);
-        // A record size the disk was not measured at is not guessed.
-        assert!(!seglog_write_path(DirectIo::Auto, Some(&direct_faster), 100).direct_writes);
-        assert!(seglog_write_path(DirectIo::On, None, 100).direct_writes);
-        assert!(!seglog_write_path(DirectIo::Off, Some(&direct_faster), 1024).direct_writes);
+    fn on_and_off_are_taken_as_named_without_a_calibration() {
+        let root = tempfile::tempdir().unwrap();
+        let cell = Cell::ALL[0];
+        let on = seglog_write_path(&args(&["--seglog-direct-io", "on"]), root.path(), cell);
+        let off = seglog_write_path(&args(&["--seglog-direct-io", "off"]), root.path(), cell);
+        assert!(on.unwrap().direct_writes);
+        assert!(!off.unwrap().direct_writes);
     }
 }

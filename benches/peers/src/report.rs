@@ -26,28 +26,27 @@ pub struct Report {
     pub volume_bytes: u64,
     pub batch_records: usize,
     pub disk: Option<DiskLimits>,
-    /// Per record size, whether the seglog rows wrote with `O_DIRECT`, and why
-    /// (`--seglog-direct-io`).
+    /// Per cell, whether the seglog rows wrote with `O_DIRECT`, and why (`--seglog-direct-io`).
     pub seglog_writes: Vec<WritePath>,
     pub results: Vec<CellResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WritePath {
-    pub record_bytes: usize,
+    pub cell: String,
     pub direct_writes: bool,
     pub reason: String,
 }
 
 impl WritePath {
-    /// `1024 B records O_DIRECT (auto: …)`.
+    /// `1024-sync O_DIRECT (auto: …)`.
     pub fn describe(&self) -> String {
         let path = if self.direct_writes {
             "O_DIRECT"
         } else {
             "buffered"
         };
-        format!("{} B records {path} ({})", self.record_bytes, self.reason)
+        format!("{} {path} ({})", self.cell, self.reason)
     }
 }
 
@@ -177,13 +176,6 @@ impl Report {
             seglog_writes: Vec::new(),
             results: Vec::new(),
         }
-    }
-
-    /// Whether the seglog rows write `record_bytes`' cells with `O_DIRECT`.
-    pub fn seglog_direct_writes(&self, record_bytes: usize) -> bool {
-        self.seglog_writes
-            .iter()
-            .any(|w| w.record_bytes == record_bytes && w.direct_writes)
     }
 
     /// The engine's append figure as a share of the disk's: MB/s over the faster of its buffered
