@@ -273,7 +273,9 @@ fn measure(
     result.first_scan = Some(scan(store.as_mut(), payloads)?);
     result.hot_scan = Some(scan(store.as_mut(), payloads)?);
     let round_trip_before_ns = machine::core_round_trip_ns();
-    result.hot_lookups = Some(lookups(store.as_mut(), payloads, args.hot_lookups, 1)?);
+    result.hot_lookups = Some(median_of_passes(|pass| {
+        lookups(store.as_mut(), payloads, args.hot_lookups, 1 + 10 * pass)
+    })?);
     result.core_round_trip_ns = Some([round_trip_before_ns, machine::core_round_trip_ns()]);
     store.reopen()?;
     sync_all();
@@ -309,6 +311,19 @@ fn scan(store: &mut dyn LogStore, payloads: &Payloads) -> PeerResult<Rate> {
     let rate = Rate::of(totals.records, totals.value_bytes, started);
     totals.check(payloads)?;
     Ok(rate)
+}
+
+/// Passes of a measure run one after the other (each engine's the same).
+const HOT_LOOKUP_PASSES: u64 = 3;
+
+/// The pass of [`HOT_LOOKUP_PASSES`] with the median rate: a slow spell of the cores (the round
+/// trip between them moves 50-450 ns here) over one pass does not set the figure.
+fn median_of_passes(mut pass: impl FnMut(u64) -> PeerResult<Rate>) -> PeerResult<Rate> {
+    let mut rates = (0..HOT_LOOKUP_PASSES)
+        .map(&mut pass)
+        .collect::<PeerResult<Vec<_>>>()?;
+    rates.sort_by(|a, b| a.records_per_s.total_cmp(&b.records_per_s));
+    Ok(rates[rates.len() / 2])
 }
 
 fn lookups(
@@ -352,6 +367,23 @@ mod tests {
         assert_eq!(path.direct_writes, direct > buffered, "{}", path.reason);
         let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
         assert!(left.is_empty(), "the calibration's directories are removed");
+    }
+
+    #[test]
+    fn the_median_pass_is_the_middle_rate() {
+        let rate = |records_per_s| Rate {
+            records_per_s,
+            mb_per_s: 0.0,
+            seconds: 1.0,
+        };
+        let figures = [300.0, 100.0, 200.0];
+        let mut seeds = Vec::new();
+        let median = median_of_passes(|pass| {
+            seeds.push(pass);
+            Ok(rate(figures[pass as usize]))
+        });
+        assert_eq!(median.unwrap().records_per_s, 200.0);
+        assert_eq!(seeds, [0, 1, 2], "each pass once, in order");
     }
 
     #[test]
