@@ -63,6 +63,26 @@ pub fn settle_page_reporting() -> Option<Duration> {
     Some(started.elapsed())
 }
 
+/// The time, in ms summed over the vCPUs, the host ran something else while this guest's vCPUs
+/// had work (`steal` in `/proc/stat`); `None` where the kernel does not count it.
+pub fn steal_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks = steal_ticks(stat.lines().next()?)?;
+    Some(ticks as f64 * 1000.0 / USER_HZ)
+}
+
+/// `/proc/stat`'s unit: `USER_HZ`, 100 per second on x86-64 and arm64 whatever the kernel's own
+/// tick rate (`sysconf(_SC_CLK_TCK)`).
+const USER_HZ: f64 = 100.0;
+
+/// The `steal` field of `/proc/stat`'s `cpu` line: user, nice, system, idle, iowait, irq,
+/// softirq, steal.
+fn steal_ticks(cpu_line: &str) -> Option<u64> {
+    let mut fields = cpu_line.split_whitespace();
+    (fields.next()? == "cpu").then_some(())?;
+    fields.nth(7)?.parse().ok()
+}
+
 fn wait_for(line: &AtomicU64, value: u64) {
     while line.load(Ordering::Acquire) != value {
         std::hint::spin_loop();
@@ -72,6 +92,20 @@ fn wait_for(line: &AtomicU64, value: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_figure_of_the_cpu_line() {
+        assert_eq!(
+            steal_ticks("cpu  801892 0 391555 1733706 92998 0 9299 2220 0 0"),
+            Some(2220)
+        );
+        assert_eq!(
+            steal_ticks("cpu0 383140 0 184266 919184 29897 0 538 1084 0 0"),
+            None
+        );
+        assert_eq!(steal_ticks("cpu  1 2 3"), None);
+        assert!(steal_ms().is_some_and(|ms| ms >= 0.0), "counted on Linux");
+    }
 
     #[test]
     fn a_round_trip_takes_some_time_and_ends() {

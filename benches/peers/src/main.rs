@@ -271,12 +271,19 @@ fn measure(
     // The first pass reads what the appends left: the page cache's copy, or the device's after
     // writes that bypass it (O_DIRECT). The second reads with every engine's data in memory.
     result.first_scan = Some(scan(store.as_mut(), payloads)?);
+    let steal_before_scan = machine::steal_ms();
     result.hot_scan = Some(scan(store.as_mut(), payloads)?);
+    let steal_after_scan = machine::steal_ms();
     let round_trip_before_ns = machine::core_round_trip_ns();
     result.hot_lookups = Some(median_of_passes(|pass| {
         lookups(store.as_mut(), payloads, args.hot_lookups, 1 + 10 * pass)
     })?);
     result.core_round_trip_ns = Some([round_trip_before_ns, machine::core_round_trip_ns()]);
+    if let (Some(before), Some(middle), Some(after)) =
+        (steal_before_scan, steal_after_scan, machine::steal_ms())
+    {
+        result.hot_steal_ms = Some([middle - before, after - middle]);
+    }
     store.reopen()?;
     sync_all();
     result.disk_bytes_per_payload_byte =

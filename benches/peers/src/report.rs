@@ -69,6 +69,9 @@ pub struct CellResult {
     pub hot_lookups: Option<Rate>,
     /// The machine's cross-core round trip right before and right after the hot lookups, ns.
     pub core_round_trip_ns: Option<[f64; 2]>,
+    /// CPU time the host took from this VM's vCPUs (`steal`, ms summed over them) during the hot
+    /// scan and during the hot lookups (with the round trips around them).
+    pub hot_steal_ms: Option<[f64; 2]>,
     pub cold_scan: Option<Rate>,
     pub cold_lookups: Option<Rate>,
     /// The device's reads during the cold scan and the cold lookups (`device::DeviceReads`).
@@ -95,6 +98,7 @@ impl CellResult {
             hot_scan: None,
             hot_lookups: None,
             core_round_trip_ns: None,
+            hot_steal_ms: None,
             cold_scan: None,
             cold_lookups: None,
             cold_scan_device: None,
@@ -107,13 +111,14 @@ impl CellResult {
     /// A progress line for stderr.
     pub fn one_line(&self) -> String {
         let mut line = format!(
-            "append {} rec/s {} MB/s; first scan {} MB/s; hot scan {} MB/s; hot lookups {}/s (core round trip {} ns); cold scan {} MB/s; cold lookups {}/s",
+            "append {} rec/s {} MB/s; first scan {} MB/s; hot scan {} MB/s; hot lookups {}/s (core round trip {} ns; CPU steal {} ms); cold scan {} MB/s; cold lookups {}/s",
             records(self.append.map(|r| r.records_per_s)),
             mb(self.append.map(|r| r.mb_per_s)),
             mb(self.first_scan.map(|r| r.mb_per_s)),
             mb(self.hot_scan.map(|r| r.mb_per_s)),
             records(self.hot_lookups.map(|r| r.records_per_s)),
             round_trips(self.core_round_trip_ns),
+            steal(self.hot_steal_ms),
             mb(self.cold_scan.map(|r| r.mb_per_s)),
             records(self.cold_lookups.map(|r| r.records_per_s)),
         );
@@ -279,9 +284,12 @@ impl Report {
             out,
             "| engine | cell | appends/s | append MB/s | × disk | batch latency p50 / p99 / p99.9 / max µs \
              | disk B per payload B | first scan MB/s | hot scan MB/s | cold scan MB/s | hot lookups/s \
-             | core round trip before / after ns | cold lookups/s |"
+             | core round trip before / after ns | CPU steal, hot scan / lookups ms | cold lookups/s |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         for result in &self.results {
             let latency = result.append_latency_us.map_or_else(
                 || "–".to_owned(),
@@ -293,7 +301,7 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 result.engine,
                 result.cell,
                 appends,
@@ -309,6 +317,7 @@ impl Report {
                 mb(result.cold_scan.map(|r| r.mb_per_s)),
                 records(result.hot_lookups.map(|r| r.records_per_s)),
                 round_trips(result.core_round_trip_ns),
+                steal(result.hot_steal_ms),
                 records(result.cold_lookups.map(|r| r.records_per_s)),
             );
         }
@@ -448,6 +457,13 @@ fn round_trips(round_trips_ns: Option<[f64; 2]>) -> String {
     round_trips_ns.map_or_else(
         || "–".to_owned(),
         |[before, after]| format!("{before:.0} / {after:.0}"),
+    )
+}
+
+fn steal(steal_ms: Option<[f64; 2]>) -> String {
+    steal_ms.map_or_else(
+        || "–".to_owned(),
+        |[scan, lookups]| format!("{scan:.0} / {lookups:.0}"),
     )
 }
 
