@@ -187,20 +187,26 @@ def durable_latency_row(target, report):
     durable = get(report, "durable.latency_us.p999")
     bare = get(report, "disk.producers.latency_us.p999")
     latency = ratio(durable, one_writer)
-    status = verdict(latency, 2.0, at_most=True)
     bare_ratio, over_bare = ratio(bare, one_writer), ratio(durable, bare)
-    if latency is not None and latency > 2.0 and None not in (bare_ratio, over_bare) \
-            and bare_ratio > 2.0 and over_bare <= 1.0:
-        # The same producers' appends and syncs with no engine between them and the disk miss
-        # the bound too, by at least as much: the bound is below what this disk gives the load.
-        status += (" (the machine's: the same producers on the bare disk miss the bound "
-                   "themselves, and the engine's p99.9 is at or below theirs)")
+    status = durable_latency_status(latency, bare_ratio, over_bare, "")
     return (
         f"{target} durable p99.9 ≤ 2× one writer's 64 KiB append + fdatasync p99.9",
         f"{fmt(durable, 0)} µs over {fmt(one_writer, 0)} µs; the bare producers' own p99.9 "
         f"{fmt(bare, 0)} µs = {fmt(bare_ratio)}× the one writer's, the engine "
         f"{fmt(over_bare)}× theirs",
         latency, status)
+
+
+def durable_latency_status(latency, bare_ratio, over_bare, basis):
+    """Met at most 2×. Above it, the machine's when the same producers' appends and syncs with
+    no engine between them and the disk miss the bound too, by at least as much: the bound is
+    below what this disk gives the load."""
+    status = verdict(latency, 2.0, at_most=True)
+    if latency is not None and latency > 2.0 and None not in (bare_ratio, over_bare) \
+            and bare_ratio > 2.0 and over_bare <= 1.0:
+        status += (" (the machine's: the same producers on the bare disk miss the bound "
+                   f"themselves, and the engine's p99.9 is at or below theirs{basis})")
+    return status
 
 
 def durable_latency_rounds_row(target, reports):
@@ -215,12 +221,7 @@ def durable_latency_rounds_row(target, reports):
     latency, latencies = median_of(durable, one_writer)
     bare_ratio, bare_ratios = median_of(bare, one_writer)
     over_bare, over_bares = median_of(durable, bare)
-    status = verdict(latency, 2.0, at_most=True)
-    if latency is not None and latency > 2.0 and None not in (bare_ratio, over_bare) \
-            and bare_ratio > 2.0 and over_bare <= 1.0:
-        status += (" (the machine's: the same producers on the bare disk miss the bound "
-                   "themselves, and the engine's p99.9 is at or below theirs, medians of the "
-                   "rounds)")
+    status = durable_latency_status(latency, bare_ratio, over_bare, ", medians of the rounds")
     rounds_text = "; ".join(
         f"{fmt(get(report, durable), 0)} / {fmt(get(report, one_writer), 0)} / "
         f"{fmt(get(report, bare), 0)} µs" for report in reports)
