@@ -187,6 +187,27 @@ fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
         table.contains("the same producers with no engine (4 threads on 2 files"),
         "{table}"
     );
+    // And grouped as group commit groups them at best, in each way a log finds space.
+    for way in ["grow", "written_ahead", "overwrite"] {
+        let grouped = &report["disk"]["grouped_producers"][way];
+        assert_eq!(grouped["files"], 2, "{way}: {report:#}");
+        assert_eq!(grouped["batches_per_file"], 2, "{way}");
+        assert_eq!(grouped["direct"], report["config"]["direct_io"], "{way}");
+        assert!(grouped["rounds"].as_u64().unwrap() > 0, "{way}");
+        let latency = |key: &str| {
+            number(
+                &report,
+                &["disk", "grouped_producers", way, "latency_us", key],
+            )
+        };
+        assert!(latency("p50") <= latency("p999") && latency("p999") <= latency("max"));
+        assert!(
+            table.contains(&format!(
+                "grouped with no engine, space {way} (2 files at once"
+            )),
+            "{table}"
+        );
+    }
 }
 
 #[test]

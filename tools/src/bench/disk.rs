@@ -5,11 +5,14 @@
 //! reads of those files from the disk (the buffered file dropped from the page cache first);
 //! 4 KiB random reads by `queue depth` threads. `fio` does the same when it is installed. With
 //! durable appends by several producers, the same producers append durably with no engine
-//! ([`ProducersPattern`], built-in with either tool).
+//! ([`ProducersPattern`], built-in with either tool): each syncing its own appends, and grouped
+//! as group commit groups them at best, in each way a log finds space ([`GroupedSpace`]).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -169,6 +172,9 @@ pub struct DiskFigures {
     pub group_sync: Option<GroupSync>,
     /// The disk under [`DiskPattern::producers`] (built-in, with either tool).
     pub producers: Option<GroupSync>,
+    /// The same producers' appends grouped with no engine ([`grouped_producers`]), in each
+    /// way of finding space ([`GroupedSpace::ALL`]).
+    pub grouped_producers: Vec<GroupedProducers>,
     pub notes: Vec<String>,
 }
 
@@ -266,6 +272,10 @@ impl DiskFigures {
         // The sequential reads dropped the buffered file's pages: let them be reported first.
         settles.wait("bare producers");
         self.producers = Some(durable_producers(scratch.path(), producers)?);
+        for space in GroupedSpace::ALL {
+            let grouped = grouped_producers(scratch.path(), producers, space)?;
+            self.grouped_producers.push(grouped);
+        }
         Ok(())
     }
 
@@ -368,6 +378,293 @@ fn durable_producers(dir: &Path, pattern: ProducersPattern) -> anyhow::Result<Gr
         latency: WriteLatency::of(&latency),
         mb_per_s,
     })
+}
+
+/// Where [`grouped_producers`]' rounds find their space in each file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupedSpace {
+    /// The file grows with each round, as a log's does: each sync also makes the new blocks'
+    /// allocation and the new length durable.
+    Grow,
+    /// A second thread per file keeps [`WRITTEN_AHEAD_BYTES`] of zeros written and synced past
+    /// the rounds, as a log that prewrites its segments ahead would: each round's sync flushes
+    /// data alone, and the disk writes every block twice.
+    WrittenAhead,
+    /// The rounds overwrite, in turn, a region written and synced before them
+    /// ([`OVERWRITTEN_REGION_BYTES`]): each sync flushes data alone and the zeros cost nothing,
+    /// the cheapest sync this file system gives (`format/prewrite.rs`) but not one a log that
+    /// keeps appending new data can have for free here (the device offers no write-zeroes
+    /// command, so `fallocate` leaves unwritten extents that each write converts).
+    Overwrite,
+}
+
+impl GroupedSpace {
+    pub const ALL: [GroupedSpace; 3] = [
+        GroupedSpace::Grow,
+        GroupedSpace::WrittenAhead,
+        GroupedSpace::Overwrite,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupedSpace::Grow => "grow",
+            GroupedSpace::WrittenAhead => "written_ahead",
+            GroupedSpace::Overwrite => "overwrite",
+        }
+    }
+}
+
+/// How long [`GroupedSpace::WrittenAhead`]'s writer waits when it is far enough ahead.
+const WRITE_AHEAD_IDLE: Duration = Duration::from_micros(100);
+/// How far ahead of the rounds [`GroupedSpace::WrittenAhead`] keeps each file written, and in
+/// what pieces (each synced).
+const WRITTEN_AHEAD_BYTES: u64 = 16 * 1024 * 1024;
+const WRITTEN_AHEAD_PIECE_BYTES: usize = 1024 * 1024;
+/// The region [`GroupedSpace::Overwrite`] cycles through, per file.
+const OVERWRITTEN_REGION_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The same producers' appends grouped on the bare disk, in each way of finding space.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupedProducers {
+    pub space: GroupedSpace,
+    pub measured: GroupSync,
+    /// Rounds run (each file ran as many).
+    pub rounds: u64,
+    /// Writes of a round, one per file, that went past the space written ahead (so grew the
+    /// file): the writer ahead fell behind ([`GroupedSpace::WrittenAhead`]).
+    pub rounds_beyond_written: u64,
+}
+
+/// [`ProducersPattern`]'s appends grouped as group commit groups them at best, with no engine
+/// between them and the disk: in each round every file takes all its producers' batches
+/// (`producers / files` of them) in one `pwrite` and is synced (`fdatasync`), all files at once,
+/// one thread each; the next round starts when the last sync returned. A round's time is the
+/// durable latency each of its appends would have if every producer's batch arrived together and
+/// no append ever waited for a sync it came too late for. `space` says where the rounds write.
+fn grouped_producers(
+    dir: &Path,
+    pattern: ProducersPattern,
+    space: GroupedSpace,
+) -> anyhow::Result<GroupedProducers> {
+    let files = pattern.files.max(1);
+    let batches_per_file = pattern.producers.div_ceil(files).max(1);
+    let share_bytes = match pattern.direct {
+        true => (batches_per_file * pattern.block_bytes).div_ceil(PAGE_BYTES) * PAGE_BYTES,
+        false => batches_per_file * pattern.block_bytes,
+    } as u64;
+    let file_bytes_max = scratch_share(dir)? / files as u64;
+    let rounds_max = match space {
+        GroupedSpace::Overwrite => OVERWRITTEN_REGION_BYTES.min(file_bytes_max) / share_bytes,
+        GroupedSpace::Grow => file_bytes_max / share_bytes,
+        GroupedSpace::WrittenAhead => {
+            file_bytes_max.saturating_sub(WRITTEN_AHEAD_BYTES) / share_bytes
+        }
+    }
+    .max(1);
+    let paths: Vec<_> = (0..files)
+        .map(|index| dir.join(format!("grouped-{}-{index}.tmp", space.name())))
+        .collect();
+    let measured = measure_rounds(&paths, pattern, space, share_bytes, rounds_max);
+    // The next way's files, and the engine after them, need the room.
+    for path in &paths {
+        let _ = std::fs::remove_file(path);
+    }
+    measured
+}
+
+/// [`grouped_producers`]' rounds in the files at `paths`.
+fn measure_rounds(
+    paths: &[PathBuf],
+    pattern: ProducersPattern,
+    space: GroupedSpace,
+    share_bytes: u64,
+    rounds_max: u64,
+) -> anyhow::Result<GroupedProducers> {
+    let prepared_bytes = match space {
+        GroupedSpace::Overwrite => rounds_max * share_bytes,
+        GroupedSpace::WrittenAhead => WRITTEN_AHEAD_BYTES,
+        GroupedSpace::Grow => 0,
+    };
+    let files = paths
+        .iter()
+        .map(|path| {
+            let file = open(path, true, pattern.direct)?;
+            write_zeros(&file, prepared_bytes)?;
+            Ok(GroupedFile {
+                file,
+                written_ahead: AtomicU64::new(prepared_bytes),
+                rounds_reached: AtomicU64::new(0),
+            })
+        })
+        .collect::<anyhow::Result<Vec<GroupedFile>>>()?;
+    let histograms = files
+        .iter()
+        .map(|_| new_histogram())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let started = Instant::now();
+    let rounds = Rounds {
+        barrier: Barrier::new(files.len()),
+        stop: AtomicBool::new(false),
+        until: started + pattern.time,
+        share_bytes,
+        rounds_max,
+        space,
+        rounds_beyond_written: AtomicU64::new(0),
+    };
+    let per_file = thread::scope(|scope| {
+        let rounds = &rounds;
+        let writers_ahead: Vec<_> = files
+            .iter()
+            .filter(|_| space == GroupedSpace::WrittenAhead)
+            .map(|file| scope.spawn(move || rounds.write_ahead(file)))
+            .collect();
+        let handles: Vec<_> = files
+            .iter()
+            .zip(histograms)
+            .map(|(file, latency)| scope.spawn(move || rounds.run(file, latency)))
+            .collect();
+        let per_file = join_all(handles);
+        join_all(writers_ahead)?;
+        per_file
+    })?;
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let mut latency = new_histogram()?;
+    let mut written = 0u64;
+    for (file_rounds, histogram) in &per_file {
+        latency.add(histogram)?;
+        written += file_rounds * share_bytes;
+    }
+    Ok(GroupedProducers {
+        space,
+        measured: GroupSync {
+            latency: WriteLatency::of(&latency),
+            mb_per_s: written as f64 / MB / seconds,
+        },
+        rounds: per_file.first().map_or(0, |(rounds, _)| *rounds),
+        rounds_beyond_written: rounds.rounds_beyond_written.into_inner(),
+    })
+}
+
+/// One file of [`grouped_producers`] and, for [`GroupedSpace::WrittenAhead`], how much of it
+/// is written and synced.
+struct GroupedFile {
+    file: File,
+    written_ahead: AtomicU64,
+    /// The end of the round that last started.
+    rounds_reached: AtomicU64,
+}
+
+/// The rounds of [`grouped_producers`], shared by its threads (one per file, and one more per
+/// file writing ahead).
+struct Rounds {
+    barrier: Barrier,
+    /// Set by the round's last thread when the time is up, the space is used or a write or sync
+    /// failed: every thread reads it after the same barrier, so all leave after the same round.
+    stop: AtomicBool,
+    until: Instant,
+    share_bytes: u64,
+    /// The rounds a file has space for (cycled through for [`GroupedSpace::Overwrite`]).
+    rounds_max: u64,
+    space: GroupedSpace,
+    /// Rounds of a file that wrote past its written-ahead space ([`GroupedSpace::WrittenAhead`]).
+    rounds_beyond_written: AtomicU64,
+}
+
+impl Rounds {
+    /// One file's rounds: returns how many ran and `latency` with the times of the rounds this
+    /// thread finished last. Nothing fails before the rounds, so no thread is left at a barrier.
+    fn run(
+        &self,
+        file: &GroupedFile,
+        mut latency: Histogram<u64>,
+    ) -> anyhow::Result<(u64, Histogram<u64>)> {
+        let mut storage = Vec::new();
+        let block = aligned(&mut storage, self.share_bytes as usize);
+        block.fill(b'g');
+        let mut round = 0u64;
+        loop {
+            self.barrier.wait();
+            let sent = Instant::now();
+            let position = self.position(round);
+            let end = position + self.share_bytes;
+            file.rounds_reached.store(end, Ordering::Release);
+            if self.space == GroupedSpace::WrittenAhead
+                && end > file.written_ahead.load(Ordering::Acquire)
+            {
+                self.rounds_beyond_written.fetch_add(1, Ordering::Relaxed);
+            }
+            let written = file
+                .file
+                .write_all_at(block, position)
+                .and_then(|()| file.file.sync_data())
+                .context("cannot write and sync a scratch file");
+            round += 1;
+            if self.barrier.wait().is_leader() {
+                latency.saturating_record(micros(sent.elapsed()));
+                let done = Instant::now() >= self.until
+                    || (self.space != GroupedSpace::Overwrite && round >= self.rounds_max);
+                self.stop.fetch_or(done, Ordering::AcqRel);
+            }
+            if written.is_err() {
+                self.stop.store(true, Ordering::Release);
+            }
+            self.barrier.wait();
+            written?;
+            if self.stop.load(Ordering::Acquire) {
+                return Ok((round, latency));
+            }
+        }
+    }
+
+    fn position(&self, round: u64) -> u64 {
+        match self.space {
+            GroupedSpace::Overwrite => (round % self.rounds_max) * self.share_bytes,
+            GroupedSpace::Grow | GroupedSpace::WrittenAhead => round * self.share_bytes,
+        }
+    }
+
+    /// [`GroupedSpace::WrittenAhead`]'s second thread of `file`: keeps zeros written and synced
+    /// up to [`WRITTEN_AHEAD_BYTES`] past the round that last started, until the rounds stop.
+    fn write_ahead(&self, file: &GroupedFile) -> anyhow::Result<()> {
+        let mut storage = Vec::new();
+        let piece = aligned(&mut storage, WRITTEN_AHEAD_PIECE_BYTES);
+        let rounds_end = (self.rounds_max * self.share_bytes).saturating_add(WRITTEN_AHEAD_BYTES);
+        while !self.stop.load(Ordering::Acquire) {
+            let ahead = file.written_ahead.load(Ordering::Acquire);
+            let wanted =
+                (file.rounds_reached.load(Ordering::Acquire) + WRITTEN_AHEAD_BYTES).min(rounds_end);
+            if ahead >= wanted {
+                thread::sleep(WRITE_AHEAD_IDLE);
+                continue;
+            }
+            let written = file
+                .file
+                .write_all_at(piece, ahead)
+                .and_then(|()| file.file.sync_data())
+                .context("cannot write ahead in a scratch file");
+            if written.is_err() {
+                self.stop.store(true, Ordering::Release);
+            }
+            written?;
+            file.written_ahead
+                .store(ahead + piece.len() as u64, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` of zeros at the start of `file`, in 1 MiB pieces, then syncs it.
+fn write_zeros(file: &File, bytes: u64) -> anyhow::Result<()> {
+    let mut storage = Vec::new();
+    let piece = aligned(&mut storage, WRITTEN_AHEAD_PIECE_BYTES);
+    let mut done = 0;
+    while done < bytes {
+        let length = (bytes - done).min(piece.len() as u64) as usize;
+        file.write_all_at(&piece[..length], done)
+            .context("cannot write a scratch file")?;
+        done += length as u64;
+    }
+    file.sync_data().context("cannot sync a scratch file")
 }
 
 /// One producer of [`durable_producers`]: `pwrite` + `fdatasync` of `block_bytes` at a time from
@@ -494,6 +791,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         memcpy_mb_per_s: measure_memcpy(),
         group_sync: None,
         producers: None,
+        grouped_producers: Vec::new(),
         notes,
     })
 }
@@ -672,5 +970,48 @@ mod tests {
         file.read_exact_at(&mut first, PRODUCER_REGION_BYTES)
             .unwrap();
         assert!(first.iter().all(|&byte| byte == b'p'));
+    }
+
+    #[test]
+    fn grouped_producers_run_rounds_in_every_way_and_leave_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = ProducersPattern {
+            producers: 4,
+            files: 2,
+            block_bytes: 4096,
+            direct: false,
+            time: Duration::from_millis(300),
+        };
+        for space in GroupedSpace::ALL {
+            let grouped = grouped_producers(dir.path(), pattern, space).unwrap();
+            assert_eq!(grouped.space, space);
+            assert!(grouped.rounds > 0, "{space:?}");
+            let (latency, mb_per_s) = (grouped.measured.latency, grouped.measured.mb_per_s);
+            // Each round wrote 2 × 4096 B into each of the 2 files.
+            let bytes = grouped.rounds as f64 * 2.0 * 2.0 * 4096.0;
+            assert!(mb_per_s > 0.0 && mb_per_s <= bytes / MB / 0.3, "{space:?}");
+            assert!(latency.p50_us <= latency.p999_us && latency.p999_us <= latency.max_us);
+            if space != GroupedSpace::WrittenAhead {
+                assert_eq!(grouped.rounds_beyond_written, 0, "{space:?}");
+            }
+            let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert!(left.is_empty(), "{space:?} left its files");
+        }
+    }
+
+    #[test]
+    fn grouped_rounds_grow_the_files_or_overwrite_their_region() {
+        let rounds = |space, rounds_max| Rounds {
+            barrier: Barrier::new(1),
+            stop: AtomicBool::new(false),
+            until: Instant::now(),
+            share_bytes: 8192,
+            rounds_max,
+            space,
+            rounds_beyond_written: AtomicU64::new(0),
+        };
+        assert_eq!(rounds(GroupedSpace::Grow, 3).position(5), 5 * 8192);
+        assert_eq!(rounds(GroupedSpace::WrittenAhead, 3).position(5), 5 * 8192);
+        assert_eq!(rounds(GroupedSpace::Overwrite, 3).position(5), 2 * 8192);
     }
 }

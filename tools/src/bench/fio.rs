@@ -100,6 +100,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
             None => None,
         },
         producers: None,
+        grouped_producers: Vec::new(),
         notes: Vec::new(),
     })
 }

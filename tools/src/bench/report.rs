@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::args::Workload;
 use super::cache::CacheDrop;
 use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
-use super::disk::{DiskFigures, WriteLatency};
+use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern, WriteLatency};
 use super::progress::{Limit, Phase};
 use super::settings::Settings;
 use super::settle::Settle;
@@ -285,6 +285,11 @@ impl Report<'_> {
                         engine as f64 / bare.p999_us.max(1) as f64,
                     )?;
                 }
+                if let Some(pattern) = disk.pattern.producers {
+                    for grouped in &disk.grouped_producers {
+                        write_grouped_producers(out, &pattern, grouped, &latency, engine)?;
+                    }
+                }
             }
         }
         for note in &disk.notes {
@@ -507,6 +512,28 @@ fn disk_json(disk: &DiskFigures) -> Value {
             }),
         );
     }
+    if let (Some(pattern), Value::Object(map)) = (&disk.pattern.producers, &mut object)
+        && !disk.grouped_producers.is_empty()
+    {
+        let mut ways = Map::new();
+        for grouped in &disk.grouped_producers {
+            ways.insert(
+                grouped.space.name().into(),
+                json!({
+                    "files": pattern.files,
+                    "batches_per_file": pattern.producers.div_ceil(pattern.files.max(1)),
+                    "block_bytes": pattern.block_bytes,
+                    "direct": pattern.direct,
+                    "seconds": pattern.time.as_secs_f64(),
+                    "rounds": grouped.rounds,
+                    "rounds_beyond_written": grouped.rounds_beyond_written,
+                    "mb_per_s": grouped.measured.mb_per_s,
+                    "latency_us": latency_json(&grouped.measured.latency),
+                }),
+            );
+        }
+        map.insert("grouped_producers".into(), Value::Object(ways));
+    }
     object
 }
 
@@ -532,4 +559,44 @@ fn file_system_type(dir: &Path) -> Option<String> {
 /// A set option's value, or `-`.
 fn or_dash(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), |value| value.to_string())
+}
+
+/// One line of [`GroupedProducers`] beside the one writer's `fdatasync` latency and the
+/// engine's durable p99.9 (`engine_p999_us`).
+fn write_grouped_producers(
+    out: &mut impl Write,
+    pattern: &ProducersPattern,
+    grouped: &GroupedProducers,
+    one_writer: &WriteLatency,
+    engine_p999_us: u64,
+) -> io::Result<()> {
+    let round = grouped.measured.latency;
+    let beyond = match grouped.space {
+        GroupedSpace::WrittenAhead => format!(
+            ", {} of {} file writes past the space written ahead",
+            grouped.rounds_beyond_written,
+            grouped.rounds * pattern.files as u64
+        ),
+        GroupedSpace::Grow | GroupedSpace::Overwrite => String::new(),
+    };
+    writeln!(
+        out,
+        "disk, the same producers grouped with no engine, space {} ({} files at once, each round \
+         {} x {} B in one {}pwrite + fdatasync per file, {:.0} s{beyond}): {:.1} MB/s; round p50 \
+         / p99 / p99.9 / max {} / {} / {} / {} us = {:.2} x the disk's one writer at p99.9; \
+         durable p99.9 = {:.2} x its p99.9",
+        grouped.space.name(),
+        pattern.files,
+        pattern.producers.div_ceil(pattern.files.max(1)),
+        pattern.block_bytes,
+        if pattern.direct { "O_DIRECT " } else { "" },
+        pattern.time.as_secs_f64(),
+        grouped.measured.mb_per_s,
+        round.p50_us,
+        round.p99_us,
+        round.p999_us,
+        round.max_us,
+        round.p999_us as f64 / one_writer.p999_us.max(1) as f64,
+        engine_p999_us as f64 / round.p999_us.max(1) as f64,
+    )
 }
