@@ -100,6 +100,12 @@ pub struct ProducersPattern {
 }
 
 impl ProducersPattern {
+    /// The batches one file takes per round when the producers' appends are grouped
+    /// ([`grouped_producers`]): its producers' (rounded up).
+    pub fn batches_per_file(&self) -> usize {
+        self.producers.div_ceil(self.files.max(1)).max(1)
+    }
+
     /// The producers' time for an engine phase of `phase`: as long, so that both meet as many of
     /// the device's stalls — here one stopped every `fdatasync` at once for 34-52 ms about once
     /// in 5 s, and a few such stalls set a run's p99.9 (BENCHMARKS.md).
@@ -447,7 +453,7 @@ fn grouped_producers(
     space: GroupedSpace,
 ) -> anyhow::Result<GroupedProducers> {
     let files = pattern.files.max(1);
-    let batches_per_file = pattern.producers.div_ceil(files).max(1);
+    let batches_per_file = pattern.batches_per_file();
     let share_bytes = match pattern.direct {
         true => (batches_per_file * pattern.block_bytes).div_ceil(PAGE_BYTES) * PAGE_BYTES,
         false => batches_per_file * pattern.block_bytes,

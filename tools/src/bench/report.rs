@@ -521,7 +521,7 @@ fn disk_json(disk: &DiskFigures) -> Value {
                 grouped.space.name().into(),
                 json!({
                     "files": pattern.files,
-                    "batches_per_file": pattern.producers.div_ceil(pattern.files.max(1)),
+                    "batches_per_file": pattern.batches_per_file(),
                     "block_bytes": pattern.block_bytes,
                     "direct": pattern.direct,
                     "seconds": pattern.time.as_secs_f64(),
@@ -587,7 +587,7 @@ fn write_grouped_producers(
          durable p99.9 = {:.2} x its p99.9",
         grouped.space.name(),
         pattern.files,
-        pattern.producers.div_ceil(pattern.files.max(1)),
+        pattern.batches_per_file(),
         pattern.block_bytes,
         if pattern.direct { "O_DIRECT " } else { "" },
         pattern.time.as_secs_f64(),
