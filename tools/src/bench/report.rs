@@ -268,21 +268,14 @@ impl Report<'_> {
                     writeln!(
                         out,
                         "disk, the same producers with no engine ({} threads on {} files, {} B \
-                         {}pwrite + fdatasync each, {:.0} s): {:.1} MB/s; latency p50 / p99 / \
-                         p99.9 / max {} / {} / {} / {} us = {:.2} x the disk's one writer at \
-                         p99.9; durable p99.9 = {:.2} x its p99.9",
+                         {}pwrite + fdatasync each, {:.0} s): {:.1} MB/s; {}",
                         pattern.producers,
                         pattern.files,
                         pattern.block_bytes,
                         if pattern.direct { "O_DIRECT " } else { "" },
                         pattern.time.as_secs_f64(),
                         measured.mb_per_s,
-                        bare.p50_us,
-                        bare.p99_us,
-                        bare.p999_us,
-                        bare.max_us,
-                        bare.p999_us as f64 / latency.p999_us.max(1) as f64,
-                        engine as f64 / bare.p999_us.max(1) as f64,
+                        beside_one_writer("latency", &bare, &latency, engine),
                     )?;
                 }
                 if let Some(pattern) = disk.pattern.producers {
@@ -570,7 +563,6 @@ fn write_grouped_producers(
     one_writer: &WriteLatency,
     engine_p999_us: u64,
 ) -> io::Result<()> {
-    let round = grouped.measured.latency;
     let beyond = match grouped.space {
         GroupedSpace::WrittenAhead => format!(
             ", {} of {} file writes past the space written ahead",
@@ -582,9 +574,7 @@ fn write_grouped_producers(
     writeln!(
         out,
         "disk, the same producers grouped with no engine, space {} ({} files at once, each round \
-         {} x {} B in one {}pwrite + fdatasync per file, {:.0} s{beyond}): {:.1} MB/s; round p50 \
-         / p99 / p99.9 / max {} / {} / {} / {} us = {:.2} x the disk's one writer at p99.9; \
-         durable p99.9 = {:.2} x its p99.9",
+         {} x {} B in one {}pwrite + fdatasync per file, {:.0} s{beyond}): {:.1} MB/s; {}",
         grouped.space.name(),
         pattern.files,
         pattern.batches_per_file(),
@@ -592,11 +582,31 @@ fn write_grouped_producers(
         if pattern.direct { "O_DIRECT " } else { "" },
         pattern.time.as_secs_f64(),
         grouped.measured.mb_per_s,
-        round.p50_us,
-        round.p99_us,
-        round.p999_us,
-        round.max_us,
-        round.p999_us as f64 / one_writer.p999_us.max(1) as f64,
-        engine_p999_us as f64 / round.p999_us.max(1) as f64,
+        beside_one_writer(
+            "round",
+            &grouped.measured.latency,
+            one_writer,
+            engine_p999_us
+        ),
+    )
+}
+
+/// `what`'s percentiles, its p99.9 over the one writer's `fdatasync` p99.9, and the engine's
+/// durable p99.9 over it.
+fn beside_one_writer(
+    what: &str,
+    measured: &WriteLatency,
+    one_writer: &WriteLatency,
+    engine_p999_us: u64,
+) -> String {
+    format!(
+        "{what} p50 / p99 / p99.9 / max {} / {} / {} / {} us = {:.2} x the disk's one writer at \
+         p99.9; durable p99.9 = {:.2} x its p99.9",
+        measured.p50_us,
+        measured.p99_us,
+        measured.p999_us,
+        measured.max_us,
+        measured.p999_us as f64 / one_writer.p999_us.max(1) as f64,
+        engine_p999_us as f64 / measured.p999_us.max(1) as f64,
     )
 }
