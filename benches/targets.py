@@ -183,7 +183,7 @@ ONE_WRITER = "disk.write_latency_us.p999"
 DURABLE = "durable.latency_us.p999"
 BARE = "disk.producers.latency_us.p999"
 # The grouped producers' ways of finding space (`disk.grouped_producers`, runs from 2026-12-05
-# 22:30 UTC on), named as the rows name them.
+# 22:27 UTC on), named as the rows name them.
 GROUPED_WAYS = (("grow", "grouped, growing the files"),
                 ("written_ahead", "grouped, into space written ahead"),
                 ("overwrite", "grouped, overwriting space written before"))
@@ -214,7 +214,7 @@ def durable_latency_row(target, report):
 
 def durable_latency_rounds_row(target, reports):
     """Durable p99.9 over fio's one writer's, beside the same producers on the bare disk: each
-    syncing its own appends, and (runs from 2026-12-05 22:30 UTC on) grouped as group commit
+    syncing its own appends, and (runs from 2026-12-05 22:27 UTC on) grouped as group commit
     groups them at best, in each way a log finds space. Over rounds of the same preset, each ratio
     is the median of the rounds' own, and every round's is given."""
     def engine_ratios(report):
@@ -255,7 +255,7 @@ def durable_latency_rounds_row(target, reports):
 def durable_latency_status(latency, ways, over_bare, basis):
     """Met at most 2×. Above it, the machine's when the same producers on the bare disk miss
     the bound themselves in every way measured: with the grouped ways (runs from 2026-12-05
-    22:30 UTC on), the best way a log could have, with no engine, misses it, so no engine that
+    22:27 UTC on), the best way a log could have, with no engine, misses it, so no engine that
     answers after the sync holds it on this disk; before them, the producers each syncing their
     own appends missed it and the engine's p99.9 was at or below theirs."""
     status = verdict(latency, 2.0, at_most=True)
