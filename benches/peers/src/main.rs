@@ -371,7 +371,10 @@ mod tests {
         };
         let (direct, buffered) = (figure("O_DIRECT "), figure("buffered "));
         assert!(direct > 0.0 && buffered > 0.0, "{}", path.reason);
-        assert_eq!(path.direct_writes, direct > buffered, "{}", path.reason);
+        // The reason prints whole MB/s: equal there, the unrounded figures chose either way.
+        if direct != buffered {
+            assert_eq!(path.direct_writes, direct > buffered, "{}", path.reason);
+        }
         let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
         assert!(left.is_empty(), "the calibration's directories are removed");
     }
