@@ -59,14 +59,12 @@ def preset_rows(run):
         f"{fmt(get(append, 'disk.write_direct_mb_per_s'), 1)})",
         get(append, "append.vs_disk"), verdict(get(append, "append.vs_disk"), 0.9)))
 
-    for name, flag in (("append-direct", "--direct-io"), ("append-buffered", "--direct-io off")):
+    for name, flag, path, key in (
+            ("append-direct", "--direct-io", "O_DIRECT", "disk.write_direct_mb_per_s"),
+            ("append-buffered", "--direct-io off", "buffered", "disk.write_buffered_mb_per_s")):
         other = load(run, name)
         if other:
-            rows.append((
-                f"1. `append {flag}` ≥ 0.9× the disk's best sequential write",
-                f"{fmt(get(other, 'append.mb_per_s'), 1)} MB/s over "
-                f"{fmt(get(other, 'disk.write_mb_per_s'), 1)}",
-                get(other, "append.vs_disk"), verdict(get(other, "append.vs_disk"), 0.9)))
+            rows.append(forced_path_row(other, flag, path, key))
 
     group = load(run, "group-commit")
     group_mb = get(group, "durable.mb_per_s")
@@ -118,6 +116,21 @@ def preset_rows(run):
                     get(cold_other, "fetch.vs_disk"),
                     verdict(get(cold_other, "fetch.vs_disk"), bound)))
     return rows
+
+
+def forced_path_row(report, flag, path, key):
+    """Target 1 with the write path forced, beside the target (the `auto` row): the engine's
+    MB/s over the disk's own write on the same path, the disk's best shown. Target 1 asks the
+    engine to choose the faster path, so a forced path is judged against that path's bound (runs
+    before 2026-12-06 were printed against the best of the two)."""
+    mb_per_s = get(report, "append.mb_per_s")
+    same_path = ratio(mb_per_s, get(report, key))
+    return (
+        f"1. `append {flag}` (the path forced, beside the target) ≥ 0.9× the disk's {path} "
+        "sequential write",
+        f"{fmt(mb_per_s, 1)} MB/s over {fmt(get(report, key), 1)}; over the disk's best "
+        f"({fmt(get(report, 'disk.write_mb_per_s'), 1)}): {fmt(get(report, 'append.vs_disk'))}×",
+        same_path, verdict(same_path, 0.9))
 
 
 def scaling_rows(run):
@@ -187,6 +200,11 @@ BARE = "disk.producers.latency_us.p999"
 GROUPED_WAYS = (("grow", "grouped, growing the files"),
                 ("written_ahead", "grouped, into space written ahead"),
                 ("overwrite", "grouped, overwriting space written before"))
+# The way that rewrites space written before the run. A log appending to an empty directory,
+# as every preset does, has no such space: it could only come from segments the log deleted
+# and reused (BENCHMARKS.md § What a sync writes for fresh space). It is shown, not counted,
+# in 2b's machine's verdict from 2026-12-06 on.
+REWRITES_OLD_SPACE = "grouped, overwriting space written before"
 
 
 def bare_disk_ratios(report):
@@ -254,17 +272,26 @@ def durable_latency_rounds_row(target, reports):
 
 def durable_latency_status(latency, ways, over_bare, basis):
     """Met at most 2×. Above it, the machine's when the same producers on the bare disk miss
-    the bound themselves in every way measured: with the grouped ways (runs from 2026-12-05
-    22:27 UTC on), the best way a log could have, with no engine, misses it, so no engine that
-    answers after the sync holds it on this disk; before them, the producers each syncing their
-    own appends missed it and the engine's p99.9 was at or below theirs."""
+    the bound themselves in every way a log appending to an empty directory can find space:
+    with the grouped ways (runs from 2026-12-05 22:27 UTC on), the best of them, with no engine,
+    misses it, so no engine that answers after the sync holds it on this disk. The way that
+    rewrites space written before the run is shown beside, not counted: the run has no such
+    space (until 2026-12-06 it was counted). Before the grouped ways, the producers each syncing
+    their own appends missed it and the engine's p99.9 was at or below theirs."""
     status = verdict(latency, 2.0, at_most=True)
     if latency is None or latency <= 2.0 or not ways:
         return status
-    best = min(median for median, _ in ways.values())
+    appending = {name: median for name, (median, _) in ways.items()
+                 if name != REWRITES_OLD_SPACE}
+    best = min(appending.values())
     if len(ways) > 1 and best > 2.0:
         status += (" (the machine's: the same producers on the bare disk miss the bound in "
-                   f"every way measured, the best {fmt(best)}×{basis})")
+                   f"every way a log appending from empty finds space, the best "
+                   f"{fmt(best)}×{basis}")
+        if REWRITES_OLD_SPACE in ways:
+            status += (f"; rewriting space written before the run, which the run has none of, "
+                       f"{fmt(ways[REWRITES_OLD_SPACE][0])}×")
+        status += ")"
     elif len(ways) == 1 and best > 2.0 and over_bare is not None and over_bare <= 1.0:
         status += (" (the machine's: the same producers on the bare disk miss the bound "
                    f"themselves, and the engine's p99.9 is at or below theirs{basis})")
