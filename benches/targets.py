@@ -91,9 +91,16 @@ def preset_rows(run):
         report = load(run, name)
         unit = "records/s" if name == "random-fetch" else "MB/s"
         figure = get(report, "fetch.records_per_s" if name == "random-fetch" else "fetch.mb_per_s")
+        status = verdict(get(report, "fetch.vs_disk"), bound)
+        direct = load(run, "fetch-cold-direct") if name == "fetch-cold" else None
+        if status != "met" and direct and verdict(get(direct, "fetch.vs_disk"), bound) == "met":
+            # Cold reads past the page cache are the engine's option for this (off by default:
+            # what they read does not stay cached; `EngineConfig::direct_cold_reads`).
+            status += (" through the page cache, the default; met with `--direct-reads` "
+                       f"({fmt(get(direct, 'fetch.vs_disk'))}×, below)")
         rows.append((
             f"3. `{name}` ≥ {bound}× {what}", f"{fmt(figure, 1)} {unit}",
-            get(report, "fetch.vs_disk"), verdict(get(report, "fetch.vs_disk"), bound)))
+            get(report, "fetch.vs_disk"), status))
         through_cache = get(report, "fetch.vs_disk_through_page_cache")
         if through_cache is not None:
             # The default cold path's own limit: the disk's reads through the page cache over
