@@ -13,9 +13,13 @@
  *              deleted;
  *   ahead      as overwrite, while a fifth thread writes zeros into other files (the next
  *              segments) as fast as the rounds write data, syncing each 64 MiB file when it is
- *              full: space written ahead, the only way a log appending from empty gets it.
+ *              full: space written ahead, the only way a log appending from empty gets it;
+ *   apart      as grow, but not in step: each file's thread appends and syncs as fast as it
+ *              can, so one file's write often meets another's sync in flight (the engine's
+ *              pattern: its shards write while other partitions' syncs run).
  *
- * Usage: rounds WAY ROUNDS DIR. Prints one line: MB/s of data and the rounds' percentiles (µs).
+ * Usage: rounds WAY ROUNDS DIR. Prints one line: MB/s of data, the rounds' percentiles (µs; for
+ * `apart`, each file's append + sync) and the `pwrite`s' own p50 and p99 (µs).
  * benches/fresh-space/run.sh runs every way under perf and counts the device's requests.
  */
 #define _GNU_SOURCE
@@ -38,6 +42,8 @@ static int rounds;
 static char dir[4096];
 static pthread_barrier_t barrier;
 static volatile long written_bytes, stop;
+static int in_step = 1;
+static double *write_us[FILES], *cycle_us[FILES];
 
 static double now_us(void) {
     struct timespec t;
@@ -55,10 +61,15 @@ static void check(int ok, const char *what) {
 static void *file_rounds(void *arg) {
     long i = (long)arg;
     for (int r = 0; r < rounds; r++) {
-        pthread_barrier_wait(&barrier);
+        if (in_step)
+            pthread_barrier_wait(&barrier);
+        double started = now_us();
         check(pwrite(fds[i], blocks[i], BLOCK_BYTES, (long)r * BLOCK_BYTES) == BLOCK_BYTES, "pwrite");
+        write_us[i][r] = now_us() - started;
         check(fdatasync(fds[i]) == 0, "fdatasync");
-        pthread_barrier_wait(&barrier);
+        cycle_us[i][r] = now_us() - started;
+        if (in_step)
+            pthread_barrier_wait(&barrier);
     }
     return NULL;
 }
@@ -102,6 +113,8 @@ static void *write_ahead(void *arg) {
 static void prepare(int i, const char *way) {
     char path[4200];
     long size = (long)rounds * BLOCK_BYTES;
+    write_us[i] = malloc(sizeof(double) * rounds);
+    cycle_us[i] = malloc(sizeof(double) * rounds);
     snprintf(path, sizeof path, "%s/file-%d", dir, i);
     fds[i] = open(path, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0644);
     check(fds[i] >= 0, "open");
@@ -124,13 +137,15 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: rounds grow|fallocate|overwrite|ahead ROUNDS DIR\n");
+        fprintf(stderr, "usage: rounds grow|fallocate|overwrite|ahead|apart ROUNDS DIR\n");
         return 2;
     }
     const char *way = argv[1];
     rounds = atoi(argv[2]);
     snprintf(dir, sizeof dir, "%s", argv[3]);
-    double *latency_us = malloc(sizeof(double) * rounds);
+    in_step = strcmp(way, "apart") != 0;
+    double *latency_us = malloc(sizeof(double) * rounds * FILES);
+    double *writes_us = malloc(sizeof(double) * rounds * FILES);
     for (int i = 0; i < FILES; i++)
         prepare(i, way);
     pthread_barrier_init(&barrier, NULL, FILES + 1);
@@ -141,23 +156,32 @@ int main(int argc, char **argv) {
     if (writes_ahead)
         pthread_create(&ahead, NULL, write_ahead, NULL);
     double started = now_us();
-    for (int r = 0; r < rounds; r++) {
+    for (int r = 0; in_step && r < rounds; r++) {
         double round_started = now_us();
         pthread_barrier_wait(&barrier);
         pthread_barrier_wait(&barrier);
         latency_us[r] = now_us() - round_started;
         written_bytes += (long)BLOCK_BYTES * FILES;
     }
-    double elapsed_us = now_us() - started;
-    stop = 1;
     for (int i = 0; i < FILES; i++)
         pthread_join(threads[i], NULL);
+    double elapsed_us = now_us() - started;
+    stop = 1;
+    int samples = in_step ? rounds : rounds * FILES;
+    for (int i = 0; i < FILES; i++)
+        for (int r = 0; r < rounds; r++) {
+            writes_us[i * rounds + r] = write_us[i][r];
+            if (!in_step)
+                latency_us[i * rounds + r] = cycle_us[i][r];
+        }
     if (writes_ahead)
         pthread_join(ahead, NULL);
-    qsort(latency_us, rounds, sizeof(double), by_value);
-    printf("%-9s rounds=%d MB/s=%.0f p50=%.0f p99=%.0f p99.9=%.0f max=%.0f\n", way, rounds,
-           (double)rounds * BLOCK_BYTES * FILES / elapsed_us, latency_us[rounds / 2],
-           latency_us[rounds * 99 / 100], latency_us[rounds * 999 / 1000], latency_us[rounds - 1]);
+    qsort(latency_us, samples, sizeof(double), by_value);
+    qsort(writes_us, rounds * FILES, sizeof(double), by_value);
+    printf("%-9s rounds=%d MB/s=%.0f p50=%.0f p99=%.0f p99.9=%.0f max=%.0f write p50=%.0f p99=%.0f\n",
+           way, rounds, (double)rounds * BLOCK_BYTES * FILES / elapsed_us, latency_us[samples / 2],
+           latency_us[samples * 99 / 100], latency_us[samples * 999 / 1000], latency_us[samples - 1],
+           writes_us[rounds * FILES / 2], writes_us[rounds * FILES * 99 / 100]);
     for (int i = 0; i < FILES; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/file-%d", dir, i);

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$dir"
 gcc -O2 -Wall -o "$dir/rounds" "$here/rounds.c" -lpthread
 for repeat in $(seq "$repeats"); do
-    for way in grow fallocate overwrite ahead; do
+    for way in grow fallocate overwrite ahead apart; do
         perf record -q -a -e block:block_rq_issue -e ext4:ext4_sync_file_enter \
             -o "$dir/perf.data" -- "$dir/rounds" "$way" "$rounds" "$dir" 2>/dev/null |
             tr '\n' ' '

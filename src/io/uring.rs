@@ -16,10 +16,10 @@
 //! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up
 //! is the host starting the vCPU again (polled, cold point lookups ran 1.15-1.6× as fast here
 //! in alternating runs, BENCHMARKS.md § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
-//! asleep. A buffered write is
-//! punted to an io-wq worker and the shard would wait for it, so buffered writes are plain
-//! `pwrite`s on the calling thread (append p50 420 → 265 µs, BENCHMARKS.md); writes to files
-//! opened `O_DIRECT` go through the ring.
+//! asleep. Writes are plain `pwrite`s on the calling thread: the ring punts a buffered write,
+//! and an `O_DIRECT` write into blocks ext4 must allocate or convert, to an io-wq worker, and the
+//! shard would wait for it (buffered append p50 420 → 265 µs; `O_DIRECT` group commit 12-15 %
+//! more MB/s; BENCHMARKS.md).
 //!
 //! Directory operations (create, list, rename, remove, dir fsync) are rare and go through std.
 //!
@@ -302,8 +302,6 @@ fn result_to_io(result: i32) -> io::Result<usize> {
 #[derive(Debug)]
 struct UringFile {
     file: File,
-    /// Opened with `O_DIRECT` ([`OpenMode::ExistingDirect`]): its writes go through the ring.
-    direct: bool,
     /// The file system refused `RWF_NOWAIT` reads (`EOPNOTSUPP`): reads are plain `pread`s.
     nowait_refused: AtomicBool,
     /// Large cold reads' `O_DIRECT` side; `None` when they go through the page cache.
@@ -323,7 +321,6 @@ impl UringFile {
                 .filter(|_| !direct)
                 .map(cold::ColdReader::new),
             file,
-            direct,
             nowait_refused: AtomicBool::new(false),
             generation,
         }
@@ -469,22 +466,13 @@ impl UringFile {
         }
     }
 
+    /// One `pwrite` on the calling thread, for every write, `O_DIRECT` or not. Through the ring
+    /// a buffered write, and an `O_DIRECT` write into blocks ext4 must allocate or convert (every
+    /// append to a growing segment), cannot complete without blocking, so the ring punts it to an
+    /// io-wq worker while the caller waits for that worker: a hand-over and a second thread's CPU
+    /// for nothing (BENCHMARKS.md § `O_DIRECT` appends without the io-wq hand-over).
     fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
-        if !self.direct {
-            return self.file.write_at(buf, position);
-        }
-        let fd = types::Fd(self.file.as_raw_fd());
-        let length = buf.len().min(u32::MAX as usize) as u32;
-        let entry = opcode::Write::new(fd, buf.as_ptr(), length)
-            .offset(position)
-            .build();
-        // SAFETY: `buf` is borrowed for this whole call, and `submit_and_reap` returns only after
-        // the write completed.
-        let result = with_ring(|ring| unsafe { submit_and_reap(ring, &[entry]) }[0]);
-        match result {
-            Some(result) => result_to_io(result),
-            None => self.file.write_at(buf, position),
-        }
+        self.file.write_at(buf, position)
     }
 }
 
@@ -649,7 +637,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn direct_writes_and_group_syncs_go_through_the_ring_and_reads_see_them() {
+    fn group_syncs_go_through_the_ring_and_reads_see_buffered_and_direct_writes() {
         if let Err(error) = UringIo::probe() {
             eprintln!("skipped: io_uring unavailable here: {error}");
             return;
@@ -702,7 +690,7 @@ mod tests {
         assert_eq!(
             error.raw_os_error(),
             Some(9),
-            "EBADF from the ring, not a panic"
+            "EBADF as an io::Error, not a panic"
         );
     }
 
