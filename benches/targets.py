@@ -290,7 +290,9 @@ def durable_latency_status(latency, ways, over_bare, basis):
         return status
     appending = {name: median for name, (median, _) in ways.items()
                  if name != REWRITES_OLD_SPACE}
-    best = min(appending.values())
+    best = min(appending.values(), default=None)
+    if best is None:
+        return status
     if len(ways) > 1 and best > 2.0:
         status += (" (the machine's: the same producers on the bare disk miss the bound in "
                    f"every way a log appending from empty finds space, the best "

@@ -18,8 +18,8 @@
 //! in alternating runs, BENCHMARKS.md § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
 //! asleep. Writes are plain `pwrite`s on the calling thread: the ring punts a buffered write,
 //! and an `O_DIRECT` write into blocks ext4 must allocate or convert, to an io-wq worker, and the
-//! shard would wait for it (buffered append p50 420 → 265 µs; `O_DIRECT` group commit 12-15 %
-//! more MB/s; BENCHMARKS.md).
+//! shard would wait for it (buffered append p50 420 → 265 µs; `O_DIRECT` group commit 9 % and
+//! `O_DIRECT` appends 17 % more MB/s at the median; BENCHMARKS.md).
 //!
 //! Directory operations (create, list, rename, remove, dir fsync) are rare and go through std.
 //!
