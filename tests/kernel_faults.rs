@@ -1242,7 +1242,8 @@ fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
         // Writes are plain `pwrite`s and a lone file's sync a plain `fdatasync`: what goes
         // through the ring is a sync thread's syncs of several files at once. Sixteen partitions
         // on a shard's four sync threads, and small segments whose seals are synced with the
-        // appends after them, make most syncs such groups, each an `io_uring_enter`.
+        // appends after them, make most syncs such groups, each an `io_uring_enter`. The appends
+        // are `O_DIRECT` writes, the path whose syncs matter most to durable appends.
         let writer = WriterSpec {
             records: 600,
             errors_max: u64::MAX,
@@ -1251,7 +1252,7 @@ fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
             ..WriterSpec::new(&data_dir, &work.path().join(format!("{errno}.acks")), errno)
         };
         let log = work.path().join(format!("{errno}.out"));
-        let env = [("SEGLOG_IO_BACKEND", "uring")];
+        let env = [("SEGLOG_IO_BACKEND", "uring"), (DIRECT_WRITES_ENV, "1")];
         writer.run_to_end(&wrapper, &env, &log);
         let mut run_acks = AckLog::default();
         run_acks.add_writer(&writer.ack_log);

@@ -465,15 +465,6 @@ impl UringFile {
             None => unsafe { self.pread(destination, length, position) },
         }
     }
-
-    /// One `pwrite` on the calling thread, for every write, `O_DIRECT` or not. Through the ring
-    /// a buffered write, and an `O_DIRECT` write into blocks ext4 must allocate or convert (every
-    /// append to a growing segment), cannot complete without blocking, so the ring punts it to an
-    /// io-wq worker while the caller waits for that worker: a hand-over and a second thread's CPU
-    /// for nothing (BENCHMARKS.md § `O_DIRECT` appends without the io-wq hand-over).
-    fn write_once(&self, buf: &[u8], position: u64) -> io::Result<usize> {
-        self.file.write_at(buf, position)
-    }
 }
 
 impl StorageFile for UringFile {
@@ -492,18 +483,14 @@ impl StorageFile for UringFile {
         Ok(buffer)
     }
 
+    /// `pwrite`s on the calling thread, for every file, `O_DIRECT` or not. Through the ring a
+    /// buffered write, and an `O_DIRECT` write into blocks ext4 must allocate or convert (every
+    /// append to a growing segment), cannot complete without blocking, so the ring punts it to an
+    /// io-wq worker while the caller waits for that worker: a hand-over and a second thread's CPU
+    /// for nothing (BENCHMARKS.md § `O_DIRECT` appends without the io-wq hand-over).
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.file_changed();
-        let mut written = 0;
-        while written < buf.len() {
-            match self.write_once(&buf[written..], position + written as u64) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(count) => written += count,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(())
+        self.file.write_all_at(buf, position)
     }
 
     fn sync_data(&self) -> io::Result<()> {
