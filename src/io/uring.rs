@@ -483,11 +483,8 @@ impl StorageFile for UringFile {
         Ok(buffer)
     }
 
-    /// `pwrite`s on the calling thread, for every file, `O_DIRECT` or not. Through the ring a
-    /// buffered write, and an `O_DIRECT` write into blocks ext4 must allocate or convert (every
-    /// append to a growing segment), cannot complete without blocking, so the ring punts it to an
-    /// io-wq worker while the caller waits for that worker: a hand-over and a second thread's CPU
-    /// for nothing (BENCHMARKS.md § `O_DIRECT` appends without the io-wq hand-over).
+    /// `pwrite`s on the calling thread, for every file, `O_DIRECT` or not (the module
+    /// documentation says why).
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.file_changed();
         self.file.write_all_at(buf, position)
