@@ -37,6 +37,10 @@ use super::store::OffsetAndMetadata;
 /// The longest `group.id`.
 pub const GROUP_ID_LENGTH_MAX: usize = 255;
 
+/// How many times a commit of released positions follows the group to a newer generation; each
+/// retry needs another member to join or leave between two calls on this thread.
+const GENERATION_RETRIES_MAX: u32 = 8;
+
 /// Callbacks of a rebalance, called on the consumer's thread inside `poll` (and `unsubscribe`,
 /// `close`), with the consumer itself so that they can commit, seek or read positions.
 ///
@@ -212,13 +216,7 @@ impl Consumer {
         };
         // Reach the group's current generation first, so that the final commit is not refused
         // for a rebalance this member has not polled since; it still owns all it owned.
-        let metadata_max_age = Duration::from_millis(self.config.metadata_max_age_ms);
-        let synced =
-            self.coordinator
-                .sync(&membership.group, &membership.member_id, metadata_max_age);
-        if let (Ok(plan), Some(current)) = (&synced, self.membership.as_mut()) {
-            current.generation = plan.generation;
-        }
+        let synced = self.catch_up_generation();
         let committed = if self.config.enable_auto_commit {
             self.commit_changed_positions_sync()
         } else {
@@ -397,7 +395,7 @@ impl Consumer {
     /// Commits the position of every owned partition and waits until it is durable.
     pub fn commit_sync(&mut self) -> Result<(), CommitError> {
         let positions = self.positions(|_| true);
-        self.commit_positions_sync(positions)
+        self.commit_positions_sync(&positions)
     }
 
     /// Commits `offsets` (of owned partitions) and waits until they are durable.
@@ -439,13 +437,37 @@ impl Consumer {
 
     fn commit_positions_sync(
         &mut self,
-        positions: Vec<(TopicPartition, Offset)>,
+        positions: &[(TopicPartition, Offset)],
     ) -> Result<(), CommitError> {
-        self.commit_offsets(with_no_metadata(&positions)).wait()?;
-        self.note_committed(&positions);
+        self.commit_offsets(with_no_metadata(positions)).wait()?;
+        self.note_committed(positions);
         Ok(())
     }
 
+    /// Commits positions of partitions this member is about to give up (a revocation or a leave).
+    /// It still owns them: the group moves a partition only once its owner released it. So a
+    /// refusal for a generation the group reached after this member last synchronised (another
+    /// member joined or left meanwhile) is retried at the group's current generation; without
+    /// the retry the positions stay uncommitted and the next owner consumes those records again.
+    fn commit_released_positions_sync(
+        &mut self,
+        positions: &[(TopicPartition, Offset)],
+    ) -> Result<(), CommitError> {
+        let mut retries = 0;
+        loop {
+            match self.commit_positions_sync(positions) {
+                Err(CommitError::IllegalGeneration { .. })
+                    if retries < GENERATION_RETRIES_MAX && self.catch_up_generation().is_ok() =>
+                {
+                    retries += 1;
+                }
+                committed => return committed,
+            }
+        }
+    }
+
+    /// Auto-commit's last commit before a leave: waits for the one in flight, then commits the
+    /// positions that moved since.
     fn commit_changed_positions_sync(&mut self) -> Result<(), CommitError> {
         if let Some((handle, positions)) = self.auto_commit_in_flight.take()
             && handle.wait().is_ok()
@@ -453,7 +475,7 @@ impl Consumer {
             self.note_committed(&positions);
         }
         let positions = self.positions(|state| state.position != state.committed_position);
-        self.commit_positions_sync(positions)
+        self.commit_released_positions_sync(&positions)
     }
 
     fn note_committed(&mut self, positions: &[(TopicPartition, Offset)]) {
@@ -574,6 +596,20 @@ impl Consumer {
         Ok(())
     }
 
+    /// Takes the group's current generation without applying its plan (`synchronise`, at the
+    /// next poll, does). Fails if the group no longer knows this member.
+    fn catch_up_generation(&mut self) -> Result<(), UnknownMember> {
+        let Some(membership) = self.membership.as_mut() else {
+            return Err(UnknownMember);
+        };
+        let metadata_max_age = Duration::from_millis(self.config.metadata_max_age_ms);
+        let plan =
+            self.coordinator
+                .sync(&membership.group, &membership.member_id, metadata_max_age)?;
+        membership.generation = plan.generation;
+        Ok(())
+    }
+
     fn revoke(&mut self, revoked: &[TopicPartition]) {
         if self.config.enable_auto_commit {
             let positions = self.positions(|state| state.position != state.committed_position);
@@ -581,7 +617,7 @@ impl Consumer {
                 .into_iter()
                 .filter(|(tp, _)| revoked.contains(tp))
                 .collect();
-            if let Err(error) = self.commit_positions_sync(positions) {
+            if let Err(error) = self.commit_released_positions_sync(&positions) {
                 log::warn!("auto-commit before revoking {revoked:?} failed: {error}");
             }
         }
@@ -875,4 +911,86 @@ fn check_group_id(group: &str) -> Result<(), JoinError> {
         return Err(invalid("group.id contains a control character"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LogConfig;
+    use crate::engine::{Durability, Engine, EngineConfig};
+    use crate::format::{BatchBuilder, NewRecord};
+
+    fn engine_with_records(dir: &std::path::Path, topic: &TopicName, count: usize) -> Engine {
+        let config = EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::open(dir, config).unwrap();
+        engine
+            .create_topic(topic.as_str(), 1, LogConfig::default())
+            .unwrap();
+        let mut batch = BatchBuilder::new(0);
+        for _ in 0..count {
+            batch.push(&NewRecord {
+                timestamp_ms: 1_700_000_000_000,
+                key: None,
+                value: Some(b"v"),
+                headers: &[],
+            });
+        }
+        let pending = engine.append(topic, 0, batch.build().unwrap(), Durability::Written);
+        pending.wait().unwrap();
+        engine
+    }
+
+    fn auto_committing(coordinator: &GroupCoordinator, client_id: &str) -> Consumer {
+        let mut config = ConsumerConfig::new("g");
+        for (key, value) in [
+            ("client.id", client_id),
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "true"),
+            ("max.poll.records", "3"),
+            ("fetch.max.wait.ms", "20"),
+        ] {
+            config.set(key, value).unwrap();
+        }
+        let mut consumer = coordinator.consumer(config);
+        consumer.subscribe(&["t"]).unwrap();
+        consumer
+    }
+
+    /// A rebalance between a member's sync and its commit of what it gives up (here: another
+    /// member joins after the first one's last poll) must not leave those positions uncommitted,
+    /// or the partition's next owner consumes the same records again.
+    #[test]
+    fn released_positions_are_committed_when_the_group_moved_on_since_the_last_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = TopicName::parse("t").unwrap();
+        let engine = engine_with_records(dir.path(), &topic, 10);
+        let coordinator = GroupCoordinator::open(&engine).unwrap();
+        let mut first = auto_committing(&coordinator, "first");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while first.poll(Duration::from_millis(20)).unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "no records polled");
+        }
+        let tp = TopicPartition {
+            topic,
+            partition: 0,
+        };
+        let position = first.position(&tp).unwrap();
+        let stale = first.generation().unwrap();
+        let second = auto_committing(&coordinator, "second");
+        assert_ne!(
+            coordinator.describe_group("g").unwrap().generation,
+            Some(stale)
+        );
+        assert_eq!(first.generation(), Some(stale));
+
+        first.revoke(std::slice::from_ref(&tp));
+
+        let committed = coordinator.committed("g", &tp).map(|c| c.offset);
+        assert_eq!(committed, Some(position));
+        drop(second);
+    }
 }
