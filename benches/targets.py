@@ -370,9 +370,7 @@ def at_cold_read_floor(row, results, cell, disk):
     run: each cold lookup waits for one device read, so that rate is the cell's floor."""
     target, figures, value, status = row
     floor = disk.get("read_cold_random_4kib_per_s")
-    ours = next((get(r, "cold_lookups.records_per_s") for r in results
-                 if r["engine"] == "seglog" and r["cell"] == cell), None)
-    over_floor = ratio(ours, floor)
+    over_floor = ratio(engine_figure(results, "seglog", cell, "cold_lookups.records_per_s"), floor)
     if status == "met" or over_floor is None:
         return row
     figures += f"; the disk's cold random 4 KiB reads one at a time {fmt(floor, 0)}/s"
@@ -382,9 +380,13 @@ def at_cold_read_floor(row, results, cell, disk):
     return (target, figures, value, status)
 
 
-def peer_row(results, engine, cell, measure, name, bound):
-    ours = next((get(r, measure) for r in results
+def engine_figure(results, engine, cell, measure):
+    return next((get(r, measure) for r in results
                  if r["engine"] == engine and r["cell"] == cell), None)
+
+
+def peer_row(results, engine, cell, measure, name, bound):
+    ours = engine_figure(results, engine, cell, measure)
     best, who = best_crate(results, cell, measure)
     value = ratio(ours, best)
     return (f"4. {engine} {cell} {name} ≥ {bound}× the best crate's (one writer)",

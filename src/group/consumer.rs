@@ -980,7 +980,7 @@ mod tests {
         };
         let position = first.position(&tp).unwrap();
         let stale = first.generation().unwrap();
-        let second = auto_committing(&coordinator, "second");
+        let _second = auto_committing(&coordinator, "second");
         assert_ne!(
             coordinator.describe_group("g").unwrap().generation,
             Some(stale)
@@ -991,6 +991,5 @@ mod tests {
 
         let committed = coordinator.committed("g", &tp).map(|c| c.offset);
         assert_eq!(committed, Some(position));
-        drop(second);
     }
 }
