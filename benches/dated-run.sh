@@ -43,7 +43,7 @@ bench() {
   shift
   rm -rf "$data"
   echo "== $name: seglog bench $*" | tee -a "$out/run.txt"
-  "$seglog" bench "$@" --dir "$data" --json "$out/$name.json" | tee "$out/$name.txt"
+  "$seglog" bench "$@" --settle --dir "$data" --json "$out/$name.json" | tee "$out/$name.txt"
   rm -rf "$data"
 }
 

@@ -77,7 +77,7 @@ def cpu_seconds(before, after):
 
 def engine_command(seglog, writers, seconds, scratch, json_path):
     return [seglog, "bench", "--workload", "append", "--duration", str(seconds),
-            "--shards", str(writers), "--dir", str(scratch), "--no-settle",
+            "--shards", str(writers), "--dir", str(scratch),
             "--json", str(json_path)]
 
 

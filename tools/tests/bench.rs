@@ -18,7 +18,8 @@ fn bench_json(args: &[&str]) -> Value {
 fn bench_json_and_table(args: &[&str]) -> (Value, String) {
     let temporary = tempfile::tempdir().unwrap();
     let json = temporary.path().join("bench.json");
-    let mut all = vec!["bench", "--no-settle", "--json", path_arg(&json)];
+    // The ruler's fio jobs (`--vs-disk`) run a second each here, not the default five.
+    let mut all = vec!["bench", "--ruler-seconds", "1", "--json", path_arg(&json)];
     all.extend_from_slice(args);
     let output = run(&all);
     assert_success(&output);
@@ -311,14 +312,7 @@ fn a_batch_smaller_than_a_record_is_refused() {
 fn an_explicit_dir_is_used_and_kept() {
     let temporary = tempfile::tempdir().unwrap();
     let data = temporary.path().join("data");
-    let output = run(&[
-        "bench",
-        "--no-settle",
-        "--records",
-        "100",
-        "--dir",
-        path_arg(&data),
-    ]);
+    let output = run(&["bench", "--records", "100", "--dir", path_arg(&data)]);
     assert_success(&output);
     assert!(data.join("seglog-bench-0").is_dir());
 }
@@ -371,14 +365,7 @@ fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {
     let temporary = tempfile::tempdir().unwrap();
     let data = temporary.path().join("data");
     let json = temporary.path().join("bench.json");
-    let mut all = vec![
-        "bench",
-        "--no-settle",
-        "--json",
-        path_arg(&json),
-        "--dir",
-        path_arg(&data),
-    ];
+    let mut all = vec!["bench", "--json", path_arg(&json), "--dir", path_arg(&data)];
     all.extend_from_slice(args);
     let output = run(&all);
     assert_success(&output);
@@ -706,10 +693,17 @@ fn new_options_refuse_bad_values() {
 }
 
 #[test]
-fn the_engine_waits_for_freed_memory_to_be_reported_where_the_machine_reports_it() {
+fn with_settle_the_engine_waits_for_freed_memory_to_be_reported_where_the_machine_reports_it() {
     let temporary = tempfile::tempdir().unwrap();
     let json = temporary.path().join("bench.json");
-    let output = run(&["bench", "--records", "100", "--json", path_arg(&json)]);
+    let output = run(&[
+        "bench",
+        "--settle",
+        "--records",
+        "100",
+        "--json",
+        path_arg(&json),
+    ]);
     assert_success(&output);
     let table = String::from_utf8(output.stdout).unwrap();
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -728,4 +722,115 @@ fn the_engine_waits_for_freed_memory_to_be_reported_where_the_machine_reports_it
         assert!(waits[0]["seconds"].as_f64().unwrap() >= 4.0, "{report:#}");
     }
     assert!(table.contains("free page reporting: waited"), "{table}");
+}
+
+fn fio_installed() -> bool {
+    std::process::Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// The ruler: fio's 1 MiB writes at queue depth 16, `O_DIRECT` and buffered with their final
+/// fsync, are the disk's best sequential write, and the append phase (its final flush
+/// included) is held to it.
+#[test]
+fn vs_disk_holds_appends_to_the_disks_best_sequential_write_measured_by_fio() {
+    if !fio_installed() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "fio must be installed under CI (.ci/run installs it)"
+        );
+        println!("SKIPPED: fio is not installed, the ruler cannot be measured");
+        return;
+    }
+    let (report, table) = bench_json_and_table(&["--records", "2000", "--vs-disk"]);
+    let limits = &report["disk"]["limits"];
+    assert_eq!(limits["tool"], "fio", "{report:#}");
+    assert_eq!(limits["seconds"], 1, "{report:#}");
+    let buffered = number(limits, &["write_buffered_mb_per_s"]);
+    let direct = number(limits, &["write_direct_mb_per_s"]);
+    let best = number(limits, &["best_write_mb_per_s"]);
+    assert!(buffered > 0.0 && direct > 0.0, "{report:#}");
+    assert_eq!(best, buffered.max(direct), "{report:#}");
+    assert_eq!(number(&report, &["disk", "write_mb_per_s"]), best);
+    assert_eq!(report["disk"]["write_is_the_disk_limit"], true);
+    assert!(
+        number(limits, &["read_direct_mb_per_s"]) > 0.0,
+        "{report:#}"
+    );
+    for block in ["4096", "65536"] {
+        let append = &limits["append_fdatasync"][block];
+        assert!(number(append, &["writes_per_s"]) > 0.0, "{report:#}");
+        let p50 = number(append, &["fdatasync_us", "p50"]);
+        let p999 = number(append, &["fdatasync_us", "p999"]);
+        assert!(p50 > 0.0 && p50 <= p999, "{report:#}");
+    }
+    // 2,000 records are far too few for cold random reads: said, not measured.
+    assert!(
+        limits["random_read_4k_direct_per_s"]
+            .as_object()
+            .unwrap()
+            .is_empty(),
+        "{report:#}"
+    );
+    assert!(table.contains("random reads not measured"), "{table}");
+    let append_mb = number(&report, &["append", "mb_per_s"]);
+    let ratio = number(&report, &["append", "vs_disk"]);
+    assert!((ratio - append_mb / best).abs() < 1e-9, "{report:#}");
+    assert!(number(&report, &["append", "final_flush_seconds"]) >= 0.0);
+    assert!(
+        table.contains("x the disk's best sequential write"),
+        "{table}"
+    );
+}
+
+/// Without fio there is no ruler: the ratio is named as the run's own pattern's, never as the
+/// disk's limit.
+#[test]
+fn without_fio_the_append_ratio_is_not_called_the_disks_limit() {
+    let temporary = tempfile::tempdir().unwrap();
+    let json = temporary.path().join("bench.json");
+    let output = support::seglog()
+        .args(["bench", "--records", "1000", "--vs-disk", "--json"])
+        .arg(&json)
+        .env("PATH", temporary.path())
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let table = String::from_utf8(output.stdout).unwrap();
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["disk"]["tool"], "built-in", "{report:#}");
+    assert!(report["disk"]["limits"].is_null(), "{report:#}");
+    assert_eq!(report["disk"]["write_is_the_disk_limit"], false);
+    assert!(table.contains("fio is not installed"), "{table}");
+    assert!(
+        table.contains("x the run's own pattern's best write (not the disk's limit)"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("the disk's best sequential write"),
+        "{table}"
+    );
+}
+
+/// A durable phase's appends were synced before they were answered: no final flush.
+#[test]
+fn only_a_non_durable_append_phase_ends_with_a_final_flush() {
+    let written = bench_json(&["--records", "1000"]);
+    assert!(number(&written, &["append", "final_flush_seconds"]) >= 0.0);
+    let durable = bench_json(&["--records", "1000", "--flush", "batch"]);
+    assert!(
+        durable["durable"]["final_flush_seconds"].is_null(),
+        "{durable:#}"
+    );
+}
+
+#[test]
+fn without_settle_nothing_waits_for_freed_memory() {
+    let report = bench_json(&["--records", "100"]);
+    let waits = report["machine"]["page_reporting_waits"]
+        .as_array()
+        .unwrap();
+    assert!(waits.is_empty(), "{report:#}");
 }

@@ -207,17 +207,23 @@ pub struct BenchArgs {
     /// Also draw every phase's latency by percentile as an SVG plot in this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// First measure the disk's own limits (sequential buffered and O_DIRECT writes of the batch
-    /// size with the same sync policy, the buffered one as long as the phase; sequential reads;
-    /// 4 KiB random reads at the consumers' queue depth; with fio when installed) in a separate
-    /// directory, and print the engine's figures as a ratio of them.
+    /// First measure the disk in a separate directory on the same file system, and print the
+    /// engine's figures as a ratio of it: its limits with fio (the ruler, `--ruler-seconds`;
+    /// "the disk's best sequential write" is the faster of fio's 1 MiB O_DIRECT and buffered
+    /// writes at queue depth 16), and beside them the run's own pattern (writes of the batch
+    /// size with the same sync policy, sequential and random reads; fio or a built-in loop).
     #[arg(long)]
     pub vs_disk: bool,
-    /// Do not wait, before the disk's measurement, the bare producers, the engine and a cold
-    /// read phase, for memory freed before to be handed back to the host (a VM's free page
-    /// reporting; its passes stall every sync here).
+    /// With `--vs-disk`: how long each of the ruler's fio jobs runs (the disk's limits: 1 MiB
+    /// sequential writes at queue depth 16, O_DIRECT and buffered, their final fsync inside;
+    /// the sequential read; appends + fdatasync; random reads over the engine's files).
+    #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub ruler_seconds: u64,
+    /// Wait, before the disk's measurement, the bare producers, the engine and a cold read
+    /// phase, for memory freed before to be handed back to the host (a VM's free page
+    /// reporting; its passes stall every sync here). Off unless asked for.
     #[arg(long)]
-    pub no_settle: bool,
+    pub settle: bool,
 }
 
 fn parse_compression(text: &str) -> Result<Compression, String> {

@@ -22,6 +22,7 @@ use hdrhistogram::Histogram;
 use super::cache::advise_dont_need;
 use super::fio::{self, SequentialReads};
 use super::progress::{MB, join_all, micros, new_histogram};
+use super::ruler::DiskLimits;
 use super::settle::Settles;
 
 /// How long each write and random-read measurement runs.
@@ -182,6 +183,10 @@ pub struct DiskFigures {
     /// way of finding space ([`GroupedSpace::ALL`]).
     pub grouped_producers: Vec<GroupedProducers>,
     pub notes: Vec<String>,
+    /// The disk's limits, measured with fio as a storage engineer would ([`super::ruler`]);
+    /// `None` without fio (a note says so), where the figures above, of the run's own pattern,
+    /// are all there is and are not the disk's limit.
+    pub limits: Option<DiskLimits>,
 }
 
 impl DiskFigures {
@@ -285,22 +290,52 @@ impl DiskFigures {
         Ok(())
     }
 
+    /// Runs the ruler ([`super::ruler`]) for `seconds` a job in a scratch directory under
+    /// `parent`, where fio is installed; a note says so where it is not.
+    pub fn measure_limits(&mut self, parent: &Path, seconds: u64) -> anyhow::Result<()> {
+        if !fio::installed() {
+            self.notes.push(
+                "fio is not installed: the disk's limits were not measured, and the ratios \
+                 below are against the run's own pattern, not the disk's limit"
+                    .to_owned(),
+            );
+            return Ok(());
+        }
+        let scratch = scratch_dir(parent)?;
+        self.limits = Some(super::ruler::measure(scratch.path(), seconds)?);
+        Ok(())
+    }
+
     /// Whether the `O_DIRECT` sequential write was faster than the buffered one.
     pub fn direct_write_is_faster(&self) -> bool {
         self.write_direct_mb_per_s
             .is_some_and(|direct| direct > self.write_buffered_mb_per_s)
     }
 
-    /// The best sequential write rate, buffered or `O_DIRECT`.
+    /// The disk's best sequential write ([`DiskLimits::best_write_mb_per_s`]), or without the
+    /// ruler the best of the run's own pattern, buffered or `O_DIRECT`.
     pub fn write_mb_per_s(&self) -> f64 {
+        match &self.limits {
+            Some(limits) => limits.best_write_mb_per_s(),
+            None => self.same_pattern_write_mb_per_s(),
+        }
+    }
+
+    /// The best sequential write of the run's own pattern (block size and sync policy).
+    pub fn same_pattern_write_mb_per_s(&self) -> f64 {
         self.write_buffered_mb_per_s
             .max(self.write_direct_mb_per_s.unwrap_or(0.0))
     }
 
-    /// The best sequential read rate from the disk.
+    /// The best sequential read rate from the disk, the ruler's included.
     pub fn read_mb_per_s(&self) -> f64 {
+        let ruler = self
+            .limits
+            .as_ref()
+            .and_then(|limits| limits.read_direct_mb_per_s);
         self.read_buffered_mb_per_s
             .max(self.read_direct_mb_per_s.unwrap_or(0.0))
+            .max(ruler.unwrap_or(0.0))
     }
 }
 
@@ -799,6 +834,7 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
         producers: None,
         grouped_producers: Vec::new(),
         notes,
+        limits: None,
     })
 }
 

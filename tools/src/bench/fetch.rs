@@ -10,7 +10,9 @@ use seglog::engine::{Engine, FetchOptions, Isolation};
 use seglog::log::FetchData;
 use seglog::types::{Offset, PartitionId, TopicName};
 
-use super::progress::{Limit, Phase, Shared, WorkerStats, merge, micros, progress_bar, watch};
+use super::progress::{
+    Limit, Phase, Shared, WorkerStats, merge, micros, phase_seconds, progress_bar, watch,
+};
 use super::settings::Settings;
 
 /// Bytes a sequential consumer asks for per fetch.
@@ -79,6 +81,7 @@ pub fn sequential_phase(
                 let partitions = consumer_partitions(settings, consumer);
                 scope.spawn(move || {
                     read_partitions(engine, topic, partitions, shared, (limit, started), at_end)
+                        .map(WorkerStats::finished_now)
                 })
             })
             .collect();
@@ -86,7 +89,7 @@ pub fn sequential_phase(
             shared.fetched.load(Ordering::Relaxed)
         })
     })?;
-    merge("fetch", &stats, Some(started.elapsed().as_secs_f64()))
+    merge("fetch", &stats, Some(phase_seconds(started, &stats)))
 }
 
 /// A sequential consumer: reads its partitions in turn, a fetch each, from the start.
@@ -182,7 +185,7 @@ pub fn random_phase(
                         stats.bytes += record.size_bytes();
                         shared.fetched.fetch_add(1, Ordering::Relaxed);
                     }
-                    Ok(stats)
+                    Ok(stats.finished_now())
                 })
             })
             .collect();
@@ -190,5 +193,5 @@ pub fn random_phase(
             shared.fetched.load(Ordering::Relaxed)
         })
     })?;
-    merge("fetch", &stats, Some(started.elapsed().as_secs_f64()))
+    merge("fetch", &stats, Some(phase_seconds(started, &stats)))
 }

@@ -102,6 +102,7 @@ pub fn measure(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigures> 
         producers: None,
         grouped_producers: Vec::new(),
         notes: Vec::new(),
+        limits: None,
     })
 }
 
@@ -241,7 +242,7 @@ fn free_huge_pages() -> Option<u64> {
 }
 
 /// fio's `--filename` for several files (`:` separates them; one in a name is escaped).
-fn filename_option(files: &[PathBuf]) -> String {
+pub fn filename_option(files: &[PathBuf]) -> String {
     let names: Vec<String> = files
         .iter()
         .map(|path| path.display().to_string().replace(':', "\\:"))
@@ -280,10 +281,17 @@ fn run(path: &Path, options: &[&str]) -> anyhow::Result<Value> {
     fio(&arguments)
 }
 
-/// Runs `fio` (psync engine, JSON output) with `arguments` and returns its report.
+/// Runs `fio` (psync engine unless `arguments` name another, JSON output) with `arguments` and
+/// returns its report.
 fn fio(arguments: &[String]) -> anyhow::Result<Value> {
+    let with_engine = [&["--ioengine=psync".to_owned()][..], arguments].concat();
+    json(&with_engine)
+}
+
+/// Runs `fio --output-format=json` with `arguments` and returns its report.
+pub fn json(arguments: &[String]) -> anyhow::Result<Value> {
     let output = Command::new("fio")
-        .args(["--ioengine=psync", "--output-format=json"])
+        .arg("--output-format=json")
         .args(arguments)
         .output()
         .context("cannot run fio")?;
@@ -298,7 +306,7 @@ fn fio(arguments: &[String]) -> anyhow::Result<Value> {
 
 /// The `fdatasync` latency percentiles of a write job with `--fdatasync=1` (`jobs[0].sync`),
 /// in microseconds; `None` without per-block syncs.
-fn sync_latency(report: &Value) -> Option<WriteLatency> {
+pub fn sync_latency(report: &Value) -> Option<WriteLatency> {
     let latency = &report["jobs"][0]["sync"]["lat_ns"];
     let percentile = |key: &str| Some(latency["percentile"][key].as_f64()? as u64 / 1000);
     Some(WriteLatency {
@@ -310,7 +318,7 @@ fn sync_latency(report: &Value) -> Option<WriteLatency> {
 }
 
 /// `jobs[0].<direction>.<field>` of a fio JSON report.
-fn number(report: &Value, direction: &str, field: &str) -> anyhow::Result<f64> {
+pub fn number(report: &Value, direction: &str, field: &str) -> anyhow::Result<f64> {
     report["jobs"][0][direction][field]
         .as_f64()
         .with_context(|| format!("fio's JSON has no jobs[0].{direction}.{field}"))

@@ -33,6 +33,7 @@ mod plot;
 mod produce;
 mod progress;
 mod report;
+mod ruler;
 mod settings;
 mod settle;
 mod tail;
@@ -83,10 +84,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     };
     fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-    let mut settles = Settles::new(!args.no_settle);
+    let mut settles = Settles::new(args.settle);
     let disk = if args.vs_disk {
         settles.wait("disk");
         let mut disk = measure_disk(&dir, &settings)?;
+        disk.measure_limits(&scratch_parent(&dir), args.ruler_seconds)?;
         settings.choose_write_path(&disk);
         disk.measure_producers(&scratch_parent(&dir), settings.direct_io, &mut settles)?;
         Some(disk)
@@ -117,6 +119,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let mut outcome = outcome?;
     closed?;
     let mut disk = disk;
+    if let Some(limits) = disk.as_mut().and_then(|disk| disk.limits.as_mut()) {
+        limits.measure_random_reads(&log_files(&dir)?);
+    }
     if let (Some(disk), Some(measured)) = (&mut disk, outcome.data_set_random_reads_per_s.take()) {
         disk.use_data_set_random_reads(measured);
     }

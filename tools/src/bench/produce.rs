@@ -17,7 +17,8 @@ use seglog::types::{PartitionId, TopicName};
 
 use super::batches::{BatchMaker, RecordMaker};
 use super::progress::{
-    Limit, Phase, Shared, WorkerStats, merge, micros, now_micros, progress_bar, watch,
+    Limit, Phase, Shared, WorkerStats, merge, micros, now_micros, phase_seconds, progress_bar,
+    watch,
 };
 use super::settings::Settings;
 
@@ -51,7 +52,18 @@ pub fn append_phase(
             shared.appended.load(Ordering::Relaxed)
         })
     })?;
-    merge(name, &stats, Some(started.elapsed().as_secs_f64()))
+    if settings.durable_appends() {
+        return merge(name, &stats, Some(phase_seconds(started, &stats)));
+    }
+    // What was acknowledged once written is in the page cache: the phase ends when it is on
+    // the disk, as the disk's buffered write ends with its fsync.
+    let flush_started = Instant::now();
+    engine
+        .flush_all()
+        .context("the append phase's final flush failed")?;
+    let mut phase = merge(name, &stats, Some(started.elapsed().as_secs_f64()))?;
+    phase.final_flush_s = Some(flush_started.elapsed().as_secs_f64());
+    Ok(phase)
 }
 
 /// One producer thread's view of its phase.
@@ -70,7 +82,12 @@ pub struct Producing<'a> {
 type InFlight = (Instant, Pending<AppendInfo, AppendError>, u64, u64);
 
 impl Producing<'_> {
+    /// Appends until the limit; the figures are stamped with the worker's own end.
     pub fn run(self) -> anyhow::Result<WorkerStats> {
+        self.append_until_limit().map(WorkerStats::finished_now)
+    }
+
+    fn append_until_limit(self) -> anyhow::Result<WorkerStats> {
         if self.settings.linger_ms.is_some() {
             return self.send_records();
         }

@@ -38,8 +38,13 @@ impl Limit {
 pub struct Phase {
     /// `append`, `durable`, `fetch`, `end_to_end`, `append_during_compaction`, ...
     pub name: &'static str,
-    /// Records, bytes and seconds, for phases with a throughput.
+    /// Records, bytes and seconds, for phases with a throughput: from the phase's start to the
+    /// last worker's own end (not to when the progress poll saw it), the final flush included.
     pub throughput: Option<(u64, u64, f64)>,
+    /// A non-durable append phase's final `flush_all` (everything it wrote synced), in seconds:
+    /// part of `throughput`'s seconds, so that the phase counts the same work as the disk's
+    /// buffered write with its final fsync.
+    pub final_flush_s: Option<f64>,
     /// One value per operation (append, record sent, fetch, record consumed), in microseconds.
     pub latency: Histogram<u64>,
 }
@@ -99,6 +104,8 @@ pub struct WorkerStats {
     pub records: u64,
     pub bytes: u64,
     pub latency: Histogram<u64>,
+    /// When the worker finished its last operation ([`WorkerStats::finished_now`]).
+    pub finished: Option<Instant>,
 }
 
 impl WorkerStats {
@@ -107,8 +114,26 @@ impl WorkerStats {
             records: 0,
             bytes: 0,
             latency: new_histogram()?,
+            finished: None,
         })
     }
+
+    /// These figures, stamped with the time the worker finished: a phase's rate runs to the
+    /// last worker's stamp, not to when [`watch`]'s poll noticed it.
+    pub fn finished_now(mut self) -> WorkerStats {
+        self.finished = Some(Instant::now());
+        self
+    }
+}
+
+/// Seconds from `started` to the last worker's end (to now for workers that did not stamp it).
+pub fn phase_seconds(started: Instant, stats: &[WorkerStats]) -> f64 {
+    let last = stats
+        .iter()
+        .map(|worker| worker.finished.unwrap_or_else(Instant::now))
+        .max()
+        .unwrap_or_else(Instant::now);
+    last.saturating_duration_since(started).as_secs_f64()
 }
 
 pub fn new_histogram() -> anyhow::Result<Histogram<u64>> {
@@ -205,6 +230,7 @@ pub fn merge(
     Ok(Phase {
         name,
         throughput: seconds.map(|seconds| (records, bytes, seconds)),
+        final_flush_s: None,
         latency,
     })
 }

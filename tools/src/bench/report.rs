@@ -13,6 +13,7 @@ use super::cache::CacheDrop;
 use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
 use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern, WriteLatency};
 use super::progress::{Limit, Phase};
+use super::ruler::DiskLimits;
 use super::settings::Settings;
 use super::settle::Settle;
 
@@ -64,7 +65,11 @@ impl Report<'_> {
         let disk = self.disk.as_ref()?;
         let best = "the disk's best";
         let (engine, disk, unit, against) = if phase.is_append() {
-            (phase.mb_per_s()?, disk.write_mb_per_s(), "MB/s", best)
+            let against = match disk.limits {
+                Some(_) => "the disk's best sequential write",
+                None => "the run's own pattern's best write (not the disk's limit)",
+            };
+            (phase.mb_per_s()?, disk.write_mb_per_s(), "MB/s", against)
         } else if phase.name != "fetch" {
             return None;
         } else if self.settings.workload == Workload::RandomFetch {
@@ -139,6 +144,15 @@ impl Report<'_> {
         writeln!(out, " {:>9}  (latency us)", "max")?;
         for phase in &self.phases {
             self.print_phase(out, phase)?;
+        }
+        for phase in &self.phases {
+            if let Some(seconds) = phase.final_flush_s {
+                writeln!(
+                    out,
+                    "{}: its final flush of everything written took {seconds:.2} s, inside its time",
+                    phase.name
+                )?;
+            }
         }
         if let Some(cache_drop) = self.cache_drop {
             writeln!(
@@ -288,6 +302,13 @@ impl Report<'_> {
         for note in &disk.notes {
             writeln!(out, "disk: {note}")?;
         }
+        if let Some(limits) = &disk.limits {
+            writeln!(out, "disk: {}", limits.describe())?;
+            for note in &limits.notes {
+                writeln!(out, "disk: {note}")?;
+            }
+            self.print_durable_versus_limits(out, limits)?;
+        }
         for phase in &self.phases {
             let versus = [self.versus_disk(phase), self.versus_page_cache(phase)];
             for versus in versus.into_iter().flatten() {
@@ -304,6 +325,25 @@ impl Report<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A durable phase's p99.9 beside the ruler's 64 KiB append + `fdatasync` p99.9.
+    fn print_durable_versus_limits(
+        &self,
+        out: &mut impl Write,
+        limits: &DiskLimits,
+    ) -> io::Result<()> {
+        let durable = self.phases.iter().find(|phase| phase.name == "durable");
+        let (Some(durable), Some(append)) = (durable, limits.append_sync(65536)) else {
+            return Ok(());
+        };
+        let engine = durable.latency.value_at_percentile(99.9);
+        writeln!(
+            out,
+            "durable p99.9: {engine} us = {:.2} x the disk's 64 KiB append + fdatasync p99.9 {} us",
+            engine as f64 / append.fdatasync.p999_us.max(1) as f64,
+            append.fdatasync.p999_us,
+        )
     }
 
     pub fn to_json(&self) -> Value {
@@ -420,6 +460,9 @@ impl Report<'_> {
             object.insert("records_per_s".into(), json!(per_s));
             object.insert("mb_per_s".into(), json!(mb));
         }
+        if let Some(seconds) = phase.final_flush_s {
+            object.insert("final_flush_seconds".into(), json!(seconds));
+        }
         if phase.name == "fetch" {
             object.insert("fetches_per_s".into(), json!(phase.operations_per_s()));
             if let Some(cache_drop) = self.cache_drop {
@@ -464,6 +507,8 @@ fn disk_json(disk: &DiskFigures) -> Value {
         "random_read_direct": disk.random_read_direct,
         "memcpy_mb_per_s": disk.memcpy_mb_per_s,
         "notes": disk.notes,
+        "write_is_the_disk_limit": disk.limits.is_some(),
+        "limits": disk.limits.as_ref().map(DiskLimits::to_json),
     });
     let latency_json = |latency: &WriteLatency| {
         json!({

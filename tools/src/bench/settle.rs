@@ -37,7 +37,7 @@ pub struct Settle {
     pub settled: bool,
 }
 
-/// The run's waits, in order; empty where free page reporting does not exist or `--no-settle`.
+/// The run's waits, in order; empty where free page reporting does not exist or without `--settle`.
 #[derive(Debug)]
 pub struct Settles {
     pub waits: Vec<Settle>,

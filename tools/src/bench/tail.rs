@@ -13,7 +13,7 @@ use seglog::types::{Offset, PartitionId, TopicName};
 use super::fetch::{consumer_partitions, fetch_options};
 use super::produce::Producing;
 use super::progress::{
-    Phase, Shared, WorkerStats, join_all, merge, now_micros, progress_bar, watch,
+    Phase, Shared, WorkerStats, join_all, merge, now_micros, phase_seconds, progress_bar, watch,
 };
 use super::settings::Settings;
 
@@ -31,7 +31,7 @@ pub fn tail_phases(
     let limit = settings.limit;
     let bar = progress_bar(limit, "tail");
     let started = Instant::now();
-    let (producer_stats, seconds, consumer_stats) = thread::scope(|scope| {
+    let (producer_stats, consumer_stats) = thread::scope(|scope| {
         let consumers: Vec<_> = (0..settings.consumers)
             .map(|consumer| {
                 let shared = &shared;
@@ -56,11 +56,12 @@ pub fn tail_phases(
         let producer_stats = watch(producers, &bar, limit, started, || {
             shared.appended.load(Ordering::Relaxed)
         });
-        let seconds = started.elapsed().as_secs_f64();
         shared.producers_done.store(true, Ordering::Release);
-        (producer_stats, seconds, join_all(consumers))
+        (producer_stats, join_all(consumers))
     });
-    let append = merge(settings.ack_name(), &producer_stats?, Some(seconds))?;
+    let producer_stats = producer_stats?;
+    let seconds = phase_seconds(started, &producer_stats);
+    let append = merge(settings.ack_name(), &producer_stats, Some(seconds))?;
     let end_to_end = merge("end_to_end", &consumer_stats?, None)?;
     Ok(vec![append, end_to_end])
 }
