@@ -26,7 +26,7 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::{IoBackend, storage_from_env};
+use seglog::io::{IoBackend, ring_tests_must_run, storage_from_env};
 use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
@@ -1697,10 +1697,13 @@ fn a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_
     let Some(root) = direct_scratch() else {
         return;
     };
-    let Ok(storage) = IoBackend::IoUring.storage_with_direct_cold_reads(true) else {
-        println!("skipped: no io_uring here");
+    let test = "recovery::a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_reads_every_record";
+    if !ring_tests_must_run(test) {
         return;
-    };
+    }
+    let storage = IoBackend::IoUring
+        .storage_with_direct_cold_reads(true)
+        .unwrap();
     let dir = partition_dir(root.path());
     let options = open_options(false, Offset(0));
     let config = LogConfig {

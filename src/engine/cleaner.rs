@@ -256,7 +256,7 @@ impl Cleaner {
     fn run(mut self, mut map: OffsetMap) {
         let priority = lower_priority();
         if let Some(core) = self.settings.core {
-            core_affinity::set_for_current(core);
+            super::pin_current_thread(core);
         }
         let thread_id = current_thread_id();
         self.update_stats(|stats| {

@@ -1308,6 +1308,19 @@ fn shard_for(tp: &TopicPartition, shard_count: usize) -> usize {
     ((u64::from(topic_hash) + u64::from(tp.partition)) % shard_count.max(1) as u64) as usize
 }
 
+/// Pins the calling thread to `core`. A refusal (`sched_setaffinity`: a cpuset or container that
+/// excludes the core) leaves the thread unpinned and is logged, naming the thread and the core.
+pub(crate) fn pin_current_thread(core: core_affinity::CoreId) {
+    if !core_affinity::set_for_current(core) {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        log::warn!(
+            "thread {name} could not be pinned to core {}; it runs unpinned",
+            core.id
+        );
+    }
+}
+
 fn spawn_shard(
     shard_id: usize,
     context: ShardContext,
@@ -1340,7 +1353,7 @@ fn spawn_shard(
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
             if let Some(core) = core {
-                core_affinity::set_for_current(core);
+                pin_current_thread(core);
             }
             context.storage.prepare_reader_thread();
             let drain = receiver.clone();

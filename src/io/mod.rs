@@ -35,7 +35,7 @@ pub enum IoBackend {
 }
 
 /// The environment variable that picks the backend for [`IoBackend::from_env`]: `uring`, `pio`
-/// or `auto`. The test suite and CI run once with each.
+/// or `auto`. CI runs the test suite with `uring` and with `pio`.
 pub const IO_BACKEND_ENV: &str = "SEGLOG_IO_BACKEND";
 
 impl IoBackend {
@@ -77,12 +77,78 @@ impl IoBackend {
     }
 }
 
-/// The storage chosen by `SEGLOG_IO_BACKEND` (see [`IoBackend::from_env`]); positioned I/O if the
-/// chosen backend cannot be set up.
+/// The environment variable that says a test run has no io_uring: with `1`, the part of a test
+/// that asks for the ring is skipped, with a line on stderr, instead of failing
+/// ([`ring_tests_must_run`]). The library's own backend choice never reads it.
+pub const NO_IO_URING_ENV: &str = "SEGLOG_NO_IO_URING";
+
+/// For tests and tools only: whether `part` (a test, or the part of one that asks for the ring)
+/// runs on io_uring. `false` when `SEGLOG_NO_IO_URING=1` says this runner has no io_uring, after
+/// a `skipped:` line on stderr naming `part` (written past the test harness's capture, so it shows
+/// in a normal `cargo test` run); `true` when this process can create a ring.
+///
+/// # Panics
+///
+/// When this process cannot create a ring and `SEGLOG_NO_IO_URING=1` does not say so, with the
+/// reason the ring could not be created: a test that asks for the ring fails rather than passing
+/// without it.
+pub fn ring_tests_must_run(part: &str) -> bool {
+    if no_io_uring_declared() {
+        say_ring_skipped(part);
+        return false;
+    }
+    require_ring();
+    true
+}
+
+/// For tests and tools only: the storage `SEGLOG_IO_BACKEND` names (see [`IoBackend::from_env`]).
+/// `pio` is positioned I/O; `uring`, and `auto` or unset, ask for the ring under the rule of
+/// [`ring_tests_must_run`]: positioned I/O, said once per process on stderr, where
+/// `SEGLOG_NO_IO_URING=1`.
+///
+/// # Panics
+///
+/// When the ring is asked for and this process cannot create one, unless `SEGLOG_NO_IO_URING=1`
+/// says so; never falls back to positioned I/O silently.
 pub fn storage_from_env() -> Arc<dyn Storage> {
-    IoBackend::from_env()
-        .storage()
-        .unwrap_or_else(|_| Arc::new(pio::PositionedIo))
+    if IoBackend::from_env() == IoBackend::PositionedIo {
+        return Arc::new(pio::PositionedIo);
+    }
+    if no_io_uring_declared() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            say_ring_skipped("storage_from_env (this process runs on positioned I/O)")
+        });
+        return Arc::new(pio::PositionedIo);
+    }
+    require_ring();
+    Arc::new(uring::UringIo::default())
+}
+
+/// Whether `SEGLOG_NO_IO_URING=1`.
+fn no_io_uring_declared() -> bool {
+    std::env::var(NO_IO_URING_ENV).is_ok_and(|value| value == "1")
+}
+
+/// Writes `skipped: ...` for `part` straight to stderr: the test harness captures `eprintln!`
+/// of a passing test, not writes to the stream itself.
+fn say_ring_skipped(part: &str) {
+    use std::io::Write;
+    let line = format!(
+        "skipped: the io_uring part of {part}: {NO_IO_URING_ENV}=1 says this runner has no io_uring\n"
+    );
+    // Nothing to do if stderr is gone.
+    let _ = io::stderr().write_all(line.as_bytes());
+}
+
+/// Panics with the probe's reason when this process cannot create a ring (for tests and tools).
+fn require_ring() {
+    if let Err(error) = uring::UringIo::probe() {
+        panic!(
+            "io_uring is asked for but this process cannot create a ring ({error}); set \
+             {NO_IO_URING_ENV}=1 to skip the ring where the runner has no io_uring"
+        );
+    }
 }
 
 /// How to open a file.
@@ -254,7 +320,7 @@ mod tests {
     /// `read_at`).
     fn storages(root: &Path) -> Vec<Arc<dyn Storage>> {
         let mut storages: Vec<Arc<dyn Storage>> = vec![Arc::new(pio::PositionedIo)];
-        if uring::UringIo::probe().is_ok() {
+        if ring_tests_must_run("io::tests::storages") {
             storages.push(Arc::new(uring::UringIo::default()));
         }
         storages.push(Arc::new(sim::SimStorage::new(root, 1).unwrap()));
