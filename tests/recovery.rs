@@ -1741,15 +1741,23 @@ fn a_crash_under_direct_writes_cuts_only_the_padding() {
     let batches = served_batches(&mut log);
     let payload = payload_bytes(&batches);
     let end = log.log_end_offset();
-    drop(log); // a crash: the active segment keeps its zero padding
+    drop(log); // a crash: the active segment keeps its zero padding and reserved space
     let active = segment_logs(&dir).pop().unwrap();
     let padded = fs::metadata(&active).unwrap().len();
     assert!(
         padded.is_multiple_of(4096),
         "the active .log ends on a block"
     );
+    // The last block's padding, then the blocks reserved ahead of the writes (`fallocate`,
+    // which read as zeros).
     let padding = log_file_bytes(&dir) - payload;
-    assert!(padding > 0 && padding < 4096, "{padding} bytes of padding");
+    assert!(padding > 0, "{padding} bytes past the batches");
+    let tail = fs::read(&active).unwrap();
+    let past_batches = &tail[tail.len() - padding as usize..];
+    assert!(
+        past_batches.iter().all(|byte| *byte == 0),
+        "zeros past the batches"
+    );
     let (mut log, report) = open_direct(&dir, false, Offset(0));
     assert_eq!(report.bytes_truncated, padding);
     assert_eq!(report.segments_deleted, 0);

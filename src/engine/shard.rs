@@ -717,7 +717,8 @@ impl Shard {
         Ok(log)
     }
 
-    /// Writes every partition's appends (one write each), syncs the partitions that must sync
+    /// Writes every partition's appends (one write each; `O_DIRECT` writes on io_uring all in
+    /// flight together, writes behind), waits for the writes, syncs the partitions that must sync
     /// (all together), then answers.
     fn commit_appends(
         &mut self,
@@ -734,7 +735,13 @@ impl Shard {
             groups.entry(append.tp.clone()).or_default().push(append);
         }
         let mut written = Vec::with_capacity(groups.len());
+        let mut checked = 0;
         for (tp, group) in groups {
+            if !self.partitions.contains_key(&tp) {
+                // Opening it may release a partition written above: check those writes first.
+                self.check_writes_behind(&mut written[checked..]);
+                checked = written.len();
+            }
             let group = self.write_group(tp.clone(), group, now);
             // Before any sync of the appends: a seal's sync comes first on its lane.
             self.submit_deferred_syncs(&tp);
@@ -743,6 +750,7 @@ impl Shard {
                 written.push(group);
             }
         }
+        self.check_writes_behind(&mut written[checked..]);
         let syncing = written.iter().filter(|group| group.must_sync).count();
         let inline = syncing == 1
             && self.context.sync_inline_when_idle
@@ -752,6 +760,26 @@ impl Shard {
             self.hand_over(group, inline);
         }
         self.note_flush_deadlines(touched);
+    }
+
+    /// Waits for the writes behind of this thread and checks each of `groups`' logs: a group whose
+    /// write failed is answered with the error (its log failed) and left with nothing to do.
+    fn check_writes_behind(&mut self, groups: &mut [WrittenGroup]) {
+        if groups.is_empty() {
+            return;
+        }
+        self.context.storage.complete_writes();
+        for group in groups {
+            let Some(log) = self.partitions.get_mut(&group.tp) else {
+                continue;
+            };
+            if let Err(error) = log.finish_writes_behind() {
+                let dir = log.dir().to_owned();
+                answer_written(std::mem::take(&mut group.answers), Some(Err(error)), &dir);
+                group.must_sync = false;
+                group.background_sync = false;
+            }
+        }
     }
 
     /// Answers a written group that need not sync; syncs one that must here when `inline` (the
@@ -810,7 +838,7 @@ impl Shard {
                 return None;
             }
         };
-        match log.append_validated(&batches, now) {
+        match log.append_validated_behind(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
                 let background_sync = !must_sync && log.take_background_sync(background_sync_bytes);

@@ -8,9 +8,31 @@
 //! 0.6× fio's over the same files. Within a 2 MiB huge page a transfer is one segment
 //! (BENCHMARKS.md § Cold reads and the disk's ring).
 
+use std::cell::RefCell;
+
 use memmap2::{Advice, MmapMut};
 
 use super::DIRECT_IO_ALIGN_BYTES;
+
+/// The staging area of a thread's synchronous `O_DIRECT` writes, and its size.
+const STAGING_BYTES: usize = 1024 * 1024;
+
+thread_local! {
+    /// One staging area per thread (per shard), shared by every file it writes: memory stays at
+    /// one megabyte per thread however many partitions are open. Allocated on first use.
+    static STAGING: RefCell<Option<DirectBuffer>> = const { RefCell::new(None) };
+}
+
+/// Runs `write` on the first `length` bytes (at most [`STAGING_BYTES`]) of this thread's
+/// staging area, aligned for `O_DIRECT`.
+pub(crate) fn with_staging<T>(length: usize, write: impl FnOnce(&mut [u8]) -> T) -> T {
+    STAGING.with(|staging| {
+        let mut staging = staging.borrow_mut();
+        let staging = staging.get_or_insert_with(|| DirectBuffer::new(STAGING_BYTES));
+        let length = length.min(STAGING_BYTES);
+        write(&mut staging.as_mut_slice()[..length])
+    })
+}
 
 /// The transparent huge page size on x86-64, and on arm64 with 4 KiB pages.
 const HUGE_PAGE_BYTES: usize = 2 * 1024 * 1024;

@@ -85,6 +85,18 @@ impl StorageFile for HookedFile {
         self.before(StorageOp::Write)?;
         self.inner.write_all_at(buf, position)
     }
+    fn write_direct_behind(
+        &self,
+        length: usize,
+        position: u64,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        self.before(StorageOp::Write)?;
+        self.inner.write_direct_behind(length, position, fill)
+    }
+    fn take_write_error(&self) -> io::Result<()> {
+        self.inner.take_write_error()
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.before(StorageOp::SyncData)?;
         self.inner.sync_data()?;
@@ -151,6 +163,9 @@ impl Storage for HookedStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.hooks.before(StorageOp::SyncDir, dir)?;
         self.inner.sync_dir(dir)
+    }
+    fn complete_writes(&self) {
+        self.inner.complete_writes();
     }
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
         if files.is_empty() {

@@ -170,6 +170,9 @@ pub enum OpenMode {
 /// devices with 512-byte and 4 KiB logical blocks and the page size.
 pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
 
+/// The largest single [`StorageFile::write_direct_behind`].
+pub const WRITE_BEHIND_BYTES_MAX: usize = 1024 * 1024;
+
 /// A file opened through a [`Storage`]. Positions are absolute byte offsets.
 pub trait StorageFile: Debug + Send + Sync {
     /// Reads into `buf` from `position`, retrying short reads; returns the bytes read, fewer than
@@ -212,6 +215,32 @@ pub trait StorageFile: Debug + Send + Sync {
 
     /// Writes all of `buf` at `position`.
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()>;
+    /// Writes `length` bytes at `position` on a file opened [`OpenMode::ExistingDirect`]: the
+    /// bytes `fill` puts at the start of an aligned buffer of `length` bytes (both multiples of
+    /// [`DIRECT_IO_ALIGN_BYTES`], `length` at most [`WRITE_BEHIND_BYTES_MAX`]). Where the backend
+    /// can (io_uring), the write is left in flight, a write behind: it completes by the calling
+    /// thread's next fence (any other call through the same storage on that thread, or
+    /// [`Storage::complete_writes`]), and a failure is kept for
+    /// [`StorageFile::take_write_error`]. Elsewhere it is written before this returns.
+    fn write_direct_behind(
+        &self,
+        length: usize,
+        position: u64,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        direct_buffer::with_staging(length, |area| {
+            fill(area);
+            self.write_all_at(area, position)
+        })
+    }
+
+    /// Completes the calling thread's writes behind, then returns the first failure of this
+    /// file's since the last call. Nothing a write behind carried may be acknowledged before
+    /// this (or the owner's own fence and this) said `Ok`.
+    fn take_write_error(&self) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Makes written data durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
     /// Makes written data and metadata durable (`fsync`).
@@ -231,14 +260,9 @@ pub trait StorageFile: Debug + Send + Sync {
     /// long (`fallocate`, mode 0): later writes there allocate nothing and do not extend the
     /// file. `Ok(false)` where the backend or file system cannot (nothing changed).
     fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
-        let Some(file) = self.as_file() else {
-            return Ok(false);
-        };
-        let flags = rustix::fs::FallocateFlags::empty();
-        match rustix::fs::fallocate(file, flags, position, length) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
-            Err(errno) => Err(errno.into()),
+        match self.as_file() {
+            Some(file) => allocate_file(file, position, length),
+            None => Ok(false),
         }
     }
 
@@ -263,6 +287,17 @@ pub trait StorageFile: Debug + Send + Sync {
                 .map_err(io::Error::from),
             None => Ok(()),
         }
+    }
+}
+
+/// [`StorageFile::allocate`] on a real file: `fallocate` mode 0; `Ok(false)` where the file
+/// system has none.
+pub(crate) fn allocate_file(file: &std::fs::File, position: u64, length: u64) -> io::Result<bool> {
+    let flags = rustix::fs::FallocateFlags::empty();
+    match rustix::fs::fallocate(file, flags, position, length) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
+        Err(errno) => Err(errno.into()),
     }
 }
 
@@ -305,6 +340,11 @@ pub trait Storage: Debug + Send + Sync {
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
         files.iter().map(|file| file.sync_data()).collect()
     }
+
+    /// Completes every write behind the calling thread has in flight
+    /// ([`StorageFile::write_direct_behind`]); each file keeps its failures for
+    /// [`StorageFile::take_write_error`]. Nothing where writes are never left in flight.
+    fn complete_writes(&self) {}
 
     /// Called by a thread that will serve reads (a shard) as it starts, so that what its reads
     /// need is set up before the first one (io_uring with cold reads past the page cache: the

@@ -44,15 +44,18 @@ use super::pio::PositionedIo;
 use super::{OpenMode, Storage, StorageFile};
 
 mod cold;
+mod writes;
 
 /// Submission queue entries per ring (the completion queue holds twice as many).
 const RING_ENTRIES: u32 = 256;
 
 /// The entries of a group submitted at once: larger groups are submitted in chunks. Half the
-/// ring, so that with every window piece in flight (`cold.rs`, 128) the completions fit the
-/// completion queue and the submission queue has room.
+/// ring, so that with every window piece (`cold.rs`) and every write behind (`writes.rs`) in
+/// flight the completions fit the completion queue and the submission queue has room.
 const CHUNK_ENTRIES: usize = RING_ENTRIES as usize / 2;
-const _: () = assert!(CHUNK_ENTRIES + cold::PIECES_PER_THREAD <= RING_ENTRIES as usize);
+const _: () = assert!(
+    CHUNK_ENTRIES + cold::PIECES_PER_THREAD + writes::IN_FLIGHT_MAX <= RING_ENTRIES as usize
+);
 
 /// How long a read from the device is polled for before the thread waits for it asleep: a few
 /// small reads' time on an SSD (≈ 50-100 µs each here at queue depth 1), so a point lookup's or a
@@ -98,11 +101,13 @@ enum RingSlot {
     Unavailable,
 }
 
-/// A thread's ring and the windows its large cold reads fill ahead (`cold.rs`), the only reads
-/// that stay in flight after the function that submitted them returns.
+/// A thread's ring, the windows its large cold reads fill ahead (`cold.rs`) and its writes
+/// behind (`writes.rs`): the only operations that stay in flight after the function that
+/// submitted them returns.
 struct Ring {
     uring: IoUring,
     windows: cold::Windows,
+    writes: writes::WritesBehind,
 }
 
 impl Ring {
@@ -110,16 +115,59 @@ impl Ring {
     /// window, any other's result to `results[user_data]`. Returns how many of the latter.
     fn reap(&mut self, results: &mut [i32]) -> usize {
         let mut reaped = 0;
+        let mut again = Vec::new();
         for completion in self.uring.completion() {
             let user_data = completion.user_data();
             if user_data & cold::WINDOW_PIECE_TAG != 0 {
                 self.windows.complete(user_data, completion.result());
+            } else if user_data & writes::WRITE_TAG != 0 {
+                again.extend(self.writes.complete(user_data, completion.result()));
             } else if let Some(slot) = results.get_mut(user_data as usize) {
                 *slot = completion.result();
                 reaped += 1;
             }
         }
+        for entry in &again {
+            // SAFETY: the rest of a write behind, whose buffer `writes` owns until the write's
+            // completion is reaped.
+            unsafe { self.push(entry) };
+        }
+        if !again.is_empty()
+            && let Err(error) = self.uring.submit()
+        {
+            log::debug!("io_uring_enter: {error}; the next enter submits them");
+        }
         reaped
+    }
+
+    /// Waits until no write behind is in flight.
+    fn complete_writes(&mut self) {
+        self.wait_until(Duration::ZERO, |ring| {
+            ring.reap(&mut []);
+            ring.writes.in_flight() == 0
+        });
+    }
+
+    /// Starts writing `buffer[..length]` at `position` of `fd`, after waiting for room
+    /// (`writes::IN_FLIGHT_MAX`).
+    fn write_behind(
+        &mut self,
+        buffer: crate::io::direct_buffer::DirectBuffer,
+        (fd, length, position): (std::os::fd::RawFd, usize, u64),
+        errors: std::sync::Arc<writes::WriteErrors>,
+    ) {
+        if self.writes.in_flight() >= writes::IN_FLIGHT_MAX {
+            self.wait_until(Duration::ZERO, |ring| {
+                ring.reap(&mut []);
+                ring.writes.in_flight() < writes::IN_FLIGHT_MAX
+            });
+        }
+        let entry = self.writes.start(buffer, fd, length, position, errors);
+        // SAFETY: `writes` owns the buffer until the write's completion is reaped.
+        unsafe { self.push(&entry) };
+        if let Err(error) = self.uring.submit() {
+            log::debug!("io_uring_enter: {error}; the next enter submits it");
+        }
     }
 
     /// Reaps completions until `done` says so, polling for up to `poll` without sleeping
@@ -172,7 +220,7 @@ impl Drop for Ring {
     fn drop(&mut self) {
         self.wait_until(Duration::ZERO, |ring| {
             ring.reap(&mut []);
-            !ring.windows.any_in_flight()
+            !ring.windows.any_in_flight() && ring.writes.in_flight() == 0
         });
     }
 }
@@ -217,6 +265,7 @@ fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
                 Ok(uring) => RingSlot::Ready(Box::new(Ring {
                     uring,
                     windows: cold::Windows::default(),
+                    writes: writes::WritesBehind::default(),
                 })),
                 Err(error) => {
                     log::warn!(
@@ -231,6 +280,23 @@ fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
             _ => None,
         }
     })
+}
+
+/// Completes this thread's writes behind, if it has any in flight: every operation of the backend
+/// but a write behind calls it first, so that no read, sync, length change or other write sees
+/// the file before a write behind landed.
+fn fence() {
+    RING.with(|slot| match slot.try_borrow_mut() {
+        Ok(mut slot) => {
+            if let RingSlot::Ready(ring) = &mut *slot
+                && ring.writes.in_flight() > 0
+            {
+                ring.complete_writes();
+            }
+        }
+        // Only a ring operation borrows the slot, and none calls back into the backend.
+        Err(_) => debug_assert!(false, "fence inside a ring operation"),
+    });
 }
 
 /// Submits `entries` and returns each one's result (`cqe.res`), in order.
@@ -309,6 +375,8 @@ struct UringFile {
     /// The file's changes, bumped before each write and length change, when cold reads are on
     /// (whether this descriptor reads or is a segment's `O_DIRECT` writer).
     generation: Option<cold::Generation>,
+    /// The first failure of this descriptor's writes behind (`writes.rs`), until taken.
+    write_errors: std::sync::Arc<writes::WriteErrors>,
 }
 
 impl UringFile {
@@ -323,6 +391,7 @@ impl UringFile {
             file,
             nowait_refused: AtomicBool::new(false),
             generation,
+            write_errors: Default::default(),
         }
     }
 
@@ -469,11 +538,13 @@ impl UringFile {
 
 impl StorageFile for UringFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+        fence();
         // SAFETY: `buf` is borrowed mutably for the whole call.
         unsafe { self.read_raw(buf.as_mut_ptr(), buf.len(), position) }
     }
 
     fn read_to_vec(&self, length: usize, position: u64) -> io::Result<Vec<u8>> {
+        fence();
         // Into the spare capacity, never zeroed first (the trait's default says why).
         let mut buffer = Vec::with_capacity(length);
         // SAFETY: the spare capacity holds at least `length` bytes, owned by this call.
@@ -486,28 +557,72 @@ impl StorageFile for UringFile {
     /// `pwrite`s on the calling thread, for every file, `O_DIRECT` or not (the module
     /// documentation says why).
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        fence();
         self.file_changed();
         self.file.write_all_at(buf, position)
     }
 
+    /// On the thread's ring, left in flight (`writes.rs`), from a buffer of the ring's pool; a
+    /// plain write from the staging area where the thread has no ring.
+    fn write_direct_behind(
+        &self,
+        length: usize,
+        position: u64,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()> {
+        if length > crate::io::WRITE_BEHIND_BYTES_MAX {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        self.file_changed();
+        let fd = self.file.as_raw_fd();
+        let errors = std::sync::Arc::clone(&self.write_errors);
+        let started = with_ring(|ring| {
+            let mut buffer = ring.writes.take_buffer();
+            fill(&mut buffer.as_mut_slice()[..length]);
+            ring.write_behind(buffer, (fd, length, position), errors);
+        });
+        match started {
+            Some(()) => Ok(()),
+            None => crate::io::direct_buffer::with_staging(length, |area| {
+                fill(area);
+                self.file.write_all_at(area, position)
+            }),
+        }
+    }
+
+    fn take_write_error(&self) -> io::Result<()> {
+        fence();
+        self.write_errors.take()
+    }
+
     fn sync_data(&self) -> io::Result<()> {
+        fence();
         self.file.sync_data()
     }
 
     fn sync_all(&self) -> io::Result<()> {
+        fence();
         self.file.sync_all()
     }
 
     fn length_bytes(&self) -> io::Result<u64> {
+        fence();
         Ok(self.file.metadata()?.len())
     }
 
     fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
+        fence();
         self.file_changed();
         self.file.set_len(length_bytes)
     }
 
+    fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
+        fence();
+        crate::io::allocate_file(&self.file, position, length)
+    }
+
     fn modified_ms(&self) -> io::Result<i64> {
+        fence();
         PositionedIo::modified_ms_of(&self.file)
     }
 
@@ -554,6 +669,7 @@ fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
 
 impl Storage for UringIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        fence();
         let file = PositionedIo::open_file(path, mode)?;
         let direct = mode == OpenMode::ExistingDirect;
         Ok(Box::new(UringFile::new(
@@ -564,7 +680,12 @@ impl Storage for UringIo {
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fence();
         PositionedIo.create_dir_all(dir)
+    }
+
+    fn complete_writes(&self) {
+        fence();
     }
 
     /// With cold reads past the page cache, every window the thread may use, in memory now: a
@@ -580,6 +701,7 @@ impl Storage for UringIo {
     }
 
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        fence();
         PositionedIo.list_dir(dir)
     }
 
@@ -592,22 +714,27 @@ impl Storage for UringIo {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fence();
         PositionedIo.rename(from, to)
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fence();
         PositionedIo.remove_file(path)
     }
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        fence();
         PositionedIo.remove_dir_all(path)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        fence();
         PositionedIo.sync_dir(dir)
     }
 
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
+        fence();
         let std_files: Option<Vec<&File>> = files.iter().map(|file| file.as_file()).collect();
         match std_files {
             Some(std_files) => sync_files(&std_files),
@@ -678,6 +805,124 @@ mod tests {
             Some(9),
             "EBADF as an io::Error, not a panic"
         );
+    }
+
+    /// The number of writes behind this thread's ring has in flight.
+    fn writes_in_flight() -> usize {
+        RING.with(|slot| match &*slot.borrow() {
+            RingSlot::Ready(ring) => ring.writes.in_flight(),
+            _ => 0,
+        })
+    }
+
+    fn direct_file(path: &Path) -> Box<dyn StorageFile> {
+        UringIo::default()
+            .open(path, OpenMode::ExistingDirect)
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_behind_stay_in_flight_together_until_a_fence_and_land_whole() {
+        if !ring_tests_must_run(
+            "io::uring::tests::writes_behind_stay_in_flight_together_until_a_fence_and_land_whole",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [dir.path().join("a"), dir.path().join("b")];
+        let pieces = 8;
+        let piece_bytes = crate::io::WRITE_BEHIND_BYTES_MAX;
+        let mut files = Vec::new();
+        for (index, path) in paths.iter().enumerate() {
+            std::fs::write(path, b"").unwrap();
+            let file = direct_file(path);
+            // Reserved first, as a direct segment is: no write needs a worker thread.
+            assert!(file.allocate(0, (pieces * piece_bytes) as u64).unwrap());
+            for piece in 0..pieces {
+                let byte = (index * pieces + piece) as u8;
+                let position = (piece * piece_bytes) as u64;
+                file.write_direct_behind(piece_bytes, position, &mut |area| area.fill(byte))
+                    .unwrap();
+            }
+            files.push(file);
+        }
+        // Nothing waited: every piece of both files may still be in flight (those already
+        // reaped while submitting the next have landed).
+        assert!(writes_in_flight() <= 2 * pieces);
+        UringIo::default().complete_writes();
+        assert_eq!(writes_in_flight(), 0);
+        for (index, (path, file)) in paths.iter().zip(&files).enumerate() {
+            file.take_write_error().unwrap();
+            let bytes = std::fs::read(path).unwrap();
+            assert_eq!(bytes.len(), pieces * piece_bytes);
+            for (piece, chunk) in bytes.chunks(piece_bytes).enumerate() {
+                let byte = (index * pieces + piece) as u8;
+                assert!(
+                    chunk.iter().all(|b| *b == byte),
+                    "file {index} piece {piece}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_after_writes_behind_waits_for_them_and_sees_their_bytes() {
+        if !ring_tests_must_run(
+            "io::uring::tests::a_read_after_writes_behind_waits_for_them_and_sees_their_bytes",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        std::fs::write(&path, b"").unwrap();
+        let reader = UringIo::default().open(&path, OpenMode::Existing).unwrap();
+        let writer = direct_file(&path);
+        for round in 0..16u8 {
+            let position = u64::from(round) * 65536;
+            writer
+                .write_direct_behind(65536, position, &mut |area| area.fill(round + 1))
+                .unwrap();
+            let mut read = vec![0; 65536];
+            assert_eq!(reader.read_at(&mut read, position).unwrap(), 65536);
+            assert!(read.iter().all(|b| *b == round + 1), "round {round}");
+            assert_eq!(writes_in_flight(), 0);
+        }
+    }
+
+    #[test]
+    fn a_write_behind_that_fails_in_the_kernel_is_kept_for_its_file_until_taken() {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !ring_tests_must_run(
+            "io::uring::tests::a_write_behind_that_fails_in_the_kernel_is_kept_for_its_file_until_taken",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        // Read-only: the submission succeeds and the write fails at completion (EBADF).
+        let read_only = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let failing = UringFile::new(read_only, true, false);
+        let other_path = dir.path().join("rw");
+        std::fs::write(&other_path, b"").unwrap();
+        let other = direct_file(&other_path);
+        failing
+            .write_direct_behind(4096, 0, &mut |area| area.fill(1))
+            .unwrap();
+        other
+            .write_direct_behind(4096, 0, &mut |area| area.fill(2))
+            .unwrap();
+        UringIo::default().complete_writes();
+        // Each file keeps its own outcome: the other file's write landed.
+        other.take_write_error().unwrap();
+        let error = failing.take_write_error().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF));
+        assert!(failing.take_write_error().is_ok(), "taken once");
+        assert_eq!(std::fs::read(&other_path).unwrap(), vec![2u8; 4096]);
     }
 
     /// `length` bytes of a pattern written to a new file in a new directory and synced, then

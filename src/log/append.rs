@@ -144,10 +144,25 @@ impl PartitionLog {
     }
 
     /// Appends several validated appends in order, coalesced into as few positioned writes as the
-    /// segment boundaries allow (one, unless a roll falls in between). Does not sync: the caller
-    /// calls [`PartitionLog::flush`] (or syncs [`PartitionLog::active_log_file`] with others and
-    /// then [`PartitionLog::mark_flushed`]) when durability is due.
+    /// segment boundaries allow (one, unless a roll falls in between), and waits for the writes.
+    /// Does not sync: the caller calls [`PartitionLog::flush`] (or syncs
+    /// [`PartitionLog::active_log_file`] with others and then [`PartitionLog::mark_flushed`])
+    /// when durability is due.
     pub fn append_validated(
+        &mut self,
+        appends: &[ValidatedBatches],
+        now: TimestampMs,
+    ) -> Result<Vec<AppendInfo>, AppendError> {
+        let infos = self.append_validated_behind(appends, now)?;
+        self.finish_writes_behind()?;
+        Ok(infos)
+    }
+
+    /// [`PartitionLog::append_validated`], leaving `O_DIRECT` writes on io_uring in flight
+    /// (writes behind, `segment/direct.rs`), so that a caller appending to several partitions has
+    /// all their writes in flight at once. Nothing it returns may be acknowledged before
+    /// [`PartitionLog::finish_writes_behind`] said `Ok`.
+    pub fn append_validated_behind(
         &mut self,
         appends: &[ValidatedBatches],
         now: TimestampMs,
@@ -202,6 +217,16 @@ impl PartitionLog {
         self.unflushed_records += total_records;
         self.first_unflushed_at.get_or_insert(now);
         Ok(infos)
+    }
+
+    /// Completes the thread's writes behind and checks the active segment's: a failure fails the
+    /// log (its appends since the last check may not have landed).
+    pub fn finish_writes_behind(&mut self) -> Result<(), StorageError> {
+        let result = self.active().take_write_error();
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
     }
 
     /// Writes what `pending` gathered with one positioned write to the active segment.

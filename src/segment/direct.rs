@@ -13,26 +13,14 @@
 //! Reads keep the segment's buffered descriptor; the kernel drops the cached pages a direct write
 //! covers, so a later buffered read sees the new bytes.
 
-use std::cell::RefCell;
 use std::io;
 use std::path::Path;
 use std::sync::Once;
 
 use crate::error::StorageError;
-use crate::io::direct_buffer::DirectBuffer;
-use crate::io::{DIRECT_IO_ALIGN_BYTES, OpenMode, Storage, StorageFile};
+use crate::io::{DIRECT_IO_ALIGN_BYTES, OpenMode, Storage, StorageFile, WRITE_BEHIND_BYTES_MAX};
 
 const BLOCK_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
-
-/// The largest single write: longer appends go in pieces of this size (a multiple of the block).
-const STAGING_BYTES_MAX: usize = 1024 * 1024;
-
-thread_local! {
-    /// One staging area per thread (per shard), shared by every segment it appends to: memory
-    /// stays at one megabyte per shard however many partitions are open. In huge pages, so that
-    /// a write is one segment for the device (`io::direct_buffer`). Allocated on first use.
-    static STAGING: RefCell<Option<DirectBuffer>> = const { RefCell::new(None) };
-}
 
 /// The direct write side of one active segment's `.log`.
 #[derive(Debug)]
@@ -40,6 +28,10 @@ pub(super) struct DirectWriter {
     file: Box<dyn StorageFile>,
     /// The bytes of the file's last partial block: `size_bytes % BLOCK_BYTES` of them.
     tail: Vec<u8>,
+    /// A write behind that ended in the partial block may still be in flight: the next write,
+    /// which rewrites that block, waits for it first (two writes of one block in flight could
+    /// land in either order).
+    tail_in_flight: bool,
 }
 
 impl DirectWriter {
@@ -69,6 +61,7 @@ impl DirectWriter {
         let mut writer = Box::new(DirectWriter {
             file,
             tail: Vec::with_capacity(BLOCK_BYTES),
+            tail_in_flight: false,
         });
         writer.load_tail(log, log_path, size_bytes)?;
         Ok(Some(writer))
@@ -100,32 +93,56 @@ impl DirectWriter {
         Ok(())
     }
 
-    /// Writes `bytes` at `position`, the log end, in aligned blocks.
+    /// Writes `bytes` at `position`, the log end, in aligned blocks of at most
+    /// [`WRITE_BEHIND_BYTES_MAX`], each a write behind (`StorageFile::write_direct_behind`): on
+    /// io_uring they are left in flight, and [`DirectWriter::take_write_error`] (or the owner's
+    /// fence and it) says whether they landed.
     pub(super) fn append(&mut self, bytes: &[u8], position: u64) -> io::Result<()> {
         debug_assert_eq!(position % BLOCK_BYTES as u64, self.tail.len() as u64);
+        if self.tail_in_flight && !self.tail.is_empty() {
+            self.file.take_write_error()?;
+        }
         let mut block_position = position - self.tail.len() as u64;
         let mut rest = bytes;
-        STAGING.with(|staging| {
-            let mut staging = staging.borrow_mut();
-            let staging = staging.get_or_insert_with(|| DirectBuffer::new(STAGING_BYTES_MAX));
-            while !rest.is_empty() {
-                let piece = rest.len().min(STAGING_BYTES_MAX - self.tail.len());
-                let used = self.tail.len() + piece;
-                let padded = used.next_multiple_of(BLOCK_BYTES);
-                let area = &mut staging.as_mut_slice()[..padded];
-                area[..self.tail.len()].copy_from_slice(&self.tail);
-                area[self.tail.len()..used].copy_from_slice(&rest[..piece]);
-                area[used..].fill(0);
-                self.file.write_all_at(area, block_position)?;
-                let whole_blocks = used - used % BLOCK_BYTES;
-                self.tail.clear();
-                self.tail.extend_from_slice(&area[whole_blocks..used]);
-                block_position += whole_blocks as u64;
-                rest = &rest[piece..];
-            }
-            Ok(())
-        })
+        while !rest.is_empty() {
+            let piece = rest.len().min(WRITE_BEHIND_BYTES_MAX - self.tail.len());
+            let (data, after) = rest.split_at(piece);
+            let used = self.tail.len() + piece;
+            let padded = used.next_multiple_of(BLOCK_BYTES);
+            let tail = &self.tail;
+            self.file
+                .write_direct_behind(padded, block_position, &mut |area| {
+                    area[..tail.len()].copy_from_slice(tail);
+                    area[tail.len()..used].copy_from_slice(data);
+                    area[used..].fill(0);
+                })?;
+            let whole_blocks = used - used % BLOCK_BYTES;
+            self.tail = next_tail(&self.tail, data, whole_blocks);
+            block_position += whole_blocks as u64;
+            rest = after;
+        }
+        self.tail_in_flight = true;
+        Ok(())
     }
+
+    /// Completes the thread's writes behind and returns the first failure of this file's.
+    pub(super) fn take_write_error(&self) -> io::Result<()> {
+        self.file.take_write_error()
+    }
+}
+
+/// The partial block after a write of `tail` then `data`, of which `whole_blocks` bytes filled
+/// whole blocks.
+fn next_tail(tail: &[u8], data: &[u8], whole_blocks: usize) -> Vec<u8> {
+    let mut next = Vec::with_capacity(BLOCK_BYTES);
+    match whole_blocks.checked_sub(tail.len()) {
+        Some(from) => next.extend_from_slice(&data[from..]),
+        None => {
+            next.extend_from_slice(&tail[whole_blocks..]);
+            next.extend_from_slice(data);
+        }
+    }
+    next
 }
 
 /// `EINVAL` (the file system has no `O_DIRECT`) or a backend without it.

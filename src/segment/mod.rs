@@ -992,6 +992,18 @@ impl Segment {
         self.time_index.flush()
     }
 
+    /// Completes the thread's writes behind and returns the first failure of this segment's
+    /// (`O_DIRECT` appends on io_uring, `direct.rs`): nothing they carried may be acknowledged
+    /// before this said `Ok`.
+    pub fn take_write_error(&self) -> Result<(), StorageError> {
+        match &self.direct {
+            Some(direct) => direct
+                .take_write_error()
+                .map_err(|source| StorageError::io("write", &self.log_path, source)),
+            None => Ok(()),
+        }
+    }
+
     /// Makes the `.log` durable, not the indexes (which recovery can rebuild).
     pub fn flush_log(&self) -> Result<(), StorageError> {
         self.log
@@ -1024,7 +1036,13 @@ impl Segment {
     /// preallocation, cutting the `.log` back to the log's bytes.
     pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
         self.check_reserve()?;
-        let padded = self.direct.take().is_some() || self.preallocated_bytes > self.size_bytes;
+        let direct = self.direct.take();
+        if let Some(direct) = &direct {
+            direct
+                .take_write_error()
+                .map_err(|source| StorageError::io("write", &self.log_path, source))?;
+        }
+        let padded = direct.is_some() || self.preallocated_bytes > self.size_bytes;
         self.preallocated_bytes = 0;
         self.preallocate_max_bytes = 0;
         self.prewrite_bytes = 0;
@@ -1142,8 +1160,12 @@ impl Segment {
 }
 
 /// `segment.bytes` when the active `.log` is preallocated (`preallocate`), else `0`.
+/// `preallocate`, and every `O_DIRECT` writer: an `O_DIRECT` write that would grow the file (or
+/// fill a hole) cannot be issued without blocking, so io_uring hands it to a worker thread, while
+/// one into reserved blocks below the file's length goes to the device at once (BENCHMARKS.md §
+/// Writes behind).
 fn preallocate_max_bytes(config: &LogConfig) -> u64 {
-    if config.preallocate {
+    if config.preallocate || config.direct_writes {
         config.segment_bytes
     } else {
         0
