@@ -1765,6 +1765,42 @@ fn a_crash_under_direct_writes_cuts_only_the_padding() {
     assert_appends_at(&mut log, end.0);
 }
 
+/// A write the device put past the log end, in the last block's padding or the space reserved
+/// ahead (a misdirected write, R14), would be cut with that space when the segment stops being
+/// active, leaving its own place a hole that reads as a torn tail: the roll reports it instead.
+#[test]
+fn data_in_the_reserved_space_past_the_log_end_is_reported_not_cut() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let (mut log, _) = open_direct(&dir, false, Offset(0));
+    populate(&mut log, 40);
+    log.flush().unwrap();
+    let active = segment_logs(&dir).pop().unwrap();
+    let file_bytes = fs::metadata(&active).unwrap().len();
+    let payload = payload_bytes(&served_batches(&mut log));
+    assert!(
+        file_bytes >= payload + 8192,
+        "space reserved past the log end"
+    );
+    // A batch's bytes landed 4 KiB past the log end's block instead of at their own place.
+    let landed_at = (payload / 4096 + 1) * 4096;
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&[0xab; 512], landed_at).unwrap();
+    file.sync_all().unwrap();
+    let error = log.roll(now()).unwrap_err();
+    assert!(
+        matches!(&error, StorageError::Corrupt { position, .. } if *position == landed_at),
+        "{error:?}"
+    );
+    assert_eq!(
+        fs::metadata(&active).unwrap().len(),
+        file_bytes,
+        "nothing was cut"
+    );
+}
+
 #[test]
 fn truncation_under_direct_writes_keeps_the_bytes_below_the_cut() {
     let Some(root) = direct_scratch() else {

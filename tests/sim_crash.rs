@@ -81,19 +81,16 @@ fn config(regime: Regime) -> LogConfig {
 
 /// A run's configuration: its regime's, and by seed one of the three write paths: through the
 /// page cache (prewriting the space ahead of the appends while the syncs are small, the
-/// default), `O_DIRECT` (aligned blocks, the tail block rewritten, padding cut when a segment
-/// stops being active), or preallocated `.log` files (`fallocate`, no prewrite). Misdirected
-/// writes run on the page cache path only: with padding or a `fallocate` reservation past the
-/// log end, a write that lands there is cut with it, leaving a hole of zeros that recovery
-/// cannot tell from a crash's unwritten page (RELIABILITY.md, R14); prewritten space is stamped
-/// with its positions, so a misdirected prewrite is found.
-fn config_for_seed(regime: Regime, faults: Faults, seed: u64) -> LogConfig {
+/// default), `O_DIRECT` (aligned blocks, the tail block rewritten, space reserved ahead, padding
+/// and reservation cut when a segment stops being active), or preallocated `.log` files
+/// (`fallocate`, no prewrite). Misdirected writes run on all three (R14): prewritten space is
+/// stamped with its positions, and padding and reservations are checked for data before they
+/// are cut, so a misdirected write that landed there is reported, not cut away.
+fn config_for_seed(regime: Regime, seed: u64) -> LogConfig {
     let mut config = config(regime);
-    if faults != Faults::Misdirected {
-        config.direct_writes = seed % 3 == 1;
-        config.preallocate = seed % 3 == 2;
-        config.prewrite_synced = seed.is_multiple_of(3);
-    }
+    config.direct_writes = seed % 3 == 1;
+    config.preallocate = seed % 3 == 2;
+    config.prewrite_synced = seed.is_multiple_of(3);
     config
 }
 
@@ -182,7 +179,7 @@ impl Run {
     fn config(&self) -> LogConfig {
         LogConfig {
             deferred_seal_syncs: self.deferred_seals,
-            ..config_for_seed(self.regime, self.faults, self.seed)
+            ..config_for_seed(self.regime, self.seed)
         }
     }
 
@@ -1047,4 +1044,17 @@ fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
         served.iter().all(|(_, record)| record.key != b"k"),
         "the value the tombstone deleted is back: {served:?}"
     );
+}
+
+/// Misdirected writes on the `O_DIRECT` and preallocated paths that the check before a cut (of
+/// the last block's padding and the reserved blocks) does not catch: a sweep of seeds 5000-5599
+/// after that check found these seven losing acknowledged records without a report, one
+/// `O_DIRECT` run (5173) and six preallocated ones; every page-cache run passed. Until they are
+/// found and fixed the default write path stays the page cache (issue 40).
+#[test]
+#[ignore = "bug: misdirected writes on the O_DIRECT and preallocated paths can still drop acknowledged records (issue 40)"]
+fn misdirected_writes_on_padded_and_reserved_logs_are_always_reported() {
+    for seed in [5105, 5173, 5210, 5273, 5336, 5348, 5453] {
+        run_many(seed..seed + 1, 20, Regime::Delete, Faults::Misdirected);
+    }
 }

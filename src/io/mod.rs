@@ -266,6 +266,16 @@ pub trait StorageFile: Debug + Send + Sync {
         }
     }
 
+    /// The first position at or after `position` that may hold data (`lseek(SEEK_DATA)`: holes
+    /// and unwritten extents skipped), or `None` when only holes follow. A backend without the
+    /// call says `position`: everything may hold data.
+    fn next_data(&self, position: u64) -> io::Result<Option<u64>> {
+        match self.as_file() {
+            Some(file) => next_data_of(file, position),
+            None => Ok(Some(position)),
+        }
+    }
+
     /// Starts reading `length` bytes at `position` into the page cache in the background
     /// (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a sequential reader's next read finds
     /// them there. Advice only: a backend without a real file, or a refusal, changes nothing.
@@ -297,6 +307,16 @@ pub(crate) fn allocate_file(file: &std::fs::File, position: u64, length: u64) ->
     match rustix::fs::fallocate(file, flags, position, length) {
         Ok(()) => Ok(true),
         Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => Ok(false),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// [`StorageFile::next_data`] on a real file.
+pub(crate) fn next_data_of(file: &std::fs::File, position: u64) -> io::Result<Option<u64>> {
+    match rustix::fs::seek(file, rustix::fs::SeekFrom::Data(position)) {
+        Ok(found) => Ok(Some(found)),
+        Err(rustix::io::Errno::NXIO) => Ok(None),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => Ok(Some(position)),
         Err(errno) => Err(errno.into()),
     }
 }

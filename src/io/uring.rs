@@ -621,6 +621,11 @@ impl StorageFile for UringFile {
         crate::io::allocate_file(&self.file, position, length)
     }
 
+    fn next_data(&self, position: u64) -> io::Result<Option<u64>> {
+        fence();
+        crate::io::next_data_of(&self.file, position)
+    }
+
     fn modified_ms(&self) -> io::Result<i64> {
         fence();
         PositionedIo::modified_ms_of(&self.file)

@@ -1066,7 +1066,7 @@ impl Segment {
     /// wrong place can have grown (fuzz finding F12).
     fn check_reserve(&self) -> Result<(), StorageError> {
         if !self.prewritten {
-            return Ok(());
+            return self.check_padding_and_reservation();
         }
         let head = self
             .log
@@ -1081,6 +1081,47 @@ impl Segment {
             self.size_bytes + remainder,
             self.preallocated_bytes.max(file_end),
         )
+    }
+
+    /// Before the space past the log end of a segment written `O_DIRECT` or preallocated is cut:
+    /// the last block's padding and the reserved blocks hold zeros (the reservation's unwritten
+    /// extents are skipped, `StorageFile::next_data`), so the cut removes nothing. A write the
+    /// device put there instead of where it was sent (R14) would be cut with them, leaving at its
+    /// own place a hole that reads as a torn tail; it is reported instead, and nothing is cut.
+    fn check_padding_and_reservation(&self) -> Result<(), StorageError> {
+        if self.direct.is_none() && self.preallocated_bytes <= self.size_bytes {
+            return Ok(());
+        }
+        let file_end = self
+            .log
+            .length_bytes()
+            .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
+        let mut position = self.size_bytes;
+        while position < file_end {
+            let data_at = self
+                .log
+                .next_data(position)
+                .map_err(|source| StorageError::io("seek", &self.log_path, source))?;
+            let Some(data_at) = data_at.filter(|at| *at < file_end) else {
+                return Ok(());
+            };
+            let length = (file_end - data_at).min(CHECK_CHUNK_BYTES);
+            let bytes = self
+                .log
+                .read_to_vec(length as usize, data_at)
+                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+            if let Some(at) = bytes.iter().position(|byte| *byte != 0) {
+                return Err(StorageError::Corrupt {
+                    file: self.log_path.clone(),
+                    position: data_at + at as u64,
+                    reason: "data past the log end, in space only padding or reservation held \
+                             (a misdirected write?)"
+                        .to_owned(),
+                });
+            }
+            position = data_at + length.max(1);
+        }
+        Ok(())
     }
 
     /// Past the log end, `from..to` holds prewritten space or nothing (past the end of the
