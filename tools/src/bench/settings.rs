@@ -11,8 +11,15 @@ use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Workload};
 use super::disk::DiskFigures;
 use super::progress::Limit;
 
-/// Appends in flight per producer, except in `group-commit` (one each).
-const APPENDS_INFLIGHT: usize = 8;
+/// Appends in flight per producer, except in `group-commit` (one each) and `tail`. Where an
+/// append is acknowledged once the device has its bytes (`O_DIRECT`), the rate is the bytes in
+/// flight over a write's latency: 32 × 64 KiB per producer keeps 4 MiB in flight with the
+/// default two producers (fio's ruler keeps 16 × 1 MiB), where 8 held `O_DIRECT` appends to
+/// about half the disk's best (BENCHMARKS.md § Issue 40).
+const APPENDS_INFLIGHT: usize = 32;
+/// `tail`'s appends in flight per producer: its figure is the end-to-end latency, which a deeper
+/// queue only lengthens.
+const TAIL_APPENDS_INFLIGHT: usize = 8;
 /// Partitions of `many-partitions` unless `--partitions`.
 const MANY_PARTITIONS: u32 = 10_000;
 /// Keys of `compaction` unless `--key-space`.
@@ -129,10 +136,10 @@ impl Settings {
     }
 
     pub fn appends_inflight(&self) -> usize {
-        if self.workload == Workload::GroupCommit {
-            1
-        } else {
-            APPENDS_INFLIGHT
+        match self.workload {
+            Workload::GroupCommit => 1,
+            Workload::Tail => TAIL_APPENDS_INFLIGHT,
+            _ => APPENDS_INFLIGHT,
         }
     }
 
