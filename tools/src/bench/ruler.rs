@@ -224,19 +224,15 @@ fn sequential_write(
     seconds: u64,
     file_max_bytes: u64,
 ) -> anyhow::Result<SequentialWrite> {
-    let report = fio::json(&[
-        "--name=seglog-ruler-write".to_owned(),
-        format!("--filename={}", path.display()),
-        "--ioengine=io_uring".to_owned(),
-        "--rw=write".to_owned(),
+    let mut arguments = timed_job("write", &file_option(path), "io_uring", seconds);
+    arguments.extend([
         format!("--bs={SEQUENTIAL_BLOCK}"),
         format!("--iodepth={SEQUENTIAL_DEPTH}"),
         format!("--direct={}", u8::from(direct)),
         "--end_fsync=1".to_owned(),
-        "--time_based".to_owned(),
-        format!("--runtime={seconds}"),
         format!("--size={file_max_bytes}"),
-    ])?;
+    ]);
+    let report = fio::json(&arguments)?;
     Ok(SequentialWrite {
         mb_per_s: number(&report, "write", "bw_bytes")? / MB,
         written_bytes: number(&report, "write", "io_bytes")? as u64,
@@ -248,19 +244,15 @@ fn sequential_write(
 fn sequential_read(path: &Path, written_bytes: u64, seconds: u64) -> anyhow::Result<f64> {
     let mib = 1 << 20;
     let size = (written_bytes / mib * mib).max(mib);
-    let report = fio::json(&[
-        "--name=seglog-ruler-read".to_owned(),
-        format!("--filename={}", path.display()),
-        "--ioengine=io_uring".to_owned(),
-        "--rw=read".to_owned(),
+    let mut arguments = timed_job("read", &file_option(path), "io_uring", seconds);
+    arguments.extend([
         format!("--bs={SEQUENTIAL_BLOCK}"),
         format!("--iodepth={SEQUENTIAL_DEPTH}"),
         "--direct=1".to_owned(),
-        "--time_based".to_owned(),
-        format!("--runtime={seconds}"),
         format!("--size={size}"),
         "--readonly".to_owned(),
-    ])?;
+    ]);
+    let report = fio::json(&arguments)?;
     Ok(number(&report, "read", "bw_bytes")? / MB)
 }
 
@@ -268,18 +260,14 @@ fn sequential_read(path: &Path, written_bytes: u64, seconds: u64) -> anyhow::Res
 /// by `fdatasync`, for `seconds`.
 fn append_sync(dir: &Path, block_bytes: usize, seconds: u64) -> anyhow::Result<AppendSync> {
     let path = dir.join(format!("ruler-append-{block_bytes}.tmp"));
-    let report = fio::json(&[
-        "--name=seglog-ruler-append".to_owned(),
-        format!("--filename={}", path.display()),
-        "--ioengine=psync".to_owned(),
-        "--rw=write".to_owned(),
+    let mut arguments = timed_job("write", &file_option(&path), "psync", seconds);
+    arguments.extend([
         format!("--bs={block_bytes}"),
         "--fdatasync=1".to_owned(),
         "--fallocate=none".to_owned(),
-        "--time_based".to_owned(),
-        format!("--runtime={seconds}"),
         format!("--size={APPEND_FILE_MAX_BYTES}"),
     ]);
+    let report = fio::json(&arguments);
     remove(&path);
     let report = report?;
     Ok(AppendSync {
@@ -291,17 +279,34 @@ fn append_sync(dir: &Path, block_bytes: usize, seconds: u64) -> anyhow::Result<A
 
 /// fio's random 4 KiB `O_DIRECT` reads at `depth` on io_uring over `files`, for `seconds`.
 fn random_reads_per_s(files: &[PathBuf], depth: u32, seconds: u64) -> anyhow::Result<f64> {
-    let report = fio::json(&[
-        "--name=seglog-ruler-random-read".to_owned(),
-        fio::filename_option(files),
-        "--ioengine=io_uring".to_owned(),
-        "--rw=randread".to_owned(),
+    let mut arguments = timed_job(
+        "randread",
+        &fio::filename_option(files),
+        "io_uring",
+        seconds,
+    );
+    arguments.extend([
         "--bs=4k".to_owned(),
         format!("--iodepth={depth}"),
         "--direct=1".to_owned(),
+        "--readonly".to_owned(),
+    ]);
+    number(&fio::json(&arguments)?, "read", "iops")
+}
+
+/// The arguments every ruler job shares: a `rw` job on `files` (fio's `--filename`) with
+/// `engine`, time-based for `seconds`.
+fn timed_job(rw: &str, files: &str, engine: &str, seconds: u64) -> Vec<String> {
+    vec![
+        format!("--name=seglog-ruler-{rw}"),
+        files.to_owned(),
+        format!("--ioengine={engine}"),
+        format!("--rw={rw}"),
         "--time_based".to_owned(),
         format!("--runtime={seconds}"),
-        "--readonly".to_owned(),
-    ])?;
-    number(&report, "read", "iops")
+    ]
+}
+
+fn file_option(path: &Path) -> String {
+    fio::filename_option(&[path.to_path_buf()])
 }
