@@ -14,8 +14,8 @@ use memmap2::{Advice, MmapMut};
 
 use super::DIRECT_IO_ALIGN_BYTES;
 
-/// The staging area of a thread's synchronous `O_DIRECT` writes, and its size.
-const STAGING_BYTES: usize = 1024 * 1024;
+/// The staging area of a thread's synchronous `O_DIRECT` writes: the largest write behind.
+const STAGING_BYTES: usize = super::WRITE_BEHIND_BYTES_MAX;
 
 thread_local! {
     /// One staging area per thread (per shard), shared by every file it writes: memory stays at
@@ -23,14 +23,13 @@ thread_local! {
     static STAGING: RefCell<Option<DirectBuffer>> = const { RefCell::new(None) };
 }
 
-/// Runs `write` on the first `length` bytes (at most [`STAGING_BYTES`]) of this thread's
-/// staging area, aligned for `O_DIRECT`.
+/// Runs `write` on the first `length` bytes of this thread's staging area, aligned for
+/// `O_DIRECT`; the caller checked `length` (`check_write_behind_length`).
 pub(crate) fn with_staging<T>(length: usize, write: impl FnOnce(&mut [u8]) -> T) -> T {
     STAGING.with(|staging| {
         let mut staging = staging.borrow_mut();
         let staging = staging.get_or_insert_with(|| DirectBuffer::new(STAGING_BYTES));
-        let length = length.min(STAGING_BYTES);
-        write(&mut staging.as_mut_slice()[..length])
+        write(&mut staging.as_mut_slice()[..length.min(STAGING_BYTES)])
     })
 }
 

@@ -94,6 +94,9 @@ impl StorageFile for HookedFile {
         self.before(StorageOp::Write)?;
         self.inner.write_direct_behind(length, position, fill)
     }
+    fn writes_behind_in_flight(&self) -> bool {
+        self.inner.writes_behind_in_flight()
+    }
     fn take_write_error(&self) -> io::Result<()> {
         self.inner.take_write_error()
     }

@@ -228,10 +228,17 @@ pub trait StorageFile: Debug + Send + Sync {
         position: u64,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
+        check_write_behind_length(length)?;
         direct_buffer::with_staging(length, |area| {
             fill(area);
             self.write_all_at(area, position)
         })
+    }
+
+    /// Whether a write behind of this file may still be in flight (never where writes are not
+    /// left in flight).
+    fn writes_behind_in_flight(&self) -> bool {
+        false
     }
 
     /// Completes the calling thread's writes behind, then returns the first failure of this
@@ -297,6 +304,14 @@ pub trait StorageFile: Debug + Send + Sync {
                 .map_err(io::Error::from),
             None => Ok(()),
         }
+    }
+}
+
+/// `EINVAL` for a write behind longer than [`WRITE_BEHIND_BYTES_MAX`].
+pub(crate) fn check_write_behind_length(length: usize) -> io::Result<()> {
+    match length <= WRITE_BEHIND_BYTES_MAX {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     }
 }
 

@@ -570,9 +570,7 @@ impl StorageFile for UringFile {
         position: u64,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
-        if length > crate::io::WRITE_BEHIND_BYTES_MAX {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
+        crate::io::check_write_behind_length(length)?;
         self.file_changed();
         let fd = self.file.as_raw_fd();
         let errors = std::sync::Arc::clone(&self.write_errors);
@@ -588,6 +586,10 @@ impl StorageFile for UringFile {
                 self.file.write_all_at(area, position)
             }),
         }
+    }
+
+    fn writes_behind_in_flight(&self) -> bool {
+        self.write_errors.any_in_flight()
     }
 
     fn take_write_error(&self) -> io::Result<()> {
@@ -868,6 +870,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn each_file_knows_whether_its_own_writes_behind_are_in_flight() {
+        if !ring_tests_must_run(
+            "io::uring::tests::each_file_knows_whether_its_own_writes_behind_are_in_flight",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let [a, b] = ["a", "b"].map(|name| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"").unwrap();
+            direct_file(&path)
+        });
+        a.allocate(0, 65536).unwrap();
+        assert!(!a.writes_behind_in_flight());
+        a.write_direct_behind(65536, 0, &mut |area| area.fill(1))
+            .unwrap();
+        // Nothing reaps a completion before a wait: A's write is counted until the fence.
+        assert!(a.writes_behind_in_flight());
+        assert!(!b.writes_behind_in_flight(), "B has none of its own");
+        UringIo::default().complete_writes();
+        assert!(!a.writes_behind_in_flight());
+        a.take_write_error().unwrap();
     }
 
     #[test]

@@ -28,10 +28,6 @@ pub(super) struct DirectWriter {
     file: Box<dyn StorageFile>,
     /// The bytes of the file's last partial block: `size_bytes % BLOCK_BYTES` of them.
     tail: Vec<u8>,
-    /// A write behind that ended in the partial block may still be in flight: the next write,
-    /// which rewrites that block, waits for it first (two writes of one block in flight could
-    /// land in either order).
-    tail_in_flight: bool,
 }
 
 impl DirectWriter {
@@ -61,7 +57,6 @@ impl DirectWriter {
         let mut writer = Box::new(DirectWriter {
             file,
             tail: Vec::with_capacity(BLOCK_BYTES),
-            tail_in_flight: false,
         });
         writer.load_tail(log, log_path, size_bytes)?;
         Ok(Some(writer))
@@ -99,7 +94,10 @@ impl DirectWriter {
     /// fence and it) says whether they landed.
     pub(super) fn append(&mut self, bytes: &[u8], position: u64) -> io::Result<()> {
         debug_assert_eq!(position % BLOCK_BYTES as u64, self.tail.len() as u64);
-        if self.tail_in_flight && !self.tail.is_empty() {
+        // This write rewrites the partial block an earlier write of this file ended in: that
+        // one lands first (two writes of one block in flight could land in either order). The
+        // thread's writes to other files stay in flight.
+        if !self.tail.is_empty() && self.file.writes_behind_in_flight() {
             self.file.take_write_error()?;
         }
         let mut block_position = position - self.tail.len() as u64;
@@ -121,7 +119,6 @@ impl DirectWriter {
             block_position += whole_blocks as u64;
             rest = after;
         }
-        self.tail_in_flight = true;
         Ok(())
     }
 

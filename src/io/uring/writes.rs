@@ -14,7 +14,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use io_uring::{opcode, squeue, types};
 
@@ -31,24 +31,32 @@ pub(super) const IN_FLIGHT_MAX: usize = 32;
 /// The largest write behind, and the size of every pooled buffer.
 const WRITE_BYTES_MAX: usize = crate::io::WRITE_BEHIND_BYTES_MAX;
 
-/// The first error of a file's writes behind (an errno; 0 for none), shared between the file and
-/// its writes in flight.
+/// A file's writes behind, shared between the file and its writes in flight: how many are in
+/// flight, and the first error (an errno; 0 for none) until it is taken.
 #[derive(Debug, Default)]
-pub(crate) struct WriteErrors(AtomicI32);
+pub(crate) struct WriteErrors {
+    errno: AtomicI32,
+    in_flight: AtomicUsize,
+}
 
 impl WriteErrors {
     fn record(&self, errno: i32) {
         let _ = self
-            .0
+            .errno
             .compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// The error recorded since the last call, if any.
     pub(crate) fn take(&self) -> io::Result<()> {
-        match self.0.swap(0, Ordering::AcqRel) {
+        match self.errno.swap(0, Ordering::AcqRel) {
             0 => Ok(()),
             errno => Err(io::Error::from_raw_os_error(errno)),
         }
+    }
+
+    /// Whether a write behind of this file is in flight.
+    pub(crate) fn any_in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
     }
 }
 
@@ -132,6 +140,7 @@ impl WritesBehind {
             self.slots.len() - 1
         });
         let address = buffer.as_mut_ptr();
+        errors.in_flight.fetch_add(1, Ordering::AcqRel);
         self.slots[slot] = Some(InFlight {
             buffer,
             fd,
@@ -170,6 +179,7 @@ impl WritesBehind {
 
     fn finish(&mut self, slot: usize) {
         if let Some(write) = self.slots.get_mut(slot).and_then(Option::take) {
+            write.errors.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.in_flight -= 1;
             self.free_slots.push(slot);
             if self.buffers.len() < IN_FLIGHT_MAX {
