@@ -421,6 +421,7 @@ impl PartitionLog {
             return Err(error);
         }
         self.recovery_point = self.recovery_point.max(through.min(self.log_end_offset()));
+        self.active_mut().note_synced();
         Ok(())
     }
 

@@ -28,6 +28,11 @@ pub(super) struct DirectWriter {
     file: Box<dyn StorageFile>,
     /// The bytes of the file's last partial block: `size_bytes % BLOCK_BYTES` of them.
     tail: Vec<u8>,
+    /// The last block written whole as it was sent (a partial one with its zero padding), and
+    /// its position: what the device must hold there when a sync has covered it.
+    last_block: Option<(u64, Vec<u8>)>,
+    /// Whether a sync has covered `last_block` since it was written or last checked.
+    synced_since_write: bool,
 }
 
 impl DirectWriter {
@@ -57,6 +62,8 @@ impl DirectWriter {
         let mut writer = Box::new(DirectWriter {
             file,
             tail: Vec::with_capacity(BLOCK_BYTES),
+            last_block: None,
+            synced_since_write: false,
         });
         writer.load_tail(log, log_path, size_bytes)?;
         Ok(Some(writer))
@@ -72,6 +79,7 @@ impl DirectWriter {
     ) -> Result<(), StorageError> {
         let tail_bytes = (size_bytes % BLOCK_BYTES as u64) as usize;
         self.tail.resize(tail_bytes, 0);
+        self.last_block = None;
         let read = log
             .read_at(&mut self.tail, size_bytes - tail_bytes as u64)
             .map_err(|source| StorageError::io("read", log_path, source))?;
@@ -108,18 +116,66 @@ impl DirectWriter {
             let used = self.tail.len() + piece;
             let padded = used.next_multiple_of(BLOCK_BYTES);
             let tail = &self.tail;
+            let mut last_block = Vec::new();
             self.file
                 .write_direct_behind(padded, block_position, &mut |area| {
                     area[..tail.len()].copy_from_slice(tail);
                     area[tail.len()..used].copy_from_slice(data);
                     area[used..].fill(0);
+                    last_block.clear();
+                    last_block.extend_from_slice(&area[padded - BLOCK_BYTES..]);
                 })?;
+            self.last_block = Some((block_position + (padded - BLOCK_BYTES) as u64, last_block));
+            self.synced_since_write = false;
             let whole_blocks = used - used % BLOCK_BYTES;
             self.tail = next_tail(&self.tail, data, whole_blocks);
             block_position += whole_blocks as u64;
             rest = after;
         }
         Ok(())
+    }
+
+    /// Notes that a sync covered everything written so far: the next append first checks that
+    /// the device holds the last block as it was sent ([`DirectWriter::check_last_block`]).
+    pub(super) fn note_synced(&mut self) {
+        self.synced_since_write = self.last_block.is_some();
+    }
+
+    /// Before an append after a sync: the last block written reads back as it was sent, through
+    /// `log` (the buffered descriptor, whose cached pages the direct write dropped). A write the
+    /// device put elsewhere (a misdirected write, R14) left older bytes there; the append would
+    /// rewrite that block or write over where the write landed, and the acknowledged records it
+    /// carried would then read as a torn tail after a crash. One 4 KiB read per append that
+    /// follows a sync.
+    pub(super) fn check_last_block(
+        &mut self,
+        log: &dyn StorageFile,
+        log_path: &Path,
+    ) -> Result<(), StorageError> {
+        if !std::mem::take(&mut self.synced_since_write) {
+            return Ok(());
+        }
+        let Some((position, sent)) = &self.last_block else {
+            return Ok(());
+        };
+        if self.file.writes_behind_in_flight() {
+            self.file
+                .take_write_error()
+                .map_err(|source| StorageError::io("write", log_path, source))?;
+        }
+        let held = log
+            .read_to_vec(BLOCK_BYTES, *position)
+            .map_err(|source| StorageError::io("read", log_path, source))?;
+        match held.iter().zip(sent).position(|(held, sent)| held != sent) {
+            None if held.len() == sent.len() => Ok(()),
+            differs => Err(StorageError::Corrupt {
+                file: log_path.to_path_buf(),
+                position: position + differs.unwrap_or(held.len()) as u64,
+                reason: "the last block written does not read back as it was sent after a sync \
+                         covered it (a misdirected write?)"
+                    .to_owned(),
+            }),
+        }
     }
 
     /// Completes the thread's writes behind and returns the first failure of this file's.

@@ -38,6 +38,9 @@ const PREFETCH_READS: u64 = 4;
 /// The first preallocation of an active `.log`; each next one doubles what the file holds, up to
 /// `segment.bytes`, so a partition reserves at most as much again as it wrote.
 const PREALLOCATE_BYTES_MIN: u64 = 64 * 1024;
+/// The unit a crash keeps or loses whole, and where a misdirected write lands.
+const SECTOR_BYTES: u64 = 512;
+
 /// Space past the log end is checked this much at a time (`check_prewritten`).
 const CHECK_CHUNK_BYTES: u64 = 256 * 1024;
 /// A lookup reads at most this much between two index entries at once (Kafka's 4 KiB
@@ -289,6 +292,9 @@ impl Segment {
         self.preallocate_for(position + bytes.len() as u64)?;
         // After the prewrite, which may itself have landed in the wrong place (fuzz finding F17).
         self.check_overwritten(position, position + bytes.len() as u64)?;
+        if let Some(direct) = &mut self.direct {
+            direct.check_last_block(self.log.as_ref(), &self.log_path)?;
+        }
         match &mut self.direct {
             Some(direct) => direct.append(bytes, position),
             None => self.log.write_all_at(bytes, position),
@@ -379,8 +385,11 @@ impl Segment {
     /// tail (fuzz finding F8). One read of the append's size and 64 bytes, in logs synced in
     /// small steps only.
     fn check_overwritten(&self, position: u64, end: u64) -> Result<(), StorageError> {
-        if !self.prewritten || position >= self.preallocated_bytes {
+        if position >= self.preallocated_bytes {
             return Ok(());
+        }
+        if !self.prewritten {
+            return self.check_reserved(position, end.min(self.preallocated_bytes));
         }
         // Two stamps' worth past the end: a non-zero byte within the first is then checked
         // whole, not passed as the start of a stamp cut off by the read (fuzz finding F16).
@@ -399,6 +408,41 @@ impl Segment {
                 position: misplaced.position(),
                 reason: misplaced.describe(),
             })
+    }
+
+    /// Before a page-cache append overwrites `position..end` of a preallocated `.log`: the space
+    /// holds zeros (unwritten extents read as zeros without touching the device), and so does
+    /// the rest of `end`'s sector. A write the device put there instead of where it was sent
+    /// (R14) would otherwise be overwritten, and the records it carried would read as a torn
+    /// tail after a crash. Such a write starts at a sector boundary with a batch header, which
+    /// has a non-zero byte in its first 17, so covering its start shows it.
+    fn check_reserved(&self, position: u64, end: u64) -> Result<(), StorageError> {
+        if self.direct.is_some() || position >= end {
+            return Ok(());
+        }
+        let check_to = end.next_multiple_of(SECTOR_BYTES);
+        let bytes = self
+            .log
+            .read_to_vec((check_to - position) as usize, position)
+            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
+        match bytes.iter().position(|byte| *byte != 0) {
+            None => Ok(()),
+            Some(at) => Err(StorageError::Corrupt {
+                file: self.log_path.clone(),
+                position: position + at as u64,
+                reason: "data past the log end, in space only the reservation held \
+                         (a misdirected write?)"
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// Notes that a sync covered every byte appended so far (`direct.rs`, the check of the last
+    /// block before the next append).
+    pub fn note_synced(&mut self) {
+        if let Some(direct) = &mut self.direct {
+            direct.note_synced();
+        }
     }
 
     /// Sets how far ahead of its appends the active `.log` is prewritten (`0`: not at all;
