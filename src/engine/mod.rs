@@ -112,9 +112,10 @@ pub struct EngineConfig {
     /// The core the cleaner thread is pinned to (default: the last core; `None`: not pinned).
     /// It runs at `SCHED_IDLE`, so it takes only time the shards leave idle on that core.
     pub cleaner_core: Option<usize>,
-    /// Write each active segment's `.log` with `O_DIRECT` (default: off): appends skip the page
-    /// cache, so fetches of fresh data read from the device. Where the file system refuses
-    /// `O_DIRECT` (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
+    /// Write each active segment's `.log` with `O_DIRECT` (default: on): appends skip the page
+    /// cache and are acknowledged once the device has their bytes, many in flight on the shard's
+    /// ring; fetches of fresh data read from the device. Where the file system refuses `O_DIRECT`
+    /// (tmpfs before Linux 6.6), the engine says so once and writes through the page cache.
     pub direct_writes: bool,
     /// Read large ranges (256 KiB or more) the page cache holds none of with `O_DIRECT`, through
     /// 8 MiB windows of the shard's own read ahead (default: off; io_uring backend only; 64 MiB of
@@ -220,7 +221,7 @@ impl Default for EngineConfig {
             scrub_interval_ms: 24 * 60 * 60 * 1000,
             cleaner_core: core_affinity::get_core_ids()
                 .and_then(|cores| cores.len().checked_sub(1)),
-            direct_writes: false,
+            direct_writes: true,
             direct_cold_reads: false,
             sync_inline_when_idle: true,
             prewrite_synced_logs: true,

@@ -326,8 +326,9 @@ pub(crate) fn allocate_file(file: &std::fs::File, position: u64, length: u64) ->
     }
 }
 
-/// [`StorageFile::next_data`] on a real file.
-pub(crate) fn next_data_of(file: &std::fs::File, position: u64) -> io::Result<Option<u64>> {
+/// [`StorageFile::next_data`] on a real file (`SEEK_DATA`; `Some(position)` where the file
+/// system has no `SEEK_DATA`).
+pub fn next_data_of(file: &std::fs::File, position: u64) -> io::Result<Option<u64>> {
     match rustix::fs::seek(file, rustix::fs::SeekFrom::Data(position)) {
         Ok(found) => Ok(Some(found)),
         Err(rustix::io::Errno::NXIO) => Ok(None),

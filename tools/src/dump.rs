@@ -15,7 +15,7 @@ use crate::index_check::{
     sibling_log,
 };
 use crate::kafka_text::{batch_line, record_line};
-use crate::log_scan::{BatchWalker, LogLayout, WalkStep, is_prewritten_tail};
+use crate::log_scan::{BatchWalker, LogLayout, WalkStep, unwritten_tail};
 use crate::read_only::ReadOnlyFile;
 
 /// What to print for each record of a `.log`.
@@ -110,19 +110,17 @@ fn dump_log(out: &mut impl Write, path: &Path, detail: RecordDetail) -> anyhow::
                 writeln!(out, "{}", batch_line(&header, position, false))?;
                 return stop_at(out, path, position, size_bytes, &reason);
             }
-            WalkStep::Stop { position, .. }
-                if is_prewritten_tail(&file, position, size_bytes - position)? =>
-            {
-                let unread = size_bytes - position;
-                writeln!(
-                    out,
-                    "Found {unread} bytes of space prewritten ahead of the appends at the end of \
-                     {} (the segment was not closed; recovery cuts them)",
-                    file_name(path)
-                )?;
-                return Ok(Outcome::Clean);
-            }
             WalkStep::Stop { position, reason } => {
+                let unread = size_bytes - position;
+                if let Some(what) = unwritten_tail(&file, position, unread)? {
+                    writeln!(
+                        out,
+                        "Found {unread} bytes of {what} at the end of {} (the segment was not \
+                         closed; recovery cuts them)",
+                        file_name(path)
+                    )?;
+                    return Ok(Outcome::Clean);
+                }
                 return stop_at(out, path, position, size_bytes, &reason);
             }
             WalkStep::End => return Ok(Outcome::Clean),

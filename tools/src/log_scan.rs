@@ -202,14 +202,47 @@ impl LogLayout {
 /// prewrites at most 512 KiB ahead of its appends).
 const PREWRITTEN_TAIL_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
-/// Whether the `unread` bytes at `position`, where the batches stopped, are space a log synced in
-/// small steps prewrote ahead of its appends (FORMAT.md §7.4), not damage.
-pub fn is_prewritten_tail(file: &ReadOnlyFile, position: u64, unread: u64) -> anyhow::Result<bool> {
-    if unread > PREWRITTEN_TAIL_BYTES_MAX {
-        return Ok(false);
+/// Zeros past the last batch are checked this much at a time.
+const ZERO_CHECK_CHUNK_BYTES: u64 = 1024 * 1024;
+
+/// What the `unread` bytes at `position`, where the batches stopped, are when they are not
+/// damage: space a log synced in small steps prewrote ahead of its appends (FORMAT.md §7.4), or
+/// zeros only (the padding and reserved space of an active segment written with `O_DIRECT` or
+/// preallocated, §7.6; unwritten extents are skipped, not read). `None`: damage.
+pub fn unwritten_tail(
+    file: &ReadOnlyFile,
+    position: u64,
+    unread: u64,
+) -> anyhow::Result<Option<&'static str>> {
+    let context = || format!("cannot read {}", file.path().display());
+    let end = position + unread;
+    if unread <= PREWRITTEN_TAIL_BYTES_MAX {
+        let bytes = file
+            .read_to_vec(unread as usize, position)
+            .with_context(context)?;
+        if prewrite::is_prewritten_space(&bytes, position) {
+            return Ok(Some("space prewritten ahead of the appends"));
+        }
     }
-    let bytes = file
-        .read_to_vec(unread as usize, position)
-        .with_context(|| format!("cannot read {}", file.path().display()))?;
-    Ok(prewrite::is_prewritten_space(&bytes, position))
+    let mut at = position;
+    while at < end {
+        let Some(data_at) = file
+            .next_data(at)
+            .with_context(context)?
+            .filter(|at| *at < end)
+        else {
+            break;
+        };
+        let length = (end - data_at).min(ZERO_CHECK_CHUNK_BYTES);
+        let bytes = file
+            .read_to_vec(length as usize, data_at)
+            .with_context(context)?;
+        if bytes.iter().any(|byte| *byte != 0) {
+            return Ok(None);
+        }
+        at = data_at + length.max(1);
+    }
+    Ok(Some(
+        "zeros: the padding and reserved space of a segment written with O_DIRECT or preallocated",
+    ))
 }

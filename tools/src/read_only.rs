@@ -73,6 +73,10 @@ impl StorageFile for ReadOnlyFile {
         Err(self.refuse_write())
     }
 
+    fn next_data(&self, position: u64) -> io::Result<Option<u64>> {
+        seglog::io::next_data_of(&self.file, position)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         Ok(())
     }

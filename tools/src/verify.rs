@@ -20,7 +20,7 @@ use crate::args::VerifyArgs;
 use crate::index_check::{
     IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
 };
-use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep, is_prewritten_tail};
+use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep, unwritten_tail};
 use crate::read_only::ReadOnlyFile;
 
 /// Everything verification found, and what it covered.
@@ -194,21 +194,18 @@ fn verify_log(
                 report.problem(path, position, reason);
                 BatchSpan::new(position, &header)
             }
-            WalkStep::Stop { position, .. }
-                if is_prewritten_tail(&file, position, size_bytes - position)? =>
-            {
-                let unread = size_bytes - position;
-                report.note(
-                    path,
-                    format!(
-                        "the last {unread} bytes are space prewritten ahead of the appends (the \
-                         segment was not closed; recovery cuts them)"
-                    ),
-                );
-                return Ok(layout);
-            }
             WalkStep::Stop { position, reason } => {
                 let unread = size_bytes - position;
+                if let Some(what) = unwritten_tail(&file, position, unread)? {
+                    report.note(
+                        path,
+                        format!(
+                            "the last {unread} bytes are {what} (the segment was not closed; \
+                             recovery cuts them)"
+                        ),
+                    );
+                    return Ok(layout);
+                }
                 report.problem(
                     path,
                     position,

@@ -69,31 +69,17 @@ fn append_by_duration_reports_append_throughput_and_latency() {
     assert!(report.get("durable").is_none(), "{report:#}");
     assert!(report.get("disk").is_none(), "{report:#}");
     assert_eq!(report["config"]["workload"], "append");
-    // `--direct-io auto` with nothing measured: through the page cache.
-    assert_eq!(report["config"]["direct_io_choice"], "auto");
-    assert_eq!(report["config"]["direct_io"], false);
+    // The engine's default: `O_DIRECT`.
+    assert_eq!(report["config"]["direct_io"], true);
     assert_machine(&report);
 }
 
 #[test]
-fn direct_io_alone_is_on_and_off_stays_off_whatever_the_disk() {
+fn direct_io_alone_is_on_and_off_stays_off() {
     let report = bench_json(&["--records", "1000", "--direct-io"]);
-    assert_eq!(report["config"]["direct_io_choice"], "on");
     assert_eq!(report["config"]["direct_io"], true);
     let report = bench_json(&["--records", "1000", "--direct-io", "off", "--vs-disk"]);
-    assert_eq!(report["config"]["direct_io_choice"], "off");
     assert_eq!(report["config"]["direct_io"], false);
-}
-
-/// The engine's write path under `--direct-io auto`: the faster of the disk's two sequential
-/// writes just measured.
-fn assert_write_path_chosen_by_the_disk(report: &Value) {
-    assert_eq!(report["config"]["direct_io_choice"], "auto", "{report:#}");
-    let buffered = number(report, &["disk", "write_buffered_mb_per_s"]);
-    let direct_faster = report["disk"]["write_direct_mb_per_s"]
-        .as_f64()
-        .is_some_and(|direct| direct > buffered);
-    assert_eq!(report["config"]["direct_io"], direct_faster, "{report:#}");
 }
 
 #[test]
@@ -144,7 +130,6 @@ fn append_by_record_count_with_vs_disk_reports_disk_rates() {
     assert!(number(&report, &["disk", "random_read_iops"]) > 0.0);
     assert!(number(&report, &["disk", "memcpy_mb_per_s"]) > 0.0);
     assert!(number(&report, &["append", "vs_disk"]) > 0.0, "{report:#}");
-    assert_write_path_chosen_by_the_disk(&report);
 }
 
 #[test]
@@ -185,7 +170,6 @@ fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
     assert_eq!(producers["files"], 2);
     assert_eq!(producers["block_bytes"], 4096);
     // The bare producers write as the engine does.
-    assert_write_path_chosen_by_the_disk(&report);
     assert_eq!(producers["direct"], report["config"]["direct_io"]);
     // A record count: the shortest time, not the phase's.
     assert_eq!(producers["seconds"], 2.0);

@@ -92,23 +92,10 @@ pub enum BenchBackend {
 /// How the engine writes its active segments (`--direct-io`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DirectIo {
-    /// The faster of the disk's two sequential writes, as `--vs-disk` measured them in this
-    /// run (their own sync policy included); through the page cache without `--vs-disk`.
-    Auto,
-    /// With `O_DIRECT` (`EngineConfig::direct_writes`).
+    /// With `O_DIRECT` (`EngineConfig::direct_writes`, the engine's default).
     On,
     /// Through the page cache.
     Off,
-}
-
-impl DirectIo {
-    pub fn name(self) -> &'static str {
-        match self {
-            DirectIo::Auto => "auto",
-            DirectIo::On => "on",
-            DirectIo::Off => "off",
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -161,16 +148,15 @@ pub struct BenchArgs {
     #[arg(long, value_enum)]
     pub backend: Option<BenchBackend>,
     /// Write the active segments with O_DIRECT (`EngineConfig::direct_writes`), appends skipping
-    /// the page cache: `on` (also `--direct-io` alone), `off`, or `auto`, whichever of the disk's
-    /// buffered and O_DIRECT sequential writes `--vs-disk` measured faster just before (`off`
-    /// without `--vs-disk`). Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) the
-    /// engine warns and writes through the page cache.
+    /// the page cache: `on` (the engine's default; also `--direct-io` alone) or `off`. Where the
+    /// file system refuses O_DIRECT (tmpfs before Linux 6.6) the engine warns and writes through
+    /// the page cache.
     #[arg(
         long,
         value_enum,
         value_name = "WHEN",
         num_args = 0..=1,
-        default_value_t = DirectIo::Auto,
+        default_value_t = DirectIo::On,
         default_missing_value = "on"
     )]
     pub direct_io: DirectIo,

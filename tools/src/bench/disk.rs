@@ -306,12 +306,6 @@ impl DiskFigures {
         Ok(())
     }
 
-    /// Whether the `O_DIRECT` sequential write was faster than the buffered one.
-    pub fn direct_write_is_faster(&self) -> bool {
-        self.write_direct_mb_per_s
-            .is_some_and(|direct| direct > self.write_buffered_mb_per_s)
-    }
-
     /// The disk's best sequential write ([`DiskLimits::best_write_mb_per_s`]), or without the
     /// ruler the best of the run's own pattern, buffered or `O_DIRECT`.
     pub fn write_mb_per_s(&self) -> f64 {

@@ -70,7 +70,7 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 1_000;
 const DATA_SET_SHARE: f64 = 0.3;
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
-    let mut settings = Settings::from_args(args)?;
+    let settings = Settings::from_args(args)?;
     // The temporary directory lives until the end of the run and is removed when dropped.
     let (dir, _temporary) = match &args.dir {
         Some(dir) => (dir.clone(), None),
@@ -89,7 +89,6 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         settles.wait("disk");
         let mut disk = measure_disk(&dir, &settings)?;
         disk.measure_limits(&scratch_parent(&dir), args.ruler_seconds)?;
-        settings.choose_write_path(&disk);
         disk.measure_producers(&scratch_parent(&dir), settings.direct_io, &mut settles)?;
         Some(disk)
     } else {

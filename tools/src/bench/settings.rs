@@ -8,7 +8,6 @@ use seglog::format::Compression;
 use seglog::io::IoBackend;
 
 use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Workload};
-use super::disk::DiskFigures;
 use super::progress::Limit;
 
 /// Appends in flight per producer, except in `group-commit` (one each) and `tail`. Where an
@@ -43,11 +42,8 @@ pub struct Settings {
     pub backend: IoBackend,
     pub backend_name: &'static str,
     pub shards: Option<usize>,
-    /// Whether the engine writes with `O_DIRECT`: `--direct-io`, with `auto` resolved by
-    /// [`Settings::choose_write_path`].
+    /// Whether the engine writes with `O_DIRECT` (`--direct-io`).
     pub direct_io: bool,
-    /// `--direct-io` as given.
-    pub direct_io_choice: DirectIo,
     pub direct_cold_reads: bool,
     pub prewrite: bool,
     pub background_sync_bytes: u64,
@@ -106,21 +102,12 @@ impl Settings {
             backend_name,
             shards: args.shards,
             direct_io: args.direct_io == DirectIo::On,
-            direct_io_choice: args.direct_io,
             direct_cold_reads: args.direct_reads,
             prewrite: !args.no_prewrite,
             background_sync_bytes: args.background_sync_mb.saturating_mul(1024 * 1024),
             segment_bytes: args.segment_bytes,
             retention_bytes: args.retention_bytes,
         })
-    }
-
-    /// Resolves `--direct-io auto` from the disk's figures of this run: `O_DIRECT` where its
-    /// sequential write was faster than the buffered one.
-    pub fn choose_write_path(&mut self, disk: &DiskFigures) {
-        if self.direct_io_choice == DirectIo::Auto {
-            self.direct_io = disk.direct_write_is_faster();
-        }
     }
 
     pub fn durable_appends(&self) -> bool {
