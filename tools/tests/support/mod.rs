@@ -12,11 +12,17 @@ pub fn seglog() -> Command {
     Command::new(env!("CARGO_BIN_EXE_seglog"))
 }
 
-/// Runs `seglog args...` with `input` on stdin (written from a thread, so a child that answers
-/// while reading never deadlocks against us) and returns what it printed.
+/// Runs `seglog args...` with `input` on stdin and returns what it printed.
 pub fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = seglog()
-        .args(args)
+    let mut command = seglog();
+    command.args(args);
+    run_command_with_stdin(command, input)
+}
+
+/// Runs `command` with `input` on stdin (written from a thread, so a child that answers while
+/// reading never deadlocks against us) and returns what it printed.
+pub fn run_command_with_stdin(mut command: Command, input: &[u8]) -> Output {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
