@@ -17,8 +17,8 @@ use seglog::types::{PartitionId, TopicName};
 
 use super::batches::{BatchMaker, RecordMaker};
 use super::progress::{
-    Limit, Phase, Shared, WorkerStats, merge, micros, now_micros, phase_seconds, progress_bar,
-    watch,
+    Limit, Phase, Shared, WorkerStats, merge, micros, now_micros, phase_seconds,
+    process_cpu_seconds, progress_bar, watch,
 };
 use super::settings::Settings;
 
@@ -33,6 +33,7 @@ pub fn append_phase(
     let shared = Shared::default();
     let bar = progress_bar(limit, name);
     let started = Instant::now();
+    let cpu_started = process_cpu_seconds();
     let stats = thread::scope(|scope| {
         let handles = (0..settings.producers)
             .map(|producer| {
@@ -53,7 +54,9 @@ pub fn append_phase(
         })
     })?;
     if settings.durable_appends() {
-        return merge(name, &stats, Some(phase_seconds(started, &stats)));
+        let mut phase = merge(name, &stats, Some(phase_seconds(started, &stats)))?;
+        phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
+        return Ok(phase);
     }
     // What was acknowledged once written is in the page cache: the phase ends when it is on
     // the disk, as the disk's buffered write ends with its fsync.
@@ -66,6 +69,7 @@ pub fn append_phase(
     let flush_s = flush_started.elapsed().as_secs_f64();
     let mut phase = merge(name, &stats, Some(phase_seconds(started, &stats) + flush_s))?;
     phase.final_flush_s = Some(flush_s);
+    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
     Ok(phase)
 }
 

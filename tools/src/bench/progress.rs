@@ -45,6 +45,9 @@ pub struct Phase {
     /// part of `throughput`'s seconds, so that the phase counts the same work as the disk's
     /// buffered write with its final fsync.
     pub final_flush_s: Option<f64>,
+    /// The CPU time the whole process (engine, producers, the kernel's io_uring workers) used
+    /// during an append phase, user and system, in seconds.
+    pub cpu_s: Option<f64>,
     /// One value per operation (append, record sent, fetch, record consumed), in microseconds.
     pub latency: Histogram<u64>,
 }
@@ -57,6 +60,11 @@ impl Phase {
     pub fn records_per_s(&self) -> Option<f64> {
         self.throughput
             .map(|(records, _, seconds)| records as f64 / seconds.max(1e-9))
+    }
+
+    /// The bytes of a phase with a throughput, in GB (10^9 bytes).
+    pub fn gigabytes(&self) -> Option<f64> {
+        self.throughput.map(|(_, bytes, _)| bytes as f64 / 1e9)
     }
 
     pub fn mb_per_s(&self) -> Option<f64> {
@@ -127,6 +135,12 @@ impl WorkerStats {
 }
 
 /// Seconds from `started` to the last worker's end (to now for workers that did not stamp it).
+/// The CPU time this process has used so far (every thread, user and system), in seconds.
+pub fn process_cpu_seconds() -> f64 {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    time.tv_sec as f64 + time.tv_nsec as f64 / 1e9
+}
+
 pub fn phase_seconds(started: Instant, stats: &[WorkerStats]) -> f64 {
     let last = stats
         .iter()
@@ -231,6 +245,7 @@ pub fn merge(
         name,
         throughput: seconds.map(|seconds| (records, bytes, seconds)),
         final_flush_s: None,
+        cpu_s: None,
         latency,
     })
 }

@@ -113,7 +113,7 @@ impl Report<'_> {
         writeln!(
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
-             linger_ms={} key_space={} compression={} backend={} direct_io={} ({}) \
+             linger_ms={} key_space={} compression={} backend={} direct_io={} \
              direct_cold_reads={} prewrite={} background_sync_bytes={} segment_bytes={} retention_bytes={}",
             settings.workload.name(),
             settings.producers,
@@ -126,7 +126,6 @@ impl Report<'_> {
             settings.compression,
             settings.backend_name,
             settings.direct_io,
-            settings.direct_io_choice.name(),
             settings.direct_cold_reads,
             settings.prewrite,
             settings.background_sync_bytes,
@@ -151,6 +150,14 @@ impl Report<'_> {
                     out,
                     "{}: its final flush of everything written took {seconds:.2} s, inside its time",
                     phase.name
+                )?;
+            }
+            if let (Some(cpu_s), Some(gb)) = (phase.cpu_s, phase.gigabytes()) {
+                writeln!(
+                    out,
+                    "{}: {cpu_s:.2} CPU-s for the process, {:.2} CPU-s per GB",
+                    phase.name,
+                    cpu_s / gb.max(1e-9)
                 )?;
             }
         }
@@ -407,7 +414,6 @@ impl Report<'_> {
             "shards": settings.shards,
             "backend": settings.backend_name,
             "direct_io": settings.direct_io,
-            "direct_io_choice": settings.direct_io_choice.name(),
             "direct_cold_reads": settings.direct_cold_reads,
             "prewrite": settings.prewrite,
             "background_sync_bytes": settings.background_sync_bytes,
@@ -462,6 +468,10 @@ impl Report<'_> {
         }
         if let Some(seconds) = phase.final_flush_s {
             object.insert("final_flush_seconds".into(), json!(seconds));
+        }
+        if let (Some(cpu_s), Some(gb)) = (phase.cpu_s, phase.gigabytes()) {
+            object.insert("cpu_seconds".into(), json!(cpu_s));
+            object.insert("cpu_seconds_per_gb".into(), json!(cpu_s / gb.max(1e-9)));
         }
         if phase.name == "fetch" {
             object.insert("fetches_per_s".into(), json!(phase.operations_per_s()));
