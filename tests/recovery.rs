@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::error::{OpenError, PartitionError, ReadError, StorageError};
+use seglog::error::{AppendError, OpenError, PartitionError, ReadError, StorageError};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::io::{IoBackend, ring_tests_must_run, storage_from_env};
 use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
@@ -1799,6 +1799,73 @@ fn data_in_the_reserved_space_past_the_log_end_is_reported_not_cut() {
         file_bytes,
         "nothing was cut"
     );
+}
+
+/// R14 on `O_DIRECT`: the first append after a sync reads the last block written back. Had that
+/// block's write landed elsewhere, the device would hold older bytes there, and the append would
+/// rewrite the block over the only evidence; it is refused instead, nothing written.
+#[test]
+fn an_append_after_a_sync_refuses_a_last_block_that_does_not_read_back_as_sent() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let (mut log, _) = open_direct(&dir, false, Offset(0));
+    populate(&mut log, 3);
+    log.flush().unwrap();
+    let payload = payload_bytes(&served_batches(&mut log));
+    let active = segment_logs(&dir).pop().unwrap();
+    // The last batch's final bytes, as if the write that carried them had landed elsewhere.
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&[0xab; 16], payload - 16).unwrap();
+    let end = log.log_end_offset();
+    let error = log.append(batch(end.0, 1), now()).unwrap_err();
+    assert!(
+        matches!(&error, AppendError::Storage(StorageError::Corrupt { position, .. })
+            if (payload - 16..payload).contains(position)),
+        "{error:?}"
+    );
+    assert_eq!(log.log_end_offset(), end, "nothing appended");
+}
+
+/// R14 on a preallocated log written through the page cache: an append into the reserved space
+/// first checks it holds zeros, so a write that landed there is reported, not overwritten.
+#[test]
+fn an_append_into_reserved_space_that_holds_data_is_refused() {
+    let Some(root) = direct_scratch() else {
+        return;
+    };
+    let dir = partition_dir(root.path());
+    let preallocating = LogConfig {
+        segment_bytes: 256 * 1024,
+        preallocate: true,
+        ..config()
+    };
+    let (mut log, _) = PartitionLog::open(
+        storage_from_env(),
+        &dir,
+        topic_partition(),
+        preallocating,
+        open_options(false, Offset(0)),
+    )
+    .unwrap();
+    populate(&mut log, 3);
+    let payload = payload_bytes(&served_batches(&mut log));
+    let active = segment_logs(&dir).pop().unwrap();
+    assert!(
+        fs::metadata(&active).unwrap().len() > payload + 512,
+        "space reserved"
+    );
+    let file = fs::OpenOptions::new().write(true).open(&active).unwrap();
+    file.write_all_at(&[0xab; 512], payload + 8).unwrap();
+    let end = log.log_end_offset();
+    let error = log.append(batch(end.0, 1), now()).unwrap_err();
+    assert!(
+        matches!(&error, AppendError::Storage(StorageError::Corrupt { position, .. })
+            if *position == payload + 8),
+        "{error:?}"
+    );
+    assert_eq!(log.log_end_offset(), end, "nothing appended");
 }
 
 #[test]
