@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from targets import get  # issue 4's reader of a report's dotted keys
+
 SCRATCH = os.environ.get("SCRATCH", "/var/tmp")
 
 
@@ -39,15 +41,6 @@ def bench(seglog, out, name, args):
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return json.loads(report_path.read_text()), cpu
-
-
-def get(report, dotted):
-    value = report
-    for key in dotted.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
 
 
 def appended_gb(report, phase):

@@ -1630,6 +1630,24 @@ fn open_options(clean: bool, recovery_point: Offset) -> LogOpenOptions {
     }
 }
 
+/// Opens the log in `dir` with `preallocate=true` (256 KiB segments), from offset 0.
+fn open_preallocated(dir: &Path, clean: bool) -> (PartitionLog, RecoveryReport) {
+    let preallocating = LogConfig {
+        segment_bytes: 256 * 1024,
+        preallocate: true,
+        ..config()
+    };
+    let options = open_options(clean, Offset(0));
+    PartitionLog::open(
+        storage_from_env(),
+        dir,
+        topic_partition(),
+        preallocating,
+        options,
+    )
+    .unwrap()
+}
+
 /// The bytes of `batches` as the log serves them.
 fn payload_bytes(batches: &[StoredBatch]) -> u64 {
     batches.iter().map(|batch| batch.bytes.len() as u64).sum()
@@ -1836,19 +1854,7 @@ fn an_append_into_reserved_space_that_holds_data_is_refused() {
         return;
     };
     let dir = partition_dir(root.path());
-    let preallocating = LogConfig {
-        segment_bytes: 256 * 1024,
-        preallocate: true,
-        ..config()
-    };
-    let (mut log, _) = PartitionLog::open(
-        storage_from_env(),
-        &dir,
-        topic_partition(),
-        preallocating,
-        open_options(false, Offset(0)),
-    )
-    .unwrap();
+    let (mut log, _) = open_preallocated(&dir, false);
     populate(&mut log, 3);
     let payload = payload_bytes(&served_batches(&mut log));
     let active = segment_logs(&dir).pop().unwrap();
@@ -1900,27 +1906,7 @@ fn preallocated_segments_hold_only_their_batches_after_close_and_after_a_crash()
         return;
     };
     let dir = partition_dir(root.path());
-    let preallocating = LogConfig {
-        segment_bytes: 256 * 1024,
-        preallocate: true,
-        ..config()
-    };
-    let options = |clean: bool| LogOpenOptions {
-        had_clean_shutdown: clean,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
-    let open = |clean: bool| {
-        PartitionLog::open(
-            storage_from_env(),
-            &dir,
-            topic_partition(),
-            preallocating.clone(),
-            options(clean),
-        )
-        .unwrap()
-    };
+    let open = |clean: bool| open_preallocated(&dir, clean);
     let (mut log, _) = open(false);
     populate(&mut log, 200);
     let active = segment_logs(&dir).pop().unwrap();

@@ -120,23 +120,27 @@ fn every_value() -> BTreeSet<String> {
     (0..RECORDS).map(|index| format!("value-{index}")).collect()
 }
 
+/// `seglog produce` of the keyed records into a fresh data directory under `strace -f -c` with
+/// `strace_args` besides: the directory, the run's output and strace's summary.
+fn produce_under_strace(strace_args: &[&str]) -> (tempfile::TempDir, Output, String) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let summary = dir.path().join("strace-c.txt");
+    let mut all_args = vec!["-c", "-o", summary.to_str().unwrap()];
+    all_args.extend_from_slice(strace_args);
+    let args = produce_args(&dir.path().join("data"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = under_strace(&all_args, &args, keyed_records().as_bytes());
+    assert_success(&output);
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    (dir, output, summary)
+}
+
 #[test]
 fn produce_appends_through_the_ring_with_few_pwrites() {
     if !strace_available() || !seglog::io::ring_tests_must_run("produce under strace") {
         return;
     }
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let summary = dir.path().join("strace-c.txt");
-    let summary_arg = summary.to_str().unwrap();
-    let args = produce_args(&dir.path().join("data"));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = under_strace(
-        &["-c", "-o", summary_arg],
-        &args,
-        keyed_records().as_bytes(),
-    );
-    assert_success(&output);
-    let summary = std::fs::read_to_string(&summary).unwrap();
+    let (dir, _, summary) = produce_under_strace(&[]);
     assert!(calls(&summary, "io_uring_enter") > 0, "{summary}");
     assert!(calls(&summary, "pwrite") < 50, "{summary}");
     assert_eq!(
@@ -150,25 +154,8 @@ fn with_io_uring_setup_refused_every_record_still_reads_back() {
     if !strace_available() {
         return;
     }
-    let refuse = ["-o", "/dev/null", "-e", "inject=io_uring_setup:error=EPERM"];
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let summary = dir.path().join("strace-c.txt");
-    let summary_arg = summary.to_str().unwrap();
-    let args = produce_args(&dir.path().join("data"));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let output = under_strace(
-        &[
-            "-c",
-            "-o",
-            summary_arg,
-            "-e",
-            "inject=io_uring_setup:error=EPERM",
-        ],
-        &args,
-        keyed_records().as_bytes(),
-    );
-    assert_success(&output);
-    let summary = std::fs::read_to_string(&summary).unwrap();
+    let refuse = ["-e", "inject=io_uring_setup:error=EPERM"];
+    let (dir, output, summary) = produce_under_strace(&refuse);
     assert!(calls(&summary, "io_uring_setup") > 0, "{summary}");
     assert_eq!(calls(&summary, "io_uring_enter"), 0, "{summary}");
     assert_eq!(
@@ -176,8 +163,9 @@ fn with_io_uring_setup_refused_every_record_still_reads_back() {
         RECORDS,
         "one acknowledgement a record"
     );
+    let read_refused = ["-o", "/dev/null", "-e", "inject=io_uring_setup:error=EPERM"];
     assert_eq!(
-        values_read_back(&dir.path().join("data"), &refuse),
+        values_read_back(&dir.path().join("data"), &read_refused),
         every_value()
     );
 }
