@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Once;
 
 use crate::error::StorageError;
+use crate::io::direct_buffer::with_staging;
 use crate::io::{DIRECT_IO_ALIGN_BYTES, OpenMode, Storage, StorageFile, WRITE_BEHIND_BYTES_MAX};
 
 const BLOCK_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
@@ -111,7 +112,15 @@ impl DirectWriter {
         let mut block_position = position - self.tail.len() as u64;
         let mut rest = bytes;
         while !rest.is_empty() {
-            let piece = rest.len().min(WRITE_BEHIND_BYTES_MAX - self.tail.len());
+            // A partial block's rewrite goes alone: ext4 takes a direct write that starts in
+            // written blocks and runs on into reserved (unwritten) ones for more than an
+            // overwrite, and io_uring then hands it to a worker thread; either kind alone goes
+            // to the device from this thread.
+            let room = match self.tail.len() {
+                0 => WRITE_BEHIND_BYTES_MAX,
+                tail => BLOCK_BYTES - tail,
+            };
+            let piece = rest.len().min(room);
             let (data, after) = rest.split_at(piece);
             let used = self.tail.len() + piece;
             let padded = used.next_multiple_of(BLOCK_BYTES);
@@ -141,17 +150,14 @@ impl DirectWriter {
         self.synced_since_write = self.last_block.is_some();
     }
 
-    /// Before an append after a sync: the last block written reads back as it was sent, through
-    /// `log` (the buffered descriptor, whose cached pages the direct write dropped). A write the
+    /// Before an append after a sync: the last block written reads back as it was sent, read
+    /// through the direct descriptor, so that no page of it enters the page cache (a cached page
+    /// in a direct write's range makes io_uring hand that write to a worker thread). A write the
     /// device put elsewhere (a misdirected write, R14) left older bytes there; the append would
     /// rewrite that block or write over where the write landed, and the acknowledged records it
     /// carried would then read as a torn tail after a crash. One 4 KiB read per append that
     /// follows a sync.
-    pub(super) fn check_last_block(
-        &mut self,
-        log: &dyn StorageFile,
-        log_path: &Path,
-    ) -> Result<(), StorageError> {
+    pub(super) fn check_last_block(&mut self, log_path: &Path) -> Result<(), StorageError> {
         if !std::mem::take(&mut self.synced_since_write) {
             return Ok(());
         }
@@ -163,14 +169,21 @@ impl DirectWriter {
                 .take_write_error()
                 .map_err(|source| StorageError::io("write", log_path, source))?;
         }
-        let held = log
-            .read_to_vec(BLOCK_BYTES, *position)
-            .map_err(|source| StorageError::io("read", log_path, source))?;
-        match held.iter().zip(sent).position(|(held, sent)| held != sent) {
-            None if held.len() == sent.len() => Ok(()),
-            differs => Err(StorageError::Corrupt {
+        let file = &self.file;
+        let differs = with_staging(BLOCK_BYTES, |held| {
+            let read = file.read_at(held, *position)?;
+            let differs = held[..read]
+                .iter()
+                .zip(sent)
+                .position(|(held, sent)| held != sent);
+            io::Result::Ok(differs.or((read < sent.len()).then_some(read)))
+        })
+        .map_err(|source| StorageError::io("read", log_path, source))?;
+        match differs {
+            None => Ok(()),
+            Some(at) => Err(StorageError::Corrupt {
                 file: log_path.to_path_buf(),
-                position: position + differs.unwrap_or(held.len()) as u64,
+                position: position + at as u64,
                 reason: "the last block written does not read back as it was sent after a sync \
                          covered it (a misdirected write?)"
                     .to_owned(),

@@ -293,7 +293,7 @@ impl Segment {
         // After the prewrite, which may itself have landed in the wrong place (fuzz finding F17).
         self.check_overwritten(position, position + bytes.len() as u64)?;
         if let Some(direct) = &mut self.direct {
-            direct.check_last_block(self.log.as_ref(), &self.log_path)?;
+            direct.check_last_block(&self.log_path)?;
         }
         match &mut self.direct {
             Some(direct) => direct.append(bytes, position),
