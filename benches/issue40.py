@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,9 +36,12 @@ def bench(seglog, out, name, args):
     with tempfile.TemporaryDirectory(dir=SCRATCH, prefix="seglog-issue40-") as data:
         report_path = out / f"{name}.json"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        command = [seglog, "bench", *args, "--dir", f"{data}/d", "--json", str(report_path)]
         with open(out / f"{name}.txt", "w") as text:
-            subprocess.run([seglog, "bench", *args, "--dir", f"{data}/d", "--json",
-                            str(report_path)], check=True, stdout=text)
+            if subprocess.run(command, stdout=text).returncode != 0:
+                print(f"   {name} failed; once more", flush=True)
+                shutil.rmtree(f"{data}/d", ignore_errors=True)
+                subprocess.run(command, check=True, stdout=text)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return json.loads(report_path.read_text()), cpu

@@ -301,7 +301,26 @@ pub fn json(arguments: &[String]) -> anyhow::Result<Value> {
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    serde_json::from_slice(&output.stdout).context("fio's JSON does not parse")
+    report_from(&output.stdout)
+}
+
+/// fio's JSON report from its standard output, which may begin with a line of fio's own (a
+/// warning) before the report.
+fn report_from(stdout: &[u8]) -> anyhow::Result<Value> {
+    let start = match stdout.first() {
+        Some(b'{') => 0,
+        _ => stdout
+            .windows(2)
+            .position(|pair| pair == b"\n{")
+            .map_or(0, |newline| newline + 1),
+    };
+    serde_json::from_slice(&stdout[start..]).with_context(|| {
+        let shown = &stdout[..stdout.len().min(start.max(200))];
+        format!(
+            "fio's JSON does not parse; its output began: {}",
+            String::from_utf8_lossy(shown)
+        )
+    })
 }
 
 /// The `fdatasync` latency percentiles of a write job with `--fdatasync=1` (`jobs[0].sync`),
@@ -322,4 +341,18 @@ pub fn number(report: &Value, direction: &str, field: &str) -> anyhow::Result<f6
     report["jobs"][0][direction][field]
         .as_f64()
         .with_context(|| format!("fio's JSON has no jobs[0].{direction}.{field}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_after_a_line_of_fios_own_parses_and_garbage_does_not() {
+        let report = report_from(b"fio: a warning of its own\n{\"jobs\": []}\n").unwrap();
+        assert_eq!(report["jobs"], serde_json::json!([]));
+        assert_eq!(report_from(b"{\"a\": 1}").unwrap()["a"], 1);
+        let error = report_from(b"no report").unwrap_err();
+        assert!(format!("{error:#}").contains("no report"), "{error:#}");
+    }
 }
