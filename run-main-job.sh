@@ -22,7 +22,7 @@ report="${CARGO_TARGET_DIR:-target}/seglog-bench.json"
 
 rm -rf "$data_dir"
 echo "== seglog bench --workload $workload --records $record_count --dir $data_dir ${extra_args[*]:-}"
-echo "   (1 KiB records in 64 KiB batches, 2 producers over 4 partitions, 8 appends in flight each)"
+echo "   (1 KiB records in 64 KiB batches, 2 producers over 4 partitions, 32 appends in flight each)"
 "$seglog" bench --workload "$workload" --records "$record_count" --dir "$data_dir" \
   --json "$report" "${extra_args[@]}"
 echo "== every figure, the configuration and the machine written to $report"
