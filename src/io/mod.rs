@@ -326,6 +326,26 @@ pub(crate) fn allocate_file(file: &std::fs::File, position: u64, length: u64) ->
     }
 }
 
+/// The position of the first non-zero byte of `file` in `from..to`, reading only what holds
+/// data ([`StorageFile::next_data`]: holes and unwritten extents are skipped, not read), a chunk
+/// at a time.
+pub fn first_non_zero_byte(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<Option<u64>> {
+    const CHUNK_BYTES: u64 = 256 * 1024;
+    let mut position = from;
+    while position < to {
+        let Some(data_at) = file.next_data(position)?.filter(|at| *at < to) else {
+            return Ok(None);
+        };
+        let length = (to - data_at).min(CHUNK_BYTES);
+        let bytes = file.read_to_vec(length as usize, data_at)?;
+        if let Some(at) = bytes.iter().position(|byte| *byte != 0) {
+            return Ok(Some(data_at + at as u64));
+        }
+        position = data_at + length;
+    }
+    Ok(None)
+}
+
 /// [`StorageFile::next_data`] on a real file (`SEEK_DATA`; `Some(position)` where the file
 /// system has no `SEEK_DATA`).
 pub fn next_data_of(file: &std::fs::File, position: u64) -> io::Result<Option<u64>> {

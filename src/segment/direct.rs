@@ -29,9 +29,10 @@ pub(super) struct DirectWriter {
     file: Box<dyn StorageFile>,
     /// The bytes of the file's last partial block: `size_bytes % BLOCK_BYTES` of them.
     tail: Vec<u8>,
-    /// The last block written whole as it was sent (a partial one with its zero padding), and
-    /// its position: what the device must hold there when a sync has covered it.
-    last_block: Option<(u64, Vec<u8>)>,
+    /// The last block written as it was sent (a partial one with its zero padding), and where:
+    /// what the device must hold there when a sync has covered it. The buffer is reused.
+    last_block: Vec<u8>,
+    last_block_position: Option<u64>,
     /// Whether a sync has covered `last_block` since it was written or last checked.
     synced_since_write: bool,
 }
@@ -63,7 +64,8 @@ impl DirectWriter {
         let mut writer = Box::new(DirectWriter {
             file,
             tail: Vec::with_capacity(BLOCK_BYTES),
-            last_block: None,
+            last_block: Vec::with_capacity(BLOCK_BYTES),
+            last_block_position: None,
             synced_since_write: false,
         });
         writer.load_tail(log, log_path, size_bytes)?;
@@ -80,7 +82,7 @@ impl DirectWriter {
     ) -> Result<(), StorageError> {
         let tail_bytes = (size_bytes % BLOCK_BYTES as u64) as usize;
         self.tail.resize(tail_bytes, 0);
-        self.last_block = None;
+        self.last_block_position = None;
         let read = log
             .read_at(&mut self.tail, size_bytes - tail_bytes as u64)
             .map_err(|source| StorageError::io("read", log_path, source))?;
@@ -106,8 +108,8 @@ impl DirectWriter {
         // This write rewrites the partial block an earlier write of this file ended in: that
         // one lands first (two writes of one block in flight could land in either order). The
         // thread's writes to other files stay in flight.
-        if !self.tail.is_empty() && self.file.writes_behind_in_flight() {
-            self.file.take_write_error()?;
+        if !self.tail.is_empty() {
+            self.finish_own_writes()?;
         }
         let mut block_position = position - self.tail.len() as u64;
         let mut rest = bytes;
@@ -125,7 +127,7 @@ impl DirectWriter {
             let used = self.tail.len() + piece;
             let padded = used.next_multiple_of(BLOCK_BYTES);
             let tail = &self.tail;
-            let mut last_block = Vec::new();
+            let last_block = &mut self.last_block;
             self.file
                 .write_direct_behind(padded, block_position, &mut |area| {
                     area[..tail.len()].copy_from_slice(tail);
@@ -134,7 +136,7 @@ impl DirectWriter {
                     last_block.clear();
                     last_block.extend_from_slice(&area[padded - BLOCK_BYTES..]);
                 })?;
-            self.last_block = Some((block_position + (padded - BLOCK_BYTES) as u64, last_block));
+            self.last_block_position = Some(block_position + (padded - BLOCK_BYTES) as u64);
             self.synced_since_write = false;
             let whole_blocks = used - used % BLOCK_BYTES;
             self.tail = next_tail(&self.tail, data, whole_blocks);
@@ -147,7 +149,7 @@ impl DirectWriter {
     /// Notes that a sync covered everything written so far: the next append first checks that
     /// the device holds the last block as it was sent ([`DirectWriter::check_last_block`]).
     pub(super) fn note_synced(&mut self) {
-        self.synced_since_write = self.last_block.is_some();
+        self.synced_since_write = self.last_block_position.is_some();
     }
 
     /// Before an append after a sync: the last block written reads back as it was sent, read
@@ -161,17 +163,14 @@ impl DirectWriter {
         if !std::mem::take(&mut self.synced_since_write) {
             return Ok(());
         }
-        let Some((position, sent)) = &self.last_block else {
+        let Some(position) = self.last_block_position else {
             return Ok(());
         };
-        if self.file.writes_behind_in_flight() {
-            self.file
-                .take_write_error()
-                .map_err(|source| StorageError::io("write", log_path, source))?;
-        }
-        let file = &self.file;
+        self.finish_own_writes()
+            .map_err(|source| StorageError::io("write", log_path, source))?;
+        let (file, sent) = (&self.file, &self.last_block);
         let differs = with_staging(BLOCK_BYTES, |held| {
-            let read = file.read_at(held, *position)?;
+            let read = file.read_at(held, position)?;
             let differs = held[..read]
                 .iter()
                 .zip(sent)
@@ -188,6 +187,15 @@ impl DirectWriter {
                          covered it (a misdirected write?)"
                     .to_owned(),
             }),
+        }
+    }
+
+    /// Waits for this file's writes behind, if any is in flight, and returns the first failure
+    /// among them.
+    fn finish_own_writes(&self) -> io::Result<()> {
+        match self.file.writes_behind_in_flight() {
+            true => self.file.take_write_error(),
+            false => Ok(()),
         }
     }
 

@@ -420,19 +420,22 @@ impl Segment {
         if self.direct.is_some() || position >= end {
             return Ok(());
         }
-        let check_to = end.next_multiple_of(SECTOR_BYTES);
-        let bytes = self
-            .log
-            .read_to_vec((check_to - position) as usize, position)
+        self.refuse_data_past_the_end(position, end.next_multiple_of(SECTOR_BYTES), "reservation")
+    }
+
+    /// `from..to`, past the log end, holds only zeros (holes and unwritten extents skipped), or
+    /// the first other byte is reported: a misdirected write (R14) in space only `held` held.
+    fn refuse_data_past_the_end(&self, from: u64, to: u64, held: &str) -> Result<(), StorageError> {
+        let found = crate::io::first_non_zero_byte(self.log.as_ref(), from, to)
             .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        match bytes.iter().position(|byte| *byte != 0) {
+        match found {
             None => Ok(()),
-            Some(at) => Err(StorageError::Corrupt {
+            Some(position) => Err(StorageError::Corrupt {
                 file: self.log_path.clone(),
-                position: position + at as u64,
-                reason: "data past the log end, in space only the reservation held \
-                         (a misdirected write?)"
-                    .to_owned(),
+                position,
+                reason: format!(
+                    "data past the log end, in space only the {held} held (a misdirected write?)"
+                ),
             }),
         }
     }
@@ -1140,32 +1143,7 @@ impl Segment {
             .log
             .length_bytes()
             .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
-        let mut position = self.size_bytes;
-        while position < file_end {
-            let data_at = self
-                .log
-                .next_data(position)
-                .map_err(|source| StorageError::io("seek", &self.log_path, source))?;
-            let Some(data_at) = data_at.filter(|at| *at < file_end) else {
-                return Ok(());
-            };
-            let length = (file_end - data_at).min(CHECK_CHUNK_BYTES);
-            let bytes = self
-                .log
-                .read_to_vec(length as usize, data_at)
-                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-            if let Some(at) = bytes.iter().position(|byte| *byte != 0) {
-                return Err(StorageError::Corrupt {
-                    file: self.log_path.clone(),
-                    position: data_at + at as u64,
-                    reason: "data past the log end, in space only padding or reservation held \
-                             (a misdirected write?)"
-                        .to_owned(),
-                });
-            }
-            position = data_at + length.max(1);
-        }
-        Ok(())
+        self.refuse_data_past_the_end(self.size_bytes, file_end, "padding or reservation")
     }
 
     /// Past the log end, `from..to` holds prewritten space or nothing (past the end of the

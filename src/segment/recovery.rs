@@ -26,10 +26,7 @@ use crate::limits::{BATCH_HEADER_BYTES, BATCH_MAGIC_V2, LOG_OVERHEAD_BYTES};
 use crate::types::{Offset, TimestampMs};
 
 use super::scan::{LogScanner, ScanStep};
-use super::{Segment, observe_timestamp};
-
-/// The unit a crash keeps or loses whole: a device sector.
-const SECTOR_BYTES: u64 = 512;
+use super::{SECTOR_BYTES, Segment, observe_timestamp};
 
 /// The smallest record (a length, attributes, two deltas, null key and value, no headers).
 const RECORD_BYTES_MIN: u64 = 7;

@@ -202,9 +202,6 @@ impl LogLayout {
 /// prewrites at most 512 KiB ahead of its appends).
 const PREWRITTEN_TAIL_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
-/// Zeros past the last batch are checked this much at a time.
-const ZERO_CHECK_CHUNK_BYTES: u64 = 1024 * 1024;
-
 /// What the `unread` bytes at `position`, where the batches stopped, are when they are not
 /// damage: space a log synced in small steps prewrote ahead of its appends (FORMAT.md §7.4), or
 /// zeros only (the padding and reserved space of an active segment written with `O_DIRECT` or
@@ -224,25 +221,10 @@ pub fn unwritten_tail(
             return Ok(Some("space prewritten ahead of the appends"));
         }
     }
-    let mut at = position;
-    while at < end {
-        let Some(data_at) = file
-            .next_data(at)
-            .with_context(context)?
-            .filter(|at| *at < end)
-        else {
-            break;
-        };
-        let length = (end - data_at).min(ZERO_CHECK_CHUNK_BYTES);
-        let bytes = file
-            .read_to_vec(length as usize, data_at)
-            .with_context(context)?;
-        if bytes.iter().any(|byte| *byte != 0) {
-            return Ok(None);
-        }
-        at = data_at + length.max(1);
-    }
-    Ok(Some(
+    let zeros = seglog::io::first_non_zero_byte(file, position, end)
+        .with_context(context)?
+        .is_none();
+    Ok(zeros.then_some(
         "zeros: the padding and reserved space of a segment written with O_DIRECT or preallocated",
     ))
 }

@@ -53,24 +53,27 @@ pub fn append_phase(
             shared.appended.load(Ordering::Relaxed)
         })
     })?;
-    if settings.durable_appends() {
-        let mut phase = merge(name, &stats, Some(phase_seconds(started, &stats)))?;
-        phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
-        return Ok(phase);
-    }
-    // What was acknowledged once written is in the page cache: the phase ends when it is on
-    // the disk, as the disk's buffered write ends with its fsync.
-    // Timed on its own and added to the workers' time: the progress poll that noticed their end
-    // is no part of either.
+    // What was acknowledged once written may not be durable yet: the phase ends when it is on
+    // the disk, as the disk's buffered write ends with its fsync. Timed on its own and added to
+    // the workers' time: the progress poll that noticed their end is no part of either.
+    let flush_s = match settings.durable_appends() {
+        true => None,
+        false => Some(final_flush_seconds(engine)?),
+    };
+    let seconds = phase_seconds(started, &stats) + flush_s.unwrap_or(0.0);
+    let mut phase = merge(name, &stats, Some(seconds))?;
+    phase.final_flush_s = flush_s;
+    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
+    Ok(phase)
+}
+
+/// Syncs everything the engine wrote; returns how long that took, in seconds.
+fn final_flush_seconds(engine: &Engine) -> anyhow::Result<f64> {
     let flush_started = Instant::now();
     engine
         .flush_all()
         .context("the append phase's final flush failed")?;
-    let flush_s = flush_started.elapsed().as_secs_f64();
-    let mut phase = merge(name, &stats, Some(phase_seconds(started, &stats) + flush_s))?;
-    phase.final_flush_s = Some(flush_s);
-    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
-    Ok(phase)
+    Ok(flush_started.elapsed().as_secs_f64())
 }
 
 /// One producer thread's view of its phase.

@@ -62,9 +62,10 @@ impl Phase {
             .map(|(records, _, seconds)| records as f64 / seconds.max(1e-9))
     }
 
-    /// The bytes of a phase with a throughput, in GB (10^9 bytes).
-    pub fn gigabytes(&self) -> Option<f64> {
-        self.throughput.map(|(_, bytes, _)| bytes as f64 / 1e9)
+    /// An append phase's CPU time per GB (10^9 bytes) appended.
+    pub fn cpu_seconds_per_gb(&self) -> Option<f64> {
+        let (_, bytes, _) = self.throughput?;
+        Some(self.cpu_s? / (bytes as f64 / 1e9).max(1e-9))
     }
 
     pub fn mb_per_s(&self) -> Option<f64> {

@@ -152,12 +152,11 @@ impl Report<'_> {
                     phase.name
                 )?;
             }
-            if let (Some(cpu_s), Some(gb)) = (phase.cpu_s, phase.gigabytes()) {
+            if let (Some(cpu_s), Some(per_gb)) = (phase.cpu_s, phase.cpu_seconds_per_gb()) {
                 writeln!(
                     out,
-                    "{}: {cpu_s:.2} CPU-s for the process, {:.2} CPU-s per GB",
-                    phase.name,
-                    cpu_s / gb.max(1e-9)
+                    "{}: {cpu_s:.2} CPU-s for the process, {per_gb:.2} CPU-s per GB",
+                    phase.name
                 )?;
             }
         }
@@ -469,9 +468,9 @@ impl Report<'_> {
         if let Some(seconds) = phase.final_flush_s {
             object.insert("final_flush_seconds".into(), json!(seconds));
         }
-        if let (Some(cpu_s), Some(gb)) = (phase.cpu_s, phase.gigabytes()) {
+        if let (Some(cpu_s), Some(per_gb)) = (phase.cpu_s, phase.cpu_seconds_per_gb()) {
             object.insert("cpu_seconds".into(), json!(cpu_s));
-            object.insert("cpu_seconds_per_gb".into(), json!(cpu_s / gb.max(1e-9)));
+            object.insert("cpu_seconds_per_gb".into(), json!(per_gb));
         }
         if phase.name == "fetch" {
             object.insert("fetches_per_s".into(), json!(phase.operations_per_s()));
