@@ -342,7 +342,9 @@ impl WriterSpec {
     }
 }
 
-/// Set to `1` for a writer whose appends are `O_DIRECT` writes (`EngineConfig::direct_writes`).
+/// `0` for a writer whose appends go through the page cache; otherwise they are the engine's
+/// default `O_DIRECT` writes (`EngineConfig::direct_writes`; a file system that refuses them,
+/// FUSE here, falls back to the page cache).
 const DIRECT_WRITES_ENV: &str = "SEGLOG_KERNEL_DIRECT_WRITES";
 
 /// The child side: runs a role when `SEGLOG_KERNEL_ROLE` names one; a no-op in a normal run.
@@ -363,7 +365,7 @@ fn write_until_done(spec: &WriterSpec) {
         shard_count: 1,
         pin_shards: false,
         cleaner_core: None,
-        direct_writes: std::env::var(DIRECT_WRITES_ENV).is_ok_and(|value| value == "1"),
+        direct_writes: std::env::var(DIRECT_WRITES_ENV).map_or(true, |value| value != "0"),
         ..EngineConfig::default()
     };
     let engine = match Engine::open(&spec.data_dir, config) {
@@ -1442,7 +1444,16 @@ fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: Ap
     };
     writer.run_to_end(&[], &[], &work.path().join("fault.out"));
     faultfs.set_rules("[]");
-    assert!(faultfs.fired() > 0, "{scenario}: faultfs injected nothing");
+    if faultfs.fired() == 0 {
+        let acks = std::fs::read_to_string(&writer.ack_log).unwrap_or_default();
+        let out = std::fs::read_to_string(work.path().join("fault.out")).unwrap_or_default();
+        let tail = |text: &str| text.lines().take(3).collect::<Vec<_>>().join(" | ");
+        panic!(
+            "{scenario}: faultfs injected nothing; the writer's last acks: {}; its output: {}",
+            tail(&acks),
+            tail(&out)
+        );
+    }
     let mut acks = AckLog::default();
     acks.add_writer(&writer.ack_log);
     let failed: std::collections::BTreeSet<&str> = acks

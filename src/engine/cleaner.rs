@@ -133,7 +133,7 @@ pub(crate) enum CleanerRequest {
 /// A shard as the cleaner reaches it.
 #[derive(Clone)]
 pub(crate) struct ShardLink {
-    pub sender: Sender<Request>,
+    pub sender: super::wake::ShardSender,
     pub stopped: Arc<AtomicBool>,
     pub exit_drain: Receiver<Request>,
 }

@@ -18,6 +18,7 @@ mod pending;
 mod shard;
 mod syncer;
 mod topics;
+mod wake;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, TrySendError};
 
 use crate::config::LogConfig;
 use crate::error::{
@@ -60,6 +61,7 @@ pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
 pub use topics::TopicMetadata;
 use topics::TopicRegistry;
+use wake::{ShardSender, ShardWaker};
 
 /// How the engine runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,7 +332,7 @@ impl Drop for UserHandles {
 }
 
 struct ShardHandle {
-    sender: Option<Sender<Request>>,
+    sender: Option<ShardSender>,
     /// Set when the shard thread has stopped serving (it panicked). Requests that reach a
     /// stopped shard are dropped from `exit_drain`, so their callers get `ShardFailed`.
     stopped: Arc<AtomicBool>,
@@ -1338,18 +1340,16 @@ fn spawn_shard(
         })
         .flatten();
     let thread_stopped = stopped.clone();
-    let syncer = Syncer::start(shard_id, context.storage.clone()).map_err(|source| {
-        OpenError::ShardThread {
-            shard: shard_id,
-            source,
-        }
-    })?;
-    let file_deleter = FileDeleter::start(shard_id, context.storage.clone()).map_err(|source| {
-        OpenError::ShardThread {
-            shard: shard_id,
-            source,
-        }
-    })?;
+    let shard_thread_error = |source| OpenError::ShardThread {
+        shard: shard_id,
+        source,
+    };
+    let waker = Arc::new(ShardWaker::new().map_err(shard_thread_error)?);
+    let syncer = Syncer::start(shard_id, context.storage.clone(), waker.clone())
+        .map_err(shard_thread_error)?;
+    let file_deleter =
+        FileDeleter::start(shard_id, context.storage.clone()).map_err(shard_thread_error)?;
+    let shard_waker = waker.clone();
     let thread = std::thread::Builder::new()
         .name(format!("seglog-shard-{shard_id}"))
         .spawn(move || {
@@ -1358,7 +1358,13 @@ fn spawn_shard(
             }
             context.storage.prepare_reader_thread();
             let drain = receiver.clone();
-            let shard = Shard::new(shard_id, context, receiver, syncer, file_deleter);
+            let shard = Shard::new(
+                shard_id,
+                context,
+                (receiver, shard_waker),
+                syncer,
+                file_deleter,
+            );
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
             if outcome.is_err() {
                 log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");
@@ -1368,9 +1374,9 @@ fn spawn_shard(
             thread_stopped.store(true, Ordering::Release);
             drain.try_iter().for_each(drop);
         })
-        .map_err(|source| OpenError::ShardThread { shard: shard_id, source })?;
+        .map_err(shard_thread_error)?;
     Ok(ShardHandle {
-        sender: Some(sender),
+        sender: Some(ShardSender::new(sender, waker)),
         stopped,
         exit_drain,
         thread: Mutex::new(Some(thread)),

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, select_biased};
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::deleter::FileDeleter;
 use super::pending::Reply;
@@ -23,6 +23,7 @@ use super::syncer::{
     SyncJob, SyncKind, SyncOutcome, SyncReport, Syncer, WrittenAnswers, answer_written,
 };
 use super::topics::TopicRegistry;
+use super::wake::ShardWaker;
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
 use crate::config::CleanupPolicy;
@@ -32,7 +33,7 @@ use crate::error::{
 use crate::format::file_name::partition_dir_name;
 use crate::group::records::{ConsumerRecord, consumer_record};
 use crate::index::time_index::TimestampOffset;
-use crate::io::{Storage, StorageFile};
+use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
     AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, PartitionLog,
     RecordRead, RetentionOutcome, ValidatedBatches,
@@ -231,10 +232,17 @@ struct ParkedFetch {
     reply: Reply<FetchData, ReadError>,
 }
 
-/// The appends of one partition after their write, waiting for the sync decision.
+/// The appends of one partition once written (their writes behind maybe still in flight),
+/// waiting for the writes and then the sync decision.
 struct WrittenGroup {
     tp: TopicPartition,
     answers: WrittenAnswers,
+    /// Done when the writes completed; `None` when they completed before the write returned.
+    mark: Option<WriteMark>,
+    /// The first offset of these appends: fetches read below it while they are written.
+    first: Offset,
+    /// The log end offset after these appends: what a sync for them covers.
+    through: Offset,
     /// The appends wait for a sync (durable, or the flush policy).
     must_sync: bool,
     /// The appends are answered now and the log is synced in the background
@@ -246,6 +254,7 @@ struct WrittenGroup {
 enum Wake {
     Request(Request),
     Synced(SyncReport),
+    /// A timer, a completion of the ring, or nothing (a wake-up with nothing new).
     Timer,
 }
 
@@ -259,6 +268,13 @@ pub(crate) struct Shard {
     id: usize,
     context: ShardContext,
     receiver: Receiver<Request>,
+    /// Woken by requests, sync reports and the ring's completions (`wake.rs`).
+    waker: Arc<ShardWaker>,
+    /// Whether the ring's completions wake the shard (`Storage::attach_waker`); if not, each
+    /// turn completes its writes before the shard sleeps.
+    completions_wake: bool,
+    /// Written groups whose writes behind may still be in flight, in the order written.
+    writing: Vec<WrittenGroup>,
     /// Syncs and answers durable appends while the shard goes on (see [`super::syncer`]).
     syncer: Syncer,
     /// Unlinks deleted segments' files while the shard goes on (see [`super::deleter`]).
@@ -292,7 +308,7 @@ impl Shard {
     pub(crate) fn new(
         id: usize,
         context: ShardContext,
-        receiver: Receiver<Request>,
+        (receiver, waker): (Receiver<Request>, Arc<ShardWaker>),
         syncer: Syncer,
         file_deleter: FileDeleter,
     ) -> Shard {
@@ -301,6 +317,9 @@ impl Shard {
             id,
             context,
             receiver,
+            waker,
+            completions_wake: false,
+            writing: Vec::new(),
             syncer,
             file_deleter,
             generations: BTreeMap::new(),
@@ -321,8 +340,11 @@ impl Shard {
 
     /// Runs until the engine closes or is dropped.
     pub(crate) fn run(mut self) {
+        self.completions_wake = self.context.storage.attach_waker(self.waker.eventfd());
         loop {
             let Some(wake) = self.next_wake() else {
+                // The engine is gone: writes in flight land and are answered first.
+                self.complete_writing();
                 return;
             };
             let mut requests = std::mem::take(&mut self.turn_requests);
@@ -336,6 +358,7 @@ impl Shard {
             }
             let outcomes = self.syncer.take_outcomes();
             self.apply_sync_outcomes(outcomes);
+            self.finish_written();
             if self.syncer.panicked() {
                 log::error!(
                     "shard {}: stopped after its sync thread panicked; its partitions fail with ShardFailed until the engine is reopened",
@@ -424,6 +447,7 @@ impl Shard {
     /// outcomes. Called before the shard syncs, rolls, releases or closes a log itself, or answers
     /// a request about its state (see [`super::syncer`] for why).
     fn settle_syncs(&mut self) {
+        self.complete_writing();
         // An outcome may send another job (the renames that waited for a renames sync).
         loop {
             let outcomes = self.syncer.settle();
@@ -445,27 +469,44 @@ impl Shard {
             if let Ok(request) = self.receiver.try_recv() {
                 return Some(request);
             }
-            if started.elapsed() >= IDLE_SPIN || !self.syncer.reports().is_empty() {
+            if started.elapsed() >= IDLE_SPIN
+                || !self.syncer.reports().is_empty()
+                || self.context.storage.completions_waiting()
+            {
                 return None;
             }
             crate::spin::pause(started);
         }
     }
 
-    /// The next request or sync outcome, polled for a moment and then waited for until the next
-    /// timer; `None` when the engine is gone.
+    /// The next request, sync outcome or completion, polled for a moment and then waited for
+    /// asleep until the next timer; `None` when the engine is gone.
     fn next_wake(&self) -> Option<Wake> {
         if let Some(request) = self.spin_for_request() {
             return Some(Wake::Request(request));
         }
-        let timeout = self.next_timeout().unwrap_or(Duration::MAX);
-        let reports = self.syncer.reports();
-        select_biased! {
-            recv(self.receiver) -> request => request.ok().map(Wake::Request),
-            // The threads end only with the shard, so this channel stays connected.
-            recv(reports) -> report => Some(report.map_or(Wake::Timer, Wake::Synced)),
-            default(timeout) => Some(Wake::Timer),
+        match self.receiver.try_recv() {
+            Ok(request) => return Some(Wake::Request(request)),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
         }
+        // The sync threads end only with the shard, so their channel stays connected.
+        if let Ok(report) = self.syncer.reports().try_recv() {
+            return Some(Wake::Synced(report));
+        }
+        let storage = self.context.storage.as_ref();
+        if storage.completions_waiting() {
+            return Some(Wake::Timer);
+        }
+        let timeout = self.next_timeout();
+        if timeout != Some(Duration::ZERO) {
+            self.waker.sleep(timeout, || {
+                self.receiver.is_empty()
+                    && self.syncer.reports().is_empty()
+                    && !storage.completions_waiting()
+            });
+        }
+        Some(Wake::Timer)
     }
 
     fn next_timeout(&self) -> Option<Duration> {
@@ -515,6 +556,7 @@ impl Shard {
                 }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
+                    self.complete_writing();
                     if !other.skips_settle() {
                         self.settle_syncs();
                     }
@@ -717,9 +759,10 @@ impl Shard {
         Ok(log)
     }
 
-    /// Writes every partition's appends (one write each; `O_DIRECT` writes on io_uring all in
-    /// flight together, writes behind), waits for the writes, syncs the partitions that must sync
-    /// (all together), then answers.
+    /// Writes every partition's appends (one write each; `O_DIRECT` writes on io_uring are left
+    /// in flight, writes behind) and answers, or hands to a sync, the groups whose writes are
+    /// done: the others are answered when their completions wake the shard
+    /// ([`Shard::finish_written`]), while it takes the next requests.
     fn commit_appends(
         &mut self,
         appends: Vec<PendingAppend>,
@@ -734,51 +777,87 @@ impl Shard {
             self.release_inflight(append.batches.size_bytes());
             groups.entry(append.tp.clone()).or_default().push(append);
         }
-        let mut written = Vec::with_capacity(groups.len());
-        let mut checked = 0;
         for (tp, group) in groups {
             if !self.partitions.contains_key(&tp) {
-                // Opening it may release a partition written above: check those writes first.
-                self.check_writes_behind(&mut written[checked..]);
-                checked = written.len();
+                // Opening it may release a partition with writes in flight: they land first.
+                self.complete_writing();
             }
             let group = self.write_group(tp.clone(), group, now);
             // Before any sync of the appends: a seal's sync comes first on its lane.
             self.submit_deferred_syncs(&tp);
             if let Some(group) = group {
                 touched.insert(tp);
-                written.push(group);
+                self.writing.push(group);
             }
         }
-        self.check_writes_behind(&mut written[checked..]);
-        let syncing = written.iter().filter(|group| group.must_sync).count();
-        let inline = syncing == 1
-            && self.context.sync_inline_when_idle
-            && self.syncer.is_idle()
-            && self.receiver.is_empty();
-        for group in written {
-            self.hand_over(group, inline);
+        match self.completions_wake {
+            true => self.finish_written(),
+            false => self.complete_writing(),
         }
         self.note_flush_deadlines(touched);
     }
 
-    /// Waits for the writes behind of this thread and checks each of `groups`' logs: a group whose
-    /// write failed is answered with the error (its log failed) and left with nothing to do.
-    fn check_writes_behind(&mut self, groups: &mut [WrittenGroup]) {
-        if groups.is_empty() {
+    /// Answers, or hands to a sync, the written groups whose writes completed, in the order
+    /// written; a group whose write failed is answered with the error (its log failed). Serves
+    /// the fetches parked on their partitions.
+    fn finish_written(&mut self) {
+        if self.writing.is_empty() {
+            return;
+        }
+        self.context.storage.reap_completions();
+        let done_count = self
+            .writing
+            .iter()
+            .take_while(|group| group.mark.as_ref().is_none_or(WriteMark::is_done))
+            .count();
+        let mut done: Vec<WrittenGroup> = self.writing.drain(..done_count).collect();
+        // Later groups may be done before an earlier one of another partition.
+        let (later_done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.writing)
+            .into_iter()
+            .partition(|group| group.mark.as_ref().is_none_or(WriteMark::is_done));
+        self.writing = still;
+        done.extend(later_done);
+        if done.is_empty() {
+            return;
+        }
+        let mut touched = BTreeSet::new();
+        for group in &mut done {
+            touched.insert(group.tp.clone());
+            self.check_written(group);
+        }
+        let syncing = done.iter().filter(|group| group.must_sync).count();
+        let inline = syncing == 1
+            && self.context.sync_inline_when_idle
+            && self.syncer.is_idle()
+            && self.receiver.is_empty();
+        for group in done {
+            self.hand_over(group, inline);
+        }
+        self.serve_parked(&touched, false);
+    }
+
+    /// Waits for every write behind in flight and finishes their groups. Called before the shard
+    /// does anything but append: a request about a log's state, a timer, an open that may release
+    /// a partition, the end.
+    fn complete_writing(&mut self) {
+        if self.writing.is_empty() {
             return;
         }
         self.context.storage.complete_writes();
-        for group in groups {
-            let Some(log) = self.partitions.get_mut(&group.tp) else {
-                continue;
-            };
-            if let Err(error) = log.finish_writes_behind() {
-                let dir = log.dir().to_owned();
-                answer_written(std::mem::take(&mut group.answers), Some(Err(error)), &dir);
-                group.must_sync = false;
-                group.background_sync = false;
-            }
+        self.finish_written();
+    }
+
+    /// Checks a done group's writes: a failure (or an earlier one of its log) answers its appends
+    /// with the error and leaves it nothing to do.
+    fn check_written(&mut self, group: &mut WrittenGroup) {
+        let Some(log) = self.partitions.get_mut(&group.tp) else {
+            return;
+        };
+        if let Err(error) = log.check_written(group.mark.as_ref()) {
+            let dir = log.dir().to_owned();
+            answer_written(std::mem::take(&mut group.answers), Some(Err(error)), &dir);
+            group.must_sync = false;
+            group.background_sync = false;
         }
     }
 
@@ -805,7 +884,7 @@ impl Shard {
             (true, Some(log), Some(generation)) => self.syncer.submit(SyncJob {
                 file: Some(log.active_log_file()),
                 path: log.active_log_path().to_owned(),
-                through: log.log_end_offset(),
+                through: group.through,
                 tp: group.tp,
                 generation,
                 dir,
@@ -838,6 +917,7 @@ impl Shard {
                 return None;
             }
         };
+        let first = log.log_end_offset();
         match log.append_validated_behind(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
@@ -850,6 +930,9 @@ impl Shard {
                 Some(WrittenGroup {
                     tp,
                     answers,
+                    mark: log.write_mark(),
+                    first,
+                    through: log.log_end_offset(),
                     must_sync,
                     background_sync,
                 })
@@ -962,14 +1045,25 @@ impl Shard {
         offset: Offset,
         options: &FetchOptions,
     ) -> Result<FetchData, ReadError> {
+        // Appends whose writes are not checked yet are not served (a parked fetch is served
+        // while later appends of its partition are written).
+        let checked_end = self
+            .writing
+            .iter()
+            .find(|group| group.tp == *tp)
+            .map(|group| group.first);
         let log = self.readable_partition(tp)?;
         let data = log.read(offset, options.max_bytes)?;
-        Ok(match options.isolation {
-            Isolation::LogEnd => data,
-            Isolation::Durable => {
-                let durable_offset = data.durable_offset;
-                data.trim_to(durable_offset)
-            }
+        let visible_end = match options.isolation {
+            Isolation::LogEnd => checked_end,
+            Isolation::Durable => Some(
+                data.durable_offset
+                    .min(checked_end.unwrap_or(Offset(u64::MAX))),
+            ),
+        };
+        Ok(match visible_end {
+            Some(end) => data.trim_to(end),
+            None => data,
         })
     }
 
@@ -1002,6 +1096,9 @@ impl Shard {
     /// Flushes partitions whose `flush.ms` came due and expires parked fetches.
     fn run_timers(&mut self) {
         let now = TimestampMs::now();
+        if self.any_timer_due(now) {
+            self.complete_writing();
+        }
         let due: Vec<TopicPartition> = self
             .flush_deadlines
             .iter()
@@ -1028,6 +1125,18 @@ impl Shard {
         // own descriptor of a segment retention deletes: no need to wait for the syncs here.
         self.run_queued_retention();
         self.delete_expired_files(now);
+    }
+
+    /// Whether [`Shard::run_timers`] has work now: a flush, a parked fetch's deadline, a
+    /// retention pass or a file deletion.
+    fn any_timer_due(&self, now: TimestampMs) -> bool {
+        let due = |deadline: &TimestampMs| *deadline <= now;
+        let instant = Instant::now();
+        self.flush_deadlines.values().any(due)
+            || self.file_deletion_deadlines.values().any(due)
+            || self.parked.iter().any(|fetch| fetch.deadline <= instant)
+            || !self.retention_queue.is_empty()
+            || instant >= self.next_retention_check
     }
 
     /// Applies retention now to this shard's partitions (of `topic`, or all), opening each in

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::pending::Reply;
+use super::wake::ShardWaker;
 use crate::error::{AppendError, StorageError};
 use crate::io::{Storage, StorageFile};
 use crate::log::{AppendInfo, UnsyncedSeal};
@@ -148,6 +149,21 @@ enum Message {
 /// disk completes several concurrent `fdatasync`s faster than the same ones one after another.
 const LANES: usize = 4;
 
+/// A sync thread's way to the shard: each report wakes it.
+#[derive(Clone)]
+struct ReportSender {
+    reports: Sender<SyncReport>,
+    waker: Arc<ShardWaker>,
+}
+
+impl ReportSender {
+    fn send(&self, report: SyncReport) {
+        // The shard holds the receiver until its sync threads are joined.
+        let _ = self.reports.send(report);
+        self.waker.wake();
+    }
+}
+
 /// One sync thread and its queue.
 struct Lane {
     messages: Sender<Message>,
@@ -166,8 +182,16 @@ pub(crate) struct Syncer {
 
 impl Syncer {
     /// Starts the sync threads of shard `shard_id`.
-    pub(crate) fn start(shard_id: usize, storage: Arc<dyn Storage>) -> std::io::Result<Syncer> {
+    pub(crate) fn start(
+        shard_id: usize,
+        storage: Arc<dyn Storage>,
+        waker: Arc<ShardWaker>,
+    ) -> std::io::Result<Syncer> {
         let (report_sender, reports) = crossbeam_channel::unbounded();
+        let report_sender = ReportSender {
+            reports: report_sender,
+            waker,
+        };
         let mut lanes = Vec::with_capacity(LANES);
         for lane in 0..LANES {
             let (messages, inbox) = crossbeam_channel::unbounded();
@@ -179,7 +203,7 @@ impl Syncer {
                     let run = || run(storage.as_ref(), &inbox, &reports);
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
                         log::error!("shard {shard_id}: sync thread {lane} panicked");
-                        let _ = reports.send(SyncReport::Panicked);
+                        reports.send(SyncReport::Panicked);
                     }
                 })?;
             lanes.push(Lane { messages, thread });
@@ -276,7 +300,7 @@ impl Drop for Syncer {
 }
 
 /// A sync thread: takes every message queued, syncs the jobs' files once each, answers.
-fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &Sender<SyncReport>) {
+fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &ReportSender) {
     // Logs (partition, open) whose sync failed: their later jobs fail too.
     let mut failed: HashSet<(TopicPartition, u64)> = HashSet::new();
     while let Ok(first) = inbox.recv() {
@@ -301,7 +325,7 @@ fn sync_jobs(
     storage: &dyn Storage,
     jobs: Vec<SyncJob>,
     failed: &mut HashSet<(TopicPartition, u64)>,
-    reports: &Sender<SyncReport>,
+    reports: &ReportSender,
 ) {
     let mut files: Vec<&dyn StorageFile> = Vec::new();
     let mut file_of_job = Vec::with_capacity(jobs.len());
@@ -354,7 +378,7 @@ fn sync_jobs(
             kind,
         };
         answer_written(job.answers, Some(result), &job.dir);
-        let _ = reports.send(SyncReport::Done(outcome));
+        reports.send(SyncReport::Done(outcome));
     }
 }
 

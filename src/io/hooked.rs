@@ -100,6 +100,12 @@ impl StorageFile for HookedFile {
     fn take_write_error(&self) -> io::Result<()> {
         self.inner.take_write_error()
     }
+    fn complete_own_writes(&self) -> io::Result<()> {
+        self.inner.complete_own_writes()
+    }
+    fn write_mark(&self) -> Option<crate::io::WriteMark> {
+        self.inner.write_mark()
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.before(StorageOp::SyncData)?;
         self.inner.sync_data()?;
@@ -169,6 +175,15 @@ impl Storage for HookedStorage {
     }
     fn complete_writes(&self) {
         self.inner.complete_writes();
+    }
+    fn attach_waker(&self, eventfd: std::os::fd::BorrowedFd<'_>) -> bool {
+        self.inner.attach_waker(eventfd)
+    }
+    fn completions_waiting(&self) -> bool {
+        self.inner.completions_waiting()
+    }
+    fn reap_completions(&self) {
+        self.inner.reap_completions();
     }
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
         if files.is_empty() {

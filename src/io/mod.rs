@@ -1,9 +1,10 @@
 //! The I/O seam: the only code in the crate that asks the kernel to read, write or sync log data.
 //!
 //! The log layer decides *what* to do (which bytes go at which position, which range to read) and
-//! calls a [`Storage`] to perform it. Today the backend is [`pio::PositionedIo`] (`pread`,
-//! `pwrite`, `fdatasync`); the engine's shards put the same calls on an io_uring per core, and a
-//! simulated disk for crash tests implements the same traits. Index files are the exception: they
+//! calls a [`Storage`] to perform it: [`uring::UringIo`] (a ring per thread: `O_DIRECT` appends
+//! left in flight, reads that miss the page cache, grouped syncs), [`pio::PositionedIo`]
+//! (`pread`, `pwrite`, `fdatasync`) where no ring can be made, and a simulated disk for crash
+//! tests. Index files are the exception: they
 //! are memory-mapped (`index::mmap`) and rebuilt from the `.log` whenever they cannot be trusted,
 //! so they never carry data that is not also in a `.log`.
 //!
@@ -16,6 +17,9 @@ pub mod hooked;
 pub mod pio;
 pub mod sim;
 pub mod uring;
+mod write_progress;
+
+pub use write_progress::WriteMark;
 
 use std::fmt::Debug;
 use std::io;
@@ -243,9 +247,22 @@ pub trait StorageFile: Debug + Send + Sync {
 
     /// Completes the calling thread's writes behind, then returns the first failure of this
     /// file's since the last call. Nothing a write behind carried may be acknowledged before
-    /// this (or the owner's own fence and this) said `Ok`.
+    /// this (or the owner's own fence and this, or a done [`WriteMark`]'s `take_error`) said
+    /// `Ok`.
     fn take_write_error(&self) -> io::Result<()> {
         Ok(())
+    }
+
+    /// Waits for this file's writes behind only (the thread's others stay in flight), then
+    /// returns the first failure of this file's since the last call.
+    fn complete_own_writes(&self) -> io::Result<()> {
+        self.take_write_error()
+    }
+
+    /// A mark after this file's writes behind so far, to ask later whether they completed
+    /// without waiting for them; `None` where writes are never left in flight.
+    fn write_mark(&self) -> Option<WriteMark> {
+        None
     }
 
     /// Makes written data durable (`fdatasync`).
@@ -401,6 +418,24 @@ pub trait Storage: Debug + Send + Sync {
     /// ([`StorageFile::write_direct_behind`]); each file keeps its failures for
     /// [`StorageFile::take_write_error`]. Nothing where writes are never left in flight.
     fn complete_writes(&self) {}
+
+    /// Has the calling thread's ring signal `eventfd` whenever a completion waits for it, so
+    /// that a thread asleep on the eventfd wakes for its writes behind as for new work. `false`
+    /// when writes behind may be in flight that will not signal it: the caller then completes
+    /// them itself before it sleeps. `true` where writes are never left in flight.
+    fn attach_waker(&self, _eventfd: std::os::fd::BorrowedFd<'_>) -> bool {
+        true
+    }
+
+    /// Whether a completion of the calling thread's ring waits to be taken
+    /// ([`Storage::reap_completions`]).
+    fn completions_waiting(&self) -> bool {
+        false
+    }
+
+    /// Takes the completions that wait on the calling thread's ring, without waiting for any:
+    /// writes behind that completed are recorded in their files' progress.
+    fn reap_completions(&self) {}
 
     /// Called by a thread that will serve reads (a shard) as it starts, so that what its reads
     /// need is set up before the first one (io_uring with cold reads past the page cache: the

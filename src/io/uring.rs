@@ -154,7 +154,7 @@ impl Ring {
         &mut self,
         buffer: crate::io::direct_buffer::DirectBuffer,
         (fd, length, position): (std::os::fd::RawFd, usize, u64),
-        errors: std::sync::Arc<writes::WriteErrors>,
+        progress: std::sync::Arc<crate::io::write_progress::WriteProgress>,
     ) {
         if self.writes.in_flight() >= writes::IN_FLIGHT_MAX {
             self.wait_until(Duration::ZERO, |ring| {
@@ -162,7 +162,7 @@ impl Ring {
                 ring.writes.in_flight() < writes::IN_FLIGHT_MAX
             });
         }
-        let entry = self.writes.start(buffer, fd, length, position, errors);
+        let entry = self.writes.start(buffer, fd, length, position, progress);
         // SAFETY: `writes` owns the buffer until the write's completion is reaped.
         unsafe { self.push(&entry) };
         if let Err(error) = self.uring.submit() {
@@ -282,6 +282,14 @@ fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
     })
 }
 
+/// Runs `operation` with this thread's ring if it has one already (never creates it).
+fn with_ready_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
+    RING.with(|slot| match &mut *slot.borrow_mut() {
+        RingSlot::Ready(ring) => Some(operation(ring)),
+        _ => None,
+    })
+}
+
 /// Completes this thread's writes behind, if it has any in flight: every operation of the backend
 /// but a write behind calls it first, so that no read, sync, length change or other write sees
 /// the file before a write behind landed.
@@ -375,8 +383,8 @@ struct UringFile {
     /// The file's changes, bumped before each write and length change, when cold reads are on
     /// (whether this descriptor reads or is a segment's `O_DIRECT` writer).
     generation: Option<cold::Generation>,
-    /// The first failure of this descriptor's writes behind (`writes.rs`), until taken.
-    write_errors: std::sync::Arc<writes::WriteErrors>,
+    /// This descriptor's writes behind in flight (`writes.rs`) and their first failure.
+    write_progress: std::sync::Arc<crate::io::write_progress::WriteProgress>,
 }
 
 impl UringFile {
@@ -391,7 +399,7 @@ impl UringFile {
             file,
             nowait_refused: AtomicBool::new(false),
             generation,
-            write_errors: Default::default(),
+            write_progress: Default::default(),
         }
     }
 
@@ -573,11 +581,11 @@ impl StorageFile for UringFile {
         crate::io::check_write_behind_length(length)?;
         self.file_changed();
         let fd = self.file.as_raw_fd();
-        let errors = std::sync::Arc::clone(&self.write_errors);
+        let progress = std::sync::Arc::clone(&self.write_progress);
         let started = with_ring(|ring| {
             let mut buffer = ring.writes.take_buffer();
             fill(&mut buffer.as_mut_slice()[..length]);
-            ring.write_behind(buffer, (fd, length, position), errors);
+            ring.write_behind(buffer, (fd, length, position), progress);
         });
         match started {
             Some(()) => Ok(()),
@@ -589,12 +597,28 @@ impl StorageFile for UringFile {
     }
 
     fn writes_behind_in_flight(&self) -> bool {
-        self.write_errors.any_in_flight()
+        self.write_progress.any_in_flight()
     }
 
     fn take_write_error(&self) -> io::Result<()> {
         fence();
-        self.write_errors.take()
+        self.write_progress.take()
+    }
+
+    fn complete_own_writes(&self) -> io::Result<()> {
+        if self.write_progress.any_in_flight() {
+            with_ring(|ring| {
+                ring.wait_until(Duration::ZERO, |ring| {
+                    ring.reap(&mut []);
+                    !self.write_progress.any_in_flight()
+                })
+            });
+        }
+        self.write_progress.take()
+    }
+
+    fn write_mark(&self) -> Option<crate::io::WriteMark> {
+        Some(self.write_progress.mark())
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -618,8 +642,9 @@ impl StorageFile for UringFile {
         self.file.set_len(length_bytes)
     }
 
+    /// Without a fence: reserving space changes no byte a write behind covers (a segment
+    /// reserves past its writes), and the thread's writes to other files stay in flight.
     fn allocate(&self, position: u64, length: u64) -> io::Result<bool> {
-        fence();
         crate::io::allocate_file(&self.file, position, length)
     }
 
@@ -693,6 +718,41 @@ impl Storage for UringIo {
 
     fn complete_writes(&self) {
         fence();
+    }
+
+    /// Registers `eventfd` with the thread's ring (`IORING_REGISTER_EVENTFD`): the kernel signals
+    /// it when a completion is posted or, with `DEFER_TASKRUN`, queued for the thread to post.
+    fn attach_waker(&self, eventfd: std::os::fd::BorrowedFd<'_>) -> bool {
+        let registered =
+            with_ring(|ring| ring.uring.submitter().register_eventfd(eventfd.as_raw_fd()));
+        match registered {
+            Some(Err(error)) => {
+                log::warn!(
+                    "io_uring: registering an eventfd failed ({error}); writes behind complete at the end of each turn"
+                );
+                false
+            }
+            // Registered, or no ring: every write is done before it returns.
+            _ => true,
+        }
+    }
+
+    fn completions_waiting(&self) -> bool {
+        with_ready_ring(|ring| {
+            ring.uring.submission().taskrun() || !ring.uring.completion().is_empty()
+        })
+        .unwrap_or(false)
+    }
+
+    fn reap_completions(&self) {
+        with_ready_ring(|ring| {
+            if ring.uring.submission().taskrun()
+                && let Err(error) = ring.uring.submit()
+            {
+                log::debug!("io_uring_enter: {error}; the next enter runs the completions");
+            }
+            ring.reap(&mut []);
+        });
     }
 
     /// With cold reads past the page cache, every window the thread may use, in memory now: a
@@ -870,6 +930,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_write_behind_signals_the_attached_eventfd_and_is_done_once_reaped_without_a_fence() {
+        if !ring_tests_must_run(
+            "io::uring::tests::a_write_behind_signals_the_attached_eventfd_and_is_done_once_reaped_without_a_fence",
+        ) {
+            return;
+        }
+        use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        std::fs::write(&path, b"").unwrap();
+        let file = direct_file(&path);
+        file.allocate(0, 2 * 65536).unwrap();
+        let eventfd = rustix::event::eventfd(0, EventfdFlags::NONBLOCK).unwrap();
+        let storage = UringIo::default();
+        assert!(storage.attach_waker(eventfd.as_fd()));
+        let before = file.write_mark().unwrap();
+        assert!(before.is_done(), "nothing written before it");
+        file.write_direct_behind(65536, 0, &mut |area| area.fill(3))
+            .unwrap();
+        let first = file.write_mark().unwrap();
+        file.write_direct_behind(65536, 65536, &mut |area| area.fill(4))
+            .unwrap();
+        // Asleep on the eventfd alone, as a shard sleeps: the completions wake it.
+        while !first.is_done() {
+            let mut fds = [PollFd::new(&eventfd, PollFlags::IN)];
+            let timeout = Timespec {
+                tv_sec: 10,
+                tv_nsec: 0,
+            };
+            let ready = rustix::event::poll(&mut fds, Some(&timeout)).unwrap();
+            assert_eq!(ready, 1, "a completion signals the eventfd");
+            let mut count = [0u8; 8];
+            let _ = rustix::io::read(&eventfd, &mut count);
+            storage.reap_completions();
+        }
+        first.take_error().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes[..65536].iter().all(|byte| *byte == 3));
+        storage.complete_writes();
+        assert!(file.write_mark().unwrap().is_done());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::failpoint::failpoint;
 use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
+use crate::io::WriteMark;
 use crate::segment::{AppendedBatch, IncomingAppend, Segment};
 use crate::types::{Offset, TimestampMs};
 
@@ -223,6 +224,30 @@ impl PartitionLog {
     /// log (its appends since the last check may not have landed).
     pub fn finish_writes_behind(&mut self) -> Result<(), StorageError> {
         let result = self.active().take_write_error();
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    /// A mark after the active segment's writes behind so far, for
+    /// [`PartitionLog::check_written`]; `None` when the writes are done when they return. A roll
+    /// completes the sealed segment's writes, so the active segment's mark covers the log's.
+    pub fn write_mark(&self) -> Option<WriteMark> {
+        self.active().write_mark()
+    }
+
+    /// Checks the writes behind before `mark` (done: [`WriteMark::is_done`]) without waiting for
+    /// the thread's others: a failure among them, or an earlier one, fails the log, and nothing
+    /// written since the last check may be acknowledged.
+    pub fn check_written(&mut self, mark: Option<&WriteMark>) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        let result = match mark {
+            Some(mark) => mark
+                .take_error()
+                .map_err(|source| StorageError::io("write", self.active().log_path(), source)),
+            None => Ok(()),
+        };
         if result.is_err() {
             self.failed = true;
         }

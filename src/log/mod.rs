@@ -355,7 +355,9 @@ impl PartitionLog {
         self.sync_untaken_seals()?;
         let log_end_offset = self.log_end_offset();
         failpoint!("flush.before_sync");
-        let result = self.active().flush_log();
+        // The sync waits for the writes behind; one that failed fails the log, synced or not.
+        let active = self.active();
+        let result = active.flush_log().and_then(|()| active.take_write_error());
         self.mark_flushed(log_end_offset, result)?;
         failpoint!("flush.after_sync");
         Ok(())

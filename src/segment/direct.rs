@@ -13,9 +13,10 @@
 //! Reads keep the segment's buffered descriptor; the kernel drops the cached pages a direct write
 //! covers, so a later buffered read sees the new bytes.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
-use std::sync::Once;
+use std::sync::{Mutex, Once, PoisonError};
 
 use crate::error::StorageError;
 use crate::io::direct_buffer::with_staging;
@@ -50,13 +51,7 @@ impl DirectWriter {
         let file = match storage.open(log_path, OpenMode::ExistingDirect) {
             Ok(file) => file,
             Err(error) if is_refusal(&error) => {
-                static WARNED: Once = Once::new();
-                WARNED.call_once(|| {
-                    log::warn!(
-                        "O_DIRECT refused for {} ({error}); writing through the page cache",
-                        log_path.display()
-                    );
-                });
+                warn_refused(log_path, &error);
                 return Ok(None);
             }
             Err(source) => return Err(StorageError::io("open O_DIRECT", log_path, source)),
@@ -69,7 +64,51 @@ impl DirectWriter {
             synced_since_write: false,
         });
         writer.load_tail(log, log_path, size_bytes)?;
+        if let Err(error) = writer.probe_once_per_device(log, size_bytes) {
+            if !is_refusal(&error) {
+                return Err(StorageError::io("write O_DIRECT", log_path, error));
+            }
+            warn_refused(log_path, &error);
+            return Ok(None);
+        }
         Ok(Some(writer))
+    }
+
+    /// Some file systems accept an `O_DIRECT` open and refuse the writes (`EINVAL`: a FUSE
+    /// passthrough whose daemon opens its backing files `O_DIRECT` and writes from unaligned
+    /// buffers). The first segment opened on a device of a process rewrites its last block as an
+    /// append would (the bytes below the log end unchanged, zeros past it) and waits for it; a
+    /// refusal sends that device's segments through the page cache. Nothing on a backend with no
+    /// real file (the simulator).
+    fn probe_once_per_device(&mut self, log: &dyn StorageFile, size_bytes: u64) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        static PROBED: Mutex<BTreeMap<u64, bool>> = Mutex::new(BTreeMap::new());
+        let Some(device) = log.as_file().map(|file| file.metadata()).transpose()? else {
+            return Ok(());
+        };
+        let device = device.dev();
+        let mut probed = PROBED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(accepted) = probed.get(&device) {
+            return match accepted {
+                true => Ok(()),
+                false => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            };
+        }
+        let position = size_bytes - self.tail.len() as u64;
+        let tail = &self.tail;
+        let result = self
+            .file
+            .write_direct_behind(BLOCK_BYTES, position, &mut |area| {
+                area[..tail.len()].copy_from_slice(tail);
+                area[tail.len()..].fill(0);
+            })
+            .and_then(|()| self.file.complete_own_writes());
+        match &result {
+            Ok(()) => probed.insert(device, true),
+            Err(error) if is_refusal(error) => probed.insert(device, false),
+            Err(_) => None,
+        };
+        result
     }
 
     /// Reads the file's last partial block below `size_bytes` into `tail` (after open or after
@@ -190,13 +229,18 @@ impl DirectWriter {
         }
     }
 
-    /// Waits for this file's writes behind, if any is in flight, and returns the first failure
-    /// among them.
+    /// Waits for this file's writes behind, if any is in flight (not for the thread's writes to
+    /// other files), and returns the first failure among them.
     fn finish_own_writes(&self) -> io::Result<()> {
         match self.file.writes_behind_in_flight() {
-            true => self.file.take_write_error(),
+            true => self.file.complete_own_writes(),
             false => Ok(()),
         }
+    }
+
+    /// A mark after this file's writes behind so far (`StorageFile::write_mark`).
+    pub(super) fn write_mark(&self) -> Option<crate::io::WriteMark> {
+        self.file.write_mark()
     }
 
     /// Completes the thread's writes behind and returns the first failure of this file's.
@@ -217,6 +261,17 @@ fn next_tail(tail: &[u8], data: &[u8], whole_blocks: usize) -> Vec<u8> {
         }
     }
     next
+}
+
+/// Said once per process.
+fn warn_refused(log_path: &Path, error: &io::Error) {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        log::warn!(
+            "O_DIRECT refused for {} ({error}); writing through the page cache",
+            log_path.display()
+        );
+    });
 }
 
 /// `EINVAL` (the file system has no `O_DIRECT`) or a backend without it.

@@ -1051,6 +1051,11 @@ impl Segment {
         }
     }
 
+    /// A mark after the `.log`'s writes behind so far; `None` when none are left in flight.
+    pub fn write_mark(&self) -> Option<crate::io::WriteMark> {
+        self.direct.as_ref().and_then(|direct| direct.write_mark())
+    }
+
     /// Makes the `.log` durable, not the indexes (which recovery can rebuild).
     pub fn flush_log(&self) -> Result<(), StorageError> {
         self.log

@@ -8,18 +8,17 @@
 //! the synchronous path copied them into its staging area. At most [`IN_FLIGHT_MAX`] writes are
 //! in flight per thread: one more waits for a completion first (back-pressure; a full ring is
 //! never an error). A write that completes short is submitted again for the rest; a failure is
-//! kept in the file's [`WriteErrors`] until the owner takes it, and nothing the write carried may
-//! be acknowledged before then.
+//! kept in the file's [`WriteProgress`] until the owner takes it, and nothing the write carried
+//! may be acknowledged before then.
 
-use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use io_uring::{opcode, squeue, types};
 
 use crate::io::DIRECT_IO_ALIGN_BYTES;
 use crate::io::direct_buffer::DirectBuffer;
+use crate::io::write_progress::WriteProgress;
 
 /// The `user_data` bit of a write behind; below it, the write's slot. Distinct from the cold
 /// reads' window pieces (`cold::WINDOW_PIECE_TAG`, bit 63).
@@ -31,35 +30,6 @@ pub(super) const IN_FLIGHT_MAX: usize = 32;
 /// The largest write behind, and the size of every pooled buffer.
 const WRITE_BYTES_MAX: usize = crate::io::WRITE_BEHIND_BYTES_MAX;
 
-/// A file's writes behind, shared between the file and its writes in flight: how many are in
-/// flight, and the first error (an errno; 0 for none) until it is taken.
-#[derive(Debug, Default)]
-pub(crate) struct WriteErrors {
-    errno: AtomicI32,
-    in_flight: AtomicUsize,
-}
-
-impl WriteErrors {
-    fn record(&self, errno: i32) {
-        let _ = self
-            .errno
-            .compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The error recorded since the last call, if any.
-    pub(crate) fn take(&self) -> io::Result<()> {
-        match self.errno.swap(0, Ordering::AcqRel) {
-            0 => Ok(()),
-            errno => Err(io::Error::from_raw_os_error(errno)),
-        }
-    }
-
-    /// Whether a write behind of this file is in flight.
-    pub(crate) fn any_in_flight(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0
-    }
-}
-
 /// One write in flight.
 struct InFlight {
     buffer: DirectBuffer,
@@ -68,7 +38,9 @@ struct InFlight {
     length: usize,
     /// Bytes the kernel reported written so far (a short write goes on from there).
     written: usize,
-    errors: Arc<WriteErrors>,
+    progress: Arc<WriteProgress>,
+    /// The write's number in its file's progress.
+    number: u64,
 }
 
 /// What a completion leaves to do.
@@ -133,21 +105,22 @@ impl WritesBehind {
         fd: RawFd,
         length: usize,
         position: u64,
-        errors: Arc<WriteErrors>,
+        progress: Arc<WriteProgress>,
     ) -> squeue::Entry {
         let slot = self.free_slots.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
         let address = buffer.as_mut_ptr();
-        errors.in_flight.fetch_add(1, Ordering::AcqRel);
+        let number = progress.begin();
         self.slots[slot] = Some(InFlight {
             buffer,
             fd,
             position,
             length,
             written: 0,
-            errors,
+            progress,
+            number,
         });
         self.in_flight += 1;
         write_entry(fd, address, length, position, slot)
@@ -168,18 +141,19 @@ impl WritesBehind {
                 Some(write_entry(write.fd, address, rest, position, slot))
             }
             step => {
-                if let Step::Failed { errno } = step {
-                    write.errors.record(errno);
-                }
-                self.finish(slot);
+                let errno = match step {
+                    Step::Failed { errno } => Some(errno),
+                    _ => None,
+                };
+                self.finish(slot, errno);
                 None
             }
         }
     }
 
-    fn finish(&mut self, slot: usize) {
+    fn finish(&mut self, slot: usize, errno: Option<i32>) {
         if let Some(write) = self.slots.get_mut(slot).and_then(Option::take) {
-            write.errors.in_flight.fetch_sub(1, Ordering::AcqRel);
+            write.progress.end(write.number, errno);
             self.in_flight -= 1;
             self.free_slots.push(slot);
             if self.buffers.len() < IN_FLIGHT_MAX {
@@ -243,18 +217,5 @@ mod tests {
     fn a_write_that_stops_off_a_block_or_writes_nothing_fails() {
         assert_eq!(step_after(100, 0, 8192), Step::Failed { errno: libc::EIO });
         assert_eq!(step_after(0, 0, 8192), Step::Failed { errno: libc::EIO });
-    }
-
-    #[test]
-    fn the_first_error_is_kept_until_taken() {
-        let errors = WriteErrors::default();
-        assert!(errors.take().is_ok());
-        errors.record(libc::ENOSPC);
-        errors.record(libc::EIO);
-        assert_eq!(
-            errors.take().unwrap_err().raw_os_error(),
-            Some(libc::ENOSPC)
-        );
-        assert!(errors.take().is_ok());
     }
 }
