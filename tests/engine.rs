@@ -845,6 +845,14 @@ fn fetch_record_is_none_at_the_log_end_and_out_of_range_past_it_or_below_the_log
     );
 }
 
+/// The record values of a partition, in offset order.
+fn values_of(engine: &Engine, topic: &TopicName, partition: usize) -> Vec<String> {
+    read_values(engine, topic, partition as u32)
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect()
+}
+
 /// A value of about `bytes` bytes, distinct per partition and sequence.
 fn sized_value(partition: usize, sequence: usize, bytes: usize) -> String {
     let mut value = format!("p{partition}-s{sequence}-");
@@ -892,10 +900,7 @@ fn appends_beyond_the_writes_a_ring_keeps_in_flight_are_all_answered_and_read_ba
         next_offset[partition] += 1;
     }
     for (partition, appended) in expected.iter().enumerate() {
-        let values: Vec<String> = read_values(&engine, &topic, partition as u32)
-            .into_iter()
-            .map(|(_, value)| value)
-            .collect();
+        let values = values_of(&engine, &topic, partition);
         assert!(
             &values == appended,
             "partition {partition} reads back as appended"
@@ -904,33 +909,32 @@ fn appends_beyond_the_writes_a_ring_keeps_in_flight_are_all_answered_and_read_ba
     engine.close().unwrap();
 }
 
-/// Appends of `count` values to `partitions` partitions, none waited for.
-fn appends_in_flight(
-    engine: &Engine,
-    topic: &TopicName,
-    partitions: usize,
-    count: usize,
-) -> Vec<(
+type InFlightAppend = (
     usize,
     String,
     seglog::engine::Pending<seglog::log::AppendInfo, AppendError>,
-)> {
-    (0..count)
+);
+
+/// An engine of one shard with 400 appends of 20 KB to 4 partitions sent and none waited for.
+fn engine_with_appends_in_flight() -> (tempfile::TempDir, Engine, TopicName, Vec<InFlightAppend>) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let topic = engine.create_topic("t", 4, LogConfig::default()).unwrap();
+    let pending = (0..400)
         .map(|sequence| {
-            let partition = sequence % partitions;
+            let partition = sequence % 4;
             let value = sized_value(partition, sequence, 20_000);
-            let append = engine.append(topic, partition as u32, batch(&value), Durability::Written);
+            let append =
+                engine.append(&topic, partition as u32, batch(&value), Durability::Written);
             (partition, value, append)
         })
-        .collect()
+        .collect();
+    (dir, engine, topic, pending)
 }
 
 #[test]
 fn closing_with_appends_in_flight_answers_them_all_and_keeps_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine.create_topic("t", 4, LogConfig::default()).unwrap();
-    let pending = appends_in_flight(&engine, &topic, 4, 400);
+    let (dir, engine, topic, pending) = engine_with_appends_in_flight();
     engine.close().unwrap();
     let mut expected = vec![Vec::new(); 4];
     for (partition, value, append) in pending {
@@ -939,10 +943,7 @@ fn closing_with_appends_in_flight_answers_them_all_and_keeps_them() {
     }
     let engine = Engine::open(dir.path(), config(1)).unwrap();
     for (partition, values) in expected.iter().enumerate() {
-        let read: Vec<String> = read_values(&engine, &topic, partition as u32)
-            .into_iter()
-            .map(|(_, value)| value)
-            .collect();
+        let read = values_of(&engine, &topic, partition);
         assert!(&read == values, "partition {partition}");
     }
 }
@@ -951,10 +952,7 @@ fn closing_with_appends_in_flight_answers_them_all_and_keeps_them() {
 /// (none hangs), and each one answered `Ok` is there after a reopen.
 #[test]
 fn dropping_the_engine_with_appends_in_flight_answers_each_and_keeps_those_answered() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine.create_topic("t", 4, LogConfig::default()).unwrap();
-    let pending = appends_in_flight(&engine, &topic, 4, 400);
+    let (dir, engine, topic, pending) = engine_with_appends_in_flight();
     drop(engine);
     let mut answered = vec![Vec::new(); 4];
     for (partition, value, append) in pending {
@@ -965,10 +963,7 @@ fn dropping_the_engine_with_appends_in_flight_answers_each_and_keeps_those_answe
     assert!(answered.iter().any(|values| !values.is_empty()));
     let engine = Engine::open(dir.path(), config(1)).unwrap();
     for (partition, values) in answered.iter().enumerate() {
-        let read: Vec<String> = read_values(&engine, &topic, partition as u32)
-            .into_iter()
-            .map(|(_, value)| value)
-            .collect();
+        let read = values_of(&engine, &topic, partition);
         assert!(
             read.starts_with(values),
             "partition {partition} keeps every append answered Ok"
