@@ -147,7 +147,7 @@ impl DirectWriter {
         // This write rewrites the partial block an earlier write of this file ended in: that
         // one lands first (two writes of one block in flight could land in either order). The
         // thread's writes to other files stay in flight.
-        if !self.tail.is_empty() {
+        if !self.tail.is_empty() && self.file.writes_behind_in_flight() {
             self.finish_own_writes()?;
         }
         let mut block_position = position - self.tail.len() as u64;
@@ -230,12 +230,11 @@ impl DirectWriter {
     }
 
     /// Waits for this file's writes behind, if any is in flight (not for the thread's writes to
-    /// other files), and returns the first failure among them.
+    /// other files), and returns the first failure not taken yet, theirs or an earlier one's: with
+    /// the shard's pipeline a failed write may have completed before its group was checked, and
+    /// the next append must fail with its error, not read the block it did not write.
     fn finish_own_writes(&self) -> io::Result<()> {
-        match self.file.writes_behind_in_flight() {
-            true => self.file.complete_own_writes(),
-            false => Ok(()),
-        }
+        self.file.complete_own_writes()
     }
 
     /// A mark after this file's writes behind so far (`StorageFile::write_mark`).
@@ -342,6 +341,75 @@ mod tests {
         let appends: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
         let written = write_through(&storage, dir.path(), &appends);
         assert_eq!(written, pieces.concat());
+    }
+
+    /// A direct descriptor whose writes complete at once with ENOSPC, kept until taken, and land
+    /// nothing: a write behind that failed before the shard checked its group.
+    #[derive(Debug, Default)]
+    struct FailedWrites {
+        failure: std::sync::Mutex<Option<i32>>,
+    }
+
+    impl StorageFile for FailedWrites {
+        fn read_at(&self, buf: &mut [u8], _position: u64) -> io::Result<usize> {
+            buf.fill(0);
+            Ok(buf.len())
+        }
+        fn write_all_at(&self, _buf: &[u8], _position: u64) -> io::Result<()> {
+            unreachable!("a direct writer writes behind")
+        }
+        fn write_direct_behind(
+            &self,
+            length: usize,
+            _position: u64,
+            fill: &mut dyn FnMut(&mut [u8]),
+        ) -> io::Result<()> {
+            fill(&mut vec![0u8; length]);
+            *self.failure.lock().unwrap() = Some(libc::ENOSPC);
+            Ok(())
+        }
+        fn take_write_error(&self) -> io::Result<()> {
+            match self.failure.lock().unwrap().take() {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => Ok(()),
+            }
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync_all(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn length_bytes(&self) -> io::Result<u64> {
+            Ok(0)
+        }
+        fn set_length_bytes(&self, _length_bytes: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn modified_ms(&self) -> io::Result<i64> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_failed_write_not_yet_checked_fails_the_next_append_with_its_error_not_as_misdirected() {
+        let mut writer = DirectWriter {
+            file: Box::new(FailedWrites::default()),
+            tail: Vec::new(),
+            last_block: Vec::new(),
+            last_block_position: None,
+            synced_since_write: false,
+        };
+        writer.append(&pattern(5000, 1), 0).unwrap();
+        // A sync of earlier appends reported meanwhile; the next append checks the last block.
+        writer.note_synced();
+        let error = writer.check_last_block(Path::new("x.log")).unwrap_err();
+        match error {
+            StorageError::Io { source, .. } => {
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC))
+            }
+            other => panic!("the write's own error expected, got {other:?}"),
+        }
     }
 
     #[test]
