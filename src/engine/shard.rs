@@ -805,18 +805,12 @@ impl Shard {
             return;
         }
         self.context.storage.reap_completions();
-        let done_count = self
-            .writing
-            .iter()
-            .take_while(|group| group.mark.as_ref().is_none_or(WriteMark::is_done))
-            .count();
-        let mut done: Vec<WrittenGroup> = self.writing.drain(..done_count).collect();
-        // Later groups may be done before an earlier one of another partition.
-        let (later_done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.writing)
+        // In the order written; a later group may be done before an earlier one of another
+        // partition (one of the same partition never is: its mark comes after the earlier one's).
+        let (mut done, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.writing)
             .into_iter()
             .partition(|group| group.mark.as_ref().is_none_or(WriteMark::is_done));
         self.writing = still;
-        done.extend(later_done);
         if done.is_empty() {
             return;
         }
@@ -1056,10 +1050,10 @@ impl Shard {
         let data = log.read(offset, options.max_bytes)?;
         let visible_end = match options.isolation {
             Isolation::LogEnd => checked_end,
-            Isolation::Durable => Some(
-                data.durable_offset
-                    .min(checked_end.unwrap_or(Offset(u64::MAX))),
-            ),
+            Isolation::Durable => {
+                let durable = data.durable_offset;
+                Some(checked_end.map_or(durable, |end| end.min(durable)))
+            }
         };
         Ok(match visible_end {
             Some(end) => data.trim_to(end),
@@ -1096,7 +1090,8 @@ impl Shard {
     /// Flushes partitions whose `flush.ms` came due and expires parked fetches.
     fn run_timers(&mut self) {
         let now = TimestampMs::now();
-        if self.any_timer_due(now) {
+        if self.next_timeout() == Some(Duration::ZERO) {
+            // A timer is due: what it does sees the log with every write landed.
             self.complete_writing();
         }
         let due: Vec<TopicPartition> = self
@@ -1125,18 +1120,6 @@ impl Shard {
         // own descriptor of a segment retention deletes: no need to wait for the syncs here.
         self.run_queued_retention();
         self.delete_expired_files(now);
-    }
-
-    /// Whether [`Shard::run_timers`] has work now: a flush, a parked fetch's deadline, a
-    /// retention pass or a file deletion.
-    fn any_timer_due(&self, now: TimestampMs) -> bool {
-        let due = |deadline: &TimestampMs| *deadline <= now;
-        let instant = Instant::now();
-        self.flush_deadlines.values().any(due)
-            || self.file_deletion_deadlines.values().any(due)
-            || self.parked.iter().any(|fetch| fetch.deadline <= instant)
-            || !self.retention_queue.is_empty()
-            || instant >= self.next_retention_check
     }
 
     /// Applies retention now to this shard's partitions (of `topic`, or all), opening each in

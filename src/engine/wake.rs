@@ -130,7 +130,7 @@ mod tests {
     use std::time::Instant;
 
     #[test]
-    fn a_wake_before_the_sleep_is_not_lost_and_a_sleep_ends_at_its_timeout() {
+    fn a_sleep_ends_at_its_timeout_or_when_woken_while_asleep() {
         let waker = Arc::new(ShardWaker::new().unwrap());
         let started = Instant::now();
         waker.sleep(Some(Duration::from_millis(20)), || true);
