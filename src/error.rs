@@ -30,8 +30,11 @@ pub enum StorageError {
         position: u64,
         reason: String,
     },
-    #[error("the partition log at {dir} failed after an earlier I/O error and must be reopened")]
-    PreviousIo { dir: PathBuf },
+    /// The partition whose files are in `dir` went offline after a failed write, sync or rename
+    /// (`cause`): it refuses appends and fetches until the engine (or log) is reopened, which
+    /// recovers it.
+    #[error("partition {dir} is offline after a storage error ({cause}); reopen to recover it")]
+    Offline { dir: PathBuf, cause: String },
     #[error(
         "{file} holds a message in the legacy format (magic {magic}) at position {position}; seglog reads magic 2 only and will not truncate it"
     )]
@@ -43,6 +46,14 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// What went wrong, as one line: an offline partition's first error, not the refusal.
+    pub fn cause(&self) -> String {
+        match self {
+            StorageError::Offline { cause, .. } => cause.clone(),
+            error => error.to_string(),
+        }
+    }
+
     /// Wraps an `io::Error` from operation `op` on `file`.
     pub fn io(op: &'static str, file: impl Into<PathBuf>, source: io::Error) -> StorageError {
         StorageError::Io {
@@ -59,6 +70,8 @@ impl StorageError {
 pub enum EngineUnavailable {
     #[error("the engine is closed")]
     Closed,
+    #[error("data directory {dir} is offline after a storage error ({cause}); reopen the engine")]
+    Offline { dir: PathBuf, cause: String },
     #[error("shard {shard} failed and no longer serves its partitions; reopen the engine")]
     ShardFailed { shard: usize },
     #[error("shard {shard}'s request queue is full; retry later")]

@@ -324,7 +324,10 @@ fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
         "the second segment renamed"
     );
     assert!(log.take_renames_sync().is_some());
-    let failed = StorageError::PreviousIo { dir: dir.clone() };
+    let failed = StorageError::Offline {
+        dir: dir.clone(),
+        cause: "EIO".to_owned(),
+    };
     assert!(log.mark_renames_synced(Err(failed)).is_err());
     assert!(log.is_failed(), "a failed directory sync fails the log");
     assert!(log.take_expired_files(TimestampMs(i64::MAX)).is_empty());

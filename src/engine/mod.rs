@@ -56,7 +56,7 @@ pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartitio
 use deleter::FileDeleter;
 pub use pending::Pending;
 use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
-use shard::{PartitionCheckpoint, Request, Shard, ShardContext};
+use shard::{PartitionCheckpoint, Request, Shard, ShardClosed, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
 pub use topics::TopicMetadata;
@@ -285,6 +285,9 @@ pub struct PartitionDescription {
     pub durable_offset: Offset,
     pub size_bytes: u64,
     pub segment_count: usize,
+    /// Why the partition is offline (a failed write, sync or rename), if it is: it refuses
+    /// appends and fetches until the engine is reopened.
+    pub offline: Option<String>,
 }
 
 /// A topic as `describe_topic` reports it.
@@ -360,6 +363,9 @@ struct Inner {
     inflight_bytes: Arc<AtomicU64>,
     config: EngineConfig,
     closed: AtomicBool,
+    /// Why the whole data directory went offline: a checkpoint write failed (its partitions'
+    /// files did not, or they would be offline alone). Requests then fail until reopened.
+    offline: Mutex<Option<String>>,
     /// The data directory's lock, released at `close` (or when the last handle drops).
     lock: Mutex<Option<File>>,
     cleaner: CleanerHandle,
@@ -465,6 +471,7 @@ impl Engine {
             inflight_bytes,
             config,
             closed: AtomicBool::new(false),
+            offline: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
             cleaner,
         });
@@ -684,7 +691,22 @@ impl Engine {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(EngineUnavailable::Closed);
         }
-        Ok(())
+        match self.directory_failure() {
+            Some(cause) => Err(EngineUnavailable::Offline {
+                dir: self.inner.root.clone(),
+                cause,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the data directory is offline, if it is.
+    fn directory_failure(&self) -> Option<String> {
+        self.inner
+            .offline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Sends the read `request` makes for `topic`-`partition` to its shard, or answers at once
@@ -1082,7 +1104,9 @@ impl Engine {
     }
 
     /// Closes every partition cleanly, writes the checkpoints and the clean-shutdown marker, and
-    /// stops the shards. Every clone of this handle answers `Closed` afterwards.
+    /// stops the shards. Every clone of this handle answers `Closed` afterwards. With a partition
+    /// (or the directory) offline, the checkpoints keep what the successful syncs covered, no
+    /// marker is written, so that the next open recovers, and the error names the partition.
     pub fn close(&self) -> Result<(), FlushError> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -1091,15 +1115,34 @@ impl Engine {
         if let Some(user) = &self.user {
             user.stop_checkpointer();
         }
-        let pendings: Vec<Pending<Vec<PartitionCheckpoint>, FlushError>> =
-            (0..self.inner.shards.len())
-                .map(|shard| self.close_shard(shard))
-                .collect();
+        let pendings: Vec<Pending<ShardClosed, FlushError>> = (0..self.inner.shards.len())
+            .map(|shard| self.close_shard(shard))
+            .collect();
+        let result = self.finish_close(pendings);
+        // Closed either way: no shard runs any more, and the next open recovers what needs it.
+        self.inner
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        result
+    }
+
+    /// Waits for the shards' closes, writes the checkpoints, and the clean-shutdown marker when
+    /// nothing is offline.
+    fn finish_close(
+        &self,
+        pendings: Vec<Pending<ShardClosed, FlushError>>,
+    ) -> Result<(), FlushError> {
         let mut admin = self.lock_admin();
         let mut first_error = None;
+        let mut offline = Vec::new();
         for pending in pendings {
             match pending.wait() {
-                Ok(checkpoints) => merge_checkpoints(&mut admin, checkpoints),
+                Ok(closed) => {
+                    merge_checkpoints(&mut admin, closed.checkpoints);
+                    offline.extend(closed.offline);
+                }
                 Err(error) => {
                     first_error.get_or_insert(error);
                 }
@@ -1111,20 +1154,24 @@ impl Engine {
         if let Some(error) = first_error {
             return Err(error);
         }
+        if let Some(cause) = self.directory_failure() {
+            return Err(EngineUnavailable::Offline {
+                dir: self.inner.root.clone(),
+                cause,
+            }
+            .into());
+        }
         self.write_checkpoints(&admin)?;
+        if let Some(error) = offline_error(&self.inner.root, offline) {
+            return Err(error.into());
+        }
         let storage = self.inner.storage.as_ref();
         write_durably(
             storage,
             &self.inner.root.join(CLEAN_SHUTDOWN_MARKER),
             CLEAN_SHUTDOWN_CONTENT.as_bytes(),
         )?;
-        sync_dir(storage, &self.inner.root)?;
-        self.inner
-            .lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        Ok(())
+        Ok(sync_dir(storage, &self.inner.root)?)
     }
 
     /// Applies retention now to every partition (of `topic`, if given), on every shard, and
@@ -1191,7 +1238,7 @@ impl Engine {
         self.inner.cleaner.stats()
     }
 
-    fn close_shard(&self, shard: usize) -> Pending<Vec<PartitionCheckpoint>, FlushError> {
+    fn close_shard(&self, shard: usize) -> Pending<ShardClosed, FlushError> {
         let failed = || Pending::ready(Err(EngineUnavailable::ShardFailed { shard }.into()));
         let Some(sender) = self
             .inner
@@ -1209,7 +1256,25 @@ impl Engine {
         }
     }
 
+    /// Writes the checkpoint files; a failure takes the data directory offline (which recovery
+    /// points and log start offsets the device holds is unknown).
     fn write_checkpoints(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
+        let result = self.write_checkpoint_files(checkpoints);
+        if let Err(error) = &result {
+            log::error!(
+                "the data directory {} goes offline: {error}",
+                self.inner.root.display()
+            );
+            self.inner
+                .offline
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert_with(|| error.cause());
+        }
+        result
+    }
+
+    fn write_checkpoint_files(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
         let storage = self.inner.storage.as_ref();
         let root = &self.inner.root;
         write_checkpoint(
@@ -1282,6 +1347,23 @@ fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionChe
             .log_start_offsets
             .insert(partition.tp, partition.log_start_offset);
     }
+}
+
+/// The error `close` returns when partitions were offline (each is logged), `None` if none was.
+fn offline_error(root: &Path, offline: Vec<(TopicPartition, String)>) -> Option<StorageError> {
+    let count = offline.len();
+    for (tp, cause) in &offline {
+        log::error!("{tp} was offline at close, the next open recovers it: {cause}");
+    }
+    let (tp, cause) = offline.into_iter().next()?;
+    let cause = match count {
+        1 => cause,
+        _ => format!("{cause}; and {} more partitions offline", count - 1),
+    };
+    Some(StorageError::Offline {
+        dir: root.join(partition_dir_name(&tp)),
+        cause,
+    })
 }
 
 /// Notes whether the last shutdown was clean and removes the marker, so that any crash from now

@@ -10,7 +10,7 @@
 //! durable data, a sync) gives them enough bytes or their deadline passes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ pub(crate) enum Request {
         reply: Reply<SwapOutcome, StorageError>,
     },
     Close {
-        reply: Reply<Vec<PartitionCheckpoint>, FlushError>,
+        reply: Reply<ShardClosed, FlushError>,
     },
 }
 
@@ -168,6 +168,14 @@ impl PartitionCheckpoint {
             active_log_path: log.active_log_path().to_owned(),
         }
     }
+}
+
+/// What a shard's close leaves: every partition's offsets for the checkpoints, and the
+/// partitions that were offline (with why), which keep the engine from writing the
+/// clean-shutdown marker.
+pub(crate) struct ShardClosed {
+    pub checkpoints: Vec<PartitionCheckpoint>,
+    pub offline: Vec<(TopicPartition, String)>,
 }
 
 /// Released partitions whose unsynced `.log` files are synced together at close, at most this
@@ -262,6 +270,19 @@ enum Wake {
 enum LookupError {
     Unknown,
     Open(OpenError),
+    /// Taken offline by a storage error (`PartitionLog::failure`) and closed since.
+    Offline {
+        dir: PathBuf,
+        cause: String,
+    },
+}
+
+/// A partition taken offline by a storage error and closed since (to bound open files, or at
+/// close): it stays offline until the engine closes, with the offsets its last successful
+/// syncs reached, so that no reopen in this process trusts its unsynced bytes.
+struct OfflinePartition {
+    checkpoint: PartitionCheckpoint,
+    cause: String,
 }
 
 pub(crate) struct Shard {
@@ -291,6 +312,8 @@ pub(crate) struct Shard {
     opened: BTreeSet<TopicPartition>,
     /// Offsets of partitions closed by eviction, for checkpoints and their next open.
     evicted: BTreeMap<TopicPartition, PartitionCheckpoint>,
+    /// Partitions offline after a storage error, closed since (see [`OfflinePartition`]).
+    offline: BTreeMap<TopicPartition, OfflinePartition>,
     parked: Vec<ParkedFetch>,
     /// Partitions with `flush.ms` and unflushed data, and when their flush is due.
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
@@ -329,6 +352,7 @@ impl Shard {
             use_counter: 0,
             opened: BTreeSet::new(),
             evicted: BTreeMap::new(),
+            offline: BTreeMap::new(),
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
             next_retention_check: Instant::now() + retention_interval,
@@ -388,10 +412,11 @@ impl Shard {
             let Some(log) = self.partitions.get_mut(&outcome.tp) else {
                 continue;
             };
-            let result = match outcome.synced {
-                true => Ok(()),
-                false => Err(StorageError::PreviousIo {
+            let result = match outcome.failure {
+                None => Ok(()),
+                Some(cause) => Err(StorageError::Offline {
                     dir: log.dir().to_owned(),
+                    cause,
                 }),
             };
             // A failure was answered and logged by the syncer; the log now fails its appends.
@@ -635,6 +660,12 @@ impl Shard {
     /// least recently used partitions, so file descriptors and index maps stay bounded however
     /// many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
+        if let Some(offline) = self.offline.get(tp) {
+            return Err(LookupError::Offline {
+                dir: self.context.root.join(partition_dir_name(tp)),
+                cause: offline.cause.clone(),
+            });
+        }
         if !self.partitions.contains_key(tp) {
             // Counted on each open (rarer and dearer than the sum): reads open sealed segments
             // and rolls add one, so a count kept between opens would drift.
@@ -709,15 +740,26 @@ impl Shard {
                 self.evicted.insert(tp, checkpoint);
             }
             Err(error) => {
-                // Not released cleanly: the next open of this partition recovers it.
                 log::error!(
-                    "shard {}: releasing {tp} to bound open files failed: {error}",
+                    "shard {}: {tp} closed to bound open files stays offline: {error}",
                     self.id
                 );
-                self.opened.remove(&tp);
+                self.take_offline(tp, checkpoint, &error);
             }
         }
         Some(closed)
+    }
+
+    /// Keeps `tp`, closed after `error`, offline until the engine closes.
+    fn take_offline(
+        &mut self,
+        tp: TopicPartition,
+        checkpoint: PartitionCheckpoint,
+        error: &StorageError,
+    ) {
+        let cause = error.cause();
+        self.offline
+            .insert(tp, OfflinePartition { checkpoint, cause });
     }
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
@@ -752,6 +794,9 @@ impl Shard {
         let storage = self.context.storage.clone();
         let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
             .map_err(LookupError::Open)?;
+        if let Some(evicted) = evicted {
+            log.limit_recovery_point(evicted.recovery_point);
+        }
         log.set_digest_budget(self.context.digest_budget.clone());
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
             log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
@@ -906,6 +951,14 @@ impl Shard {
         let background_sync_bytes = self.context.background_sync_bytes;
         let log = match self.partition(&tp) {
             Ok(log) => log,
+            Err(LookupError::Offline { dir, cause }) => {
+                let offline = || StorageError::Offline {
+                    dir: dir.clone(),
+                    cause: cause.clone(),
+                };
+                answer_all(group, offline().into(), |_| offline().into());
+                return None;
+            }
             Err(error) => {
                 answer_all(group, lookup_error_into(&tp, error), |_| unknown());
                 return None;
@@ -933,8 +986,12 @@ impl Shard {
             }
             Err(error) => {
                 let dir = log.dir().to_owned();
+                let cause = error.to_string();
                 answer_all(group, error, |_| {
-                    AppendError::Storage(StorageError::PreviousIo { dir: dir.clone() })
+                    AppendError::Storage(StorageError::Offline {
+                        dir: dir.clone(),
+                        cause: cause.clone(),
+                    })
                 });
                 None
             }
@@ -1168,6 +1225,7 @@ impl Shard {
         let outcome = match self.partition(&tp) {
             Ok(log) => log.apply_retention(TimestampMs::now()),
             Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
+            Err(LookupError::Offline { dir, cause }) => Err(StorageError::Offline { dir, cause }),
             Err(LookupError::Unknown) => Ok(RetentionOutcome::default()),
         };
         self.after_segments_deleted(&tp);
@@ -1254,6 +1312,10 @@ impl Shard {
                 Ok(log) => log,
                 Err(LookupError::Unknown) => continue,
                 Err(LookupError::Open(error)) => return Err(open_error_into_storage(tp, error)),
+                Err(LookupError::Offline { cause, .. }) => {
+                    descriptions.push(self.offline_description(tp, cause));
+                    continue;
+                }
             };
             descriptions.push(PartitionDescription {
                 partition: tp.partition,
@@ -1262,9 +1324,26 @@ impl Shard {
                 durable_offset: log.recovery_point(),
                 size_bytes: log.size_bytes(),
                 segment_count: log.segment_count(),
+                offline: log.failure().map(str::to_owned),
             });
         }
         Ok(descriptions)
+    }
+
+    /// An offline, closed partition as its checkpoint knows it (its files are not read again).
+    fn offline_description(&self, tp: &TopicPartition, cause: String) -> PartitionDescription {
+        let checkpoint = self.offline.get(tp).map(|offline| &offline.checkpoint);
+        let offset =
+            |of: fn(&PartitionCheckpoint) -> Offset| checkpoint.map(of).unwrap_or_default();
+        PartitionDescription {
+            partition: tp.partition,
+            log_start_offset: offset(|c| c.log_start_offset),
+            log_end_offset: offset(|c| c.log_end_offset),
+            durable_offset: offset(|c| c.recovery_point),
+            size_bytes: 0,
+            segment_count: 0,
+            offline: Some(cause),
+        }
     }
 
     fn drop_partitions(&mut self, tps: &[TopicPartition]) {
@@ -1273,6 +1352,7 @@ impl Shard {
             self.flush_deadlines.remove(tp);
             self.last_used.remove(tp);
             self.evicted.remove(tp);
+            self.offline.remove(tp);
             self.opened.remove(tp);
         }
         let dropped: BTreeSet<&TopicPartition> = tps.iter().collect();
@@ -1294,8 +1374,13 @@ impl Shard {
             .partitions
             .iter()
             .map(|(tp, log)| PartitionCheckpoint::of(tp, log));
-        let all = open.chain(self.evicted.values().cloned());
-        all.collect()
+        let offline = self
+            .offline
+            .values()
+            .map(|offline| offline.checkpoint.clone());
+        open.chain(self.evicted.values().cloned())
+            .chain(offline)
+            .collect()
     }
 
     /// The compacted logs of `selection`, as the cleaner sees them.
@@ -1334,7 +1419,7 @@ impl Shard {
             let log = match self.partition(&tp) {
                 Ok(log) if log.is_failed() => continue,
                 Ok(log) => Ok(log.cleanable_log()),
-                Err(LookupError::Unknown) => continue,
+                Err(LookupError::Unknown | LookupError::Offline { .. }) => continue,
                 Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
             };
             logs.push((tp, log));
@@ -1365,58 +1450,101 @@ impl Shard {
         outcome
     }
 
-    /// Closes every partition cleanly. After an unclean shutdown, partitions not opened since are
-    /// opened (and so recovered) first: the clean-shutdown marker the engine then writes covers
-    /// them too.
-    fn close(&mut self) -> Result<Vec<PartitionCheckpoint>, StorageError> {
+    /// Closes every partition cleanly but those offline, which keep the offsets their last
+    /// successful syncs reached. After an unclean shutdown, partitions not opened since are
+    /// opened (and so recovered) first: the clean-shutdown marker the engine then writes, when
+    /// no partition is offline, covers them too.
+    fn close(&mut self) -> Result<ShardClosed, StorageError> {
         self.settle_syncs();
         self.serve_parked(&BTreeSet::new(), true);
         if !self.context.had_clean_shutdown {
             self.recover_unopened()?;
         }
-        self.sync_evicted()?;
-        let mut checkpoints: Vec<PartitionCheckpoint> = self.evicted.values().cloned().collect();
-        let partitions = std::mem::take(&mut self.partitions);
-        for (tp, log) in partitions {
+        // The open partitions close first: the released ones' syncs then open their files
+        // within the descriptors those held.
+        for (tp, log) in std::mem::take(&mut self.partitions) {
             let mut checkpoint = PartitionCheckpoint::of(&tp, &log);
-            log.close()?;
-            checkpoint.recovery_point = checkpoint.log_end_offset;
-            checkpoints.push(checkpoint);
+            match log.close() {
+                Ok(()) => {
+                    checkpoint.recovery_point = checkpoint.log_end_offset;
+                    self.evicted.insert(tp, checkpoint);
+                }
+                Err(error) => self.take_offline(tp, checkpoint, &error),
+            }
         }
-        Ok(checkpoints)
+        self.sync_evicted();
+        let offline = std::mem::take(&mut self.offline);
+        let mut closed = ShardClosed {
+            checkpoints: std::mem::take(&mut self.evicted).into_values().collect(),
+            offline: Vec::with_capacity(offline.len()),
+        };
+        for (tp, partition) in offline {
+            closed.checkpoints.push(partition.checkpoint);
+            closed.offline.push((tp, partition.cause));
+        }
+        Ok(closed)
     }
 
     /// Syncs released partitions that hold unsynced appends, so that the clean-shutdown marker
-    /// the engine writes is true of them too: their active `.log` files, a group at a time.
-    fn sync_evicted(&mut self) -> Result<(), StorageError> {
+    /// the engine writes is true of them too: their active `.log` files, a group at a time. A
+    /// partition whose sync fails goes offline.
+    fn sync_evicted(&mut self) {
         let unsynced: Vec<TopicPartition> = self
             .evicted
             .values()
             .filter(|checkpoint| checkpoint.recovery_point < checkpoint.log_end_offset)
             .map(|checkpoint| checkpoint.tp.clone())
             .collect();
-        for group in unsynced.chunks(CLOSE_SYNC_FILES_MAX) {
-            let storage = self.context.storage.as_ref();
-            let mut files = Vec::with_capacity(group.len());
-            for tp in group {
-                let path = &self.evicted[tp].active_log_path;
-                let file = storage
-                    .open(path, crate::io::OpenMode::Existing)
-                    .map_err(|source| StorageError::io("open", path, source))?;
-                files.push(file);
-            }
-            let file_refs: Vec<&dyn StorageFile> = files.iter().map(AsRef::as_ref).collect();
-            for (tp, result) in group.iter().zip(storage.sync_data_many(&file_refs)) {
-                let Some(checkpoint) = self.evicted.get_mut(tp) else {
-                    continue;
-                };
-                result.map_err(|source| {
-                    StorageError::io("fdatasync", &checkpoint.active_log_path, source)
-                })?;
-                checkpoint.recovery_point = checkpoint.log_end_offset;
+        let files_max = CLOSE_SYNC_FILES_MAX
+            .min(self.context.open_segments_max)
+            .max(1);
+        for group in unsynced.chunks(files_max) {
+            for (tp, result) in group.iter().zip(self.sync_active_logs(group)) {
+                match result {
+                    Ok(()) => {
+                        if let Some(checkpoint) = self.evicted.get_mut(tp) {
+                            checkpoint.recovery_point = checkpoint.log_end_offset;
+                        }
+                    }
+                    Err(error) => {
+                        if let Some(checkpoint) = self.evicted.remove(tp) {
+                            self.take_offline(tp.clone(), checkpoint, &error);
+                        }
+                    }
+                }
             }
         }
-        Ok(())
+    }
+
+    /// Opens and syncs together the active `.log` files of the released partitions `tps`.
+    fn sync_active_logs(&self, tps: &[TopicPartition]) -> Vec<Result<(), StorageError>> {
+        let storage = self.context.storage.as_ref();
+        let paths: Vec<&Path> = tps
+            .iter()
+            .map(|tp| self.evicted[tp].active_log_path.as_path())
+            .collect();
+        let opened: Vec<Result<Box<dyn StorageFile>, StorageError>> = paths
+            .iter()
+            .map(|path| {
+                storage
+                    .open(path, crate::io::OpenMode::Existing)
+                    .map_err(|source| StorageError::io("open", path, source))
+            })
+            .collect();
+        let files: Vec<&dyn StorageFile> = opened.iter().flatten().map(AsRef::as_ref).collect();
+        let mut synced = storage.sync_data_many(&files).into_iter();
+        opened
+            .into_iter()
+            .zip(paths)
+            .map(|(file, path)| {
+                file?;
+                match synced.next() {
+                    Some(Ok(())) => Ok(()),
+                    Some(Err(source)) => Err(StorageError::io("fdatasync", path, source)),
+                    None => Err(StorageError::io("fdatasync", path, unanswered())),
+                }
+            })
+            .collect()
     }
 
     fn recover_unopened(&mut self) -> Result<(), StorageError> {
@@ -1425,8 +1553,9 @@ impl Shard {
                 .context
                 .topics
                 .read()
-                .map_err(|_| StorageError::PreviousIo {
+                .map_err(|_| StorageError::Offline {
                     dir: self.context.root.clone(),
+                    cause: "a thread panicked holding the topic registry".to_owned(),
                 })?;
             topics
                 .partitions()
@@ -1456,6 +1585,11 @@ fn answer_all(
     }
 }
 
+/// A sync that the storage did not answer (it answers each file it was given).
+fn unanswered() -> std::io::Error {
+    std::io::Error::other("the storage gave no result for this file's sync")
+}
+
 fn open_error_into_storage(tp: &TopicPartition, error: OpenError) -> StorageError {
     match error {
         OpenError::Storage(error) => error,
@@ -1471,6 +1605,7 @@ fn open_error_into_storage(tp: &TopicPartition, error: OpenError) -> StorageErro
 trait FromLookup {
     fn unknown(tp: &TopicPartition) -> Self;
     fn open(tp: &TopicPartition, error: OpenError) -> Self;
+    fn storage(error: StorageError) -> Self;
 }
 
 macro_rules! impl_from_lookup {
@@ -1489,6 +1624,9 @@ macro_rules! impl_from_lookup {
                     source: Box::new(error),
                 }
             }
+            fn storage(error: StorageError) -> Self {
+                $error::Storage(error)
+            }
         }
     };
 }
@@ -1501,5 +1639,6 @@ fn lookup_error_into<E: FromLookup>(tp: &TopicPartition, error: LookupError) -> 
     match error {
         LookupError::Unknown => E::unknown(tp),
         LookupError::Open(error) => E::open(tp, error),
+        LookupError::Offline { dir, cause } => E::storage(StorageError::Offline { dir, cause }),
     }
 }

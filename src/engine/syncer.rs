@@ -23,7 +23,7 @@
 //! - the directory sync that retention's and `deleteRecords`' `.deleted` renames wait for is a
 //!   job here too (`log/retention.rs`): its failure fails the log like a failed file sync.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -126,7 +126,8 @@ pub(crate) struct SyncOutcome {
     pub tp: TopicPartition,
     pub generation: u64,
     pub through: Offset,
-    pub synced: bool,
+    /// The sync's error, as text (`None`: synced).
+    pub failure: Option<String>,
     pub kind: SyncKind,
 }
 
@@ -302,7 +303,7 @@ impl Drop for Syncer {
 /// A sync thread: takes every message queued, syncs the jobs' files once each, answers.
 fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &ReportSender) {
     // Logs (partition, open) whose sync failed: their later jobs fail too.
-    let mut failed: HashSet<(TopicPartition, u64)> = HashSet::new();
+    let mut failed: HashMap<(TopicPartition, u64), String> = HashMap::new();
     while let Ok(first) = inbox.recv() {
         let mut jobs = Vec::new();
         let mut settles = Vec::new();
@@ -324,13 +325,13 @@ fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &ReportSender)
 fn sync_jobs(
     storage: &dyn Storage,
     jobs: Vec<SyncJob>,
-    failed: &mut HashSet<(TopicPartition, u64)>,
+    failed: &mut HashMap<(TopicPartition, u64), String>,
     reports: &ReportSender,
 ) {
     let mut files: Vec<&dyn StorageFile> = Vec::new();
     let mut file_of_job = Vec::with_capacity(jobs.len());
     for job in &jobs {
-        if failed.contains(&(job.tp.clone(), job.generation)) {
+        if failed.contains_key(&(job.tp.clone(), job.generation)) {
             file_of_job.push(None);
             continue;
         }
@@ -352,9 +353,10 @@ fn sync_jobs(
         .collect();
     for (job, file_index) in jobs.into_iter().zip(file_of_job) {
         let key = (job.tp.clone(), job.generation);
-        let result = if failed.contains(&key) {
-            Err(StorageError::PreviousIo {
+        let result = if let Some(cause) = failed.get(&key) {
+            Err(StorageError::Offline {
                 dir: job.dir.clone(),
+                cause: cause.clone(),
             })
         } else {
             match file_index.and_then(|index| results[index].take()) {
@@ -364,17 +366,17 @@ fn sync_jobs(
                 _ => job.sync_after_file(storage),
             }
         };
-        let synced = result.is_ok();
+        let failure = result.as_ref().err().map(ToString::to_string);
         let kind = job.kind();
-        if !synced {
-            log::error!("sync of {} failed: {result:?}", job.path.display());
-            failed.insert(key);
+        if let Some(cause) = &failure {
+            log::error!("sync of {} failed: {cause}", job.path.display());
+            failed.entry(key).or_insert_with(|| cause.clone());
         }
         let outcome = SyncOutcome {
             tp: job.tp,
             generation: job.generation,
             through: job.through,
-            synced,
+            failure,
             kind,
         };
         answer_written(job.answers, Some(result), &job.dir);
@@ -384,15 +386,16 @@ fn sync_jobs(
 
 /// Answers a job that could not reach the syncer: as failed, so nothing waits for ever.
 fn fail_job(job: SyncJob) {
-    let error = StorageError::PreviousIo {
+    let error = StorageError::Offline {
         dir: job.dir.clone(),
+        cause: "the sync thread stopped before this sync".to_owned(),
     };
     answer_written(job.answers, Some(Err(error)), &job.dir);
 }
 
 /// Answers one partition's written appends: with their infos (durable when `synced` is
 /// `Some(Ok)`), or, when the sync failed, with an error for every append — the first with the
-/// sync's error, the rest with [`StorageError::PreviousIo`]: nothing is acknowledged after a
+/// sync's error, the rest with [`StorageError::Offline`]: nothing is acknowledged after a
 /// failed sync.
 pub(crate) fn answer_written(
     answers: WrittenAnswers,
@@ -414,11 +417,13 @@ pub(crate) fn answer_written(
             }
         }
         Some(Err(error)) => {
+            let cause = error.to_string();
             let mut first = Some(AppendError::Storage(error));
             for (reply, _) in answers {
                 let later = || {
-                    AppendError::Storage(StorageError::PreviousIo {
+                    AppendError::Storage(StorageError::Offline {
                         dir: dir.to_path_buf(),
+                        cause: cause.clone(),
                     })
                 };
                 let _ = reply.send(Err(first.take().unwrap_or_else(later)));

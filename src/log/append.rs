@@ -224,10 +224,7 @@ impl PartitionLog {
     /// log (its appends since the last check may not have landed).
     pub fn finish_writes_behind(&mut self) -> Result<(), StorageError> {
         let result = self.active().take_write_error();
-        if result.is_err() {
-            self.failed = true;
-        }
-        result
+        self.fail_on(result)
     }
 
     /// A mark after the active segment's writes behind so far, for
@@ -248,10 +245,7 @@ impl PartitionLog {
                 .map_err(|source| StorageError::io("write", self.active().log_path(), source)),
             None => Ok(()),
         };
-        if result.is_err() {
-            self.failed = true;
-        }
-        result
+        self.fail_on(result)
     }
 
     /// Writes what `pending` gathered with one positioned write to the active segment.
@@ -267,11 +261,8 @@ impl PartitionLog {
             first_batch_timestamp,
             interval,
         );
-        if result.is_err() {
-            self.failed = true;
-        }
         *pending = PendingWrite::default();
-        result?;
+        self.fail_on(result)?;
         failpoint!("append.after_write");
         Ok(())
     }
@@ -291,10 +282,7 @@ impl PartitionLog {
             true => self.active_mut().trim_indexes(),
             false => self.active_mut().seal(),
         };
-        if let Err(error) = sealed {
-            self.failed = true;
-            return Err(error);
-        }
+        self.fail_on(sealed)?;
         failpoint!("roll.after_seal");
         match deferred {
             true => {
@@ -310,8 +298,8 @@ impl PartitionLog {
             new_base_offset,
             &self.config,
             now,
-        )
-        .inspect_err(|_| self.failed = true)?;
+        );
+        let segment = self.fail_on(segment)?;
         self.segments.push_active(segment);
         let prewrite_bytes = self.prewrite_bytes;
         self.active_mut().set_prewrite_bytes(prewrite_bytes);

@@ -101,10 +101,7 @@ impl PartitionLog {
             return Ok(SwapOutcome::Stale);
         }
         let result = self.swap_group(index, group, now);
-        if result.is_err() {
-            self.failed = true;
-        }
-        result.map(|()| SwapOutcome::Swapped)
+        self.fail_on(result).map(|()| SwapOutcome::Swapped)
     }
 
     /// Where the group's segments sit in the list, if they are all there, sealed, unchanged.
@@ -175,7 +172,7 @@ impl PartitionLog {
             false,
             now,
         );
-        let mut loaded = loaded.inspect_err(|_| self.failed = true)?.segment;
+        let mut loaded = self.fail_on(loaded)?.segment;
         loaded.seal()?;
         self.segments.insert_sealed(index, loaded);
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);

@@ -104,7 +104,9 @@ pub struct PartitionLog {
     bytes_since_background_sync: u64,
     /// How far ahead of its appends the active segment prewrites (`prewrite_bytes_for`).
     prewrite_bytes: u64,
-    failed: bool,
+    /// Why the log went offline: the first failed write, sync or rename (`None` while it serves).
+    /// An offline log refuses appends and fetches until reopened, through recovery.
+    failure: Option<String>,
     /// Deleted segments whose `.deleted` files wait for `file.delete.delay.ms`.
     pending_deletions: Vec<retention::PendingDeletion>,
     /// Whether `.deleted` renames wait for a directory sync the owner runs (`retention.rs`).
@@ -185,9 +187,30 @@ impl PartitionLog {
         })
     }
 
-    /// True after an I/O error on a write or sync: the log refuses appends until reopened.
+    /// Lowers the recovery point to `synced` for a log released and reopened in this process:
+    /// its files are trusted (this process wrote them), but only what its syncs covered is
+    /// durable, and the open took the log end for it.
+    pub(crate) fn limit_recovery_point(&mut self, synced: Offset) {
+        self.recovery_point = self.recovery_point.min(synced);
+    }
+
+    /// True after an I/O error on a write, sync or rename: the log is offline, refusing appends
+    /// and fetches until reopened.
     pub fn is_failed(&self) -> bool {
-        self.failed
+        self.failure.is_some()
+    }
+
+    /// The error that took the log offline, if one did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Takes the log offline on `result`'s error (the first error is the one reported after).
+    fn fail_on<T>(&mut self, result: Result<T, StorageError>) -> Result<T, StorageError> {
+        if let Err(error) = &result {
+            self.failure.get_or_insert_with(|| error.cause());
+        }
+        result
     }
 
     fn active(&self) -> &Segment {
@@ -249,6 +272,7 @@ impl PartitionLog {
 
     /// The log end offset, once `offset` is within the log (`OffsetOutOfRange` otherwise).
     fn check_readable(&self, offset: Offset) -> Result<Offset, ReadError> {
+        self.check_not_failed()?;
         let log_end_offset = self.log_end_offset();
         if offset < self.log_start_offset || offset > log_end_offset {
             return Err(ReadError::OffsetOutOfRange {
@@ -273,6 +297,7 @@ impl PartitionLog {
         &mut self,
         target: TimestampMs,
     ) -> Result<Option<TimestampOffset>, ReadError> {
+        self.check_not_failed()?;
         let log_start_offset = self.log_start_offset;
         for index in 0..self.segments.len() {
             let slot = &self.segments.slots()[index];
@@ -418,10 +443,7 @@ impl PartitionLog {
         through: Offset,
         result: Result<(), StorageError>,
     ) -> Result<(), StorageError> {
-        if let Err(error) = result {
-            self.failed = true;
-            return Err(error);
-        }
+        self.fail_on(result)?;
         self.recovery_point = self.recovery_point.max(through.min(self.log_end_offset()));
         self.active_mut().note_synced();
         Ok(())
@@ -488,12 +510,13 @@ impl PartitionLog {
     }
 
     fn check_not_failed(&self) -> Result<(), StorageError> {
-        if self.failed {
-            return Err(StorageError::PreviousIo {
+        match &self.failure {
+            Some(cause) => Err(StorageError::Offline {
                 dir: self.dir.clone(),
-            });
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Makes the directory's entries durable. A failure fails the log until it is reopened, as
@@ -504,10 +527,7 @@ impl PartitionLog {
             .storage
             .sync_dir(&self.dir)
             .map_err(|source| StorageError::io("fsync directory", &self.dir, source));
-        if result.is_err() {
-            self.failed = true;
-        }
-        result
+        self.fail_on(result)
     }
 }
 

@@ -120,7 +120,7 @@ impl PartitionLog {
             bytes_since_background_sync: 0,
             sync_bytes_average: 0,
             prewrite_bytes: 0,
-            failed: false,
+            failure: None,
             pending_deletions: Vec::new(),
             renames_sync: super::retention::RenamesSync::default(),
             instance: next_log_instance(),

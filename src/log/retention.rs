@@ -3,10 +3,10 @@
 //! reader can reach them afterwards), their files are renamed `.deleted`, and the files are
 //! unlinked once `file.delete.delay.ms` has passed.
 //!
-//! Segments go oldest first, and a segment whose rename failed is renamed before any later
-//! segment is: the live files on disk are always a suffix of the log, so a reopen after any
-//! failure finds the log before, after, or with only its oldest segments gone — never a gap.
-//! A failed unlink is retried after [`RETRY_AFTER_FAILURE_MS`]. A `.deleted` file is unlinked
+//! Segments go oldest first; a failed rename takes the log offline (the segments not renamed keep
+//! their live names), so the live files on disk are always a suffix of the log, and a reopen
+//! finds the log before, after, or with only its oldest segments gone — never a gap. A failed
+//! unlink is retried after [`RETRY_AFTER_FAILURE_MS`]. A `.deleted` file is unlinked
 //! only once the directory sync after its rename succeeded, and no segment is renamed while an
 //! earlier rename's directory sync is outstanding, so that a power cut cannot keep a later
 //! rename and lose an earlier one.
@@ -195,7 +195,8 @@ impl PartitionLog {
             false => Ok(()),
         };
         match failure {
-            Some(error) => Err(error),
+            // Which name the device holds is unknown: the log goes offline, as after a failed sync.
+            Some(error) => self.fail_on(Err(error)),
             None => durable,
         }
     }
@@ -274,10 +275,7 @@ impl PartitionLog {
                 self.mark_renames_durable();
                 Ok(())
             }
-            Err(error) => {
-                self.failed = true;
-                Err(error)
-            }
+            Err(error) => self.fail_on(Err(error)),
         }
     }
 
