@@ -18,6 +18,7 @@
 //! - [`partitioner`]: Kafka's murmur2 key partitioner.
 //! - [`producer`]: Kafka's producer: routing, batching, compression, acks.
 //! - [`group`]: consumer groups: assignors, coordinator, consumers, committed offsets.
+//! - [`testing`]: for tests and tools only: how a test that cannot run here says so.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -67,4 +68,5 @@ pub mod partitioner;
 pub mod producer;
 pub mod segment;
 mod spin;
+pub mod testing;
 pub mod types;

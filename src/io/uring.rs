@@ -1061,21 +1061,21 @@ mod tests {
         assert_eq!(std::fs::read(&other_path).unwrap(), vec![2u8; 4096]);
     }
 
-    /// `length` bytes of a pattern written to a new file in a new directory and synced, then
-    /// dropped from the page cache. `None` where `SEGLOG_NO_IO_URING=1` says this runner has no
-    /// ring (a panic where it has none and the variable does not say so), where the kernel has no
-    /// `cachestat` (before 6.5) to tell, or where the file system keeps the pages (tmpfs). Probing
-    /// with a `RWF_NOWAIT` read would not do: a miss starts the kernel's read-ahead.
+    /// `length` bytes of a pattern written to a new file in a new directory (on a disk:
+    /// `/var/tmp` where it can) and synced, then dropped from the page cache. `None`, after a
+    /// `SKIP:` line (a failure under `CI=true`), where `SEGLOG_NO_IO_URING=1` says this runner has
+    /// no ring (a panic where it has none and the variable does not say so), where the kernel has
+    /// no `cachestat` (before 6.5) to tell, or where the file system keeps the pages (tmpfs).
+    /// Probing with a `RWF_NOWAIT` read would not do: a miss starts the kernel's read-ahead.
     fn cold_file(length: usize) -> Option<(tempfile::TempDir, UringFile, Vec<u8>)> {
         // The test's name where the harness named its thread, not on threads the test spawned.
-        let test = std::thread::current()
-            .name()
-            .unwrap_or("an io::uring cold-read test")
-            .to_owned();
+        let test = crate::testing::current_test("an io::uring cold-read test");
         if !ring_tests_must_run(&test) {
             return None;
         }
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
         let path = dir.path().join("cold");
         let payload: Vec<u8> = (0..length as u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &payload).unwrap();
@@ -1091,22 +1091,24 @@ mod tests {
             Ok(0) => Some((dir, file, payload)),
             Ok(pages) => {
                 let place = dir.path().display();
-                eprintln!("skipped: {place} keeps {pages} dropped pages cached");
+                let reason = format!("{place} keeps {pages} dropped pages cached");
+                crate::testing::skip(&test, reason);
                 None
             }
             Err(error) => {
-                eprintln!("skipped: no cachestat here ({error})");
+                crate::testing::skip(&test, format_args!("no cachestat here ({error})"));
                 None
             }
         }
     }
 
-    /// `payload` in a new file on tmpfs (`/dev/shm`), opened with direct cold reads on; `None`
-    /// where there is no `/dev/shm`.
+    /// `payload` in a new file on tmpfs (`/dev/shm`), opened with direct cold reads on; `None`,
+    /// after a `SKIP:` line (a failure under `CI=true`), where there is no `/dev/shm`.
     fn tmpfs_file(payload: &[u8]) -> Option<(tempfile::TempDir, UringFile)> {
         let shm = Path::new("/dev/shm");
         if !shm.is_dir() {
-            eprintln!("skipped: no /dev/shm");
+            let test = crate::testing::current_test("an io::uring tmpfs test");
+            crate::testing::skip(&test, "no /dev/shm");
             return None;
         }
         let dir = tempfile::tempdir_in(shm).unwrap();

@@ -3,8 +3,9 @@
 //! present, fewer than 50 `pwrite*` calls); and with `io_uring_setup` refused (strace's fault
 //! injection) the engine runs on positioned I/O and every record still reads back.
 //!
-//! Needs `strace` (Debian's package; `.ci/run` installs it). Without it the test says so on
-//! stderr and passes, except under `CI=true`, where it fails.
+//! Needs `strace` (Debian's package; `.ci/run` installs it). Without it each test prints
+//! `SKIP: <test>: ...` and passes, except under `CI=true`, where it fails
+//! (`seglog::testing::skip`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,7 +20,8 @@ use support::{assert_success, stdout_lines};
 const RECORDS: usize = 20_000;
 const PARTITIONS: usize = 4;
 
-fn strace_available() -> bool {
+/// Whether `strace` runs; otherwise `test` is skipped (`SKIP:`; a failure under `CI=true`).
+fn strace_available(test: &str) -> bool {
     let found = Command::new("strace")
         .arg("-V")
         .stdout(Stdio::null())
@@ -27,11 +29,7 @@ fn strace_available() -> bool {
         .status()
         .is_ok_and(|status| status.success());
     if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "strace is missing under CI=true (.ci/run installs it)"
-        );
-        eprintln!("skipped: strace is not installed");
+        seglog::testing::skip(test, "strace is not installed (.ci/run installs it)");
     }
     found
 }
@@ -137,7 +135,8 @@ fn produce_under_strace(strace_args: &[&str]) -> (tempfile::TempDir, Output, Str
 
 #[test]
 fn produce_appends_through_the_ring_with_few_pwrites() {
-    if !strace_available() || !seglog::io::ring_tests_must_run("produce under strace") {
+    let test = "strace::produce_appends_through_the_ring_with_few_pwrites";
+    if !strace_available(test) || !seglog::io::ring_tests_must_run(test) {
         return;
     }
     let (dir, _, summary) = produce_under_strace(&[]);
@@ -151,7 +150,7 @@ fn produce_appends_through_the_ring_with_few_pwrites() {
 
 #[test]
 fn with_io_uring_setup_refused_every_record_still_reads_back() {
-    if !strace_available() {
+    if !strace_available("strace::with_io_uring_setup_refused_every_record_still_reads_back") {
         return;
     }
     let refuse = ["-e", "inject=io_uring_setup:error=EPERM"];
