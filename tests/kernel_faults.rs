@@ -4,10 +4,11 @@
 //! full thin pool (R10), a full file system (R15), file descriptor and file size limits (R16,
 //! R17), io_uring unavailable (R18) and failing `io_uring_enter` calls (R19).
 //!
-//! They need root, loop devices, `xfs_io`, `strace`, `prlimit` and FUSE, so they run only when
-//! `SEGLOG_KERNEL_TESTS=1` (`.ci/kernel-faults` installs the tools and runs them with
-//! `--test-threads=1`); otherwise, or when a tool or privilege is missing, each test prints a
-//! `skipped:` line and returns.
+//! They need root, loop devices, `xfs_io`, `strace`, `prlimit` and FUSE, so they are `#[ignore]`d
+//! in a plain `cargo test` and run only with `--ignored` and `SEGLOG_KERNEL_TESTS=1`
+//! (`.ci/kernel-faults` installs the tools and runs them so, with `--test-threads=1`). Run so
+//! without the variable, or where a tool or privilege is missing, a test prints
+//! `SKIP: <test>: <why>` and returns; under `CI=true` it fails instead (`seglog::testing::skip`).
 //!
 //! The writer is this test binary run again as a child (`kernel_child_role`, chosen by
 //! `SEGLOG_KERNEL_ROLE`), so it can be frozen, killed, or run under `strace` and `prlimit`. It
@@ -31,6 +32,7 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::testing::skip;
 use seglog::types::{Offset, TopicName};
 
 const ENABLE_ENV: &str = "SEGLOG_KERNEL_TESTS";
@@ -38,22 +40,26 @@ const ROLE_ENV: &str = "SEGLOG_KERNEL_ROLE";
 const TOPIC: &str = "kernel";
 
 // ---------------------------------------------------------------------------------------------
-// Gating: skip visibly unless enabled, root, and the tools are there.
+// Gating: skip visibly (a failure under CI=true) unless enabled, root, and the tools are there.
 
-/// True when the kernel tests may run; otherwise prints why `test` is skipped.
+/// True when the kernel tests may run; otherwise says why `test` is skipped ([`skip`]: a failure
+/// under `CI=true`).
 fn enabled(test: &str, tools: &[&str]) -> bool {
     if std::env::var(ENABLE_ENV).as_deref() != Ok("1") {
-        println!(
-            "{test}: skipped: set {ENABLE_ENV}=1 (needs root, loop devices, FUSE, xfs_io, strace; see .ci/kernel-faults)"
+        skip(
+            test,
+            format_args!(
+                "set {ENABLE_ENV}=1 (needs root, loop devices, FUSE, xfs_io, strace; see .ci/kernel-faults)"
+            ),
         );
         return false;
     }
     if !is_root() {
-        println!("{test}: skipped: not running as root");
+        skip(test, "not running as root");
         return false;
     }
     if let Some(tool) = tools.iter().find(|tool| !on_path(tool)) {
-        println!("{test}: skipped: `{tool}` is not installed");
+        skip(test, format_args!("`{tool}` is not installed"));
         return false;
     }
     true
@@ -754,11 +760,13 @@ fn power_cut_iterations() -> u64 {
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r01_power_cut_on_ext4_loses_no_acknowledged_record() {
     power_cut_loop("r01_power_cut_on_ext4", FsKind::Ext4, 64);
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r01_power_cut_on_xfs_loses_no_acknowledged_record() {
     power_cut_loop("r01_power_cut_on_xfs", FsKind::Xfs, 512);
 }
@@ -780,10 +788,8 @@ fn power_cut_loop(test: &str, kind: FsKind, size_mib: u64) {
     let mut mount = match LoopMount::create(work.path(), kind, size_mib) {
         Ok(mount) => mount,
         Err(error) => {
-            println!(
-                "{test}: skipped: cannot set up a loop-mounted {}: {error}",
-                kind.name()
-            );
+            let reason = format!("cannot set up a loop-mounted {}: {error}", kind.name());
+            skip(test, reason);
             return;
         }
     };
@@ -874,6 +880,7 @@ fn all_threads_stopped(pid: u32) -> bool {
 // R15: the file system fills up during durable appends.
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r15_disk_full_fails_appends_keeps_acknowledged_records_and_resumes() {
     let test = "r15_disk_full";
     let Some((work, mount)) = small_ext4(test) else {
@@ -908,6 +915,7 @@ fn r15_disk_full_fails_appends_keeps_acknowledged_records_and_resumes() {
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r15_reopen_on_a_full_file_system_reports_instead_of_crashing() {
     let test = "r15_reopen_when_full";
     let Some((work, mount)) = small_ext4(test) else {
@@ -948,7 +956,10 @@ fn small_ext4(test: &str) -> Option<(tempfile::TempDir, LoopMount)> {
     match LoopMount::create(work.path(), FsKind::Ext4, 16) {
         Ok(mount) => Some((work, mount)),
         Err(error) => {
-            println!("{test}: skipped: cannot set up a loop-mounted ext4: {error}");
+            skip(
+                test,
+                format_args!("cannot set up a loop-mounted ext4: {error}"),
+            );
             None
         }
     }
@@ -981,6 +992,7 @@ fn fill_until_enospc(work: &Path, mount: &LoopMount) -> (AckLog, usize) {
 // R16, R17: resource limits set in the writer child.
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r16_open_file_limit_surfaces_emfile_without_corruption() {
     let test = "r16_open_file_limit";
     if !enabled(test, &["prlimit"]) {
@@ -1020,6 +1032,7 @@ fn r16_open_file_limit_surfaces_emfile_without_corruption() {
 const OPEN_FILES_LIMIT: u32 = 40;
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r17_file_size_limit_surfaces_efbig_without_corruption() {
     let test = "r17_file_size_limit";
     if !enabled(test, &["prlimit", "bash"]) {
@@ -1095,6 +1108,7 @@ fn resume_and_check(
 // R18, R19: io_uring refused or interrupted.
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r18_io_uring_setup_refused_falls_back_on_auto_and_fails_clearly_on_uring() {
     let test = "r18_io_uring_unavailable";
     if !enabled(test, &["strace"]) {
@@ -1119,7 +1133,10 @@ fn r18_io_uring_setup_refused_falls_back_on_auto_and_fails_clearly_on_uring() {
     for (label, wrapper) in [("strace", &strace[..]), ("sysctl", &[][..])] {
         let _disabled = (label == "sysctl").then(IoUringDisabled::set);
         if label == "sysctl" && !_disabled.as_ref().is_some_and(|guard| guard.active) {
-            println!("{test}: kernel.io_uring_disabled not available; sysctl part skipped");
+            skip(
+                test,
+                "kernel.io_uring_disabled cannot be set here: its sysctl part does not run",
+            );
             continue;
         }
         let auto = expect_fallback(test, label, wrapper, &data_dir, work.path());
@@ -1219,6 +1236,7 @@ impl Drop for IoUringDisabled {
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
     let test = "r19_io_uring_enter_errors";
     if !enabled(test, &["strace"]) {
@@ -1378,6 +1396,7 @@ impl Drop for FaultFs {
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r09_fsync_eio_fails_pending_acks_and_acks_nothing_more_until_reopened() {
     // The 41st sync of a .log fails once; later syncs succeed again (fsyncgate): the engine must
     // not take a later success as proof.
@@ -1386,6 +1405,7 @@ fn r09_fsync_eio_fails_pending_acks_and_acks_nothing_more_until_reopened() {
 }
 
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r11_write_eio_leaves_no_hole_and_no_acknowledged_loss() {
     // Partition 1's log fails three writes in a row after its fifth. Three, because one failure
     // can be absorbed legally: the kernel sends a buffered FUSE write in pieces, ending one at a
@@ -1401,6 +1421,7 @@ fn r11_write_eio_leaves_no_hole_and_no_acknowledged_loss() {
 /// A short write (the daemon writes half and says so) is a legal partial write: the engine may
 /// write the rest and acknowledge, or fail the append; either way no hole and no loss.
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r11_short_write_leaves_no_hole_and_no_acknowledged_loss() {
     let rules = r#"[{"op": "write", "path": "*.log", "mode": "short", "after": 40, "times": 1}]"#;
     fuse_fault_scenario(
@@ -1428,7 +1449,7 @@ fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: Ap
     let faultfs = match FaultFs::start(work.path()) {
         Ok(faultfs) => faultfs,
         Err(error) => {
-            println!("{test}: skipped: {error}");
+            skip(test, error);
             return;
         }
     };
@@ -1480,6 +1501,7 @@ fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: Ap
 /// only the fetches of that range), the others are served in full, and once the fault is gone
 /// everything acknowledged is still there: nothing was truncated.
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r12_read_error_on_a_sealed_segment_is_reported_and_truncates_nothing() {
     let test = "r12_read_eio";
     if !enabled(test, &["fusermount3"]) {
@@ -1489,7 +1511,7 @@ fn r12_read_error_on_a_sealed_segment_is_reported_and_truncates_nothing() {
     let faultfs = match FaultFs::start(work.path()) {
         Ok(faultfs) => faultfs,
         Err(error) => {
-            println!("{test}: skipped: {error}");
+            skip(test, error);
             return;
         }
     };
@@ -1604,6 +1626,7 @@ impl Drop for Tmpfs {
 ///    that only the page cache holds: recovery drops the segment's cached pages first, so the
 ///    appends acknowledged after the reopen survive the remount (asserted: 0 lost).
 #[test]
+#[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r10_reopen_after_writeback_failure_reads_the_device_not_the_page_cache() {
     let test = "r10_page_cache_trap";
     if !enabled(
@@ -1623,7 +1646,7 @@ fn r10_reopen_after_writeback_failure_reads_the_device_not_the_page_cache() {
     let tmpfs = match Tmpfs::mount(work.path(), 48) {
         Ok(tmpfs) => tmpfs,
         Err(error) => {
-            println!("{test}: skipped: cannot mount a tmpfs: {error}");
+            skip(test, format_args!("cannot mount a tmpfs: {error}"));
             return;
         }
     };
