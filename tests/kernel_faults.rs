@@ -17,7 +17,8 @@
 //! engine reopens by itself; every acknowledged record reads back with its value; every batch
 //! served passes its CRC and continues the offsets; after a failed append no later append on that
 //! partition is acknowledged within the same process. Each test prints one parseable line:
-//! `kernel-faults: scenario=R.. iterations=N acked=N lost=N bad_crc=N ...`.
+//! `kernel-faults: scenario=R.. iterations=N acked=N lost=N bad_crc=N ...`; R01 one more per write
+//! path: `kernel-faults: scenario=R01 fs=.. writes=o_direct|page_cache cuts=N acked=N lost=N ...`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -350,7 +351,7 @@ impl WriterSpec {
 
 /// `0` for a writer whose appends go through the page cache; otherwise they are the engine's
 /// default `O_DIRECT` writes (`EngineConfig::direct_writes`; a file system that refuses them,
-/// FUSE here, falls back to the page cache).
+/// FUSE here, falls back to the page cache). R01 sets it for each cut, taking both paths in turn.
 const DIRECT_WRITES_ENV: &str = "SEGLOG_KERNEL_DIRECT_WRITES";
 
 /// The child side: runs a role when `SEGLOG_KERNEL_ROLE` names one; a no-op in a normal run.
@@ -749,14 +750,16 @@ impl Random {
 }
 
 // ---------------------------------------------------------------------------------------------
-// R01: power cut during durable appends.
+// R01: power cut during durable appends, on both write paths.
 
-/// Power cuts per file system: `SEGLOG_KERNEL_POWER_CUTS`, default 20 (about 1–2 s each).
+/// Power cuts per file system: `SEGLOG_KERNEL_POWER_CUTS`, default 50 (about 1 s each), taken
+/// in turn on the `O_DIRECT` and the page-cache write path (25 each by default; 100 cuts over the
+/// two file systems).
 fn power_cut_iterations() -> u64 {
     std::env::var("SEGLOG_KERNEL_POWER_CUTS")
         .ok()
         .and_then(|count| count.parse().ok())
-        .unwrap_or(20)
+        .unwrap_or(50)
 }
 
 #[test]
@@ -771,10 +774,61 @@ fn r01_power_cut_on_xfs_loses_no_acknowledged_record() {
     power_cut_loop("r01_power_cut_on_xfs", FsKind::Xfs, 512);
 }
 
+/// The write path of a power-cut writer (its `SEGLOG_KERNEL_DIRECT_WRITES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WritePath {
+    /// The engine's default: the active segment written through an `O_DIRECT` descriptor.
+    Direct,
+    /// `direct_writes: false`: appends through the page cache.
+    PageCache,
+}
+
+impl WritePath {
+    const BOTH: [WritePath; 2] = [WritePath::Direct, WritePath::PageCache];
+
+    /// The path of cut `iteration`: in turn, `O_DIRECT` first, so each path's writers reopen
+    /// what the other path wrote before its cut.
+    fn of_iteration(iteration: u64) -> WritePath {
+        WritePath::BOTH[(iteration % 2) as usize]
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            WritePath::Direct => "o_direct",
+            WritePath::PageCache => "page_cache",
+        }
+    }
+
+    fn env_value(self) -> &'static str {
+        match self {
+            WritePath::Direct => "1",
+            WritePath::PageCache => "0",
+        }
+    }
+}
+
+/// What the cuts on one write path came to.
+#[derive(Debug, Default)]
+struct PathCuts {
+    cuts: u64,
+    /// The acknowledgements of this path's writers.
+    acks: AckLog,
+    /// Cuts whose writer had acknowledged a record before it was frozen.
+    cuts_after_an_ack: u64,
+    /// Of those, the cuts whose frozen writer held a `.log` open with `O_DIRECT`.
+    direct_log_open_after_an_ack: u64,
+    /// Cuts whose frozen writer held a `.log` open with `O_DIRECT`, acknowledged or not.
+    direct_log_open: u64,
+}
+
 /// Each iteration: a writer appends for 0.1–0.9 s, is frozen (SIGSTOP, then waited for until
 /// stopped), the file system is shut down without flushing its log, the writer is killed, the
 /// file system is unmounted and mounted again, and the reopened engine must serve every record
-/// acknowledged so far. Only acknowledgements logged before the freeze exist.
+/// acknowledged so far. Only acknowledgements logged before the freeze exist. The writers take
+/// the two write paths in turn (`SEGLOG_KERNEL_DIRECT_WRITES` is set per cut, whatever the
+/// environment says); the frozen writer's open files show which path it took (a `.log` open with
+/// `O_DIRECT` on the direct path, none on the page-cache path). One summary line per path:
+/// `kernel-faults: scenario=R01 fs=.. writes=.. cuts=N acked=N lost=N ...`.
 fn power_cut_loop(test: &str, kind: FsKind, size_mib: u64) {
     let mkfs = if kind == FsKind::Ext4 {
         "mkfs.ext4"
@@ -793,35 +847,73 @@ fn power_cut_loop(test: &str, kind: FsKind, size_mib: u64) {
             return;
         }
     };
+    let started = Instant::now();
     let mut random = Random::from_clock(test);
     let mut acks = AckLog::default();
+    let mut paths = [PathCuts::default(), PathCuts::default()];
     let iterations = power_cut_iterations();
     for iteration in 0..iterations {
+        let path = WritePath::of_iteration(iteration);
         let ack_log = work.path().join(format!("acks-{iteration}.log"));
         let spec = WriterSpec::new(&mount.data_dir(), &ack_log, &format!("i{iteration}"));
         let log = work.path().join(format!("writer-{iteration}.out"));
-        let mut writer = spec.spawn(&[], &[], &log);
+        let mut writer = spec.spawn(&[], &[(DIRECT_WRITES_ENV, path.env_value())], &log);
         std::thread::sleep(Duration::from_millis(100 + random.below(800)));
         freeze(&writer);
+        let direct_log_open = holds_a_log_open_direct(writer.id(), &mount.mount_point);
         mount.shut_down().unwrap();
         writer.kill().unwrap();
         writer.wait().unwrap();
         acks.add_writer(&ack_log);
+        let cut = &mut paths[path as usize];
+        let acked_before = cut.acks.acked.len();
+        cut.acks.add_writer(&ack_log);
+        cut.cuts += 1;
+        cut.direct_log_open += u64::from(direct_log_open);
+        if cut.acks.acked.len() > acked_before {
+            cut.cuts_after_an_ack += 1;
+            cut.direct_log_open_after_an_ack += u64::from(direct_log_open);
+        }
         mount.reboot().unwrap();
         let readback = read_back(&mount.data_dir());
         if !readback.errors.is_empty() || !readback.lost(&acks).is_empty() {
-            println!("{test}: iteration {iteration} failed; writer output:");
+            println!(
+                "{test}: iteration {iteration} ({}) failed; writer output:",
+                path.name()
+            );
             println!("{}", fs::read_to_string(&log).unwrap_or_default());
         }
-        let scenario = format!("R01 fs={} iteration={iteration}", kind.name());
+        let scenario = format!(
+            "R01 fs={} writes={} iteration={iteration}",
+            kind.name(),
+            path.name()
+        );
         check_quietly(&scenario, &acks, &readback);
     }
     let readback = read_back(&mount.data_dir());
+    for path in WritePath::BOTH {
+        let cut = &paths[path as usize];
+        println!(
+            "kernel-faults: scenario=R01 fs={} writes={} cuts={} acked={} lost={} \
+             cuts_after_an_ack={} o_direct_log_open_at_those_cuts={}",
+            kind.name(),
+            path.name(),
+            cut.cuts,
+            cut.acks.acked.len(),
+            readback.lost(&cut.acks).len(),
+            cut.cuts_after_an_ack,
+            cut.direct_log_open_after_an_ack
+        );
+    }
     check_promise(
         &format!("R01 fs={}", kind.name()),
         &acks,
         &readback,
         iterations,
+    );
+    println!(
+        "{test}: {iterations} power cuts in {:.1} s",
+        started.elapsed().as_secs_f64()
     );
     assert!(
         acks.errors.is_empty(),
@@ -829,6 +921,50 @@ fn power_cut_loop(test: &str, kind: FsKind, size_mib: u64) {
         acks.errors
     );
     assert_no_ack_after_error("R01", &acks);
+    for path in WritePath::BOTH {
+        let cut = &paths[path as usize];
+        if cut.cuts == 0 {
+            continue;
+        }
+        assert!(
+            cut.cuts_after_an_ack > 0,
+            "R01 writes={}: no writer acknowledged a record in {} cuts: the path was not tried",
+            path.name(),
+            cut.cuts
+        );
+        match path {
+            WritePath::Direct => assert_eq!(
+                cut.direct_log_open_after_an_ack, cut.cuts_after_an_ack,
+                "R01 writes=o_direct: a writer that had acknowledged records held no .log open \
+                 with O_DIRECT when it was cut: its appends went through the page cache"
+            ),
+            WritePath::PageCache => assert_eq!(
+                cut.direct_log_open, 0,
+                "R01 writes=page_cache: a writer held a .log open with O_DIRECT"
+            ),
+        }
+    }
+}
+
+/// Whether process `pid` holds a `.log` under `mount_point` open with `O_DIRECT` (its
+/// `/proc/<pid>/fdinfo` flags, octal).
+fn holds_a_log_open_direct(pid: u32, mount_point: &Path) -> bool {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        let is_log = fs::read_link(fd.path()).is_ok_and(|target| {
+            target.starts_with(mount_point) && target.extension().is_some_and(|ext| ext == "log")
+        });
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let flags = fs::read_to_string(info)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix("flags:"))
+            .and_then(|flags| u32::from_str_radix(flags.trim(), 8).ok())
+            .unwrap_or(0);
+        is_log && flags & libc::O_DIRECT as u32 != 0
+    })
 }
 
 /// The same checks as [`check_promise`], without the summary line.
