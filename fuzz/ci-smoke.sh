@@ -3,7 +3,8 @@
 #
 #   fuzz/ci-smoke.sh [SECONDS_PER_TARGET]     (default 20; or FUZZ_SECONDS=N)
 #
-# Needs the nightly toolchain and cargo-fuzz; without them it prints "skipped: ..." and exits 0.
+# Needs the nightly toolchain and cargo-fuzz (.ci/run installs them); without them it prints
+# "SKIP: fuzz smoke: ..." and exits 0, except under CI=true, where it exits 1.
 # Exits non-zero when a target finds a crash, a timeout or an out-of-memory input (the input is
 # left under fuzz/artifacts/<target>/ and named in the output). Builds into $CARGO_TARGET_DIR
 # (default fuzz/target); the corpus grows under fuzz/corpus/<target>/ (not checked in), seeded
@@ -14,13 +15,20 @@ seconds="${1:-${FUZZ_SECONDS:-20}}"
 fuzz_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 targets=(batch_decode decompress recovery_scan index_load checkpoint_parse file_name_parse sim_ops)
 
-if ! command -v cargo >/dev/null 2>&1 || ! cargo +nightly --version >/dev/null 2>&1; then
-    echo "fuzz smoke: skipped: 'cargo +nightly' is not available (rustup toolchain install nightly)"
+# A smoke run that cannot run says so, and fails under CI=true (as seglog::testing::skip does).
+skip() {
+    echo "SKIP: fuzz smoke: $*"
+    if [ "${CI:-}" = true ]; then
+        echo "fuzz smoke: FAIL: under CI=true the fuzz smoke must run" >&2
+        exit 1
+    fi
     exit 0
+}
+if ! command -v cargo >/dev/null 2>&1 || ! cargo +nightly --version >/dev/null 2>&1; then
+    skip "'cargo +nightly' is not available (rustup toolchain install nightly)"
 fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-    echo "fuzz smoke: skipped: cargo-fuzz is not installed (cargo install cargo-fuzz)"
-    exit 0
+    skip "cargo-fuzz is not installed (cargo install cargo-fuzz)"
 fi
 
 target_dir="${CARGO_TARGET_DIR:-$fuzz_dir/target}"
