@@ -23,8 +23,8 @@ pub enum Command {
     Topics(TopicsArgs),
     /// Append records read from stdin, one per line, and print each one's partition and offset.
     Produce(ProduceArgs),
-    /// Print the records of one partition, from an offset to the end of the log; or, with
-    /// --group, of every partition of the topic as a member of a consumer group.
+    /// Print the records of one partition, from an offset to the end of the log, read-only; or,
+    /// with --group, of every partition of the topic as a member of a consumer group.
     Consume(ConsumeArgs),
     /// List consumer groups and describe their committed offsets and lag
     /// (Kafka's `kafka-consumer-groups`).

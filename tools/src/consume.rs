@@ -4,10 +4,12 @@
 //! after each poll's records are printed (at least once: a record printed but not yet committed
 //! when the command is killed is printed again by the next run).
 //!
-//! The data directory is opened through the engine, so a directory that was not closed cleanly, or
-//! that Kafka wrote (no checkpoints, no indexes, no topic registry), is recovered first, exactly as
-//! an application embedding seglog would see it. Records are read with the engine's fetch, one
-//! fetch of at most [`FETCH_MAX_BYTES`] at a time, and printed as each fetch arrives.
+//! `--partition` only reads: the data directory is read read-only ([`DataDirView`]), without its
+//! lock, so it works while another process appends to it and on a read-only file system; the
+//! active segment is read up to its last whole valid batch (a torn tail, or a batch being written,
+//! is left for later), and nothing is recovered or written. Records are read at most
+//! [`FETCH_MAX_BYTES`] at a time, and printed as each read arrives. `--group` commits, so it opens
+//! the directory through the engine, which takes its lock and recovers it if needed.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,22 +19,22 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use seglog::engine::{Engine, FetchOptions};
-use seglog::error::ReadError;
+use seglog::engine::Engine;
 use seglog::format::Batch;
 use seglog::group::{
     AutoOffsetReset, Consumer, ConsumerConfig, ConsumerRecord, GroupCoordinator, PollOptions,
 };
-use seglog::log::FetchData;
-use seglog::types::{Offset, TopicName};
+use seglog::types::{Offset, TopicName, TopicPartition};
 use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{ConsumeArgs, OutputFormat};
+use crate::dir_view::DataDirView;
 use crate::engine_open::{open_existing, with_engine};
+use crate::partition_view::PartitionView;
 use crate::record_view::{json_line, lossy, record_offset, text_line};
 
-/// Bytes asked of the log per fetch; a fetch always returns at least one whole batch.
+/// Bytes read from the log at a time; a read always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
 /// How long one poll of a group member waits for records.
 const GROUP_POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -42,13 +44,13 @@ const GROUP_POLL_RECORDS_MAX: usize = 500;
 pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
-    with_engine(open_existing(&args.dir)?, |engine| {
-        match (&args.group, args.partition) {
-            (Some(group), _) => consume_group(engine, &topic, group, args),
-            (None, Some(partition)) => consume(engine, &topic, partition, args),
-            (None, None) => bail!("--partition or --group is required"),
-        }
-    })?;
+    match (&args.group, args.partition) {
+        (Some(group), _) => with_engine(open_existing(&args.dir)?, |engine| {
+            consume_group(engine, &topic, group, args)
+        })?,
+        (None, Some(partition)) => consume_partition(topic, partition, args)?,
+        (None, None) => bail!("--partition or --group is required"),
+    }
     Ok(Outcome::Clean)
 }
 
@@ -61,124 +63,82 @@ fn partition_count(engine: &Engine, topic: &TopicName, args: &ConsumeArgs) -> an
         .with_context(|| format!("topic {topic} does not exist in {}", args.dir.display()))
 }
 
-fn consume(
-    engine: &Engine,
-    topic: &TopicName,
-    partition: u32,
-    args: &ConsumeArgs,
-) -> anyhow::Result<()> {
-    let partition_count = partition_count(engine, topic, args)?;
-    if partition >= partition_count {
-        bail!("topic {topic} has {partition_count} partitions: there is no partition {partition}");
-    }
+/// `consume --partition`: reads the data directory read-only, without its lock.
+fn consume_partition(topic: TopicName, partition: u32, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let view = DataDirView::open(&args.dir)?;
+    let topic_partition = TopicPartition { topic, partition };
+    let files = view.partition(&topic_partition)?;
     let reader = PartitionReader {
-        engine,
-        topic,
-        partition,
+        topic_partition,
+        files,
     };
-    print_records(&reader, args).with_context(|| format!("cannot consume {topic}-{partition}"))
+    print_records(&reader, args)
+        .with_context(|| format!("cannot consume {}", reader.topic_partition))
 }
 
-/// Where printing starts and stops.
-#[derive(Debug, Clone, Copy)]
-struct ReadRange {
-    /// Records below this offset are skipped (a fetch returns whole batches).
-    first_offset: u64,
-    /// The log end offset when reading started.
-    end_offset: u64,
-    max_records: u64,
+/// Reads one partition's files.
+struct PartitionReader {
+    topic_partition: TopicPartition,
+    files: PartitionView,
 }
 
-/// Fetches from one partition, answering at once (no long poll: reading stops at the log end).
-struct PartitionReader<'a> {
-    engine: &'a Engine,
-    topic: &'a TopicName,
-    partition: u32,
-}
-
-impl PartitionReader<'_> {
-    fn fetch(&self, offset: u64) -> Result<FetchData, ReadError> {
-        let options = FetchOptions {
-            max_bytes: FETCH_MAX_BYTES,
-            ..FetchOptions::default()
-        };
-        self.engine
-            .fetch(self.topic, self.partition, Offset(offset), options)
-            .wait()
-    }
-
-    /// The first fetch: at `--offset`, or at the log start offset (learnt from the bounds an
-    /// out-of-range fetch at offset 0 reports, when records were deleted from the start).
-    fn first_fetch(&self, requested: Option<u64>) -> anyhow::Result<(u64, FetchData)> {
-        let offset = requested.unwrap_or(0);
-        match (self.fetch(offset), requested) {
-            (Ok(data), _) => Ok((offset, data)),
-            (
-                Err(ReadError::OffsetOutOfRange {
-                    log_start_offset: Offset(start),
-                    log_end_offset: Offset(end),
-                    ..
-                }),
-                Some(_),
-            ) => bail!(
+impl PartitionReader {
+    /// `--offset`, which must lie between the log start and end offsets, or the log start offset.
+    fn first_offset(&self, requested: Option<u64>) -> anyhow::Result<u64> {
+        let start = self.files.log_start_offset;
+        let end = self.files.log_end_offset;
+        match requested {
+            None => Ok(start),
+            Some(offset) if (start..=end).contains(&offset) => Ok(offset),
+            Some(offset) => bail!(
                 "offset {offset} is out of range: valid offsets are {start} to {end} \
                  (log start offset {start}, log end offset {end})"
             ),
-            (
-                Err(ReadError::OffsetOutOfRange {
-                    log_start_offset: Offset(start),
-                    ..
-                }),
-                None,
-            ) => Ok((start, self.fetch(start)?)),
-            (Err(error), _) => Err(error.into()),
         }
+    }
+
+    fn read(&self, offset: u64) -> anyhow::Result<Vec<Batch>> {
+        self.files.read_from(offset, FETCH_MAX_BYTES)
     }
 }
 
-fn print_records(reader: &PartitionReader<'_>, args: &ConsumeArgs) -> anyhow::Result<()> {
-    let (first_offset, mut fetch) = reader.first_fetch(args.offset)?;
-    let range = ReadRange {
-        first_offset,
-        end_offset: fetch.log_end_offset.0,
-        max_records: args.max_records.unwrap_or(u64::MAX),
-    };
+/// Prints from the first offset to the log end offset seen when reading started, or fewer with
+/// `--max-records`.
+fn print_records(reader: &PartitionReader, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let max_records = args.max_records.unwrap_or(u64::MAX);
+    let mut next_offset = reader.first_offset(args.offset)?;
     let mut out = io::stdout().lock();
-    let mut next_offset = first_offset;
     let mut printed = 0u64;
-    loop {
-        if fetch.records.is_empty()
-            || next_offset >= range.end_offset
-            || printed >= range.max_records
-        {
+    while printed < max_records {
+        let batches = reader.read(next_offset)?;
+        if batches.is_empty() {
             return Ok(());
         }
         let fetched_from = next_offset;
-        for batch in fetch.batches() {
-            let batch = batch
-                .with_context(|| format!("corrupt batch in the fetch at offset {fetched_from}"))?;
-            printed += print_batch(&mut out, &batch, range, printed, args.format)?;
+        for batch in &batches {
+            let remaining = max_records - printed;
+            printed += print_batch(&mut out, batch, next_offset, remaining, args.format)?;
             out.flush()?;
-            next_offset =
-                next_offset.max(u64::try_from(batch.last_offset().saturating_add(1)).unwrap_or(0));
-            if printed >= range.max_records || next_offset >= range.end_offset {
+            let after = u64::try_from(batch.last_offset().saturating_add(1)).unwrap_or(0);
+            next_offset = next_offset.max(after);
+            if printed >= max_records {
                 return Ok(());
             }
         }
         if next_offset == fetched_from {
             bail!("the log returned no batch past offset {next_offset}");
         }
-        fetch = reader.fetch(next_offset)?;
     }
+    Ok(())
 }
 
-/// Prints the batch's records at or after `range.first_offset`, up to `range.max_records` in all;
-/// returns how many it printed.
+/// Prints the batch's records at or after `from_offset`, at most `max_records`; returns how many
+/// it printed.
 fn print_batch(
     out: &mut impl Write,
     batch: &Batch,
-    range: ReadRange,
-    printed: u64,
+    from_offset: u64,
+    max_records: u64,
     format: OutputFormat,
 ) -> anyhow::Result<u64> {
     if batch.header().attributes.is_control() {
@@ -194,10 +154,10 @@ fn print_batch(
     let mut count = 0;
     for record in &records {
         let offset = record_offset(batch.header(), record);
-        if offset < 0 || (offset as u64) < range.first_offset {
+        if offset < 0 || (offset as u64) < from_offset {
             continue;
         }
-        if printed + count >= range.max_records {
+        if count >= max_records {
             break;
         }
         let line = match format {

@@ -1,5 +1,6 @@
-//! Opening a data directory through the engine, the way every command that reads or writes data
-//! does (`topics`, `produce`, `consume`); `dump` and `verify` never come here.
+//! Opening a data directory through the engine, the way every command that writes does
+//! (`produce`, `topics create|alter|delete`, `consume --group`, `clean`); the commands that only
+//! read never come here (they use `dir_view`).
 //!
 //! The engine takes the directory's lock and recovers what an unclean shutdown left; the command
 //! closes it at the end (`Engine::close`), which writes the checkpoints and the clean-shutdown
@@ -7,15 +8,19 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use seglog::engine::{Engine, EngineConfig};
 
-/// Opens (creating if missing) the data directory `dir`.
+use crate::data_dir::{require_data_dir, require_data_dir_or_new};
+
+/// Opens (creating if missing) the data directory `dir`; a directory that is neither empty nor a
+/// data directory is refused before anything is written.
 ///
 /// Shards are not pinned to cores: a command-line tool shares the machine with whatever else runs
 /// there. The shard count stays the engine's default (one per core) so that appends to many
 /// partitions are written in parallel; nothing on disk depends on it.
 pub fn open_engine(dir: &Path) -> anyhow::Result<Engine> {
+    require_data_dir_or_new(dir)?;
     let config = EngineConfig {
         pin_shards: false,
         ..EngineConfig::default()
@@ -24,12 +29,10 @@ pub fn open_engine(dir: &Path) -> anyhow::Result<Engine> {
         .with_context(|| format!("cannot open data directory {}", dir.display()))
 }
 
-/// Opens the data directory `dir`, which must exist (a command that only reads or changes topics
+/// Opens the data directory `dir`, which must be one already (a command that changes what exists
 /// does not create one by mistake).
 pub fn open_existing(dir: &Path) -> anyhow::Result<Engine> {
-    if !dir.is_dir() {
-        bail!("data directory {} does not exist", dir.display());
-    }
+    require_data_dir(dir)?;
     open_engine(dir)
 }
 

@@ -3,19 +3,19 @@
 //! Groups live in the process that runs them (`seglog::group::GroupCoordinator`), so a data
 //! directory opened here has no live members: the commands show what is durable, the offsets each
 //! group committed to `__consumer_offsets`, with each partition's log end offset and lag. Every
-//! group is therefore `Empty`. Nothing is created or changed: without an offsets topic there are
-//! no groups.
+//! group is therefore `Empty`. The directory is read read-only ([`DataDirView`], without its
+//! lock): nothing is created or changed, and without an offsets topic there are no groups.
 
 use std::io::{self, Write};
 
 use anyhow::Context;
-use seglog::engine::Engine;
-use seglog::group::{CommittedOffsets, GroupDescription, PartitionLag, describe_committed};
+use seglog::group::{GroupDescription, PartitionLag};
 use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{GroupDescribeArgs, GroupListArgs, GroupsArgs, GroupsCommand, OutputFormat};
-use crate::engine_open::{open_existing, with_engine};
+use crate::committed_offsets::{CommittedOffsets, describe_committed};
+use crate::dir_view::DataDirView;
 
 pub fn run(args: &GroupsArgs) -> anyhow::Result<Outcome> {
     match &args.command {
@@ -25,55 +25,49 @@ pub fn run(args: &GroupsArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Clean)
 }
 
-fn load(engine: &Engine) -> anyhow::Result<CommittedOffsets> {
-    CommittedOffsets::load(engine).context("cannot read the committed offsets")
-}
-
 fn list(args: &GroupListArgs) -> anyhow::Result<()> {
-    with_engine(open_existing(&args.dir)?, |engine| {
-        let offsets = load(engine)?;
-        let mut out = io::stdout().lock();
-        for group in offsets.groups() {
-            match args.format {
-                OutputFormat::Text => writeln!(out, "{group}")?,
-                OutputFormat::Json => {
-                    let listing = JsonListing {
-                        group: &group,
-                        state: "Empty",
-                        member_count: 0,
-                    };
-                    writeln!(out, "{}", serde_json::to_string(&listing)?)?;
-                }
+    let view = DataDirView::open(&args.dir)?;
+    let offsets = CommittedOffsets::load(&view)?;
+    let mut out = io::stdout().lock();
+    for group in offsets.groups() {
+        match args.format {
+            OutputFormat::Text => writeln!(out, "{group}")?,
+            OutputFormat::Json => {
+                let listing = JsonListing {
+                    group: &group,
+                    state: "Empty",
+                    member_count: 0,
+                };
+                writeln!(out, "{}", serde_json::to_string(&listing)?)?;
             }
         }
-        out.flush()?;
-        Ok(())
-    })
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn describe(args: &GroupDescribeArgs) -> anyhow::Result<()> {
-    with_engine(open_existing(&args.dir)?, |engine| {
-        let offsets = load(engine)?;
-        let groups = match &args.group {
-            Some(group) => vec![group.clone()],
-            None => offsets.groups(),
-        };
-        let mut out = io::stdout().lock();
-        for group in groups {
-            let description = describe_committed(engine, &offsets, &group)
-                .with_context(|| format!("cannot describe consumer group {group}"))?;
-            match args.format {
-                OutputFormat::Text => write_description(&mut out, &description)?,
-                OutputFormat::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string(&JsonDescription::of(&description))?
-                )?,
-            }
+    let view = DataDirView::open(&args.dir)?;
+    let offsets = CommittedOffsets::load(&view)?;
+    let groups = match &args.group {
+        Some(group) => vec![group.clone()],
+        None => offsets.groups(),
+    };
+    let mut out = io::stdout().lock();
+    for group in groups {
+        let description = describe_committed(&view, &offsets, &group)
+            .with_context(|| format!("cannot describe consumer group {group}"))?;
+        match args.format {
+            OutputFormat::Text => write_description(&mut out, &description)?,
+            OutputFormat::Json => writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&JsonDescription::of(&description))?
+            )?,
         }
-        out.flush()?;
-        Ok(())
-    })
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// One row of the table, every cell as printed (`-` for an unknown value).

@@ -12,10 +12,14 @@
 //! - `verify`: check every batch and index entry of a data directory, read-only;
 //! - `bench`: a load generator against an embedded engine (throughput, latency percentiles).
 //!
-//! `topics`, `produce`, `consume` and `groups` open the data directory through the engine
-//! (`seglog::engine::Engine`), which takes the directory's lock and recovers it if needed; `dump`
-//! and `verify` read files only, never through the engine, so they take no lock and change
-//! nothing, even while another process has the directory open.
+//! The commands that only read — `topics list|describe`, `consume --partition`, `groups
+//! list|describe`, `verify` and `dump` — read files only, never through the engine (`dir_view`,
+//! `read_only`): they take no lock and create, truncate, rename or adopt nothing, so they work on
+//! a read-only file system and while another process has the directory open. The commands that
+//! write — `produce`, `topics create|alter|delete`, `consume --group`, `clean`, `bench --dir` —
+//! open it through the engine (`seglog::engine::Engine`), which takes the directory's lock and
+//! recovers it if needed. Every command refuses a directory that is not a seglog data directory
+//! (`data_dir`), before it touches anything.
 //!
 //! Exit codes: 0 success, 1 an error or a finding (corruption, mismatched index entries), 2 a usage
 //! error (reported by clap).
@@ -23,13 +27,17 @@
 mod args;
 mod bench;
 mod clean;
+mod committed_offsets;
 mod consume;
+mod data_dir;
+mod dir_view;
 mod dump;
 mod engine_open;
 mod groups;
 mod index_check;
 mod kafka_text;
 mod log_scan;
+mod partition_view;
 mod produce;
 mod read_only;
 mod record_view;

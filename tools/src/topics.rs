@@ -1,8 +1,10 @@
 //! `seglog topics`: topic administration through the engine, with Kafka's vocabulary
 //! (`kafka-topics --create | --list | --describe | --alter --partitions | --delete`).
 //!
-//! Every subcommand opens the data directory through the engine (taking its lock), does one thing
-//! and closes it. Errors (an unknown topic, one that exists, an invalid name or setting, a
+//! `list` and `describe` only read: they open the data directory read-only ([`DataDirView`]),
+//! without its lock, so they work while another process holds it and on a read-only file system.
+//! `create`, `alter` and `delete` open it through the engine (taking its lock), do one thing and
+//! close it. Errors (an unknown topic, one that exists, an invalid name or setting, a
 //! partition count that does not grow) are reported with exit code 1.
 
 use std::collections::BTreeMap;
@@ -18,6 +20,7 @@ use crate::args::{
     OutputFormat, TopicAlterArgs, TopicCreateArgs, TopicDeleteArgs, TopicDescribeArgs,
     TopicListArgs, TopicsArgs, TopicsCommand,
 };
+use crate::dir_view::DataDirView;
 use crate::engine_open::{open_engine, open_existing, with_engine};
 use crate::topic_config::{overrides, overrides_text, parse_configs};
 
@@ -51,56 +54,50 @@ fn create(args: &TopicCreateArgs) -> anyhow::Result<()> {
 }
 
 fn list(args: &TopicListArgs) -> anyhow::Result<()> {
-    with_engine(open_existing(&args.dir)?, |engine| {
-        let mut out = io::stdout().lock();
-        for (topic, metadata) in engine.list_topics() {
-            match args.format {
-                OutputFormat::Text => writeln!(
-                    out,
-                    "{topic}\tPartitionCount: {}\tConfigs: {}",
-                    metadata.partition_count,
-                    overrides_text(&metadata.config)
-                )?,
-                OutputFormat::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string(&JsonTopic::of(&topic, &metadata))?
-                )?,
-            }
+    let view = DataDirView::open(&args.dir)?;
+    let mut out = io::stdout().lock();
+    for (topic, metadata) in view.topics() {
+        match args.format {
+            OutputFormat::Text => writeln!(
+                out,
+                "{topic}\tPartitionCount: {}\tConfigs: {}",
+                metadata.partition_count,
+                overrides_text(&metadata.config)
+            )?,
+            OutputFormat::Json => writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&JsonTopic::of(topic, metadata))?
+            )?,
         }
-        out.flush()?;
-        Ok(())
-    })
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn describe(args: &TopicDescribeArgs) -> anyhow::Result<()> {
     let topic = args.topic.as_deref().map(parse_topic).transpose()?;
-    with_engine(open_existing(&args.dir)?, |engine| {
-        let topics = match topic {
-            Some(topic) => vec![topic],
-            None => engine
-                .list_topics()
-                .into_iter()
-                .map(|(topic, _)| topic)
-                .collect(),
-        };
-        let mut out = io::stdout().lock();
-        for topic in topics {
-            let description = engine
-                .describe_topic(topic.as_str())
-                .with_context(|| format!("cannot describe topic {topic}"))?;
-            match args.format {
-                OutputFormat::Text => write_description(&mut out, &description)?,
-                OutputFormat::Json => writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string(&JsonDescription::of(&description))?
-                )?,
-            }
+    let view = DataDirView::open(&args.dir)?;
+    let topics = match topic {
+        Some(topic) => vec![topic],
+        None => view.topics().keys().cloned().collect(),
+    };
+    let mut out = io::stdout().lock();
+    for topic in topics {
+        let description = view
+            .describe_topic(&topic)
+            .with_context(|| format!("cannot describe topic {topic}"))?;
+        match args.format {
+            OutputFormat::Text => write_description(&mut out, &description)?,
+            OutputFormat::Json => writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&JsonDescription::of(&description))?
+            )?,
         }
-        out.flush()?;
-        Ok(())
-    })
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Kafka's `--describe` layout: a topic line, then one tab-indented line per partition, with the

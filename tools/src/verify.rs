@@ -3,10 +3,10 @@
 //!
 //! For every partition: every batch of every `.log` (framing, magic, CRC-32C, records), offsets
 //! increasing across batches and segments, and every `.index` / `.timeindex` entry against the
-//! batches of its `.log`. Problems are printed one per line, naming the file and the position.
+//! batches of its `.log`. Problems are printed one per line, naming the file and the position. A
+//! directory that is neither a data directory nor a partition directory is refused.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -17,6 +17,7 @@ use seglog::format::file_name::{
 
 use crate::Outcome;
 use crate::args::VerifyArgs;
+use crate::data_dir::{DirState, inspect, list_names, require_data_dir};
 use crate::index_check::{
     IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
 };
@@ -46,7 +47,7 @@ impl Report {
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let mut report = Report::default();
-    for partition_dir in partition_dirs(&args.dir)? {
+    for partition_dir in targets(&args.dir)?.partition_dirs {
         verify_partition(&partition_dir, &mut report)?;
     }
     let mut out = io::stdout().lock();
@@ -65,42 +66,43 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Findings)
 }
 
-/// The partition directories to check: `dir` itself when it holds segment files or is named like a
-/// partition directory, else its subdirectories named `<topic>-<partition>`.
-fn partition_dirs(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let names = list_names(dir)?;
+/// What to verify: partition directories.
+#[derive(Debug)]
+struct Targets {
+    partition_dirs: Vec<PathBuf>,
+}
+
+/// `dir` itself when it is a partition directory (it holds segment files, or is named like one and
+/// lies in a data directory), else the partition directories of the data directory `dir`. Anything else
+/// is refused.
+fn targets(dir: &Path) -> anyhow::Result<Targets> {
+    let parent = dir.parent().map(Path::to_owned).unwrap_or_default();
+    let single = Targets {
+        partition_dirs: vec![dir.to_owned()],
+    };
+    if dir.is_dir()
+        && list_names(dir)?
+            .iter()
+            .any(|name| SegmentFileName::parse(name).is_some())
+    {
+        return Ok(single);
+    }
     let own_name = dir
         .file_name()
         .and_then(|name| name.to_str())
         .unwrap_or_default();
-    let holds_segments = names
-        .iter()
-        .any(|name| SegmentFileName::parse(name).is_some());
-    let mut children: Vec<PathBuf> = names
+    let in_data_dir = || inspect(&parent).is_ok_and(|state| state == DirState::DataDirectory);
+    if dir.is_dir() && parse_partition_dir_name(own_name).is_some() && in_data_dir() {
+        return Ok(single);
+    }
+    require_data_dir(dir)?;
+    let partition_dirs = list_names(dir)?
         .iter()
         .filter(|name| parse_partition_dir_name(name).is_some())
         .map(|name| dir.join(name))
         .filter(|path| path.is_dir())
         .collect();
-    if holds_segments || (children.is_empty() && parse_partition_dir_name(own_name).is_some()) {
-        return Ok(vec![dir.to_owned()]);
-    }
-    children.sort();
-    Ok(children)
-}
-
-fn list_names(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let entries =
-        fs::read_dir(dir).with_context(|| format!("cannot read directory {}", dir.display()))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read directory {}", dir.display()))?;
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_owned());
-        }
-    }
-    names.sort();
-    Ok(names)
+    Ok(Targets { partition_dirs })
 }
 
 /// The live files of each segment, by base offset.

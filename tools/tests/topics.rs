@@ -7,8 +7,8 @@
 //! the name can be created again, empty; `produce` creates a missing topic with its `--partitions`
 //! and `--config` while an existing one keeps its own (with a warning); every error (a topic that exists or does not, an invalid
 //! name or setting, a shrinking partition count, a missing data directory) exits 1 with a clear
-//! message and leaves nothing behind; and `dump` and `verify` read a directory that a running
-//! producer holds locked, which `topics` cannot open.
+//! message and leaves nothing behind; and `dump`, `verify` and `topics list` read a directory
+//! that a running producer holds locked, which `topics create` cannot open.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -371,7 +371,8 @@ fn errors_exit_1_with_a_clear_message_and_leave_nothing_behind() {
 }
 
 #[test]
-fn dump_and_verify_read_a_directory_a_running_producer_holds_locked_which_topics_cannot_open() {
+fn read_commands_read_a_directory_a_running_producer_holds_locked_which_topics_create_cannot_open()
+{
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut child = seglog()
@@ -399,9 +400,20 @@ fn dump_and_verify_read_a_directory_a_running_producer_holds_locked_which_topics
         assert_eq!(ack, format!("partition=0 offset={offset}"));
     }
 
-    // The producer is still running, with the directory locked.
-    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
+    // The producer is still running, with the directory locked: a writing command cannot open it,
+    // the read commands read it without the lock.
+    let output = run(&[
+        "topics",
+        "create",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "other",
+    ]);
     assert_fails_with(&output, "is locked by another seglog instance");
+    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
+    assert_success(&output);
+    assert_eq!(topic_names(&data), ["live"]);
     let output = run(&["verify", "--dir", path_arg(&data)]);
     assert_success(&output);
     assert_eq!(

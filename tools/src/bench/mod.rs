@@ -73,7 +73,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let settings = Settings::from_args(args)?;
     // The temporary directory lives until the end of the run and is removed when dropped.
     let (dir, _temporary) = match &args.dir {
-        Some(dir) => (dir.clone(), None),
+        Some(dir) => {
+            crate::data_dir::require_data_dir_or_new(dir)?;
+            (dir.clone(), None)
+        }
         None => {
             let temporary = tempfile::Builder::new()
                 .prefix("seglog-bench-")

@@ -140,3 +140,124 @@ pub fn consumed_values(data: &Path, topic: &str, partition: u32) -> Vec<String> 
         })
         .collect()
 }
+
+/// One entry under a directory: a directory, or a file with its bytes; both with their size and
+/// modification time, so that any write, truncation, creation or removal shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryState {
+    pub is_dir: bool,
+    pub size_bytes: u64,
+    pub modified: std::time::SystemTime,
+    pub contents: Vec<u8>,
+}
+
+/// Every entry under `root` (not `root` itself), by path.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<std::path::PathBuf, EntryState> {
+    let mut entries = std::collections::BTreeMap::new();
+    add_entries(root, &mut entries);
+    entries
+}
+
+fn add_entries(
+    dir: &Path,
+    entries: &mut std::collections::BTreeMap<std::path::PathBuf, EntryState>,
+) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let metadata = std::fs::symlink_metadata(&path).unwrap();
+        let state = EntryState {
+            is_dir: metadata.is_dir(),
+            size_bytes: metadata.len(),
+            modified: metadata.modified().unwrap(),
+            contents: match metadata.is_file() {
+                true => std::fs::read(&path).unwrap(),
+                false => Vec::new(),
+            },
+        };
+        if metadata.is_dir() {
+            add_entries(&path, entries);
+        }
+        entries.insert(path, state);
+    }
+}
+
+/// How long a test waits for a line from a running `seglog` before it gives up: a guard against
+/// a hang, far above what any step takes, never a measure of speed.
+pub const LINE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A `seglog` child process whose stdout lines arrive on a channel as it prints them.
+pub struct RunningSeglog {
+    pub child: std::process::Child,
+    pub stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RunningSeglog {
+    pub fn spawn(args: &[&str]) -> RunningSeglog {
+        let mut child = seglog()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if sender.send(line.unwrap()).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        RunningSeglog {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next line it prints.
+    pub fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(LINE_WAIT)
+            .unwrap_or_else(|error| panic!("no line from seglog within {LINE_WAIT:?}: {error}"))
+    }
+
+    /// The lines it printed that were not read yet, once its stdout is closed.
+    pub fn remaining_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            match self.lines.recv_timeout(LINE_WAIT) {
+                Ok(line) => lines.push(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return lines,
+                Err(error) => panic!("seglog's stdout still open after {LINE_WAIT:?}: {error}"),
+            }
+        }
+    }
+
+    /// Writes `line` and a newline to its stdin.
+    pub fn write_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes its stdin and waits for it to exit.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for RunningSeglog {
+    /// A test that fails part-way leaves no process behind.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
