@@ -23,8 +23,9 @@ pub enum Command {
     Topics(TopicsArgs),
     /// Append records read from stdin, one per line, and print each one's partition and offset.
     Produce(ProduceArgs),
-    /// Print the records of one partition, from an offset to the end of the log, read-only; or,
-    /// with --group, of every partition of the topic as a member of a consumer group.
+    /// Print the records of one partition, from an offset to the end of the log (with --follow,
+    /// then as they arrive), read-only; or, with --group, of every partition of the topic as a
+    /// member of a consumer group.
     Consume(ConsumeArgs),
     /// List consumer groups and describe their committed offsets and lag
     /// (Kafka's `kafka-consumer-groups`).
@@ -125,6 +126,12 @@ pub struct ConsumeArgs {
     /// Stop after printing this many records.
     #[arg(long)]
     pub max_records: Option<u64>,
+    /// At the end of the log, wait for new records (appended by any process, including one that
+    /// holds the directory open) and print them as they arrive, until interrupted or
+    /// --max-records (like Kafka's console consumer). Not with --group: a group's process holds
+    /// the directory, so no other process can append while it follows.
+    #[arg(long, conflicts_with = "group")]
+    pub follow: bool,
     /// Format of the record lines.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,

@@ -1,20 +1,23 @@
 //! `seglog consume`: prints one partition's records from an offset up to the log end offset seen
-//! when reading started; or, with `--group`, joins a consumer group and prints the records of
-//! every partition of the topic from the group's committed offsets to the log end, committing
-//! after each poll's records are printed (at least once: a record printed but not yet committed
-//! when the command is killed is printed again by the next run).
+//! when reading started (with `--follow`, then every record appended after, as it arrives, until
+//! interrupted or `--max-records`); or, with `--group`, joins a consumer group and prints the
+//! records of every partition of the topic from the group's committed offsets to the log end,
+//! committing after each poll's records are printed (at least once: a record printed but not yet
+//! committed when the command is killed is printed again by the next run).
 //!
 //! `--partition` only reads: the data directory is read read-only ([`DataDirView`]), without its
 //! lock, so it works while another process appends to it and on a read-only file system; the
 //! active segment is read up to its last whole valid batch (a torn tail, or a batch being written,
 //! is left for later), and nothing is recovered or written. Records are read at most
-//! [`FETCH_MAX_BYTES`] at a time, and printed as each read arrives. `--group` commits, so it opens
-//! the directory through the engine, which takes its lock and recovers it if needed.
+//! [`FETCH_MAX_BYTES`] at a time, and printed as each read arrives. `--follow` reads the
+//! partition's files again every [`FOLLOW_POLL_INTERVAL`] at the log end. `--group` commits, so
+//! it opens the directory through the engine, which takes its lock and recovers it if needed.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
+use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -36,6 +39,8 @@ use crate::record_view::{json_line, lossy, record_offset, text_line};
 
 /// Bytes read from the log at a time; a read always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
+/// How long `--follow` waits at the log end before it reads the partition's files again.
+const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long one poll of a group member waits for records.
 const GROUP_POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// The most records one poll of a group member returns (and one commit covers).
@@ -68,16 +73,18 @@ fn consume_partition(topic: TopicName, partition: u32, args: &ConsumeArgs) -> an
     let view = DataDirView::open(&args.dir)?;
     let topic_partition = TopicPartition { topic, partition };
     let files = view.partition(&topic_partition)?;
-    let reader = PartitionReader {
+    let mut reader = PartitionReader {
+        view,
         topic_partition,
         files,
     };
-    print_records(&reader, args)
+    print_records(&mut reader, args)
         .with_context(|| format!("cannot consume {}", reader.topic_partition))
 }
 
-/// Reads one partition's files.
+/// Reads one partition's files; `refresh` reads them again, to see what was appended since.
 struct PartitionReader {
+    view: DataDirView,
     topic_partition: TopicPartition,
     files: PartitionView,
 }
@@ -100,11 +107,16 @@ impl PartitionReader {
     fn read(&self, offset: u64) -> anyhow::Result<Vec<Batch>> {
         self.files.read_from(offset, FETCH_MAX_BYTES)
     }
+
+    fn refresh(&mut self) -> anyhow::Result<()> {
+        self.files = self.view.partition(&self.topic_partition)?;
+        Ok(())
+    }
 }
 
-/// Prints from the first offset to the log end offset seen when reading started, or fewer with
-/// `--max-records`.
-fn print_records(reader: &PartitionReader, args: &ConsumeArgs) -> anyhow::Result<()> {
+/// Prints from the first offset to the log end offset seen when reading started, or, with
+/// `--follow`, on and on as records arrive; `--max-records` stops both.
+fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Result<()> {
     let max_records = args.max_records.unwrap_or(u64::MAX);
     let mut next_offset = reader.first_offset(args.offset)?;
     let mut out = io::stdout().lock();
@@ -112,7 +124,14 @@ fn print_records(reader: &PartitionReader, args: &ConsumeArgs) -> anyhow::Result
     while printed < max_records {
         let batches = reader.read(next_offset)?;
         if batches.is_empty() {
-            return Ok(());
+            if !args.follow {
+                return Ok(());
+            }
+            thread::sleep(FOLLOW_POLL_INTERVAL);
+            reader.refresh()?;
+            // Retention may have deleted records not yet read.
+            next_offset = next_offset.max(reader.files.log_start_offset);
+            continue;
         }
         let fetched_from = next_offset;
         for batch in &batches {
