@@ -2,22 +2,30 @@
 //! opening it through `LogDir` (which would recover and repair it).
 //!
 //! For every partition: every batch of every `.log` (framing, magic, CRC-32C, records), offsets
-//! increasing across batches and segments, and every `.index` / `.timeindex` entry against the
-//! batches of its `.log`. Problems are printed one per line, naming the file and the position. A
-//! directory that is neither a data directory nor a partition directory is refused.
+//! increasing across batches and segments, no offset gap between segments where the engine
+//! refuses one (a lost segment: anywhere in a log the cleaner never compacted, at or above the
+//! cleaned end of one it did), no misnamed segment file (`123.log`, which the log would ignore),
+//! and every `.index` / `.timeindex` entry against the batches of its `.log`. Problems are printed
+//! one per line, naming the file and the position. A directory that is neither a data directory
+//! nor a partition directory is refused.
 
 use std::collections::BTreeMap;
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use seglog::config::LogConfig;
+use seglog::engine::TopicMetadata;
 use seglog::format::file_name::{
     FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
+use seglog::types::TopicName;
 
 use crate::Outcome;
 use crate::args::VerifyArgs;
 use crate::data_dir::{DirState, inspect, list_names, require_data_dir};
+use crate::dir_view::read_registry;
 use crate::index_check::{
     IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
 };
@@ -40,6 +48,10 @@ impl Report {
             .push(format!("{}: position {position}: {reason}", file.display()));
     }
 
+    fn problem_in_file(&mut self, file: &Path, reason: impl std::fmt::Display) {
+        self.problems.push(format!("{}: {reason}", file.display()));
+    }
+
     fn note(&mut self, file: &Path, text: impl std::fmt::Display) {
         self.notes.push(format!("note: {}: {text}", file.display()));
     }
@@ -47,8 +59,17 @@ impl Report {
 
 pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let mut report = Report::default();
-    for partition_dir in targets(&args.dir)?.partition_dirs {
-        verify_partition(&partition_dir, &mut report)?;
+    let targets = targets(&args.dir)?;
+    let topics = match read_registry(&targets.root) {
+        Ok(topics) => topics,
+        Err(error) => {
+            report.problems.push(format!("{error:#}"));
+            BTreeMap::new()
+        }
+    };
+    for partition_dir in &targets.partition_dirs {
+        let config = topic_config(&topics, partition_dir);
+        verify_partition(partition_dir, &config, &mut report)?;
     }
     let mut out = io::stdout().lock();
     for line in report.notes.iter().chain(&report.problems) {
@@ -66,9 +87,10 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Findings)
 }
 
-/// What to verify: partition directories.
+/// What to verify: partition directories, and the data directory they belong to.
 #[derive(Debug)]
 struct Targets {
+    root: PathBuf,
     partition_dirs: Vec<PathBuf>,
 }
 
@@ -78,6 +100,7 @@ struct Targets {
 fn targets(dir: &Path) -> anyhow::Result<Targets> {
     let parent = dir.parent().map(Path::to_owned).unwrap_or_default();
     let single = Targets {
+        root: parent.clone(),
         partition_dirs: vec![dir.to_owned()],
     };
     if dir.is_dir()
@@ -102,16 +125,38 @@ fn targets(dir: &Path) -> anyhow::Result<Targets> {
         .map(|name| dir.join(name))
         .filter(|path| path.is_dir())
         .collect();
-    Ok(Targets { partition_dirs })
+    Ok(Targets {
+        root: dir.to_owned(),
+        partition_dirs,
+    })
+}
+
+/// The configuration of the partition in `partition_dir`: the registry's, else the default (as the
+/// engine adopts a partition the registry does not list).
+fn topic_config(topics: &BTreeMap<TopicName, TopicMetadata>, partition_dir: &Path) -> LogConfig {
+    partition_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(parse_partition_dir_name)
+        .and_then(|tp| topics.get(&tp.topic))
+        .map_or_else(LogConfig::default, |metadata| metadata.config.clone())
 }
 
 /// The live files of each segment, by base offset.
 type SegmentFiles = BTreeMap<u64, Vec<SegmentFileKind>>;
 
-fn verify_partition(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
+/// The partition's segment files by base offset; leftovers and misnamed files are reported.
+fn segment_files(dir: &Path, report: &mut Report) -> anyhow::Result<SegmentFiles> {
     let mut segments = SegmentFiles::new();
     for name in list_names(dir)? {
         let Some(parsed) = SegmentFileName::parse(&name) else {
+            if is_misnamed_segment_file(&name) {
+                report.problem_in_file(
+                    &dir.join(&name),
+                    "misnamed segment file: segment files are named by a 20-digit base offset \
+                     (e.g. 00000000000000000123.log), so the log ignores this one and any batches in it",
+                );
+            }
             continue;
         };
         if parsed.state == FileState::Live {
@@ -125,7 +170,59 @@ fn verify_partition(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
             report.note(&dir.join(&name), note);
         }
     }
-    let mut previous_next_offset: Option<i64> = None;
+    Ok(segments)
+}
+
+/// A name with a segment file's extension (and maybe a state suffix) that is not a segment file
+/// name: `123.log`, `00000000000000000abc.index`.
+fn is_misnamed_segment_file(name: &str) -> bool {
+    let without_state = [".deleted", ".cleaned", ".swap"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    [".log", ".index", ".timeindex", ".txnindex"]
+        .iter()
+        .any(|extension| without_state.ends_with(extension))
+}
+
+/// The name of the cleaned-end file in a partition directory (FORMAT.md § Cleaned end; the
+/// library keeps its own constant private).
+const CLEANED_END_FILE: &str = "seglog-cleaned-end";
+
+/// Where the partition's offsets must be dense: from the cleaned end of a compacted log (from
+/// nowhere if it has no record of it: it may have been cleaned anywhere), from 0 for any other.
+fn dense_from(dir: &Path, config: &LogConfig) -> u64 {
+    if !config.cleanup_policy.compacts() {
+        return 0;
+    }
+    read_cleaned_end(dir).unwrap_or(u64::MAX)
+}
+
+/// The partition's recorded cleaned end (FORMAT.md § Cleaned end: `0`, then the offset), if it
+/// has a readable one.
+fn read_cleaned_end(dir: &Path) -> Option<u64> {
+    let text = fs::read_to_string(dir.join(CLEANED_END_FILE)).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != "0" {
+        return None;
+    }
+    let offset = lines.next()?.parse().ok()?;
+    lines.next().is_none().then_some(offset)
+}
+
+/// What the previous segment left for the next one.
+#[derive(Debug, Clone, Copy)]
+struct PreviousSegment {
+    base_offset: i64,
+    next_offset: i64,
+    /// Its batches ran to the end of its file (no torn or corrupt tail).
+    whole: bool,
+}
+
+fn verify_partition(dir: &Path, config: &LogConfig, report: &mut Report) -> anyhow::Result<()> {
+    let segments = segment_files(dir, report)?;
+    let dense_from = i64::try_from(dense_from(dir, config)).unwrap_or(i64::MAX);
+    let mut previous: Option<PreviousSegment> = None;
     for (base_offset, kinds) in &segments {
         let log_path =
             SegmentFileName::live(seglog::types::Offset(*base_offset), SegmentFileKind::Log)
@@ -138,14 +235,40 @@ fn verify_partition(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
             continue;
         }
         let base_offset = i64::try_from(*base_offset).context("base offset exceeds i64")?;
+        if let Some(previous) = previous.filter(|p| p.whole && p.base_offset >= dense_from) {
+            check_no_gap(&log_path, base_offset, previous.next_offset, report);
+        }
+        let previous_next_offset = previous.map(|previous| previous.next_offset);
         let layout = verify_log(&log_path, base_offset, previous_next_offset, report)?;
         verify_indexes(&log_path, base_offset, &layout, report)?;
-        previous_next_offset = Some(layout.next_offset(base_offset));
+        previous = Some(PreviousSegment {
+            base_offset,
+            next_offset: layout.next_offset(base_offset),
+            whole: layout.stop.is_none(),
+        });
     }
     if segments.is_empty() {
         report.note(dir, "no segments");
     }
     Ok(())
+}
+
+/// A segment must start where the previous one ends, unless the cleaner may have left a gap
+/// there: otherwise offsets are missing (a segment file was lost), and the engine refuses to open
+/// the partition.
+fn check_no_gap(log_path: &Path, base_offset: i64, previous_end: i64, report: &mut Report) {
+    if base_offset > previous_end {
+        let last_missing = base_offset - 1;
+        report.problem(
+            log_path,
+            0,
+            format!(
+                "offset gap: offsets {previous_end} to {last_missing} are in no segment (the \
+                 previous segment ends at offset {previous_end}, this one is based at \
+                 {base_offset}: a segment is missing); opening the log refuses the partition"
+            ),
+        );
+    }
 }
 
 /// Offsets a batch must respect, given what came before it.

@@ -1,0 +1,150 @@
+//! `verify` finds what opening the log refuses (issue 41, item 9), run as a user runs it. It
+//! proves that: with a middle segment removed, `verify` exits 1 naming the offset gap and the
+//! segment after it, where the engine refuses to open the partition, while the gaps compaction
+//! leaves between segments stay accepted; and segment files whose names the log ignores
+//! (`123.log`, `00000000000000000abc.log`) are reported, each by name.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use seglog::engine::{Engine, EngineConfig};
+use support::{assert_success, path_arg, run, run_with_stdin, stdout_lines};
+
+/// Produces `input` to a new topic created with `configs`.
+fn produce(data: &Path, topic: &str, configs: &[&str], input: &str) {
+    let mut args = vec![
+        "topics",
+        "create",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        topic,
+    ];
+    for config in configs {
+        args.extend(["--config", config]);
+    }
+    assert_success(&run(&args));
+    let args = [
+        "produce",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        topic,
+        "--key-separator",
+        ":",
+    ];
+    assert_success(&run_with_stdin(&args, input.as_bytes()));
+}
+
+/// The `.log` files of a partition directory, in base offset order.
+fn logs(partition: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = fs::read_dir(partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+fn base_offset(log: &Path) -> u64 {
+    log.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let values: String = (0..200).map(|i| format!("value-{i:04}\n")).collect();
+    produce(&data, "t", &["segment.bytes=1024"], &values);
+    // A compacted topic whose cleaning leaves gaps between segments, which are not findings.
+    let keyed: String = (0..200).map(|i| format!("key-{}:v{i}\n", i % 5)).collect();
+    produce(
+        &data,
+        "latest",
+        &["cleanup.policy=compact", "segment.bytes=1024"],
+        &keyed,
+    );
+    assert_success(&run(&[
+        "clean",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "latest",
+    ]));
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_success(&output);
+    assert!(stdout_lines(&output).last().unwrap().starts_with("OK "));
+
+    let logs = logs(&data.join("t-0"));
+    assert!(logs.len() >= 3, "{logs:?}");
+    let (missing, next) = (&logs[1], &logs[2]);
+    for extension in ["log", "index", "timeindex"] {
+        fs::remove_file(missing.with_extension(extension)).unwrap();
+    }
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    let gap = format!(
+        "{}: position 0: offset gap: offsets {} to {} are in no segment",
+        next.display(),
+        base_offset(missing),
+        base_offset(next) - 1
+    );
+    assert!(
+        lines.iter().any(|line| line.starts_with(&gap)),
+        "{gap:?} in {lines:?}"
+    );
+    assert!(
+        lines.last().unwrap().starts_with("FAILED 1 problems"),
+        "{lines:?}"
+    );
+
+    let config = EngineConfig {
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(&data, config).unwrap();
+    let refused = engine.describe_partition("t", 0).unwrap_err();
+    assert!(
+        refused.to_string().contains("leaves an offset gap"),
+        "{refused}"
+    );
+    engine.close().unwrap();
+}
+
+#[test]
+fn verify_reports_each_misnamed_segment_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    produce(&data, "t", &[], "a\nb\n");
+    let partition = data.join("t-0");
+    let log = partition.join("00000000000000000000.log");
+    let misnamed = [
+        partition.join("123.log"),
+        partition.join("00000000000000000abc.log"),
+        partition.join("00000000000000000abc.index"),
+    ];
+    for name in &misnamed {
+        fs::copy(&log, name).unwrap();
+    }
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    for name in &misnamed {
+        let reported = format!("{}: misnamed segment file", name.display());
+        assert!(
+            lines.iter().any(|line| line.starts_with(&reported)),
+            "{reported:?} in {lines:?}"
+        );
+    }
+    let summary = lines.last().unwrap();
+    assert!(
+        summary.starts_with("FAILED 3 problems in 1 segments, "),
+        "{summary}"
+    );
+}
