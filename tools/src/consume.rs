@@ -82,7 +82,7 @@ fn consume_partition(topic: TopicName, partition: u32, args: &ConsumeArgs) -> an
         .with_context(|| format!("cannot consume {}", reader.topic_partition))
 }
 
-/// Reads one partition's files; `refresh` reads them again, to see what was appended since.
+/// Reads one partition's files (again, with `--follow`, to see what was appended since).
 struct PartitionReader {
     view: DataDirView,
     topic_partition: TopicPartition,
@@ -108,9 +108,12 @@ impl PartitionReader {
         self.files.read_from(offset, FETCH_MAX_BYTES)
     }
 
-    fn refresh(&mut self) -> anyhow::Result<()> {
+    /// `--follow` at the log end: waits, reads the files again, and returns the offset to read
+    /// next (past records that retention deleted meanwhile).
+    fn wait_for_records(&mut self, next_offset: u64) -> anyhow::Result<u64> {
+        thread::sleep(FOLLOW_POLL_INTERVAL);
         self.files = self.view.partition(&self.topic_partition)?;
-        Ok(())
+        Ok(next_offset.max(self.files.log_start_offset))
     }
 }
 
@@ -127,10 +130,7 @@ fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Re
             if !args.follow {
                 return Ok(());
             }
-            thread::sleep(FOLLOW_POLL_INTERVAL);
-            reader.refresh()?;
-            // Retention may have deleted records not yet read.
-            next_offset = next_offset.max(reader.files.log_start_offset);
+            next_offset = reader.wait_for_records(next_offset)?;
             continue;
         }
         let fetched_from = next_offset;

@@ -4,8 +4,8 @@
 //! Sealed segments are read as they are. The last (active) segment is read up to its last whole,
 //! CRC-valid batch: what lies after it — a torn tail, prewritten or reserved space, or a batch a
 //! running engine is writing right now — is not part of the log yet, and is no error for a reader.
-//! Positions come from the `.index` when it holds a usable entry (a few reads of 8 bytes), else from
-//! a scan of batch headers from the start of the segment.
+//! Positions come from the `.index` when it holds a usable entry (a few reads of 8 bytes), else
+//! from a scan of batch headers from the start of the segment.
 
 use std::path::{Path, PathBuf};
 

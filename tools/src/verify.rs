@@ -95,8 +95,8 @@ struct Targets {
 }
 
 /// `dir` itself when it is a partition directory (it holds segment files, or is named like one and
-/// lies in a data directory), else the partition directories of the data directory `dir`. Anything else
-/// is refused.
+/// lies in a data directory), else the partition directories of the data directory `dir`. Anything
+/// else is refused.
 fn targets(dir: &Path) -> anyhow::Result<Targets> {
     let parent = dir.parent().map(Path::to_owned).unwrap_or_default();
     let single = Targets {
@@ -154,7 +154,8 @@ fn segment_files(dir: &Path, report: &mut Report) -> anyhow::Result<SegmentFiles
                 report.problem_in_file(
                     &dir.join(&name),
                     "misnamed segment file: segment files are named by a 20-digit base offset \
-                     (e.g. 00000000000000000123.log), so the log ignores this one and any batches in it",
+                     (e.g. 00000000000000000123.log), so the log ignores this one and any \
+                     batches in it",
                 );
             }
             continue;
