@@ -104,6 +104,7 @@ impl DataDirView {
                 durable_offset: Offset(view.durable_offset),
                 size_bytes: view.size_bytes(),
                 segment_count: view.segments.len(),
+                offline: None,
             });
         }
         Ok(TopicDescription {
