@@ -36,6 +36,8 @@ pub struct LogDir {
     had_clean_shutdown: bool,
     recovery_points: BTreeMap<TopicPartition, Offset>,
     log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    /// The generation of the checkpoints last read or written.
+    checkpoint_generation: u64,
     partitions: BTreeMap<TopicPartition, PartitionLog>,
     recovery_reports: BTreeMap<TopicPartition, RecoveryReport>,
     _lock: File,
@@ -54,12 +56,10 @@ impl LogDir {
             .map_err(|source| StorageError::io("create directory", root, source))?;
         let lock = lock_dir(root)?;
         let marker = root.join(CLEAN_SHUTDOWN_MARKER);
-        let had_clean_shutdown = storage.exists(&marker);
-        let recovery_points =
-            read_checkpoint(storage.as_ref(), &root.join(RECOVERY_POINT_CHECKPOINT))?;
-        let log_start_offsets =
-            read_checkpoint(storage.as_ref(), &root.join(LOG_START_OFFSET_CHECKPOINT))?;
-        if had_clean_shutdown {
+        let marker_found = storage.exists(&marker);
+        let checkpoints = read_open_checkpoints(storage.as_ref(), root)?;
+        let had_clean_shutdown = marker_found && checkpoints.trusted;
+        if marker_found {
             storage
                 .remove_file(&marker)
                 .map_err(|source| StorageError::io("remove", &marker, source))?;
@@ -70,8 +70,9 @@ impl LogDir {
             storage,
             default_config,
             had_clean_shutdown,
-            recovery_points,
-            log_start_offsets,
+            recovery_points: checkpoints.recovery_points,
+            log_start_offsets: checkpoints.log_start_offsets,
+            checkpoint_generation: checkpoints.generation,
             partitions: BTreeMap::new(),
             recovery_reports: BTreeMap::new(),
             _lock: lock,
@@ -195,18 +196,24 @@ impl LogDir {
                 .insert(tp.clone(), log.log_start_offset());
         }
         let storage = self.storage.as_ref();
+        // Advanced once written: a failed write is retried over the same (older) copy.
+        let generation = self.checkpoint_generation + 1;
         write_checkpoint(
             storage,
             &self.root,
             RECOVERY_POINT_CHECKPOINT,
+            generation,
             &self.recovery_points,
         )?;
         write_checkpoint(
             storage,
             &self.root,
             LOG_START_OFFSET_CHECKPOINT,
+            generation,
             &self.log_start_offsets,
-        )
+        )?;
+        self.checkpoint_generation = generation;
+        Ok(())
     }
 
     /// After an unclean shutdown, opens (and so recovers) every partition not opened since: the
@@ -272,8 +279,6 @@ pub(crate) fn lock_dir(root: &Path) -> Result<File, OpenError> {
     }
 }
 
-/// Reads a checkpoint; a missing file is empty. A corrupt one is also treated as empty, which is
-/// safe: every partition is then recovered from its first segment.
 /// Files read whole (checkpoints, the topic registry) are at most this large.
 const SMALL_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
@@ -293,24 +298,153 @@ pub(crate) fn read_small_file(storage: &dyn Storage, path: &Path) -> Result<Vec<
     Ok(bytes)
 }
 
-pub(crate) fn read_checkpoint(
-    storage: &dyn Storage,
-    path: &Path,
-) -> Result<BTreeMap<TopicPartition, Offset>, StorageError> {
-    if !storage.exists(path) {
-        return Ok(BTreeMap::new());
-    }
-    let bytes = read_small_file(storage, path)?;
-    Ok(checkpoint::decode_offsets(&bytes).unwrap_or_default())
+/// What the recovery-point and log-start-offset checkpoints say at open.
+#[derive(Debug)]
+pub(crate) struct OpenCheckpoints {
+    pub recovery_points: BTreeMap<TopicPartition, Offset>,
+    pub log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    /// The newest generation read (the next write is one more).
+    pub generation: u64,
+    /// False when either checkpoint had no valid copy: then every partition opens through full
+    /// recovery, whatever the clean-shutdown marker says.
+    pub trusted: bool,
 }
 
-/// Kafka's checkpoint protocol: write `<file>.tmp`, fsync it, rename over `<file>`, fsync the dir.
+/// Reads both checkpoints; when one has copies and none is valid, warns once, naming what may
+/// reappear, and leaves the partitions to full recovery.
+pub(crate) fn read_open_checkpoints(
+    storage: &dyn Storage,
+    root: &Path,
+) -> Result<OpenCheckpoints, StorageError> {
+    let recovery = read_checkpoint(storage, root, RECOVERY_POINT_CHECKPOINT)?;
+    let log_start = read_checkpoint(storage, root, LOG_START_OFFSET_CHECKPOINT)?;
+    let trusted = recovery.lost.is_none() && log_start.lost.is_none();
+    if !trusted {
+        let causes: Vec<&str> = [&recovery.lost, &log_start.lost]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        log::warn!(
+            "{}: no valid checkpoint copy ({}); every partition opens through full recovery from \
+             its first segment, and records that retention or delete_records removed from a \
+             partition's first segment may reappear",
+            root.display(),
+            causes.join("; ")
+        );
+    }
+    Ok(OpenCheckpoints {
+        generation: recovery.generation.max(log_start.generation),
+        recovery_points: recovery.offsets,
+        log_start_offsets: log_start.offsets,
+        trusted,
+    })
+}
+
+/// A checkpoint as read at open: the offsets of its newest valid copy (FORMAT.md § Checkpoints).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointRead {
+    pub offsets: BTreeMap<TopicPartition, Offset>,
+    /// The copy's generation (0 with no copy).
+    pub generation: u64,
+    /// Why no copy could be used, when copies exist and none is valid: `offsets` is then
+    /// empty, and the caller must not trust what the checkpoint held.
+    pub lost: Option<String>,
+}
+
+/// Reads checkpoint `name` in `root` ([`choose_checkpoint`]). Only I/O errors fail; a
+/// checkpoint that cannot be used is reported in [`CheckpointRead::lost`].
+pub fn read_checkpoint(
+    storage: &dyn Storage,
+    root: &Path,
+    name: &str,
+) -> Result<CheckpointRead, StorageError> {
+    let read = |name: &str| -> Result<Option<(String, Vec<u8>)>, StorageError> {
+        let path = root.join(name);
+        match storage.exists(&path) {
+            true => Ok(Some((name.to_owned(), read_small_file(storage, &path)?))),
+            false => Ok(None),
+        }
+    };
+    let mut copies = Vec::with_capacity(2);
+    for copy in checkpoint_copy_names(name) {
+        copies.extend(read(&copy)?);
+    }
+    let kafka_file = match copies.is_empty() {
+        true => read(name)?,
+        false => None,
+    };
+    Ok(choose_checkpoint(&copies, kafka_file))
+}
+
+/// What a checkpoint holds, from the contents of its copies found (name, bytes): the valid copy
+/// of the highest generation; with no copy at all (a new directory, or one Kafka wrote), Kafka's
+/// own file, if it decodes.
+pub fn choose_checkpoint(
+    copies: &[(String, Vec<u8>)],
+    kafka_file: Option<(String, Vec<u8>)>,
+) -> CheckpointRead {
+    let mut newest: Option<(u64, BTreeMap<TopicPartition, Offset>)> = None;
+    let mut problems = Vec::new();
+    for (name, bytes) in copies {
+        match checkpoint::decode_copy(bytes) {
+            Ok((generation, offsets)) => {
+                if newest
+                    .as_ref()
+                    .is_none_or(|(newest, _)| generation > *newest)
+                {
+                    newest = Some((generation, offsets));
+                }
+            }
+            Err(error) => problems.push(format!("{name}: {error}")),
+        }
+    }
+    match (newest, kafka_file) {
+        (Some((generation, offsets)), _) => CheckpointRead {
+            offsets,
+            generation,
+            lost: None,
+        },
+        (None, _) if !problems.is_empty() => CheckpointRead {
+            lost: Some(problems.join("; ")),
+            ..CheckpointRead::default()
+        },
+        (None, None) => CheckpointRead::default(),
+        (None, Some((name, bytes))) => match checkpoint::decode_offsets(&bytes) {
+            Ok(offsets) => CheckpointRead {
+                offsets,
+                ..CheckpointRead::default()
+            },
+            Err(error) => CheckpointRead {
+                lost: Some(format!("{name}: {error}")),
+                ..CheckpointRead::default()
+            },
+        },
+    }
+}
+
+/// The names of checkpoint `name`'s two copies; generation `g` goes to copy `g % 2`.
+pub fn checkpoint_copy_names(name: &str) -> [String; 2] {
+    [format!("{name}.0"), format!("{name}.1")]
+}
+
+/// Writes checkpoint `name` as generation `generation`: its copy first (over the older copy,
+/// synced; the newer one stays valid if this write is cut short), then Kafka's own file with
+/// Kafka's protocol — write `<file>.tmp`, fsync it, rename over `<file>`, fsync the directory.
 pub(crate) fn write_checkpoint(
     storage: &dyn Storage,
     root: &Path,
     name: &str,
+    generation: u64,
     offsets: &BTreeMap<TopicPartition, Offset>,
 ) -> Result<(), StorageError> {
+    let [even, odd] = checkpoint_copy_names(name);
+    let copy = root.join(if generation.is_multiple_of(2) { even } else { odd });
+    write_durably(
+        storage,
+        &copy,
+        checkpoint::encode_copy(generation, offsets).as_bytes(),
+    )?;
     let path = root.join(name);
     let tmp = root.join(format!("{name}{CHECKPOINT_TMP_SUFFIX}"));
     write_durably(
@@ -323,6 +457,7 @@ pub(crate) fn write_checkpoint(
         .rename(&tmp, &path)
         .map_err(|source| StorageError::io("rename", &tmp, source))?;
     failpoint!("checkpoint.after_rename");
+    // Also makes a new copy's name durable.
     sync_dir(storage, root)
 }
 

@@ -669,7 +669,11 @@ fn coalesced_appends_index_exactly_as_recovery_rebuilds_even_across_index_full_r
         std::fs::remove_file(partition_dir.join(name)).unwrap();
     }
     std::fs::remove_file(dir.path().join(".kafka_cleanshutdown")).unwrap();
-    std::fs::remove_file(dir.path().join("recovery-point-offset-checkpoint")).unwrap();
+    // Kafka's file and seglog's copies (one or two).
+    for name in [".0", ".1", ""].map(|copy| format!("recovery-point-offset-checkpoint{copy}")) {
+        let _ = std::fs::remove_file(dir.path().join(name));
+    }
+    assert!(!dir.path().join("recovery-point-offset-checkpoint").exists());
     let engine = Engine::open(dir.path(), config(1)).unwrap();
     let values: Vec<String> = read_values(&engine, &topic, 0)
         .into_iter()

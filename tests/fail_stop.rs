@@ -1,4 +1,4 @@
-//! Fail-stop on storage errors (issue 41, items 1 and 2; RELIABILITY.md R20, R21), on the
+//! Fail-stop on storage errors (issue 41, items 1 and 2; RELIABILITY.md R26, R27), on the
 //! simulated disk: a failed write, sync or rename takes its partition offline — appends and
 //! fetches fail with `StorageError::Offline` while the other partitions serve — and nothing
 //! forgets it: not an eviction to bound open files, not a checkpoint, not the clean-shutdown

@@ -37,6 +37,17 @@ const TOPIC: &str = "events";
 const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 
+/// Removes the recovery-point checkpoint: Kafka's file and seglog's two copies.
+fn remove_recovery_point_checkpoint(dir: &Path) {
+    fs::remove_file(dir.join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+    for copy in ["0", "1"] {
+        let path = dir.join(format!("{RECOVERY_POINT_CHECKPOINT}.{copy}"));
+        if path.exists() {
+            fs::remove_file(path).unwrap();
+        }
+    }
+}
+
 fn config() -> LogConfig {
     LogConfig {
         segment_bytes: 1024,
@@ -573,7 +584,7 @@ fn an_unclean_reopen_of_an_undamaged_log_loses_nothing() {
     let crashed = CrashedLog::new();
     let (work, _) = crashed.copy();
     // Without the recovery-point checkpoint every segment is re-validated.
-    fs::remove_file(work.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+    remove_recovery_point_checkpoint(work.path());
     let mut log_dir = open_dir(work.path());
     let log = log_dir.partition(&topic(), 0).unwrap();
     let segments = log.segment_count();
@@ -838,7 +849,7 @@ fn cut_sealed_segment(
     let (work, dir) = closed.copy();
     fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
     if recovery_point.is_none() {
-        fs::remove_file(work.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+        remove_recovery_point_checkpoint(work.path());
     }
     let logs = segment_logs(&dir);
     let (victim_base, next_base) = (base_of(&logs[1]), base_of(&logs[2]));
@@ -920,7 +931,7 @@ fn a_corrupt_middle_segment_fails_the_partition_and_nothing_is_truncated() {
     let (work, dir) = closed.copy();
     // Recovery must start at offset 0: no clean-shutdown marker, no recovery point.
     fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
-    fs::remove_file(work.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+    remove_recovery_point_checkpoint(work.path());
     let logs = segment_logs(&dir);
     assert_eq!(logs.len(), closed.segment_count);
     let victim = &logs[1];
@@ -987,7 +998,7 @@ fn a_corrupt_batch_followed_in_its_sector_by_a_valid_one_is_refused() {
     let closed = ClosedLog::new();
     let (work, dir) = closed.copy();
     fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
-    fs::remove_file(work.path().join(RECOVERY_POINT_CHECKPOINT)).unwrap();
+    remove_recovery_point_checkpoint(work.path());
     let logs = segment_logs(&dir);
     let victim = logs.last().unwrap();
     let victim_base = base_of(victim);

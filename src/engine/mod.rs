@@ -44,7 +44,8 @@ use crate::index::time_index::TimestampOffset;
 use crate::io::{IoBackend, Storage};
 use crate::log::{AppendInfo, DigestBudget, FetchData, ValidatedBatches};
 use crate::log_dir::{
-    CLEAN_SHUTDOWN_CONTENT, lock_dir, read_checkpoint, sync_dir, write_checkpoint, write_durably,
+    CLEAN_SHUTDOWN_CONTENT, lock_dir, read_checkpoint, read_open_checkpoints, sync_dir,
+    write_checkpoint, write_durably,
 };
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
@@ -376,6 +377,8 @@ struct Inner {
 struct Checkpoints {
     recovery_points: BTreeMap<TopicPartition, Offset>,
     log_start_offsets: BTreeMap<TopicPartition, Offset>,
+    /// The generation of the checkpoint files last read or written (FORMAT.md § Checkpoints).
+    generation: u64,
 }
 
 impl std::fmt::Debug for Inner {
@@ -415,19 +418,23 @@ impl Engine {
             .create_dir_all(&root)
             .map_err(|source| StorageError::io("create directory", &root, source))?;
         let lock = lock_dir(&root)?;
-        let had_clean_shutdown = take_clean_shutdown_marker(storage.as_ref(), &root)?;
+        let marker_found = take_clean_shutdown_marker(storage.as_ref(), &root)?;
+        let read = read_open_checkpoints(storage.as_ref(), &root)?;
+        let had_clean_shutdown = marker_found && read.trusted;
+        let cleaner_read = read_checkpoint(storage.as_ref(), &root, CLEANER_OFFSET_CHECKPOINT)?;
+        if let Some(cause) = &cleaner_read.lost {
+            log::warn!(
+                "{}: no valid cleaner checkpoint copy ({cause}); the cleaner cleans every \
+                 compacted partition from its start again",
+                root.display()
+            );
+        }
+        let first_dirty_offsets = cleaner_read.offsets;
         let checkpoints = Checkpoints {
-            recovery_points: read_checkpoint(
-                storage.as_ref(),
-                &root.join(RECOVERY_POINT_CHECKPOINT),
-            )?,
-            log_start_offsets: read_checkpoint(
-                storage.as_ref(),
-                &root.join(LOG_START_OFFSET_CHECKPOINT),
-            )?,
+            recovery_points: read.recovery_points,
+            log_start_offsets: read.log_start_offsets,
+            generation: read.generation.max(cleaner_read.generation),
         };
-        let first_dirty_offsets =
-            read_checkpoint(storage.as_ref(), &root.join(CLEANER_OFFSET_CHECKPOINT))?;
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
         let inflight_bytes = Arc::new(AtomicU64::new(0));
@@ -1100,7 +1107,7 @@ impl Engine {
         for pending in pendings {
             merge_checkpoints(&mut admin, pending.wait()?);
         }
-        Ok(self.write_checkpoints(&admin)?)
+        Ok(self.write_checkpoints(&mut admin)?)
     }
 
     /// Closes every partition cleanly, writes the checkpoints and the clean-shutdown marker, and
@@ -1161,7 +1168,7 @@ impl Engine {
             }
             .into());
         }
-        self.write_checkpoints(&admin)?;
+        self.write_checkpoints(&mut admin)?;
         if let Some(error) = offline_error(&self.inner.root, offline) {
             return Err(error.into());
         }
@@ -1258,7 +1265,7 @@ impl Engine {
 
     /// Writes the checkpoint files; a failure takes the data directory offline (which recovery
     /// points and log start offsets the device holds is unknown).
-    fn write_checkpoints(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
+    fn write_checkpoints(&self, checkpoints: &mut Checkpoints) -> Result<(), StorageError> {
         let result = self.write_checkpoint_files(checkpoints);
         if let Err(error) = &result {
             log::error!(
@@ -1274,21 +1281,11 @@ impl Engine {
         result
     }
 
-    fn write_checkpoint_files(&self, checkpoints: &Checkpoints) -> Result<(), StorageError> {
+    fn write_checkpoint_files(&self, checkpoints: &mut Checkpoints) -> Result<(), StorageError> {
         let storage = self.inner.storage.as_ref();
         let root = &self.inner.root;
-        write_checkpoint(
-            storage,
-            root,
-            RECOVERY_POINT_CHECKPOINT,
-            &checkpoints.recovery_points,
-        )?;
-        write_checkpoint(
-            storage,
-            root,
-            LOG_START_OFFSET_CHECKPOINT,
-            &checkpoints.log_start_offsets,
-        )?;
+        // Advanced once written: a failed write is retried over the same (older) copy.
+        let generation = checkpoints.generation + 1;
         let first_dirty_offsets = self
             .inner
             .cleaner
@@ -1296,12 +1293,16 @@ impl Engine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        write_checkpoint(
-            storage,
-            root,
-            CLEANER_OFFSET_CHECKPOINT,
-            &first_dirty_offsets,
-        )
+        let files = [
+            (RECOVERY_POINT_CHECKPOINT, &checkpoints.recovery_points),
+            (LOG_START_OFFSET_CHECKPOINT, &checkpoints.log_start_offsets),
+            (CLEANER_OFFSET_CHECKPOINT, &first_dirty_offsets),
+        ];
+        for (name, offsets) in files {
+            write_checkpoint(storage, root, name, generation, offsets)?;
+        }
+        checkpoints.generation = generation;
+        Ok(())
     }
 }
 

@@ -1,15 +1,24 @@
 //! Offset checkpoint files (FORMAT.md § Checkpoints; Kafka's `CheckpointFile` and
 //! `OffsetCheckpointFile`): a text file of `0` (version), the entry count, then one
 //! `topic partition offset` line per partition.
+//!
+//! seglog keeps each checkpoint in two more copies, `<name>.0` and `<name>.1`, written
+//! alternately: Kafka's text behind one header line, `seglog-checkpoint 1 <generation> <crc>`,
+//! where `<crc>` is the CRC-32C (8 hex digits) of the generation (8 bytes, big-endian) followed by
+//! the text. The valid copy of the highest generation wins; Kafka's own file is for Kafka's tools.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use thiserror::Error;
 
+use crate::format::crc::crc32c;
 use crate::types::{Offset, TopicName, TopicPartition};
 
 const CHECKPOINT_VERSION: &str = "0";
+/// The first word of a copy's header line, and its format version.
+const COPY_MAGIC: &str = "seglog-checkpoint";
+const COPY_VERSION: &str = "1";
 
 /// Why a checkpoint file cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -23,6 +32,48 @@ pub enum CheckpointError {
     Malformed { line: usize, reason: &'static str },
     #[error("checkpoint declares {declared} entries but holds {found}")]
     EntryCount { declared: usize, found: usize },
+    #[error("the copy's header is not `{COPY_MAGIC} {COPY_VERSION} <generation> <crc>`")]
+    CopyHeader,
+    #[error("the copy's checksum {stored:08x} does not match its contents ({computed:08x})")]
+    Checksum { stored: u32, computed: u32 },
+}
+
+/// A checkpoint copy's contents: Kafka's text under a header with its generation and checksum.
+pub fn encode_copy(generation: u64, offsets: &BTreeMap<TopicPartition, Offset>) -> String {
+    let body = encode_offsets(offsets);
+    let crc = copy_crc(generation, body.as_bytes());
+    format!("{COPY_MAGIC} {COPY_VERSION} {generation} {crc:08x}\n{body}")
+}
+
+/// Decodes a copy written by [`encode_copy`]: its generation and offsets, once its checksum
+/// matches.
+pub fn decode_copy(
+    bytes: &[u8],
+) -> Result<(u64, BTreeMap<TopicPartition, Offset>), CheckpointError> {
+    let mut parts = bytes.splitn(2, |byte| *byte == b'\n');
+    let header = parts.next().ok_or(CheckpointError::CopyHeader)?;
+    let body = parts.next().ok_or(CheckpointError::CopyHeader)?;
+    let header = std::str::from_utf8(header).map_err(|_| CheckpointError::CopyHeader)?;
+    let fields: Vec<&str> = header.split(' ').collect();
+    let [COPY_MAGIC, COPY_VERSION, generation, crc] = fields.as_slice() else {
+        return Err(CheckpointError::CopyHeader);
+    };
+    let generation: u64 = generation
+        .parse()
+        .map_err(|_| CheckpointError::CopyHeader)?;
+    let stored = u32::from_str_radix(crc, 16).map_err(|_| CheckpointError::CopyHeader)?;
+    let computed = copy_crc(generation, body);
+    if stored != computed || crc.len() != 8 {
+        return Err(CheckpointError::Checksum { stored, computed });
+    }
+    Ok((generation, decode_offsets(body)?))
+}
+
+fn copy_crc(generation: u64, body: &[u8]) -> u32 {
+    let mut covered = Vec::with_capacity(8 + body.len());
+    covered.extend_from_slice(&generation.to_be_bytes());
+    covered.extend_from_slice(body);
+    crc32c(&covered)
 }
 
 /// Encodes `offsets` in Kafka's text format.
@@ -90,6 +141,7 @@ fn decode_entry(line: &str) -> Option<(TopicPartition, Offset)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -108,6 +160,28 @@ mod tests {
         let text = encode_offsets(&offsets);
         assert_eq!(text, "0\n2\norders 0 42\norders 1 7\n");
         assert_eq!(decode_offsets(text.as_bytes()).unwrap(), offsets);
+    }
+
+    #[test]
+    fn a_copy_round_trips_and_any_flipped_byte_fails_its_checksum_or_header() {
+        let mut offsets = BTreeMap::new();
+        offsets.insert(tp("orders", 0), Offset(42));
+        offsets.insert(tp("orders", 1), Offset(7));
+        let copy = encode_copy(9, &offsets);
+        assert!(copy.starts_with("seglog-checkpoint 1 9 "));
+        assert!(copy.ends_with("0\n2\norders 0 42\norders 1 7\n"));
+        assert_eq!(decode_copy(copy.as_bytes()).unwrap(), (9, offsets));
+        for position in 0..copy.len() {
+            let mut bytes = copy.clone().into_bytes();
+            bytes[position] ^= 0x01;
+            assert!(decode_copy(&bytes).is_err(), "byte {position} flipped");
+        }
+        for length in 0..copy.len() {
+            assert!(
+                decode_copy(&copy.as_bytes()[..length]).is_err(),
+                "cut at {length}"
+            );
+        }
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! creates, truncates, renames and adopts nothing. It shows what the engine would open: the topics
 //! of the registry `seglog-topics`, plus the partition directories the registry does not list
 //! (a directory Kafka wrote), with the default configuration, as the engine adopts them — but
-//! adopts nothing itself. Checkpoints give each partition's log start offset and recovery point; a
-//! corrupt one counts as missing, as the engine counts it. Partitions are read by
+//! adopts nothing itself. Checkpoints give each partition's log start offset and recovery point,
+//! chosen from their copies as the engine chooses them. Partitions are read by
 //! [`PartitionView`]: leftovers of an interrupted delete or compaction are not settled, and the
 //! active segment ends at its last whole valid batch.
 
@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use seglog::config::LogConfig;
 use seglog::engine::{PartitionDescription, TopicDescription, TopicMetadata};
-use seglog::format::checkpoint::decode_offsets;
 use seglog::format::file_name::{
     CLEAN_SHUTDOWN_MARKER, DELETE_DIR_SUFFIX, LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT, TOPIC_REGISTRY, parse_partition_dir_name, partition_dir_name,
 };
 use seglog::format::topics::{TopicEntry, decode};
+use seglog::log_dir::{CheckpointRead, checkpoint_copy_names, choose_checkpoint};
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::data_dir::{list_names, require_data_dir};
@@ -46,12 +46,16 @@ impl DataDirView {
         require_data_dir(root)?;
         let mut topics = read_registry(root)?;
         add_unregistered_partitions(root, &mut topics)?;
+        let recovery = read_checkpoint(root, RECOVERY_POINT_CHECKPOINT)?;
+        let log_start = read_checkpoint(root, LOG_START_OFFSET_CHECKPOINT)?;
+        // As the engine: with a checkpoint lost, nothing is trusted as closed cleanly.
+        let trusted = recovery.lost.is_none() && log_start.lost.is_none();
         Ok(DataDirView {
             root: root.to_owned(),
             topics,
-            recovery_points: read_checkpoint(&root.join(RECOVERY_POINT_CHECKPOINT))?,
-            log_start_offsets: read_checkpoint(&root.join(LOG_START_OFFSET_CHECKPOINT))?,
-            closed_cleanly: root.join(CLEAN_SHUTDOWN_MARKER).exists(),
+            recovery_points: recovery.offsets,
+            log_start_offsets: log_start.offsets,
+            closed_cleanly: trusted && root.join(CLEAN_SHUTDOWN_MARKER).exists(),
         })
     }
 
@@ -173,12 +177,24 @@ fn add_unregistered_partitions(
     Ok(())
 }
 
-/// A checkpoint's offsets; a missing or corrupt one is empty (the engine then recovers every
-/// partition from its first segment).
-fn read_checkpoint(path: &Path) -> anyhow::Result<BTreeMap<TopicPartition, Offset>> {
-    if !path.exists() {
-        return Ok(BTreeMap::new());
+/// Checkpoint `name` of the data directory `root`, chosen as the engine chooses it
+/// (`seglog::log_dir::choose_checkpoint`): a lost one has no offsets, and says why.
+pub fn read_checkpoint(root: &Path, name: &str) -> anyhow::Result<CheckpointRead> {
+    let read = |name: &str| -> anyhow::Result<Option<(String, Vec<u8>)>> {
+        let path = root.join(name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Some((name.to_owned(), bytes)))
+    };
+    let mut copies = Vec::with_capacity(2);
+    for copy in checkpoint_copy_names(name) {
+        copies.extend(read(&copy)?);
     }
-    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(decode_offsets(&bytes).unwrap_or_default())
+    let kafka_file = match copies.is_empty() {
+        true => read(name)?,
+        false => None,
+    };
+    Ok(choose_checkpoint(&copies, kafka_file))
 }

@@ -18,14 +18,15 @@ use anyhow::Context;
 use seglog::config::LogConfig;
 use seglog::engine::TopicMetadata;
 use seglog::format::file_name::{
-    FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
+    CLEANER_OFFSET_CHECKPOINT, FileState, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+    SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
 use seglog::types::TopicName;
 
 use crate::Outcome;
 use crate::args::VerifyArgs;
 use crate::data_dir::{DirState, inspect, list_names, require_data_dir};
-use crate::dir_view::read_registry;
+use crate::dir_view::{read_checkpoint, read_registry};
 use crate::index_check::{
     IndexBytes, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES, check_offset_entry, check_time_entry,
 };
@@ -67,6 +68,9 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
             BTreeMap::new()
         }
     };
+    if targets.whole_directory {
+        verify_checkpoints(&targets.root, &mut report)?;
+    }
     for partition_dir in &targets.partition_dirs {
         let config = topic_config(&topics, partition_dir);
         verify_partition(partition_dir, &config, &mut report)?;
@@ -92,6 +96,8 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
 struct Targets {
     root: PathBuf,
     partition_dirs: Vec<PathBuf>,
+    /// The whole data directory, not one partition of it.
+    whole_directory: bool,
 }
 
 /// `dir` itself when it is a partition directory (it holds segment files, or is named like one and
@@ -102,6 +108,7 @@ fn targets(dir: &Path) -> anyhow::Result<Targets> {
     let single = Targets {
         root: parent.clone(),
         partition_dirs: vec![dir.to_owned()],
+        whole_directory: false,
     };
     if dir.is_dir()
         && list_names(dir)?
@@ -128,7 +135,26 @@ fn targets(dir: &Path) -> anyhow::Result<Targets> {
     Ok(Targets {
         root: dir.to_owned(),
         partition_dirs,
+        whole_directory: true,
     })
+}
+
+/// A checkpoint with copies none of which is valid: the engine opens every partition through
+/// full recovery, and what the checkpoint held is lost.
+fn verify_checkpoints(root: &Path, report: &mut Report) -> anyhow::Result<()> {
+    for name in [
+        RECOVERY_POINT_CHECKPOINT,
+        LOG_START_OFFSET_CHECKPOINT,
+        CLEANER_OFFSET_CHECKPOINT,
+    ] {
+        if let Some(cause) = read_checkpoint(root, name)?.lost {
+            report.problem_in_file(
+                &root.join(name),
+                format!("no valid copy ({cause}); the next open recovers every partition in full, and records removed below a log start offset may reappear"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The configuration of the partition in `partition_dir`: the registry's, else the default (as the

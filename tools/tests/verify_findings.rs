@@ -148,3 +148,39 @@ fn verify_reports_each_misnamed_segment_file() {
         "{summary}"
     );
 }
+
+/// Issue 41, item 3: a checkpoint whose copies are all corrupt is reported (the engine would
+/// open every partition through full recovery), and one valid copy is enough.
+#[test]
+fn verify_reports_a_checkpoint_with_no_valid_copy_and_accepts_one_valid_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    produce(&data, "t", &[], "a\nb\n");
+    let copies = [
+        "recovery-point-offset-checkpoint.0",
+        "recovery-point-offset-checkpoint.1",
+    ]
+    .map(|name| data.join(name));
+    let present: Vec<&PathBuf> = copies.iter().filter(|copy| copy.exists()).collect();
+    assert!(!present.is_empty(), "the engine writes checkpoint copies");
+    fs::write(present[0], b"seglog-checkpoint 1 7 00000000\n0\n0\n").unwrap();
+    if present.len() == 1 {
+        let output = run(&["verify", "--dir", path_arg(&data)]);
+        assert_eq!(output.status.code(), Some(1), "{:?}", stdout_lines(&output));
+    } else {
+        let output = run(&["verify", "--dir", path_arg(&data)]);
+        assert_success(&output);
+        fs::write(present[1], b"torn").unwrap();
+    }
+    let output = run(&["verify", "--dir", path_arg(&data)]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stdout_lines(&output);
+    let reported = format!(
+        "{}: no valid copy (",
+        data.join("recovery-point-offset-checkpoint").display()
+    );
+    assert!(
+        lines.iter().any(|line| line.starts_with(&reported)),
+        "{reported:?} in {lines:?}"
+    );
+}
