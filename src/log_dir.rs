@@ -439,7 +439,11 @@ pub(crate) fn write_checkpoint(
     offsets: &BTreeMap<TopicPartition, Offset>,
 ) -> Result<(), StorageError> {
     let [even, odd] = checkpoint_copy_names(name);
-    let copy = root.join(if generation.is_multiple_of(2) { even } else { odd });
+    let copy = root.join(if generation.is_multiple_of(2) {
+        even
+    } else {
+        odd
+    });
     write_durably(
         storage,
         &copy,

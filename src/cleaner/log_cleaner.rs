@@ -24,6 +24,7 @@ use crate::format::BatchHeader;
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::io::{OpenMode, Storage, StorageFile};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
+use crate::segment::Segment;
 use crate::segment::scan::{LogScanner, ScanStep};
 use crate::types::{Offset, TimestampMs, TopicPartition};
 
@@ -284,6 +285,9 @@ impl LogCleaner<'_> {
             (self.throttle)(written);
         }
         let bytes_after = writer.finish()?;
+        // Checked and indexed here, off the owner's thread: the swap then reads nothing.
+        let now = TimestampMs::now();
+        Segment::prepare_cleaned(self.storage, &log.dir, first.base_offset, &log.config, now)?;
         failpoint!("compaction.after_cleaned_written");
         Ok(Some(CleanedGroup {
             log_instance: log.log_instance,
@@ -385,7 +389,12 @@ impl SegmentReader {
         dir: &Path,
         segment: &SealedSegment,
     ) -> Result<Option<SegmentReader>, StorageError> {
-        let path = segment_file(dir, segment.base_offset, FileState::Live);
+        let path = segment_file(
+            dir,
+            segment.base_offset,
+            SegmentFileKind::Log,
+            FileState::Live,
+        );
         match storage.open(&path, OpenMode::Existing) {
             Ok(file) => Ok(Some(SegmentReader {
                 path,
@@ -450,7 +459,7 @@ impl CleanedWriter {
         dir: &Path,
         base_offset: Offset,
     ) -> Result<Self, StorageError> {
-        let path = segment_file(dir, base_offset, FileState::Cleaned);
+        let path = segment_file(dir, base_offset, SegmentFileKind::Log, FileState::Cleaned);
         let file = storage
             .open(&path, OpenMode::CreateOrOpen)
             .map_err(|source| StorageError::io("create", &path, source))?;
@@ -491,23 +500,31 @@ impl CleanedWriter {
     }
 }
 
-/// Removes a `.cleaned` file that will not be swapped in (missing already is fine).
+/// Removes the `.cleaned` files that will not be swapped in (missing already is fine).
 fn remove_cleaned(
     storage: &dyn Storage,
     dir: &Path,
     base_offset: Offset,
 ) -> Result<(), StorageError> {
-    let path = segment_file(dir, base_offset, FileState::Cleaned);
-    match storage.remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(StorageError::io("remove", &path, source)),
+    for kind in SegmentFileKind::ALL {
+        let path = segment_file(dir, base_offset, kind, FileState::Cleaned);
+        match storage.remove_file(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StorageError::io("remove", &path, source)),
+        }
     }
+    Ok(())
 }
 
-/// The path of the `.log` of the segment at `base_offset` in `state`.
-pub(crate) fn segment_file(dir: &Path, base_offset: Offset, state: FileState) -> PathBuf {
-    SegmentFileName::live(base_offset, SegmentFileKind::Log)
+/// The path of the `kind` file of the segment at `base_offset` in `state`.
+pub(crate) fn segment_file(
+    dir: &Path,
+    base_offset: Offset,
+    kind: SegmentFileKind,
+    state: FileState,
+) -> PathBuf {
+    SegmentFileName::live(base_offset, kind)
         .with_state(state)
         .path_in(dir)
 }

@@ -26,7 +26,7 @@ impl SegmentFileKind {
         }
     }
 
-    const ALL: [SegmentFileKind; 4] = [
+    pub(crate) const ALL: [SegmentFileKind; 4] = [
         SegmentFileKind::Log,
         SegmentFileKind::Index,
         SegmentFileKind::TimeIndex,

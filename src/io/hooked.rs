@@ -44,6 +44,11 @@ pub trait StorageHooks: Debug + Send + Sync {
     fn after(&self, op: StorageOp, path: &Path) {
         let _ = (op, path);
     }
+
+    /// Called after a read of `path` returned `bytes` bytes.
+    fn after_read(&self, path: &Path, bytes: usize) {
+        let _ = (path, bytes);
+    }
 }
 
 /// `inner` with `hooks` called before every operation.
@@ -79,7 +84,9 @@ impl StorageFile for HookedFile {
 
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
         self.before(StorageOp::Read)?;
-        self.inner.read_at(buf, position)
+        let read = self.inner.read_at(buf, position)?;
+        self.hooks.after_read(&self.path, read);
+        Ok(read)
     }
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.before(StorageOp::Write)?;

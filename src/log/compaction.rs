@@ -21,7 +21,7 @@ use crate::cleaner::log_cleaner::{
 use crate::cleaner::offset_map::OffsetMap;
 use crate::error::StorageError;
 use crate::failpoint::failpoint;
-use crate::format::file_name::FileState;
+use crate::format::file_name::{FileState, SegmentFileKind};
 use crate::segment::Segment;
 use crate::segment::recovery::{InvalidTail, LoadMode};
 use crate::types::{Offset, TimestampMs};
@@ -144,10 +144,7 @@ impl PartitionLog {
             self.cleaned_end = group_end;
         }
         let base_offset = group.base_offset();
-        let cleaned = segment_file(&self.dir, base_offset, FileState::Cleaned);
-        let swap = segment_file(&self.dir, base_offset, FileState::Swap);
-        let live = segment_file(&self.dir, base_offset, FileState::Live);
-        self.rename(&cleaned, &swap)?;
+        self.rename_segment_files(base_offset, FileState::Cleaned, FileState::Swap)?;
         failpoint!("compaction.after_swap_rename");
         self.sync_dir()?;
         failpoint!("compaction.after_swap_dir_sync");
@@ -156,24 +153,28 @@ impl PartitionLog {
             slot.mark_deleted(self.storage.as_ref(), &self.dir)?;
         }
         failpoint!("compaction.after_deleted_renames");
-        self.rename(&swap, &live)?;
+        self.rename_segment_files(base_offset, FileState::Swap, FileState::Live)?;
         failpoint!("compaction.after_live_rename");
         self.sync_dir()?;
         failpoint!("compaction.after_live_dir_sync");
-        // Every byte of the cleaned segment was synced before the swap: invalid bytes in it are
-        // damage (a misdirected write, R14), never a torn tail to cut. The log fails instead.
+        // The cleaner checked every batch of the cleaned segment and wrote its indexes
+        // (`Segment::prepare_cleaned`): trusted, it is read only past its last index entry. Every
+        // byte of it was synced before the swap: invalid bytes in it are damage (a misdirected
+        // write, R14), never a torn tail to cut. The log fails instead.
         let loaded = Segment::load_with(
             self.storage.as_ref(),
             &self.dir,
             base_offset,
             &self.config,
-            LoadMode::Recover,
+            LoadMode::Trusted,
             InvalidTail::Refuse,
             false,
             now,
         );
         let mut loaded = self.fail_on(loaded)?.segment;
-        loaded.seal()?;
+        if !loaded.is_sealed() {
+            loaded.seal()?;
+        }
         self.segments.insert_sealed(index, loaded);
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);
         let due = TimestampMs(now.0.saturating_add(delay_ms));
@@ -183,9 +184,28 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> Result<(), StorageError> {
-        self.storage
-            .rename(from, to)
-            .map_err(|source| StorageError::io("rename", from, source))
+    /// Renames the `.log` of the segment at `base_offset` from state `from` to `to`, and its
+    /// indexes where they exist (an index lost in a crash is rebuilt at the load).
+    fn rename_segment_files(
+        &self,
+        base_offset: Offset,
+        from: FileState,
+        to: FileState,
+    ) -> Result<(), StorageError> {
+        for kind in [
+            SegmentFileKind::Log,
+            SegmentFileKind::Index,
+            SegmentFileKind::TimeIndex,
+        ] {
+            let source = segment_file(&self.dir, base_offset, kind, from);
+            if kind != SegmentFileKind::Log && !self.storage.exists(&source) {
+                continue;
+            }
+            let target = segment_file(&self.dir, base_offset, kind, to);
+            self.storage
+                .rename(&source, &target)
+                .map_err(|error| StorageError::io("rename", &source, error))?;
+        }
+        Ok(())
     }
 }

@@ -10,12 +10,12 @@
 //! (zeros or prewritten space), so the base offset read is not the one written. Index entries
 //! are rebuilt with the same `index.interval.bytes` rule the append path uses.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::batch::field;
-use crate::format::file_name::{SegmentFileKind, segment_path};
+use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::format::prewrite::{self, Misplaced, STAMP_BYTES};
 use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
@@ -112,7 +112,47 @@ impl Segment {
         dense: bool,
         now: TimestampMs,
     ) -> Result<LoadedSegment, StorageError> {
-        let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
+        let names = SegmentNames::in_state(dir, base_offset, FileState::Live);
+        Segment::load_named(storage, &names, config, mode, invalid_tail, dense, now)
+    }
+
+    /// Checks every batch of the cleaned file `<base_offset>.log.cleaned` (synced already) and
+    /// writes its indexes beside it, sealed (`<base_offset>.index.cleaned`,
+    /// `.timeindex.cleaned`), so that the swap that renames the three files in loads the segment
+    /// as trusted, reading only past its last index entry. Invalid bytes are damage: refused.
+    pub fn prepare_cleaned(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: Offset,
+        config: &LogConfig,
+        now: TimestampMs,
+    ) -> Result<(), StorageError> {
+        let names = SegmentNames::in_state(dir, base_offset, FileState::Cleaned);
+        let mode = LoadMode::Recover;
+        let loaded = Segment::load_named(
+            storage,
+            &names,
+            config,
+            mode,
+            InvalidTail::Refuse,
+            false,
+            now,
+        )?;
+        let mut segment = loaded.segment;
+        segment.seal()
+    }
+
+    fn load_named(
+        storage: &dyn Storage,
+        names: &SegmentNames,
+        config: &LogConfig,
+        mode: LoadMode,
+        invalid_tail: InvalidTail,
+        dense: bool,
+        now: TimestampMs,
+    ) -> Result<LoadedSegment, StorageError> {
+        let base_offset = names.base_offset;
+        let log_path = names.log.clone();
         let log = storage
             .open(&log_path, OpenMode::Existing)
             .map(std::sync::Arc::<dyn crate::io::StorageFile>::from)
@@ -121,13 +161,13 @@ impl Segment {
             .length_bytes()
             .map_err(|source| StorageError::io("stat", &log_path, source))?;
         let indexes = match mode {
-            LoadMode::Trusted => open_checked_indexes(dir, base_offset, size_bytes),
+            LoadMode::Trusted => open_checked_indexes(names, size_bytes),
             LoadMode::Recover => None,
         };
         let needs_recovery = indexes.is_none();
         let (offset_index, time_index) = match indexes {
             Some(indexes) => indexes,
-            None => create_indexes(dir, base_offset, config)?,
+            None => create_indexes(names, config)?,
         };
         let mut segment = Segment {
             base_offset,
@@ -197,11 +237,18 @@ impl Segment {
         self.first_batch_timestamp = self
             .first_header()?
             .map(|header| TimestampMs(header.max_timestamp));
-        let mut scanner = LogScanner::new(
+        // From an index entry the tail is about one index interval: read it a page at a time,
+        // not a recovery's window (a trusted open reads only what it walks).
+        let window = match scan_from {
+            0 => super::scan::SCAN_WINDOW_BYTES,
+            _ => super::scan::LOOKUP_WINDOW_BYTES,
+        };
+        let mut scanner = LogScanner::with_window(
             self.log.as_ref(),
             &self.log_path,
             u64::from(scan_from),
             self.size_bytes,
+            window,
         );
         loop {
             match scanner.next_header()? {
@@ -240,7 +287,14 @@ impl Segment {
     }
 
     fn first_header(&self) -> Result<Option<BatchHeader>, StorageError> {
-        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
+        let window = super::scan::LOOKUP_WINDOW_BYTES;
+        let mut scanner = LogScanner::with_window(
+            self.log.as_ref(),
+            &self.log_path,
+            0,
+            self.size_bytes,
+            window,
+        );
         match scanner.next_header()? {
             ScanStep::Item { item, .. } => Ok(Some(item)),
             _ => Ok(None),
@@ -709,18 +763,40 @@ fn check_offsets(
 
 /// Opens both indexes and checks them against the `.log`'s size; `None` if either is missing or
 /// fails its check (the caller then rebuilds them).
-fn open_checked_indexes(
-    dir: &Path,
+/// The paths of one segment's three files, in one state (live, or `.cleaned` before a swap).
+struct SegmentNames {
     base_offset: Offset,
+    log: PathBuf,
+    offset_index: PathBuf,
+    time_index: PathBuf,
+}
+
+impl SegmentNames {
+    fn in_state(dir: &Path, base_offset: Offset, state: FileState) -> SegmentNames {
+        let path = |kind| {
+            SegmentFileName::live(base_offset, kind)
+                .with_state(state)
+                .path_in(dir)
+        };
+        SegmentNames {
+            base_offset,
+            log: path(SegmentFileKind::Log),
+            offset_index: path(SegmentFileKind::Index),
+            time_index: path(SegmentFileKind::TimeIndex),
+        }
+    }
+}
+
+fn open_checked_indexes(
+    names: &SegmentNames,
     log_size_bytes: u64,
 ) -> Option<(OffsetIndex, TimeIndex)> {
-    let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
-    let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
-    if !index_path.exists() || !time_index_path.exists() {
+    let base_offset = names.base_offset;
+    if !names.offset_index.exists() || !names.time_index.exists() {
         return None;
     }
-    let offset_index = OffsetIndex::open_existing(&index_path, base_offset).ok()?;
-    let time_index = TimeIndex::open_existing(&time_index_path, base_offset).ok()?;
+    let offset_index = OffsetIndex::open_existing(&names.offset_index, base_offset).ok()?;
+    let time_index = TimeIndex::open_existing(&names.time_index, base_offset).ok()?;
     offset_index.check(log_size_bytes).ok()?;
     let next_offset_bound = Offset(base_offset.0.saturating_add(RELATIVE_OFFSET_MAX + 1));
     time_index.check(next_offset_bound).ok()?;
@@ -729,14 +805,12 @@ fn open_checked_indexes(
 }
 
 fn create_indexes(
-    dir: &Path,
-    base_offset: Offset,
+    names: &SegmentNames,
     config: &LogConfig,
 ) -> Result<(OffsetIndex, TimeIndex), StorageError> {
-    let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
-    let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
+    let base_offset = names.base_offset;
     Ok((
-        OffsetIndex::create(&index_path, base_offset, config.segment_index_bytes)?,
-        TimeIndex::create(&time_index_path, base_offset, config.segment_index_bytes)?,
+        OffsetIndex::create(&names.offset_index, base_offset, config.segment_index_bytes)?,
+        TimeIndex::create(&names.time_index, base_offset, config.segment_index_bytes)?,
     ))
 }
