@@ -288,6 +288,20 @@ fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
         }
         other => panic!("the cleaner could not lower its priority: {other:?}"),
     }
+    let ionice = std::process::Command::new("ionice")
+        .args(["-p", &tid.to_string()])
+        .output();
+    match ionice {
+        Ok(output) => assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "idle",
+            "the cleaner's I/O class"
+        ),
+        Err(error) => seglog::testing::skip(
+            "the_cleaner_thread_runs_at_idle_priority_on_its_configured_core (I/O class)",
+            format!("ionice cannot run: {error}"),
+        ),
+    }
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
     let allowed = status
         .lines()
@@ -329,6 +343,94 @@ fn dirty_logs_are_cleaned_in_the_background() {
     );
     assert_eq!(latest(&after), latest(&before));
     assert!(after.windows(2).all(|pair| pair[0].0 < pair[1].0));
+    engine.close().unwrap();
+}
+
+/// Issue 41, item 4: the cleaner also cleans a compacted partition that no shard has open,
+/// choosing it from its files; the shard opens only that one.
+#[test]
+fn a_closed_dirty_partition_is_cleaned_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let topic = engine
+        .create_topic("closed", 1, compacted_config())
+        .unwrap();
+    append_rounds(&engine, &topic, 0, 4, 30);
+    let before = read_all(&engine, &topic, 0);
+    engine.close().unwrap();
+    let config = EngineConfig {
+        cleaner_backoff_ms: 20,
+        ..engine_config()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    // A bound for a stuck cleaner, not a timing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine.cleaner_stats().segments_cleaned == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = engine.cleaner_stats();
+    assert!(stats.logs_cleaned > 0, "{stats:?}");
+    let after = read_all(&engine, &topic, 0);
+    assert!(after.len() < before.len());
+    assert_eq!(latest(&after), latest(&before));
+    engine.close().unwrap();
+}
+
+/// Issue 41, item 4: the periodic retention pass reads the partitions' files on the cleaner's
+/// thread; a shard opens only the partition that has a segment to delete, not every partition
+/// it owns.
+#[test]
+fn periodic_retention_opens_only_the_partitions_with_segments_to_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let mut aging = LogConfig {
+        segment_bytes: 1024,
+        ..LogConfig::default()
+    };
+    aging.set("retention.hours", "24").unwrap();
+    let old = engine.create_topic("aging", 1, aging).unwrap();
+    let quiet = engine
+        .create_topic("quiet", 12, LogConfig::default())
+        .unwrap();
+    let year_2023_ms = 1_700_000_000_000;
+    for value in 0..40 {
+        let batch = keyed_batch(value, value, year_2023_ms);
+        engine
+            .append(&old, 0, batch, Durability::Written)
+            .wait()
+            .unwrap();
+    }
+    for partition in 0..12 {
+        append_rounds(&engine, &quiet, partition, 1, 1);
+    }
+    engine.close().unwrap();
+    let hooks = Arc::new(ThreadLog::default());
+    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
+    let config = EngineConfig {
+        retention_check_interval_ms: 20,
+        ..engine_config()
+    };
+    let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
+    let first_segment = dir.path().join("aging-0/00000000000000000000.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first_segment.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !first_segment.exists(),
+        "retention deleted the expired segment"
+    );
+    let shard_opens = hooks.threads_of(|op, path| {
+        op == StorageOp::Open && path.contains("/quiet-") && path.ends_with(".log")
+    });
+    let shard_opens: Vec<&String> = shard_opens
+        .iter()
+        .filter(|thread| thread.starts_with("seglog-shard-"))
+        .collect();
+    assert!(
+        shard_opens.is_empty(),
+        "no shard opened a partition with nothing to delete: {shard_opens:?}"
+    );
     engine.close().unwrap();
 }
 

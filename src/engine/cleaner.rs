@@ -1,14 +1,19 @@
 //! The cleaner thread: compaction off the shards' cores and below their priority.
 //!
 //! One thread per engine, named `seglog-cleaner`, scheduled `SCHED_IDLE` (nice 19 where the
-//! policy cannot be set), pinned to a configurable core, with its own io_uring (rings are per
-//! thread) and an I/O rate limit (`log.cleaner.io.max.bytes.per.second`). Every
-//! `log.cleaner.backoff.ms` it asks the shards for their open compacted logs' sealed segments
-//! ([`Request::CleanableLogs`]), picks the dirtiest log at or above its
+//! policy cannot be set) with the idle I/O class, pinned to a configurable core, with its own
+//! io_uring (rings are per thread) and an I/O rate limit (`log.cleaner.io.max.bytes.per.second`).
+//! Every `log.cleaner.backoff.ms` it asks the shards for their open compacted logs' sealed
+//! segments ([`Request::CleanableLogs`]), adds the closed ones whose files show enough dirty
+//! bytes (the shards open those), picks the dirtiest log at or above its
 //! `min.cleanable.dirty.ratio`, and cleans it: it reads the sealed segments and writes the
 //! `.cleaned` files itself, and sends each cleaned group to the owning shard, which performs the
 //! swap ([`Request::SwapCleaned`]) — the only step that changes the log, so partitions keep a
 //! single writer. `Engine::compact` runs on the same thread, for every compacted partition.
+//!
+//! Every `log.retention.check.interval.ms` it reads every partition's files for segments that
+//! retention would delete and hands the shards those partitions ([`Request::RetainPartitions`]):
+//! a shard opens only a partition with work to do.
 //!
 //! The same thread runs the scrubber (`cleaner::scrub`) every `scrub_interval_ms` over the open
 //! logs' sealed segments, and on request (`Engine::scrub`): CRCs and offset continuity checked,
@@ -19,8 +24,9 @@
 //! log's first dirty offset) is kept in a map the engine writes to `cleaner-offset-checkpoint`.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,12 +34,16 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::pending::Reply;
 use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};
+use super::topics::TopicRegistry;
 use crate::cleaner::compact::CleaningCandidate;
+use crate::cleaner::disk_view::{clean_and_dirty_bytes, retention_may_be_due};
 use crate::cleaner::log_cleaner::{CleanableLog, CompactionOutcome, LogCleaner, SwapOutcome};
 use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::{CorruptSegment, ScrubOutcome, scrub_log};
 use crate::cleaner::throttle::Throttle;
+use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::{EngineUnavailable, FlushError, StorageError};
+use crate::format::file_name::partition_dir_name;
 use crate::io::Storage;
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -53,6 +63,15 @@ pub(crate) struct CleanerSettings {
     pub scrub_interval: Option<Duration>,
     /// The core the thread is pinned to, if any.
     pub core: Option<core_affinity::CoreId>,
+    /// `log.retention.check.interval.ms`: how often every partition's files are checked for
+    /// segments retention would delete.
+    pub retention_interval: Duration,
+}
+
+/// The data directory as the cleaner reads it: where the partitions are, and their configs.
+pub(crate) struct CleanerView {
+    pub root: PathBuf,
+    pub topics: Arc<RwLock<TopicRegistry>>,
 }
 
 /// What the cleaner has done since the engine opened, and which partitions it cannot clean.
@@ -156,7 +175,7 @@ impl CleanerHandle {
         map: OffsetMap,
         settings: CleanerSettings,
         storage: Arc<dyn Storage>,
-        shards: Vec<ShardLink>,
+        (view, shards): (CleanerView, Vec<ShardLink>),
         first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
     ) -> std::io::Result<CleanerHandle> {
         let (sender, requests) = crossbeam_channel::unbounded();
@@ -166,6 +185,7 @@ impl CleanerHandle {
         let cleaner = Cleaner {
             settings,
             storage,
+            view,
             shards,
             requests,
             stop: stop.clone(),
@@ -237,6 +257,7 @@ struct Retry {
 struct Cleaner {
     settings: CleanerSettings,
     storage: Arc<dyn Storage>,
+    view: CleanerView,
     shards: Vec<ShardLink>,
     requests: Receiver<CleanerRequest>,
     stop: Arc<AtomicBool>,
@@ -255,6 +276,7 @@ enum CallError {
 impl Cleaner {
     fn run(mut self, mut map: OffsetMap) {
         let priority = lower_priority();
+        lower_io_priority();
         if let Some(core) = self.settings.core {
             super::pin_current_thread(core);
         }
@@ -264,12 +286,14 @@ impl Cleaner {
             stats.thread_id = thread_id;
         });
         let mut next_check = Instant::now() + self.settings.backoff;
+        let mut next_retention = Instant::now() + self.settings.retention_interval;
         let mut next_scrub = self
             .settings
             .scrub_interval
             .map(|every| Instant::now() + every);
         while !self.stopping() {
             let due = next_scrub.map_or(next_check, |scrub| scrub.min(next_check));
+            let due = due.min(next_retention);
             match self
                 .requests
                 .recv_timeout(due.saturating_duration_since(Instant::now()))
@@ -281,6 +305,10 @@ impl Cleaner {
                     let _ = reply.send(self.scrub(CleanableSelection::Owned { topic }));
                 }
                 Err(RecvTimeoutError::Timeout) => {
+                    if Instant::now() >= next_retention {
+                        self.find_retention_due();
+                        next_retention = Instant::now() + self.settings.retention_interval;
+                    }
                     if Instant::now() >= next_check {
                         self.clean_dirty_logs(&mut map);
                         next_check = Instant::now() + self.settings.backoff;
@@ -340,12 +368,91 @@ impl Cleaner {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// Cleans, dirtiest first, each open compacted log whose dirty share reached its
-    /// `min.cleanable.dirty.ratio`, skipping partitions waiting out a failure's backoff.
+    /// Sends the shards the partitions whose files show segments retention would delete: the
+    /// shards open only those.
+    fn find_retention_due(&self) {
+        let now = TimestampMs::now();
+        let due: Vec<TopicPartition> = self
+            .partitions_where(|config| config.cleanup_policy != CleanupPolicy::Compact)
+            .into_iter()
+            .filter(|(tp, config)| {
+                let dir = self.view.root.join(partition_dir_name(tp));
+                // A partition whose files cannot be read is the shard's to report.
+                retention_may_be_due(self.storage.as_ref(), &dir, config, now).unwrap_or(true)
+            })
+            .map(|(tp, _)| tp)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        // A full or stopped shard misses this pass; the next one finds the partitions again.
+        for shard in &self.shards {
+            let _ = shard
+                .sender
+                .try_send(Request::RetainPartitions { tps: due.clone() });
+        }
+    }
+
+    /// Every partition whose topic's config satisfies `wanted`, with that config.
+    fn partitions_where(
+        &self,
+        wanted: impl Fn(&LogConfig) -> bool,
+    ) -> Vec<(TopicPartition, LogConfig)> {
+        let topics = self
+            .view
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        topics
+            .partitions()
+            .filter_map(|tp| {
+                let config = topics.partition_config(&tp)?;
+                wanted(config).then(|| (tp, config.clone()))
+            })
+            .collect()
+    }
+
+    /// The compacted partitions not in `open` whose files show a dirty share at or above their
+    /// `min.cleanable.dirty.ratio` (an upper bound: the shard's facts decide).
+    fn dirty_closed_partitions(&self, open: &[TopicPartition]) -> Vec<TopicPartition> {
+        self.partitions_where(|config| config.cleanup_policy.compacts())
+            .into_iter()
+            .filter(|(tp, _)| !open.contains(tp) && self.may_retry(tp))
+            .filter(|(tp, config)| {
+                let dir = self.view.root.join(partition_dir_name(tp));
+                let first_dirty = self.first_dirty_offset(tp);
+                clean_and_dirty_bytes(self.storage.as_ref(), &dir, first_dirty).is_ok_and(
+                    |(clean_bytes, dirty_bytes)| {
+                        CleaningCandidate {
+                            id: (),
+                            clean_bytes,
+                            dirty_bytes,
+                            min_cleanable_ratio: config.min_cleanable_dirty_ratio,
+                        }
+                        .is_cleanable()
+                    },
+                )
+            })
+            .map(|(tp, _)| tp)
+            .collect()
+    }
+
+    /// Cleans, dirtiest first, each compacted log whose dirty share reached its
+    /// `min.cleanable.dirty.ratio`, skipping partitions waiting out a failure's backoff: the open
+    /// ones from the shards' facts, the closed ones first estimated from their files (the shards
+    /// open only those that may need it).
     fn clean_dirty_logs(&mut self, map: &mut OffsetMap) {
-        let Ok(logs) = self.cleanable_logs(CleanableSelection::Open) else {
+        let Ok(mut logs) = self.cleanable_logs(CleanableSelection::Open) else {
             return;
         };
+        let open: Vec<TopicPartition> = logs.iter().map(|(tp, _)| tp.clone()).collect();
+        let closed = self.dirty_closed_partitions(&open);
+        if !closed.is_empty() {
+            let Ok(reopened) = self.cleanable_logs(CleanableSelection::Listed(closed)) else {
+                return;
+            };
+            logs.extend(reopened);
+        }
         let now = TimestampMs::now();
         let mut candidates: Vec<(TopicPartition, CleanableLog, f64)> = logs
             .into_iter()
@@ -650,6 +757,17 @@ fn lower_priority() -> CleanerPriority {
     }
     log::warn!("cleaner: could not lower its priority; it runs at normal priority");
     CleanerPriority::Normal
+}
+
+/// Puts the calling thread's I/O in the idle class (`ioprio_set`), so that the disk serves it
+/// only when nothing else waits (where the I/O scheduler honours classes; `SCHED_IDLE` implies
+/// it there too, but only for the thread's own system calls, and unseen by `ioprio_get`).
+fn lower_io_priority() {
+    let this_thread = ioprio::Target::Process(ioprio::Pid::from_raw(0));
+    let idle = ioprio::Priority::new(ioprio::Class::Idle);
+    if let Err(error) = ioprio::set_priority(this_thread, idle) {
+        log::warn!("cleaner: could not set the idle I/O class: {error}");
+    }
 }
 
 /// The calling thread's kernel id, from `/proc/thread-self` (`<pid>/task/<tid>`).

@@ -52,7 +52,7 @@ use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
-use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, ShardLink};
+use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 use deleter::FileDeleter;
 pub use pending::Pending;
@@ -452,7 +452,6 @@ impl Engine {
                 owns: Box::new(move |tp| shard_for(tp, shard_count) == shard_id),
                 open_partitions_max: config.open_partitions_max.div_ceil(shard_count).max(1),
                 open_segments_max: config.open_segments_max.div_ceil(shard_count).max(1),
-                retention_check_interval_ms: config.retention_check_interval_ms,
                 direct_writes: config.direct_writes,
                 sync_inline_when_idle: config.sync_inline_when_idle,
                 prewrite_synced_logs: config.prewrite_synced_logs,
@@ -461,11 +460,15 @@ impl Engine {
             };
             shards.push(spawn_shard(shard_id, context, &config)?);
         }
+        let view = CleanerView {
+            root: root.clone(),
+            topics: topics.clone(),
+        };
         let cleaner = spawn_cleaner(
             &config,
             dedupe_map,
             storage.clone(),
-            &shards,
+            (view, &shards),
             first_dirty_offsets,
         )?;
         let interval_ms = config.recovery_point_checkpoint_interval_ms;
@@ -1471,7 +1474,7 @@ fn spawn_cleaner(
     config: &EngineConfig,
     map: OffsetMap,
     storage: Arc<dyn Storage>,
-    shards: &[ShardHandle],
+    (view, shards): (CleanerView, &[ShardHandle]),
     first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
 ) -> Result<CleanerHandle, OpenError> {
     let links = shards
@@ -1493,7 +1496,8 @@ fn spawn_cleaner(
         scrub_interval: (config.scrub_interval_ms > 0)
             .then(|| std::time::Duration::from_millis(config.scrub_interval_ms)),
         core,
+        retention_interval: std::time::Duration::from_millis(config.retention_check_interval_ms),
     };
-    CleanerHandle::spawn(map, settings, storage, links, first_dirty_offsets)
+    CleanerHandle::spawn(map, settings, storage, (view, links), first_dirty_offsets)
         .map_err(|source| OpenError::CleanerThread { source })
 }

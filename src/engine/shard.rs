@@ -101,6 +101,9 @@ pub(crate) enum Request {
         topic: Option<TopicName>,
         reply: Reply<Vec<PartitionRetention>, FlushError>,
     },
+    /// The cleaner found these partitions (of every shard) due for retention from their files:
+    /// the owned ones join the retention queue.
+    RetainPartitions { tps: Vec<TopicPartition> },
     /// The cleaner asks for logs to clean: their sealed segments' facts.
     CleanableLogs {
         selection: CleanableSelection,
@@ -129,6 +132,7 @@ impl Request {
                 | Request::FetchRecord { .. }
                 | Request::FetchByTimestamp { .. }
                 | Request::Checkpoint { settle: false, .. }
+                | Request::RetainPartitions { .. }
         )
     }
 }
@@ -145,6 +149,8 @@ pub(crate) enum CleanableSelection {
     Owned { topic: Option<TopicName> },
     /// This one, if open.
     One(TopicPartition),
+    /// These (of every shard), opening those not open.
+    Listed(Vec<TopicPartition>),
 }
 
 /// A partition's offsets for the log directory's checkpoint files.
@@ -211,8 +217,6 @@ pub(crate) struct ShardContext {
     pub open_partitions_max: usize,
     /// Bound on this shard's open segments (one descriptor and two index maps each).
     pub open_segments_max: usize,
-    /// `log.retention.check.interval.ms`.
-    pub retention_check_interval_ms: u64,
     /// `EngineConfig::direct_writes`, given to every partition this shard opens.
     pub direct_writes: bool,
     /// `EngineConfig::sync_inline_when_idle`.
@@ -317,9 +321,7 @@ pub(crate) struct Shard {
     parked: Vec<ParkedFetch>,
     /// Partitions with `flush.ms` and unflushed data, and when their flush is due.
     flush_deadlines: BTreeMap<TopicPartition, TimestampMs>,
-    /// When the next periodic retention pass runs.
-    next_retention_check: Instant,
-    /// Partitions the periodic retention pass has still to visit.
+    /// Partitions the cleaner found due for retention, still to visit.
     retention_queue: std::collections::VecDeque<TopicPartition>,
     /// Partitions with `.deleted` files waiting for `file.delete.delay.ms`, and when.
     file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
@@ -335,7 +337,6 @@ impl Shard {
         syncer: Syncer,
         file_deleter: FileDeleter,
     ) -> Shard {
-        let retention_interval = Duration::from_millis(context.retention_check_interval_ms);
         Shard {
             id,
             context,
@@ -355,7 +356,6 @@ impl Shard {
             offline: BTreeMap::new(),
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
-            next_retention_check: Instant::now() + retention_interval,
             retention_queue: std::collections::VecDeque::new(),
             file_deletion_deadlines: BTreeMap::new(),
             turn_requests: Vec::new(),
@@ -547,15 +547,10 @@ impl Shard {
         if !self.retention_queue.is_empty() {
             return Some(Duration::ZERO);
         }
-        let deadline = [
-            fetch_deadline,
-            flush_deadline,
-            deletion_deadline,
-            Some(self.next_retention_check),
-        ]
-        .into_iter()
-        .flatten()
-        .min()?;
+        let deadline = [fetch_deadline, flush_deadline, deletion_deadline]
+            .into_iter()
+            .flatten()
+            .min()?;
         Some(deadline.saturating_duration_since(now))
     }
 
@@ -637,6 +632,7 @@ impl Shard {
             Request::Retention { topic, reply } => {
                 let _ = reply.send(Ok(self.run_retention(topic.as_ref())));
             }
+            Request::RetainPartitions { tps } => self.queue_retention(tps),
             Request::CleanableLogs {
                 selection,
                 compacted_only,
@@ -1170,9 +1166,6 @@ impl Shard {
         }
         let touched = due.into_iter().collect();
         self.serve_parked(&touched, false);
-        if Instant::now() >= self.next_retention_check {
-            self.queue_periodic_retention();
-        }
         // Retention's roll leaves its seal's sync to the sync threads, and a sync job holds its
         // own descriptor of a segment retention deletes: no need to wait for the syncs here.
         self.run_queued_retention();
@@ -1188,14 +1181,13 @@ impl Shard {
             .collect()
     }
 
-    /// Schedules the periodic retention pass: every owned partition joins a queue that
-    /// `run_queued_retention` works through a few at a time between turns, so a shard with
-    /// thousands of partitions keeps serving requests while the pass runs.
-    fn queue_periodic_retention(&mut self) {
-        let interval = Duration::from_millis(self.context.retention_check_interval_ms);
-        self.next_retention_check = Instant::now() + interval;
-        if self.retention_queue.is_empty() {
-            self.retention_queue = self.owned_partitions(None).into();
+    /// Queues the owned partitions of `tps`, which the cleaner found due for retention from their
+    /// files: `run_queued_retention` works through them a few at a time between turns.
+    fn queue_retention(&mut self, tps: Vec<TopicPartition>) {
+        for tp in tps {
+            if (self.context.owns)(&tp) && !self.retention_queue.contains(&tp) {
+                self.retention_queue.push_back(tp);
+            }
         }
     }
 
@@ -1397,6 +1389,11 @@ impl Shard {
                 .get(tp)
                 .map(|_| tp.clone())
                 .into_iter()
+                .collect(),
+            CleanableSelection::Listed(tps) => tps
+                .iter()
+                .filter(|tp| (self.context.owns)(tp))
+                .cloned()
                 .collect(),
         };
         let compacted: Vec<TopicPartition> = {
