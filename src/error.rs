@@ -1,8 +1,9 @@
 //! Error types, one enum per operation family, sharing [`StorageError`].
 //!
-//! Operating errors (I/O failures, corrupt bytes, bad arguments) are values; broken internal
-//! invariants are assertions. Every error keeps its cause and its context: the file, the position,
-//! the offset.
+//! Operating errors (I/O failures, corrupt bytes, bad arguments) are values. A broken internal
+//! invariant never panics the host: where going on could damage data it is a value too (the
+//! operation is refused), elsewhere a `debug_assert!` that the tests exercise. Every error keeps
+//! its cause and its context: the file, the position, the offset.
 
 use std::io;
 use std::path::PathBuf;
@@ -35,6 +36,10 @@ pub enum StorageError {
     /// recovers it.
     #[error("partition {dir} is offline after a storage error ({cause}); reopen to recover it")]
     Offline { dir: PathBuf, cause: String },
+    /// The log handed its active segment a write that breaks the segment's invariants (a bug in
+    /// seglog, not bad input): refused before anything is written, and the log fails.
+    #[error("refused to write to {file}: {reason} (an internal error; nothing was written)")]
+    InvalidAppend { file: PathBuf, reason: String },
     #[error(
         "{file} holds a message in the legacy format (magic {magic}) at position {position}; seglog reads magic 2 only and will not truncate it"
     )]

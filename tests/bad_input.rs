@@ -707,3 +707,58 @@ fn a_symlinked_segment_is_refused_and_its_target_left_untouched() {
         "the link's target is untouched"
     );
 }
+
+/// Issue 41, item 5: a write that breaks the segment's invariants (its first batch ending below
+/// the segment's next offset, or batch extents that do not end where the write does) is refused
+/// with `StorageError::InvalidAppend` naming the file, instead of a panic, and writes nothing.
+#[test]
+fn a_segment_refuses_a_write_that_breaks_its_invariants_and_writes_nothing() {
+    use seglog::error::StorageError;
+    use seglog::segment::{AppendedBatch, Segment};
+
+    let dir = scratch();
+    let storage = storage_from_env();
+    let mut segment =
+        Segment::create(storage.as_ref(), dir.path(), Offset(0), &config(), now()).unwrap();
+    let batch = valid_batch(2, 10);
+    let appended = |last_offset: u64, size_bytes: u64| AppendedBatch {
+        position_in_write: 0,
+        size_bytes,
+        last_offset: Offset(last_offset),
+        max_timestamp: now(),
+    };
+    let size = batch.len() as u64;
+    segment
+        .append(&batch, &[appended(1, size)], now(), 4096)
+        .unwrap();
+    let log_path = segment.log_path().to_owned();
+    let length_before = fs::metadata(&log_path).unwrap().len();
+
+    for (batches, expected_reason) in [
+        (
+            appended(1, size),
+            "the write's first batch ends at offset 1, below the segment's next offset 2",
+        ),
+        (
+            appended(3, size - 1),
+            &*format!(
+                "the write's batches end at byte {} of its {size} bytes",
+                size - 1
+            ),
+        ),
+    ] {
+        let error = segment
+            .append(&batch, &[batches], now(), 4096)
+            .expect_err("an append breaking the segment's invariants is refused");
+        match &error {
+            StorageError::InvalidAppend { file, reason } => {
+                assert_eq!(file, &log_path);
+                assert_eq!(reason, expected_reason);
+            }
+            other => panic!("expected InvalidAppend, got {other:?}"),
+        }
+        assert_eq!(segment.size_bytes(), size, "{error}");
+        assert_eq!(segment.next_offset(), Offset(2), "{error}");
+        assert_eq!(fs::metadata(&log_path).unwrap().len(), length_before);
+    }
+}

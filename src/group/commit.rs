@@ -40,10 +40,7 @@ impl InFlightCommit {
     ) -> Poll<Result<(), CommitError>> {
         match Pin::new(&mut self.pending).poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(info)) => {
-                shared.record_commit(self, &info);
-                Poll::Ready(Ok(()))
-            }
+            Poll::Ready(Ok(info)) => Poll::Ready(shared.record_commit(self, &info)),
             Poll::Ready(Err(source)) => {
                 log::warn!(
                     "offset commit of group {} to {} failed: {source}",

@@ -638,7 +638,11 @@ impl Shared {
         for mut commit in parked {
             match std::pin::Pin::new(&mut commit.pending).poll(&mut cx) {
                 Poll::Pending => state.parked.push(commit),
-                Poll::Ready(Ok(info)) => apply_commit(&mut state.offsets, &commit, &info),
+                Poll::Ready(Ok(info)) => {
+                    if let Err(error) = apply_commit(&mut state.offsets, &commit, &info) {
+                        log::error!("{error}");
+                    }
+                }
                 Poll::Ready(Err(error)) => log::warn!(
                     "offset commit of group {} to {} failed: {error}",
                     commit.group,
@@ -649,9 +653,13 @@ impl Shared {
     }
 
     /// Records a completed commit.
-    pub(crate) fn record_commit(&self, commit: &InFlightCommit, info: &AppendInfo) {
+    pub(crate) fn record_commit(
+        &self,
+        commit: &InFlightCommit,
+        info: &AppendInfo,
+    ) -> Result<(), CommitError> {
         let mut state = self.lock_state();
-        apply_commit(&mut state.offsets, commit, info);
+        apply_commit(&mut state.offsets, commit, info)
     }
 
     /// Keeps a commit whose handle was dropped before it completed.
@@ -663,12 +671,27 @@ impl Shared {
 }
 
 /// The records of one append have consecutive offsets from `info.first_offset`, in entry order.
-fn apply_commit(offsets: &mut CommittedOffsets, commit: &InFlightCommit, info: &AppendInfo) {
-    assert_eq!(info.record_count, commit.entries.len() as u64);
+/// An append answered with another record count than the commit's entries cannot be matched to
+/// them (an internal error): nothing is recorded and the commit fails.
+fn apply_commit(
+    offsets: &mut CommittedOffsets,
+    commit: &InFlightCommit,
+    info: &AppendInfo,
+) -> Result<(), CommitError> {
+    let expected = commit.entries.len() as u64;
+    if info.record_count != expected {
+        return Err(CommitError::AppendMismatch {
+            group: commit.group.clone(),
+            partition: commit.offsets_partition.clone(),
+            expected,
+            appended: info.record_count,
+        });
+    }
     for (index, (tp, value)) in (0u64..).zip(&commit.entries) {
         let log_offset = Offset(info.first_offset.0.saturating_add(index));
         offsets.apply(&commit.group, tp.clone(), value.clone(), log_offset);
     }
+    Ok(())
 }
 
 impl Group {
@@ -729,14 +752,53 @@ impl Group {
             .into_iter()
             .map(|(member_id, partitions)| (member_id, partitions.into_iter().collect()))
             .collect();
-        self.assert_target_partitions_each_have_one_member();
+        let violation = self.invariant_violation();
+        debug_assert_eq!(
+            violation, None,
+            "after a rebalance of generation {}",
+            self.generation
+        );
+        if let Some(violation) = violation {
+            log::error!(
+                "generation {} of a group breaks an invariant (an internal error): {violation}",
+                self.generation
+            );
+        }
     }
 
-    fn assert_target_partitions_each_have_one_member(&self) {
+    /// What breaks the group's invariants, if anything: each partition of the target assignment
+    /// has one member, who is in the group; and a partition is owned by a member exactly when
+    /// `owners` names that member (`release` and `acquire` keep both sides in step).
+    fn invariant_violation(&self) -> Option<String> {
         let assigned: usize = self.target.values().map(BTreeSet::len).sum();
         let distinct: BTreeSet<&TopicPartition> = self.target.values().flatten().collect();
-        assert_eq!(assigned, distinct.len(), "a partition has two targets");
-        assert!(self.target.keys().all(|id| self.members.contains_key(id)));
+        if assigned != distinct.len() {
+            return Some("a partition is in two members' targets".to_owned());
+        }
+        if let Some(id) = self
+            .target
+            .keys()
+            .find(|id| !self.members.contains_key(*id))
+        {
+            return Some(format!("{id} has a target but is not a member"));
+        }
+        for (member_id, member) in &self.members {
+            if let Some(tp) = member
+                .owned
+                .iter()
+                .find(|tp| self.owners.get(*tp) != Some(member_id))
+            {
+                return Some(format!(
+                    "{member_id} owns {tp}, which owners does not give it"
+                ));
+            }
+        }
+        let unowned = self.owners.iter().find(|(tp, owner)| {
+            self.members
+                .get(*owner)
+                .is_none_or(|member| !member.owned.contains(*tp))
+        });
+        unowned.map(|(tp, owner)| format!("owners gives {tp} to {owner}, who does not own it"))
     }
 
     /// Drops a removed member's target and ownership: its partitions are free.
@@ -751,9 +813,22 @@ impl Group {
         };
         let mut released = false;
         for tp in revoked {
-            if member.owned.remove(tp) {
-                assert_eq!(self.owners.remove(tp).as_ref(), Some(member_id));
-                released = true;
+            if !member.owned.remove(tp) {
+                continue;
+            }
+            released = true;
+            // Ownership is recorded on both sides: the partition's owner is this member.
+            let owner = self.owners.get(tp);
+            debug_assert_eq!(owner, Some(member_id), "{tp} released by {member_id}");
+            match owner {
+                Some(owner) if owner == member_id => {
+                    self.owners.remove(tp);
+                }
+                // Left to its recorded owner: never freed for a second member to take.
+                _ => log::error!(
+                    "{member_id} released {tp}, whose recorded owner is {owner:?} (an internal \
+                     error); the partition stays with that owner"
+                ),
             }
         }
         released
@@ -825,5 +900,256 @@ impl Group {
             members,
             partitions: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Issue 41, item 5: the group's invariants, once `assert!`s, are `debug_assert!`s (and, for
+    //! a commit, a typed error). These tests drive a group through random joins, leaves, polls
+    //! and partition growth with every strategy and check the invariants after each step.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::config::LogConfig;
+    use crate::engine::Pending;
+
+    const TOPICS: [&str; 3] = ["a", "b", "c"];
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A member joins, subscribed to the topics whose bits are set (at least one).
+        Join { topics: u8 },
+        /// The `n`th member (modulo the member count) leaves.
+        Leave { member: usize },
+        /// The `n`th member polls: catches up, releases what it must, takes what is free.
+        Poll { member: usize },
+        /// A topic gains partitions.
+        Grow { topic: usize, by: u32 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (1u8..8).prop_map(|topics| Step::Join { topics }),
+            any::<usize>().prop_map(|member| Step::Leave { member }),
+            any::<usize>().prop_map(|member| Step::Poll { member }),
+            any::<usize>().prop_map(|member| Step::Poll { member }),
+            (0..TOPICS.len(), 1u32..4).prop_map(|(topic, by)| Step::Grow { topic, by }),
+        ]
+    }
+
+    fn strategy() -> impl Strategy<Value = AssignmentStrategy> {
+        prop_oneof![
+            Just(AssignmentStrategy::Range),
+            Just(AssignmentStrategy::RoundRobin),
+            Just(AssignmentStrategy::CooperativeSticky),
+        ]
+    }
+
+    fn topic(name: &str) -> TopicName {
+        TopicName::parse(name).unwrap()
+    }
+
+    fn metadata(counts: &[u32; 3]) -> Vec<(TopicName, TopicMetadata)> {
+        TOPICS
+            .iter()
+            .zip(counts)
+            .map(|(name, count)| {
+                let metadata = TopicMetadata {
+                    partition_count: *count,
+                    config: LogConfig::default(),
+                };
+                (topic(name), metadata)
+            })
+            .collect()
+    }
+
+    fn nth_member(group: &Group, n: usize) -> Option<MemberId> {
+        let count = group.members.len();
+        (count > 0).then(|| group.members.keys().nth(n % count).cloned())?
+    }
+
+    /// What the coordinator does for `step` (`join`, `leave`, `sync` and `release_and_acquire`).
+    fn apply(group: &mut Group, counts: &mut [u32; 3], joined: &mut u32, step: &Step) {
+        let now = Instant::now();
+        match step {
+            Step::Join { topics } => {
+                let member_id = MemberId::new(format!("m-{joined}"));
+                *joined += 1;
+                let topics = (0..TOPICS.len())
+                    .filter(|bit| topics & (1 << bit) != 0)
+                    .map(|bit| topic(TOPICS[bit]))
+                    .collect();
+                let member = Member {
+                    client_id: "c".to_owned(),
+                    topics,
+                    max_poll_interval: Duration::from_secs(300),
+                    last_seen: now,
+                    generation: group.generation,
+                    owned: BTreeSet::new(),
+                };
+                group.members.insert(member_id.clone(), member);
+                group.rebalance(&metadata(counts), now);
+                let generation = group.generation;
+                group.members.get_mut(&member_id).unwrap().generation = generation;
+            }
+            Step::Leave { member } => {
+                let Some(member_id) = nth_member(group, *member) else {
+                    return;
+                };
+                group.members.remove(&member_id);
+                group.forget(&member_id);
+                group.rebalance(&metadata(counts), now);
+            }
+            Step::Poll { member } => {
+                let Some(member_id) = nth_member(group, *member) else {
+                    return;
+                };
+                let generation = group.generation;
+                let target = group.target.get(&member_id).cloned().unwrap_or_default();
+                let member = group.members.get_mut(&member_id).unwrap();
+                member.generation = generation;
+                let revoke: Vec<TopicPartition> =
+                    member.owned.difference(&target).cloned().collect();
+                group.release(&member_id, &revoke);
+                group.acquire(&member_id);
+            }
+            Step::Grow { topic, by } => {
+                counts[*topic] += by;
+                group.rebalance(&metadata(counts), now);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn the_group_invariants_hold_through_joins_leaves_polls_and_growth(
+            strategy in strategy(),
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let mut group = Group::new(strategy, Instant::now());
+            let mut counts = [1, 2, 3];
+            let mut joined = 0;
+            for step in &steps {
+                apply(&mut group, &mut counts, &mut joined, step);
+                prop_assert_eq!(group.invariant_violation(), None, "after {:?}", step);
+            }
+            // Every member polling twice settles the group: each partition of a subscribed topic
+            // then has exactly one owner, its target member.
+            for _ in 0..2 {
+                for member in 0..group.members.len() {
+                    apply(&mut group, &mut counts, &mut joined, &Step::Poll { member });
+                    prop_assert_eq!(group.invariant_violation(), None);
+                }
+            }
+            for (member_id, target) in &group.target {
+                prop_assert_eq!(&group.members[member_id].owned, target);
+            }
+        }
+    }
+
+    #[test]
+    fn a_broken_invariant_is_named() {
+        let mut group = Group::new(AssignmentStrategy::Range, Instant::now());
+        let tp = TopicPartition {
+            topic: topic("a"),
+            partition: 0,
+        };
+        group
+            .owners
+            .insert(tp.clone(), MemberId::new("gone".to_owned()));
+        assert_eq!(
+            group.invariant_violation().as_deref(),
+            Some("owners gives a-0 to gone, who does not own it")
+        );
+        group.owners.clear();
+        let both = BTreeSet::from([tp.clone()]);
+        group.target.insert(MemberId::new("x"), both.clone());
+        group.target.insert(MemberId::new("y"), both);
+        assert_eq!(
+            group.invariant_violation().as_deref(),
+            Some("a partition is in two members' targets")
+        );
+    }
+
+    fn in_flight(entries: usize) -> InFlightCommit {
+        let offsets_partition = TopicPartition {
+            topic: topic("__consumer_offsets"),
+            partition: 0,
+        };
+        let entries = (0..entries as u32)
+            .map(|partition| {
+                let tp = TopicPartition {
+                    topic: topic("a"),
+                    partition,
+                };
+                (
+                    tp,
+                    Some(OffsetAndMetadata::new(Offset(10 + u64::from(partition)))),
+                )
+            })
+            .collect();
+        InFlightCommit {
+            pending: Pending::ready(Err(crate::error::AppendError::Empty)),
+            group: "g".to_owned(),
+            offsets_partition,
+            entries,
+        }
+    }
+
+    fn answered(first_offset: u64, record_count: u64) -> AppendInfo {
+        AppendInfo {
+            first_offset: Offset(first_offset),
+            last_offset: Offset(first_offset + record_count.saturating_sub(1)),
+            record_count,
+            batch_count: 1,
+            max_timestamp: TimestampMs(0),
+            log_append_time: None,
+            durable: true,
+        }
+    }
+
+    #[test]
+    fn a_commit_records_its_entries_at_consecutive_offsets() {
+        let mut offsets = CommittedOffsets::default();
+        let commit = in_flight(3);
+        apply_commit(&mut offsets, &commit, &answered(40, 3)).unwrap();
+        let group = offsets.group("g");
+        assert_eq!(group.len(), 3);
+        for (tp, value) in &commit.entries {
+            assert_eq!(group.get(tp), value.as_ref());
+        }
+        // Recorded at offsets 40, 41, 42: an older record (a lower log offset) loses to them.
+        let last = commit.entries[2].0.clone();
+        offsets.apply("g", last.clone(), None, Offset(41));
+        assert!(
+            offsets.get("g", &last).is_some(),
+            "offset 42 is later than 41"
+        );
+        offsets.apply("g", last.clone(), None, Offset(43));
+        assert!(offsets.get("g", &last).is_none());
+    }
+
+    #[test]
+    fn an_append_answered_with_another_record_count_is_an_error_and_records_nothing() {
+        let mut offsets = CommittedOffsets::default();
+        let commit = in_flight(3);
+        let error = apply_commit(&mut offsets, &commit, &answered(40, 2)).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                CommitError::AppendMismatch { group, expected: 3, appended: 2, .. } if group == "g"
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "the commit of group g appended 3 records to __consumer_offsets-0, but the append was \
+             answered with 2; the commit is not recorded (an internal error)"
+        );
+        assert!(offsets.groups().is_empty());
     }
 }

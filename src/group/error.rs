@@ -156,6 +156,15 @@ pub enum CommitError {
         #[source]
         source: OffsetRecordError,
     },
+    #[error(
+        "the commit of group {group} appended {expected} records to {partition}, but the append was answered with {appended}; the commit is not recorded (an internal error)"
+    )]
+    AppendMismatch {
+        group: String,
+        partition: TopicPartition,
+        expected: u64,
+        appended: u64,
+    },
     #[error("cannot append to the offsets topic {partition}: {source}")]
     Append {
         partition: TopicPartition,

@@ -286,8 +286,7 @@ impl Segment {
         let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
             return Ok(());
         };
-        assert!(first.last_offset >= self.next_offset);
-        assert_eq!(last.position_in_write + last.size_bytes, bytes.len() as u64);
+        self.check_append(bytes.len() as u64, first, last)?;
         let position = self.size_bytes;
         self.preallocate_for(position + bytes.len() as u64)?;
         // After the prewrite, which may itself have landed in the wrong place (fuzz finding F17).
@@ -320,6 +319,32 @@ impl Segment {
             );
         }
         Ok(())
+    }
+
+    /// The log hands whole batches whose offsets come after the segment's and whose extents end
+    /// where the write does: anything else is refused (`InvalidAppend`) before a byte is written,
+    /// since it would leave offsets going backwards or a batch cut short in the file.
+    fn check_append(
+        &self,
+        write_bytes: u64,
+        first: &AppendedBatch,
+        last: &AppendedBatch,
+    ) -> Result<(), StorageError> {
+        let batches_end = last.position_in_write.saturating_add(last.size_bytes);
+        let reason = if first.last_offset < self.next_offset {
+            format!(
+                "the write's first batch ends at offset {}, below the segment's next offset {}",
+                first.last_offset, self.next_offset
+            )
+        } else if batches_end != write_bytes {
+            format!("the write's batches end at byte {batches_end} of its {write_bytes} bytes")
+        } else {
+            return Ok(());
+        };
+        Err(StorageError::InvalidAppend {
+            file: self.log_path.clone(),
+            reason,
+        })
     }
 
     /// Reserves the `.log` ahead of an append ending at `end`, so that the write fills blocks
