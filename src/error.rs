@@ -3,7 +3,9 @@
 //! Operating errors (I/O failures, corrupt bytes, bad arguments) are values. A broken internal
 //! invariant never panics the host: where going on could damage data it is a value too (the
 //! operation is refused), elsewhere a `debug_assert!` that the tests exercise. Every error keeps
-//! its cause and its context: the file, the position, the offset.
+//! its cause and its context: the file, the position, the offset. Its message includes its
+//! cause's, so `{error}` alone says everything; a printer of source chains (the `seglog` tool)
+//! leaves out a cause whose message it already printed.
 
 use std::io;
 use std::path::PathBuf;
@@ -36,6 +38,9 @@ pub enum StorageError {
     /// recovers it.
     #[error("partition {dir} is offline after a storage error ({cause}); reopen to recover it")]
     Offline { dir: PathBuf, cause: String },
+    /// A path the engine needs as a directory is a file.
+    #[error("{path} is a file, not a directory")]
+    NotADirectory { path: PathBuf },
     /// The log handed its active segment a write that breaks the segment's invariants (a bug in
     /// seglog, not bad input): refused before anything is written, and the log fails.
     #[error("refused to write to {file}: {reason} (an internal error; nothing was written)")]
@@ -156,6 +161,12 @@ pub enum AppendError {
     },
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition { topic: String, partition: u32 },
+    /// The topic is internal (`engine::is_internal_topic`): only the engine's own components
+    /// append to it.
+    #[error(
+        "topic {topic} is internal: the group coordinator manages it (the committed offsets of consumer groups), so it can be read but not written, created, grown or deleted directly"
+    )]
+    InternalTopic { topic: String },
     #[error("partition {topic}-{partition} cannot be opened: {source}")]
     PartitionOpen {
         topic: String,
@@ -220,6 +231,12 @@ pub enum DeleteRecordsError {
     },
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition { topic: String, partition: u32 },
+    /// The topic is internal (`engine::is_internal_topic`): its records are its owner's to
+    /// delete.
+    #[error(
+        "topic {topic} is internal: the group coordinator manages it (the committed offsets of consumer groups), so it can be read but not written, created, grown or deleted directly"
+    )]
+    InternalTopic { topic: String },
     #[error("partition {topic}-{partition} cannot be opened: {source}")]
     PartitionOpen {
         topic: String,
@@ -255,6 +272,12 @@ pub enum TopicError {
     TopicExists { topic: String },
     #[error("topic {topic} does not exist")]
     UnknownTopic { topic: String },
+    /// The topic is internal (`engine::is_internal_topic`): only its owner creates, grows or
+    /// deletes it.
+    #[error(
+        "topic {topic} is internal: the group coordinator manages it (the committed offsets of consumer groups), so it can be read but not written, created, grown or deleted directly"
+    )]
+    InternalTopic { topic: String },
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition { topic: String, partition: u32 },
     #[error("topic {topic} has {current} partitions; cannot change to {requested}")]

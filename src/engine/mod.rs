@@ -64,6 +64,14 @@ pub use topics::TopicMetadata;
 use topics::TopicRegistry;
 use wake::{ShardSender, ShardWaker};
 
+/// Whether `topic` is one of the engine's internal topics, which only the engine's own components
+/// write: the group coordinator's `__consumer_offsets` (Kafka's `Topic.isInternal`). The public
+/// API refuses to append to them, create, grow or delete them, or delete their records (an
+/// `InternalTopic` error); fetching them is allowed.
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic == crate::group::OFFSETS_TOPIC
+}
+
 /// How the engine runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
@@ -525,8 +533,25 @@ impl Engine {
 
     /// Appends whole batches (as a producer sends them) to a partition. The batches are validated
     /// here, on the caller's thread; the shard assigns offsets and writes. With
-    /// [`Durability::Durable`] the answer comes after a sync that covers the append.
+    /// [`Durability::Durable`] the answer comes after a sync that covers the append. An internal
+    /// topic ([`is_internal_topic`]) is refused: only the engine's own components write it.
     pub fn append(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        batches: Bytes,
+        durability: Durability,
+    ) -> Pending<AppendInfo, AppendError> {
+        if is_internal_topic(topic.as_str()) {
+            let topic = topic.to_string();
+            return Pending::ready(Err(AppendError::InternalTopic { topic }));
+        }
+        self.append_internal(topic, partition, batches, durability)
+    }
+
+    /// [`Engine::append`] to any topic, internal ones included: the group coordinator's path to
+    /// `__consumer_offsets`.
+    pub(crate) fn append_internal(
         &self,
         topic: &TopicName,
         partition: PartitionId,
@@ -647,13 +672,18 @@ impl Engine {
         })
     }
 
-    /// Moves the partition's log start offset to `offset` (Kafka's DeleteRecords).
+    /// Moves the partition's log start offset to `offset` (Kafka's DeleteRecords). Refused for an
+    /// internal topic ([`is_internal_topic`]).
     pub fn delete_records(
         &self,
         topic: &TopicName,
         partition: PartitionId,
         offset: Offset,
     ) -> Pending<Offset, DeleteRecordsError> {
+        if is_internal_topic(topic.as_str()) {
+            let topic = topic.to_string();
+            return Pending::ready(Err(DeleteRecordsError::InternalTopic { topic }));
+        }
         let tp = TopicPartition {
             topic: topic.clone(),
             partition,
@@ -823,7 +853,8 @@ impl<T, E: From<EngineUnavailable>> SendOutcome<T, E> {
 impl Engine {
     /// Creates a topic with `partition_count` partitions and its configuration. When it returns,
     /// every partition's directory and first segment exist and are durable (each shard creates
-    /// its share at the same time), so a first append pays no file creation.
+    /// its share at the same time), so a first append pays no file creation. An internal topic
+    /// ([`is_internal_topic`]) is refused: its owner creates it.
     pub fn create_topic(
         &self,
         topic: &str,
@@ -831,6 +862,18 @@ impl Engine {
         config: LogConfig,
     ) -> Result<TopicName, TopicError> {
         let topic = TopicName::parse(topic)?;
+        refuse_internal_topic(&topic)?;
+        self.create_internal_topic(topic, partition_count, config)
+    }
+
+    /// [`Engine::create_topic`] of any topic, internal ones included: the group coordinator's
+    /// path to `__consumer_offsets`.
+    pub(crate) fn create_internal_topic(
+        &self,
+        topic: TopicName,
+        partition_count: u32,
+        config: LogConfig,
+    ) -> Result<TopicName, TopicError> {
         config.validate()?;
         self.check_open()?;
         let _admin = self.lock_admin();
@@ -949,9 +992,11 @@ impl Engine {
     }
 
     /// Grows a topic to `partition_count` partitions (Kafka never shrinks a topic); the new
-    /// partitions' first segments are created before it returns, as in `create_topic`.
+    /// partitions' first segments are created before it returns, as in `create_topic`. Refused
+    /// for an internal topic ([`is_internal_topic`]).
     pub fn add_partitions(&self, topic: &str, partition_count: u32) -> Result<(), TopicError> {
         let topic = TopicName::parse(topic)?;
+        refuse_internal_topic(&topic)?;
         self.check_open()?;
         let _admin = self.lock_admin();
         let mut topics = self.write_topics();
@@ -976,9 +1021,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Deletes a topic: its shards drop the partitions, then the directories are removed.
+    /// Deletes a topic: its shards drop the partitions, then the directories are removed. Refused
+    /// for an internal topic ([`is_internal_topic`]).
     pub fn delete_topic(&self, topic: &str) -> Result<(), TopicError> {
         let topic = TopicName::parse(topic)?;
+        refuse_internal_topic(&topic)?;
         self.check_open()?;
         let mut admin = self.lock_admin();
         let metadata = {
@@ -1332,6 +1379,16 @@ fn join_shard(shard: &ShardHandle) {
         .take();
     if let Some(thread) = thread {
         let _ = thread.join();
+    }
+}
+
+/// `InternalTopic` for an internal topic ([`is_internal_topic`]).
+fn refuse_internal_topic(topic: &TopicName) -> Result<(), TopicError> {
+    match is_internal_topic(topic.as_str()) {
+        true => Err(TopicError::InternalTopic {
+            topic: topic.to_string(),
+        }),
+        false => Ok(()),
     }
 }
 

@@ -495,7 +495,7 @@ impl GroupCoordinator {
                 return CommitHandle::ready(Err(CommitError::InvalidRecord { source: error }));
             }
         };
-        let pending = self.shared.engine.append(
+        let pending = self.shared.engine.append_internal(
             &offsets_partition.topic,
             offsets_partition.partition,
             records,

@@ -153,7 +153,11 @@ pub(crate) fn ensure_offsets_topic(
         segment_bytes: OFFSETS_TOPIC_SEGMENT_BYTES,
         ..LogConfig::default()
     };
-    match engine.create_topic(OFFSETS_TOPIC, partition_count, config) {
+    let topic = TopicName::parse(OFFSETS_TOPIC).map_err(|error| CoordinatorError::CreateTopic {
+        topic: OFFSETS_TOPIC.to_owned(),
+        source: error.into(),
+    })?;
+    match engine.create_internal_topic(topic, partition_count, config) {
         Ok(topic) => Ok((topic, partition_count)),
         Err(TopicError::TopicExists { .. }) => {
             offsets_topic(engine).ok_or_else(|| CoordinatorError::CreateTopic {

@@ -9,7 +9,9 @@
 use std::path::Path;
 
 use anyhow::Context;
-use seglog::engine::{Engine, EngineConfig};
+use seglog::engine::{Engine, EngineConfig, is_internal_topic};
+use seglog::error::TopicError;
+use seglog::types::TopicName;
 
 use crate::data_dir::{require_data_dir, require_data_dir_or_new};
 
@@ -34,6 +36,19 @@ pub fn open_engine(dir: &Path) -> anyhow::Result<Engine> {
 pub fn open_existing(dir: &Path) -> anyhow::Result<Engine> {
     require_data_dir(dir)?;
     open_engine(dir)
+}
+
+/// Refuses an internal topic (`__consumer_offsets`, which only the engine's group coordinator
+/// writes) before the data directory is opened, as the engine itself would refuse it:
+/// `cannot <action> topic <topic>: topic <topic> is internal: ...`.
+pub fn refuse_internal_topic(topic: &TopicName, action: &str) -> anyhow::Result<()> {
+    if !is_internal_topic(topic.as_str()) {
+        return Ok(());
+    }
+    let refusal = TopicError::InternalTopic {
+        topic: topic.to_string(),
+    };
+    Err(anyhow::Error::new(refusal).context(format!("cannot {action} topic {topic}")))
 }
 
 /// Runs `command` on the engine, then closes it even if `command` failed, so that the next open

@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{OutputFormat, ProduceArgs};
-use crate::engine_open::{open_engine, with_engine};
+use crate::engine_open::{open_engine, refuse_internal_topic, with_engine};
 use crate::topic_config::parse_configs;
 
 /// Lines read from stdin but not yet sent, at most.
@@ -52,6 +52,7 @@ const APPENDS_INFLIGHT_MAX: usize = 1024;
 pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
+    refuse_internal_topic(&topic, "produce to")?;
     let config = parse_configs(&args.configs)?;
     with_engine(open_engine(&args.dir)?, |engine| {
         let metadata = ensure_topic(engine, &topic, args, config)?;

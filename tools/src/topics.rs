@@ -21,7 +21,7 @@ use crate::args::{
     TopicListArgs, TopicsArgs, TopicsCommand,
 };
 use crate::dir_view::DataDirView;
-use crate::engine_open::{open_engine, open_existing, with_engine};
+use crate::engine_open::{open_engine, open_existing, refuse_internal_topic, with_engine};
 use crate::topic_config::{overrides, overrides_text, parse_configs};
 
 pub fn run(args: &TopicsArgs) -> anyhow::Result<Outcome> {
@@ -42,6 +42,7 @@ fn parse_topic(name: &str) -> anyhow::Result<TopicName> {
 
 fn create(args: &TopicCreateArgs) -> anyhow::Result<()> {
     let topic = parse_topic(&args.topic)?;
+    refuse_internal_topic(&topic, "create")?;
     let config = parse_configs(&args.configs)?;
     with_engine(open_engine(&args.dir)?, |engine| {
         engine
@@ -128,6 +129,7 @@ fn write_description(out: &mut impl Write, description: &TopicDescription) -> io
 
 fn alter(args: &TopicAlterArgs) -> anyhow::Result<()> {
     let topic = parse_topic(&args.topic)?;
+    refuse_internal_topic(&topic, "grow")?;
     with_engine(open_existing(&args.dir)?, |engine| {
         let before = partition_count(engine, &topic);
         engine
@@ -151,6 +153,7 @@ fn alter(args: &TopicAlterArgs) -> anyhow::Result<()> {
 
 fn delete(args: &TopicDeleteArgs) -> anyhow::Result<()> {
     let topic = parse_topic(&args.topic)?;
+    refuse_internal_topic(&topic, "delete")?;
     with_engine(open_existing(&args.dir)?, |engine| {
         engine
             .delete_topic(topic.as_str())
