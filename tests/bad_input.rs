@@ -762,3 +762,44 @@ fn a_segment_refuses_a_write_that_breaks_its_invariants_and_writes_nothing() {
         assert_eq!(fs::metadata(&log_path).unwrap().len(), length_before);
     }
 }
+
+/// Issue 41, item 11: opening an engine on a path that is a file, or creating a topic whose
+/// partition directory is a file, is `StorageError::NotADirectory` naming that file ("is a file,
+/// not a directory"), not the OS's `File exists`.
+#[test]
+fn a_file_where_a_directory_belongs_is_named_as_such() {
+    use seglog::engine::{Engine, EngineConfig};
+    use seglog::error::{StorageError, TopicError};
+
+    let dir = scratch();
+    let file = dir.path().join("a-file");
+    fs::write(&file, b"x").unwrap();
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let error = Engine::open(&file, config.clone()).unwrap_err();
+    match &error {
+        OpenError::Storage(StorageError::NotADirectory { path }) => assert_eq!(path, &file),
+        other => panic!("expected NotADirectory, got {other:?}"),
+    }
+    assert_eq!(
+        error.to_string(),
+        format!("{} is a file, not a directory", file.display())
+    );
+
+    let data = dir.path().join("data");
+    let engine = Engine::open(&data, config).unwrap();
+    fs::write(data.join("t-0"), b"").unwrap();
+    let error = engine
+        .create_topic("t", 1, LogConfig::default())
+        .unwrap_err();
+    match &error {
+        TopicError::Storage(StorageError::NotADirectory { path }) => {
+            assert_eq!(path, &data.join("t-0"));
+        }
+        other => panic!("expected NotADirectory, got {other:?}"),
+    }
+    engine.close().unwrap();
+}

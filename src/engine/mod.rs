@@ -422,9 +422,7 @@ impl Engine {
         let root = dir.as_ref().to_owned();
         config.default_topic_config.validate()?;
         let dedupe_map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes)?;
-        storage
-            .create_dir_all(&root)
-            .map_err(|source| StorageError::io("create directory", &root, source))?;
+        crate::segment::create_dir_all(storage.as_ref(), &root)?;
         let lock = lock_dir(&root)?;
         let marker_found = take_clean_shutdown_marker(storage.as_ref(), &root)?;
         let read = read_open_checkpoints(storage.as_ref(), &root)?;
@@ -1083,9 +1081,7 @@ impl Engine {
                 partition,
             };
             let dir = self.inner.root.join(partition_dir_name(&tp));
-            storage
-                .create_dir_all(&dir)
-                .map_err(|source| StorageError::io("create directory", &dir, source))?;
+            crate::segment::create_dir_all(storage, &dir)?;
         }
         sync_dir(storage, &self.inner.root)
     }

@@ -10,6 +10,7 @@ mod append;
 mod cleaned_end;
 mod compaction;
 mod open;
+pub mod repair;
 mod retention;
 mod seal_sync;
 mod segments;

@@ -61,9 +61,7 @@ impl PartitionLog {
         options: LogOpenOptions,
     ) -> Result<(PartitionLog, RecoveryReport), OpenError> {
         config.validate()?;
-        storage
-            .create_dir_all(dir)
-            .map_err(|source| StorageError::io("create directory", dir, source))?;
+        crate::segment::create_dir_all(storage.as_ref(), dir)?;
         // An owner with threads of its own (the engine) unlinks `.deleted` leftovers there.
         let keep_deleted = config.deferred_seal_syncs;
         let names = list_names(storage.as_ref(), dir)?;
@@ -324,7 +322,10 @@ fn check_follows(
     Err(StorageError::Corrupt {
         file: next.log_path().to_owned(),
         position: 0,
-        reason: format!("segment based at {base} {reason}, which ends at offset {end}"),
+        reason: format!(
+            "segment based at {base} {reason}, which ends at offset {end}; {}",
+            crate::segment::recovery::recover_hint(next.log_path())
+        ),
     })
 }
 

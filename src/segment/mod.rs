@@ -1332,6 +1332,22 @@ pub fn remove_deleted_files(
         .try_for_each(|deleted| remove_if_present(storage, &deleted))
 }
 
+/// Creates `dir` and its missing parents. A path on the way that exists but is not a directory is
+/// reported as such (`NotADirectory`, naming it), not as the OS's `File exists`.
+pub(crate) fn create_dir_all(storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
+    storage.create_dir_all(dir).map_err(|source| {
+        let not_a_directory = dir
+            .ancestors()
+            .find(|path| storage.exists(path) && !storage.is_dir(path));
+        match not_a_directory {
+            Some(path) => StorageError::NotADirectory {
+                path: path.to_owned(),
+            },
+            None => StorageError::io("create directory", dir, source),
+        }
+    })
+}
+
 /// Unlinks `path`; a file already gone counts as unlinked.
 pub(crate) fn remove_if_present(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
     match storage.remove_file(path) {

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::format::batch::field;
-use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
+use crate::format::file_name::{
+    FileState, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
+};
 use crate::format::prewrite::{self, Misplaced, STAMP_BYTES};
 use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
@@ -381,7 +383,9 @@ impl Segment {
                     position,
                     reason: format!(
                         "{reason}; the batch passes its CRC, so this is damage or a misdirected \
-                         write, not a torn tail: the partition is not opened rather than truncated"
+                         write, not a torn tail: the partition is not opened rather than \
+                         truncated; {}",
+                        recover_hint(&self.log_path)
                     ),
                 });
             }
@@ -432,7 +436,8 @@ impl Segment {
                 position,
                 reason: format!(
                     "{reason}; {why}, so this is damage to synced data, not a torn write: the \
-                     partition is not opened rather than truncated"
+                     partition is not opened rather than truncated; {}",
+                    recover_hint(&self.log_path)
                 ),
             });
         }
@@ -703,6 +708,34 @@ impl Segment {
     }
 }
 
+/// What the operator of a partition that is not opened because of damage in `log_path` can do:
+/// `seglog recover` truncates the partition to its last valid batch, after showing what that
+/// discards and asking.
+pub(crate) fn recover_hint(log_path: &Path) -> String {
+    let partition_dir = log_path.parent();
+    let partition = partition_dir
+        .and_then(Path::file_name)
+        .and_then(|name| name.to_str())
+        .and_then(parse_partition_dir_name);
+    let root = partition_dir
+        .and_then(Path::parent)
+        .filter(|root| !root.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let command = match partition {
+        Some(tp) => format!(
+            "seglog recover --dir {} --topic {} --partition {}",
+            root.display(),
+            tp.topic,
+            tp.partition
+        ),
+        None => "seglog recover".to_owned(),
+    };
+    format!(
+        "to serve the batches before the damage, `{command}` shows what truncating the partition \
+         to its last valid batch would discard and, once confirmed, truncates it"
+    )
+}
+
 /// Whether `bytes`, a batch's from `position`, reach past their first 512-byte sector and hold
 /// there only what a crash that lost that sector's write leaves (zeros past the old end, or
 /// prewritten space): the fields the batch keeps in that sector were never stored.
@@ -717,7 +750,7 @@ fn first_sector_lost(position: u64, bytes: &[u8]) -> bool {
 /// A recovered batch must start at or after the previous batch's end (exactly there when `dense`:
 /// a log that is never compacted has no offset gaps), inside this segment, and its offsets must
 /// fit the index's relative offsets.
-fn check_offsets(
+pub(crate) fn check_offsets(
     header: &BatchHeader,
     base_offset: Offset,
     next_offset: Offset,

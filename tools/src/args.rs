@@ -36,6 +36,9 @@ pub enum Command {
     Dump(DumpArgs),
     /// Check every batch and index entry of a data directory (or one partition directory), read-only.
     Verify(VerifyArgs),
+    /// Truncate a partition that the engine does not open because of damage to its last valid
+    /// batch: shows what that discards, then asks (stdin not a terminal: needs --yes).
+    Recover(RecoverArgs),
     /// Run a load generator against an embedded engine and print throughput and latency
     /// percentiles.
     Bench(BenchArgs),
@@ -196,6 +199,22 @@ pub struct VerifyArgs {
     /// Data directory, or a single partition directory.
     #[arg(long)]
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// Data directory (its lock is held while the command runs).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Topic of the partition.
+    #[arg(long)]
+    pub topic: String,
+    /// The partition to truncate.
+    #[arg(long)]
+    pub partition: u32,
+    /// Truncate without asking; needed when stdin is not a terminal.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -56,9 +56,15 @@ pub fn inspect(dir: &Path) -> anyhow::Result<DirState> {
         Ok(metadata) => metadata,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(DirState::Missing),
         Err(error) => {
+            if let Some(file) = dir.ancestors().skip(1).find(|path| path.is_file()) {
+                bail!("{} is a file, not a directory", file.display());
+            }
             return Err(error).with_context(|| format!("cannot stat {}", dir.display()));
         }
     };
+    if metadata.is_file() {
+        bail!("{} is a file, not a directory", dir.display());
+    }
     if !metadata.is_dir() {
         bail!("{} is not a directory", dir.display());
     }

@@ -43,7 +43,8 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<Outcome> {
             Ok(Outcome::Findings) => outcome = Outcome::Findings,
             Err(error) if crate::is_broken_pipe(&error) => return Err(error),
             Err(error) => {
-                writeln!(io::stderr(), "seglog: error: {error:#}")?;
+                let line = crate::error_line::error_line(&error);
+                writeln!(io::stderr(), "seglog: error: {line}")?;
                 outcome = Outcome::Findings;
             }
         }

@@ -10,6 +10,8 @@
 //! - `clean`: run retention and compaction once, now, and print what they did;
 //! - `dump`: print `.log`, `.index` and `.timeindex` files the way Kafka's `DumpLogSegments` does;
 //! - `verify`: check every batch and index entry of a data directory, read-only;
+//! - `recover`: truncate a partition the engine does not open because of damage to its last
+//!   valid batch, after showing what that discards and asking;
 //! - `bench`: a load generator against an embedded engine (throughput, latency percentiles).
 //!
 //! The commands that only read — `topics list|describe`, `consume --partition`, `groups
@@ -18,7 +20,9 @@
 //! a read-only file system and while another process has the directory open. The commands that
 //! write — `produce`, `topics create|alter|delete`, `consume --group`, `clean`, `bench --dir` —
 //! open it through the engine (`seglog::engine::Engine`), which takes the directory's lock and
-//! recovers it if needed. Every command refuses a directory that is not a seglog data directory
+//! recovers it if needed; `recover` takes the lock itself (`seglog::log::repair`).
+//!
+//! Errors are printed as one line, each cause once (`error_line`). Every command refuses a directory that is not a seglog data directory
 //! (`data_dir`), before it touches anything.
 //!
 //! Exit codes: 0 success, 1 an error or a finding (corruption, mismatched index entries), 2 a usage
@@ -33,6 +37,7 @@ mod data_dir;
 mod dir_view;
 mod dump;
 mod engine_open;
+mod error_line;
 mod groups;
 mod index_check;
 mod kafka_text;
@@ -41,6 +46,7 @@ mod partition_view;
 mod produce;
 mod read_only;
 mod record_view;
+mod recover;
 mod topic_config;
 mod topics;
 mod verify;
@@ -71,6 +77,7 @@ fn main() -> ExitCode {
         Command::Clean(args) => clean::run(&args),
         Command::Dump(args) => dump::run(&args),
         Command::Verify(args) => verify::run(&args),
+        Command::Recover(args) => recover::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {
@@ -79,7 +86,11 @@ fn main() -> ExitCode {
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             // Nothing useful can be done if stderr itself is gone.
-            let _ = writeln!(io::stderr(), "seglog: error: {error:#}");
+            let _ = writeln!(
+                io::stderr(),
+                "seglog: error: {}",
+                error_line::error_line(&error)
+            );
             ExitCode::FAILURE
         }
     }

@@ -64,7 +64,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let topics = match read_registry(&targets.root) {
         Ok(topics) => topics,
         Err(error) => {
-            report.problems.push(format!("{error:#}"));
+            report.problems.push(crate::error_line::error_line(&error));
             BTreeMap::new()
         }
     };

@@ -206,8 +206,9 @@ impl DiskFigures {
                 self.random_read_direct = true;
             }
             Err(error) => self.notes.push(format!(
-                "random reads over the engine's data set not measured ({error:#}); the scratch \
-                 file's figure stands"
+                "random reads over the engine's data set not measured ({}); the scratch \
+                 file's figure stands",
+                crate::error_line::error_line(&error)
             )),
         }
     }
@@ -237,8 +238,9 @@ impl DiskFigures {
                 self.read_direct_mb_per_s = Some(mb_per_s);
             }
             Err(error) => self.notes.push(format!(
-                "sequential reads over the engine's data set not measured ({error:#}); the \
-                 scratch file's figure stands"
+                "sequential reads over the engine's data set not measured ({}); the \
+                 scratch file's figure stands",
+                crate::error_line::error_line(&error)
             )),
         }
     }
@@ -261,7 +263,8 @@ impl DiskFigures {
             }
             Err(error) => self.notes.push(format!(
                 "reads through the page cache over the engine's data set not measured \
-                 ({error:#}); the scratch file's figure stands"
+                 ({}); the scratch file's figure stands",
+                crate::error_line::error_line(&error)
             )),
         }
     }
@@ -342,7 +345,10 @@ pub fn measure(parent: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigure
     if fio::installed() {
         match fio::measure(scratch.path(), pattern) {
             Ok(measured) => figures = Some(measured),
-            Err(error) => notes.push(format!("fio failed ({error:#}); built-in loop used")),
+            Err(error) => notes.push(format!(
+                "fio failed ({}); built-in loop used",
+                crate::error_line::error_line(&error)
+            )),
         }
     }
     let mut figures = match figures {
@@ -793,7 +799,10 @@ fn measure_built_in(dir: &Path, pattern: DiskPattern) -> anyhow::Result<DiskFigu
     ) {
         Ok(direct) => Some(direct),
         Err(error) => {
-            notes.push(format!("O_DIRECT refused here: {error:#}"));
+            notes.push(format!(
+                "O_DIRECT refused here: {}",
+                crate::error_line::error_line(&error)
+            ));
             None
         }
     };

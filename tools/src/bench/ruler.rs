@@ -97,7 +97,8 @@ impl DiskLimits {
             match random_reads_per_s(files, depth, self.seconds) {
                 Ok(reads_per_s) => self.random_reads.push((depth, reads_per_s)),
                 Err(error) => self.notes.push(format!(
-                    "random reads at queue depth {depth} not measured ({error:#})"
+                    "random reads at queue depth {depth} not measured ({})",
+                    crate::error_line::error_line(&error)
                 )),
             }
         }
@@ -187,7 +188,10 @@ pub fn measure(dir: &Path, seconds: u64) -> anyhow::Result<DiskLimits> {
                 (Some(direct.mb_per_s), Some(read))
             }
             Err(error) => {
-                notes.push(format!("O_DIRECT refused or failed ({error:#})"));
+                notes.push(format!(
+                    "O_DIRECT refused or failed ({})",
+                    crate::error_line::error_line(&error)
+                ));
                 (None, None)
             }
         };

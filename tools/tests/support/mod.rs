@@ -261,3 +261,86 @@ impl Drop for RunningSeglog {
         }
     }
 }
+
+/// A partition the engine refuses to open: topic `t`, partition 0 of `data`, 30 records
+/// `value-<n>` keyed `k<n>`, one a batch, in segments of at most 600 bytes; one byte in the
+/// middle of the fourth batch of the second segment flipped (a CRC mismatch among valid batches,
+/// not a torn tail), and the clean-shutdown marker and recovery-point checkpoint removed, so that
+/// the next open re-validates every segment and refuses that one.
+pub struct DamagedPartition {
+    pub data: std::path::PathBuf,
+    /// The damaged segment's `.log`.
+    pub file: std::path::PathBuf,
+    /// Where the damaged batch starts in it.
+    pub position: u64,
+    /// The damaged segment's length.
+    pub file_bytes: u64,
+    /// The damaged batch's offset: the partition's valid data ends below it.
+    pub offset: u64,
+    /// How many records the partition held.
+    pub records: u64,
+}
+
+pub fn damaged_partition(data: &Path) -> DamagedPartition {
+    let records = 30u64;
+    let input: String = (0..records).map(|n| format!("k{n}:value-{n}\n")).collect();
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            path_arg(data),
+            "--topic",
+            "t",
+            "--key-separator",
+            ":",
+            "--config",
+            "segment.bytes=600",
+            "--linger-ms",
+            "0",
+            "--batch-size",
+            "1",
+        ],
+        input.as_bytes(),
+    );
+    assert_success(&output);
+    let partition = data.join("t-0");
+    let mut logs: Vec<std::path::PathBuf> = std::fs::read_dir(&partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .collect();
+    logs.sort();
+    assert!(logs.len() >= 3, "several segments: {logs:?}");
+    let file = logs[1].clone();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let batches = batch_starts(&bytes);
+    assert!(batches.len() >= 5, "{batches:?}");
+    let position = batches[3];
+    let offset = u64::from_be_bytes(bytes[position..position + 8].try_into().unwrap());
+    // A byte of the last record's value, inside the batch, covered by its CRC.
+    let end = batches[4];
+    bytes[end - 2] ^= 0x55;
+    std::fs::write(&file, &bytes).unwrap();
+    std::fs::remove_file(data.join(".kafka_cleanshutdown")).unwrap();
+    std::fs::remove_file(data.join("recovery-point-offset-checkpoint")).unwrap();
+    DamagedPartition {
+        data: data.to_owned(),
+        file,
+        position: position as u64,
+        file_bytes: bytes.len() as u64,
+        offset,
+        records,
+    }
+}
+
+/// Where each batch of a `.log` starts: its 8-byte base offset, then its 4-byte length.
+pub fn batch_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut position = 0;
+    while position + 12 <= bytes.len() {
+        starts.push(position);
+        let length = i32::from_be_bytes(bytes[position + 8..position + 12].try_into().unwrap());
+        position += 12 + length as usize;
+    }
+    starts
+}

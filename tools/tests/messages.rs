@@ -1,0 +1,142 @@
+//! Issue 41, item 11: the tool's error messages, one line each, every cause said once. They prove
+//! that: a `--dir` that is a regular file (or lies under one) is named as "a file, not a
+//! directory", by every command; a partition directory that is a file is named so, not as the
+//! OS's "File exists" twice; an OS error under a partition's open (a segment that is a symbolic
+//! link, refused with `ELOOP` whatever the user's privileges) is printed once, not three times;
+//! and a partition the engine refuses to open because of damage prints its reason once (it used
+//! to print it twice) and names the `seglog recover` command for that partition.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::fs;
+use std::process::Output;
+
+use support::{
+    assert_success, damaged_partition, path_arg, run, run_with_stdin, stderr_text, stdout_lines,
+};
+
+/// The command failed with exit code 1, printed nothing on stdout and exactly `line` on stderr.
+fn assert_fails_with_line(output: &Output, line: &str) {
+    assert_eq!(output.status.code(), Some(1), "{}", stderr_text(output));
+    assert!(output.stdout.is_empty(), "{:?}", stdout_lines(output));
+    assert_eq!(stderr_text(output), format!("{line}\n"));
+}
+
+#[test]
+fn a_dir_that_is_a_file_or_lies_under_one_is_named_a_file_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    fs::write(&file, b"not a data directory").unwrap();
+    let expected = format!(
+        "seglog: error: {} is a file, not a directory",
+        file.display()
+    );
+    for dir_arg in [file.clone(), file.join("sub")] {
+        let dir_arg = path_arg(&dir_arg);
+        let commands: [&[&str]; 5] = [
+            &["produce", "--dir", dir_arg, "--topic", "t"],
+            &["topics", "create", "--dir", dir_arg, "--topic", "t"],
+            &["topics", "list", "--dir", dir_arg],
+            &[
+                "consume",
+                "--dir",
+                dir_arg,
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+            ],
+            &["verify", "--dir", dir_arg],
+        ];
+        for args in commands {
+            assert_fails_with_line(&run_with_stdin(args, b"v\n"), &expected);
+        }
+    }
+    assert_eq!(fs::read(&file).unwrap(), b"not a data directory");
+}
+
+#[test]
+fn a_partition_directory_that_is_a_file_is_named_a_file_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert_success(&run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "a"],
+        b"v\n",
+    ));
+    let in_the_way = data.join("t-0");
+    fs::write(&in_the_way, b"").unwrap();
+    let output = run(&["topics", "create", "--dir", path_arg(&data), "--topic", "t"]);
+    assert_fails_with_line(
+        &output,
+        &format!(
+            "seglog: error: cannot create topic t: {} is a file, not a directory",
+            in_the_way.display()
+        ),
+    );
+}
+
+#[test]
+fn an_os_error_opening_a_partition_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert_success(&run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "a"],
+        b"v\n",
+    ));
+    let segment = data.join("a-0").join("00000000000000000000.log");
+    let moved = dir.path().join("moved.log");
+    fs::rename(&segment, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &segment).unwrap();
+    let output = run_with_stdin(
+        &["produce", "--dir", path_arg(&data), "--topic", "a"],
+        b"w\n",
+    );
+    assert_fails_with_line(
+        &output,
+        &format!(
+            "seglog: error: cannot append to a-0: partition a-0 cannot be opened: open {}: Too \
+             many levels of symbolic links (os error 40)",
+            segment.display()
+        ),
+    );
+}
+
+#[test]
+fn a_partition_refused_for_damage_says_so_once_and_names_the_recover_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = damaged_partition(&dir.path().join("data"));
+    let output = run_with_stdin(
+        &[
+            "produce",
+            "--dir",
+            path_arg(&damaged.data),
+            "--topic",
+            "t",
+            "--key-separator",
+            ":",
+        ],
+        b"k:v\n",
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr_text(&output));
+    assert!(output.stdout.is_empty());
+    let stderr = stderr_text(&output);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let prefix = format!(
+        "seglog: error: cannot append to t-0: partition t-0 cannot be opened: corrupt {} at \
+         position {}: CRC-32C mismatch",
+        damaged.file.display(),
+        damaged.position
+    );
+    assert!(lines[0].starts_with(&prefix), "{prefix:?} starts {stderr}");
+    assert_eq!(lines[0].matches("CRC-32C mismatch").count(), 1, "{stderr}");
+    let hint = format!(
+        "; to serve the batches before the damage, `seglog recover --dir {} --topic t \
+         --partition 0` shows what truncating the partition to its last valid batch would \
+         discard and, once confirmed, truncates it",
+        damaged.data.display()
+    );
+    assert!(lines[0].ends_with(&hint), "{hint:?} ends {stderr}");
+}
