@@ -410,3 +410,50 @@ fn cut_segment(storage: &dyn Storage, log_path: &Path, position: u64) -> Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_must_start_where_the_previous_ends_unless_that_one_was_compacted() {
+        assert_eq!(misplaced(Offset(10), Offset(10), true), None);
+        assert_eq!(misplaced(Offset(12), Offset(10), false), None);
+        assert_eq!(
+            misplaced(Offset(9), Offset(10), false).as_deref(),
+            Some("the segment based at 9 overlaps the previous one, which ends at offset 10")
+        );
+        assert_eq!(
+            misplaced(Offset(12), Offset(10), true).as_deref(),
+            Some(
+                "the segment based at 12 leaves an offset gap after the previous one, which ends \
+                 at offset 10 and was never compacted"
+            )
+        );
+    }
+
+    #[test]
+    fn the_damage_adds_up_what_each_file_discards() {
+        let discarded = |bytes, readable_offsets| Discarded {
+            file: PathBuf::from("t-0/00000000000000000000.log"),
+            position: 0,
+            bytes,
+            whole_file: true,
+            readable_offsets,
+        };
+        let damage = Damage {
+            file: PathBuf::from("t-0/00000000000000000000.log"),
+            position: 0,
+            reason: "CRC-32C mismatch".to_owned(),
+            first_offset: Offset(0),
+            valid_end_offset: Offset(0),
+            discarded: vec![
+                discarded(100, Some((Offset(1), Offset(4)))),
+                discarded(50, None),
+                discarded(70, Some((Offset(5), Offset(9)))),
+            ],
+        };
+        assert_eq!(damage.discarded_bytes(), 220);
+        assert_eq!(damage.last_readable_offset(), Some(Offset(9)));
+    }
+}
