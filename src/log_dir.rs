@@ -359,19 +359,29 @@ pub fn read_checkpoint(
     root: &Path,
     name: &str,
 ) -> Result<CheckpointRead, StorageError> {
-    let read = |name: &str| -> Result<Option<(String, Vec<u8>)>, StorageError> {
-        let path = root.join(name);
+    read_checkpoint_with(name, |file| {
+        let path = root.join(file);
         match storage.exists(&path) {
-            true => Ok(Some((name.to_owned(), read_small_file(storage, &path)?))),
+            true => Ok(Some(read_small_file(storage, &path)?)),
             false => Ok(None),
         }
-    };
+    })
+}
+
+/// Checkpoint `name` from the files `read` returns by name (`None`: no such file): its copies,
+/// else Kafka's file ([`choose_checkpoint`]). For readers with their own file access (the tools).
+pub fn read_checkpoint_with<E>(
+    name: &str,
+    mut read: impl FnMut(&str) -> Result<Option<Vec<u8>>, E>,
+) -> Result<CheckpointRead, E> {
     let mut copies = Vec::with_capacity(2);
     for copy in checkpoint_copy_names(name) {
-        copies.extend(read(&copy)?);
+        if let Some(bytes) = read(&copy)? {
+            copies.push((copy, bytes));
+        }
     }
     let kafka_file = match copies.is_empty() {
-        true => read(name)?,
+        true => read(name)?.map(|bytes| (name.to_owned(), bytes)),
         false => None,
     };
     Ok(choose_checkpoint(&copies, kafka_file))

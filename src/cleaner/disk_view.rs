@@ -9,7 +9,7 @@ use std::path::Path;
 use super::retention::{RetentionConfig, SegmentFacts, plan_retention};
 use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::StorageError;
-use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
+use crate::format::file_name::{SegmentFileKind, SegmentFileName};
 use crate::io::{OpenMode, Storage, StorageFile};
 use crate::limits::{BATCH_HEADER_BYTES, TIME_INDEX_ENTRY_BYTES};
 use crate::types::{Offset, TimestampMs};
@@ -78,17 +78,7 @@ pub fn clean_and_dirty_bytes(
 
 /// The live segments in `dir`, in offset order.
 fn live_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<DiskSegment>, StorageError> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|source| StorageError::io("list directory", dir, source))?;
-    let mut bases: Vec<Offset> = names
-        .iter()
-        .filter_map(|name| SegmentFileName::parse(name))
-        .filter(|name| name.state == FileState::Live && name.kind == SegmentFileKind::Log)
-        .map(|name| name.base_offset)
-        .collect();
-    bases.sort_unstable();
-    bases
+    crate::segment::live_segment_bases(storage, dir)?
         .into_iter()
         .map(|base_offset| {
             let path = file_path(dir, base_offset, SegmentFileKind::Log);

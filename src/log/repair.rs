@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{
-    FileState, SegmentFileKind, SegmentFileName, partition_dir_name, segment_path,
+    SegmentFileKind, SegmentFileName, partition_dir_name, segment_path,
 };
 use crate::format::{BatchPrefix, DecodeError};
 use crate::io::{OpenMode, Storage, StorageFile};
@@ -151,7 +151,7 @@ fn find_damage(
     dir: &Path,
     config: &LogConfig,
 ) -> Result<Option<Damage>, StorageError> {
-    let bases = live_segment_bases(storage, dir)?;
+    let bases = crate::segment::live_segment_bases(storage, dir)?;
     let Some(first_offset) = bases.first().copied() else {
         return Ok(None);
     };
@@ -347,21 +347,6 @@ fn open_log(
         .length_bytes()
         .map_err(|source| StorageError::io("stat", path, source))?;
     Ok((file, length))
-}
-
-/// The base offsets of the live segments in `dir`, in order.
-fn live_segment_bases(storage: &dyn Storage, dir: &Path) -> Result<Vec<Offset>, StorageError> {
-    let names = storage
-        .list_dir(dir)
-        .map_err(|source| StorageError::io("list directory", dir, source))?;
-    let mut bases: Vec<Offset> = names
-        .iter()
-        .filter_map(|name| SegmentFileName::parse(name))
-        .filter(|name| name.kind == SegmentFileKind::Log && name.state == FileState::Live)
-        .map(|name| name.base_offset)
-        .collect();
-    bases.sort_unstable();
-    Ok(bases)
 }
 
 /// The files of the segment whose `.log` is `log_path`, each of its kinds.

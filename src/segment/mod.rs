@@ -1349,6 +1349,24 @@ pub(crate) fn create_dir_all(storage: &dyn Storage, dir: &Path) -> Result<(), St
 }
 
 /// Unlinks `path`; a file already gone counts as unlinked.
+/// The base offsets of the live segments in `dir`, in order.
+pub(crate) fn live_segment_bases(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Vec<Offset>, StorageError> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|source| StorageError::io("list directory", dir, source))?;
+    let mut bases: Vec<Offset> = names
+        .iter()
+        .filter_map(|name| SegmentFileName::parse(name))
+        .filter(|name| name.kind == SegmentFileKind::Log && name.state == FileState::Live)
+        .map(|name| name.base_offset)
+        .collect();
+    bases.sort_unstable();
+    Ok(bases)
+}
+
 pub(crate) fn remove_if_present(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
     match storage.remove_file(path) {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => {

@@ -23,7 +23,7 @@ use seglog::format::file_name::{
     RECOVERY_POINT_CHECKPOINT, TOPIC_REGISTRY, parse_partition_dir_name, partition_dir_name,
 };
 use seglog::format::topics::{TopicEntry, decode};
-use seglog::log_dir::{CheckpointRead, checkpoint_copy_names, choose_checkpoint};
+use seglog::log_dir::{CheckpointRead, read_checkpoint_with};
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::data_dir::{list_names, require_data_dir};
@@ -180,21 +180,12 @@ fn add_unregistered_partitions(
 /// Checkpoint `name` of the data directory `root`, chosen as the engine chooses it
 /// (`seglog::log_dir::choose_checkpoint`): a lost one has no offsets, and says why.
 pub fn read_checkpoint(root: &Path, name: &str) -> anyhow::Result<CheckpointRead> {
-    let read = |name: &str| -> anyhow::Result<Option<(String, Vec<u8>)>> {
-        let path = root.join(name);
+    read_checkpoint_with(name, |file| {
+        let path = root.join(file);
         if !path.exists() {
             return Ok(None);
         }
         let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        Ok(Some((name.to_owned(), bytes)))
-    };
-    let mut copies = Vec::with_capacity(2);
-    for copy in checkpoint_copy_names(name) {
-        copies.extend(read(&copy)?);
-    }
-    let kafka_file = match copies.is_empty() {
-        true => read(name)?,
-        false => None,
-    };
-    Ok(choose_checkpoint(&copies, kafka_file))
+        Ok(Some(bytes))
+    })
 }
