@@ -322,7 +322,12 @@ pub fn damaged_partition(data: &Path) -> DamagedPartition {
     bytes[end - 2] ^= 0x55;
     std::fs::write(&file, &bytes).unwrap();
     std::fs::remove_file(data.join(".kafka_cleanshutdown")).unwrap();
-    std::fs::remove_file(data.join("recovery-point-offset-checkpoint")).unwrap();
+    // Without the recovery-point checkpoint (Kafka's file and seglog's copies) every segment is
+    // recovered, and so checked.
+    for name in ["", ".0", ".1"].map(|copy| format!("recovery-point-offset-checkpoint{copy}")) {
+        let _ = std::fs::remove_file(data.join(name));
+    }
+    assert!(!data.join("recovery-point-offset-checkpoint").exists());
     DamagedPartition {
         data: data.to_owned(),
         file,
