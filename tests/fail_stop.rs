@@ -199,8 +199,8 @@ fn a_failed_sync_takes_its_partition_offline_for_appends_and_fetches_until_a_reo
 
 /// Item 2: the failed seal sync, then an eviction to bound open files, then a use of the
 /// partition. The eviction must not forget the failure: the partition stays offline (today's
-/// code reopened it trusting its files), the checkpoint keeps the recovery point where the last
-/// successful sync left it, and the next open recovers it.
+/// code reopened it trusting its files), its checkpoint entry keeps its value from before the
+/// failure (today's code wrote the log end), and the next open recovers it.
 #[test]
 fn a_failed_seal_sync_is_not_forgotten_by_an_eviction_and_the_next_open_recovers() {
     let (dir, sim, engine, a, b) = reopened_clean(2);
@@ -230,8 +230,8 @@ fn a_failed_seal_sync_is_not_forgotten_by_an_eviction_and_the_next_open_recovers
     engine.checkpoint().unwrap();
     assert_eq!(
         recovery_points(dir.path())["a-0"],
-        1,
-        "the checkpoint calls durable only what the first sync covered"
+        0,
+        "the offline partition's checkpoint keeps its value from before the failure"
     );
     assert!(engine.close().is_err());
     assert!(!dir.path().join(CLEAN_SHUTDOWN_MARKER).exists());

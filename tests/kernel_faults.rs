@@ -1864,6 +1864,10 @@ fn r10_reopen_after_writeback_failure_reads_the_device_not_the_page_cache() {
     );
     assert_eq!(readback.bad_crc, 0, "R10: a bad batch was served");
     assert_no_ack_after_error("R10", &acks);
+    assert!(
+        first_after.is_some(),
+        "R10: the partition reopened after the failure took no append, so nothing was checked"
+    );
     assert_eq!(
         lost_after_reopen, 0,
         "R10: records acknowledged after a reopen without remount were lost at the remount: \

@@ -176,9 +176,9 @@ impl PartitionCheckpoint {
     }
 }
 
-/// What a shard's close leaves: every partition's offsets for the checkpoints, and the
-/// partitions that were offline (with why), which keep the engine from writing the
-/// clean-shutdown marker.
+/// What a shard's close leaves: the offsets of every partition it closed cleanly, for the
+/// checkpoints, and the partitions that were offline (with why), which keep the engine from
+/// writing the clean-shutdown marker.
 pub(crate) struct ShardClosed {
     pub checkpoints: Vec<PartitionCheckpoint>,
     pub offline: Vec<(TopicPartition, String)>,
@@ -282,8 +282,9 @@ enum LookupError {
 }
 
 /// A partition taken offline by a storage error and closed since (to bound open files, or at
-/// close): it stays offline until the engine closes, with the offsets its last successful
-/// syncs reached, so that no reopen in this process trusts its unsynced bytes.
+/// close): it stays offline until the engine closes, so that no reopen in this process trusts
+/// its unsynced bytes. Its offsets are only described; its checkpoint entry keeps what was
+/// checkpointed before the failure.
 struct OfflinePartition {
     checkpoint: PartitionCheckpoint,
     cause: String,
@@ -1361,18 +1362,16 @@ impl Shard {
         }
     }
 
+    /// The partitions' offsets for the checkpoint files; none for an offline partition, whose
+    /// entry keeps what was checkpointed before its failure: the device is suspect, so the next
+    /// open re-validates everything written since.
     fn checkpoints(&self) -> Vec<PartitionCheckpoint> {
         let open = self
             .partitions
             .iter()
+            .filter(|(_, log)| !log.is_failed())
             .map(|(tp, log)| PartitionCheckpoint::of(tp, log));
-        let offline = self
-            .offline
-            .values()
-            .map(|offline| offline.checkpoint.clone());
-        open.chain(self.evicted.values().cloned())
-            .chain(offline)
-            .collect()
+        open.chain(self.evicted.values().cloned()).collect()
     }
 
     /// The compacted logs of `selection`, as the cleaner sees them.
@@ -1470,16 +1469,15 @@ impl Shard {
             }
         }
         self.sync_evicted();
+        // The offline partitions' checkpoint entries keep their values from before the failure.
         let offline = std::mem::take(&mut self.offline);
-        let mut closed = ShardClosed {
+        Ok(ShardClosed {
             checkpoints: std::mem::take(&mut self.evicted).into_values().collect(),
-            offline: Vec::with_capacity(offline.len()),
-        };
-        for (tp, partition) in offline {
-            closed.checkpoints.push(partition.checkpoint);
-            closed.offline.push((tp, partition.cause));
-        }
-        Ok(closed)
+            offline: offline
+                .into_iter()
+                .map(|(tp, partition)| (tp, partition.cause))
+                .collect(),
+        })
     }
 
     /// Syncs released partitions that hold unsynced appends, so that the clean-shutdown marker
