@@ -65,4 +65,7 @@ pub use error::{
     OffsetRecordError, PollError, PositionError,
 };
 pub use records::ConsumerRecord;
-pub use store::{CommittedOffsets, OFFSETS_TOPIC, OffsetAndMetadata, partition_for_group};
+pub use store::{
+    CommitRecord, CommittedOffsets, OFFSETS_TOPIC, OffsetAndMetadata, decode_commit_record,
+    partition_for_group,
+};

@@ -285,11 +285,33 @@ fn apply_record(
     log_offset: Offset,
     offsets: &mut CommittedOffsets,
 ) -> Result<(), OffsetRecordError> {
+    if let Some(commit) = decode_commit_record(record)? {
+        offsets.apply(
+            &commit.group,
+            commit.topic_partition,
+            commit.committed,
+            log_offset,
+        );
+    }
+    Ok(())
+}
+
+/// One offset commit as `__consumer_offsets` holds it: `committed` is `None` for a tombstone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRecord {
+    pub group: String,
+    pub topic_partition: TopicPartition,
+    pub committed: Option<OffsetAndMetadata>,
+}
+
+/// The offset commit a record of `__consumer_offsets` holds; `None` for Kafka's other
+/// coordinator records (group metadata), which seglog skips.
+pub fn decode_commit_record(record: &Record) -> Result<Option<CommitRecord>, OffsetRecordError> {
     let key = record.key.as_ref().ok_or(OffsetRecordError::NullKey)?;
     let CoordinatorKey::OffsetCommit(key) = decode_key(key)? else {
-        return Ok(());
+        return Ok(None);
     };
-    let value = match &record.value {
+    let committed = match &record.value {
         Some(value) => {
             let value = decode_value(value)?;
             Some(OffsetAndMetadata {
@@ -299,12 +321,14 @@ fn apply_record(
         }
         None => None,
     };
-    let tp = TopicPartition {
-        topic: key.topic,
-        partition: key.partition,
-    };
-    offsets.apply(&key.group, tp, value, log_offset);
-    Ok(())
+    Ok(Some(CommitRecord {
+        group: key.group,
+        topic_partition: TopicPartition {
+            topic: key.topic,
+            partition: key.partition,
+        },
+        committed,
+    }))
 }
 
 /// The records of one commit (a `None` value is a tombstone), as whole batches ready to append.

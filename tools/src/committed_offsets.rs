@@ -6,10 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use seglog::format::{Batch, Record};
-use seglog::group::offset_record::{CoordinatorKey, decode_key, decode_value};
-use seglog::group::{GroupDescription, GroupState, OFFSETS_TOPIC, OffsetAndMetadata, PartitionLag};
+use seglog::group::{
+    GroupDescription, GroupState, OFFSETS_TOPIC, OffsetAndMetadata, PartitionLag,
+    decode_commit_record,
+};
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::dir_view::DataDirView;
@@ -105,28 +107,12 @@ impl CommittedOffsets {
     }
 
     fn apply_record(&mut self, record: &Record) -> anyhow::Result<()> {
-        let key = record
-            .key
-            .as_ref()
-            .ok_or_else(|| anyhow!("it has no key"))?;
-        let CoordinatorKey::OffsetCommit(key) = decode_key(key)? else {
-            return Ok(());
-        };
-        let value = match &record.value {
-            Some(value) => {
-                let value = decode_value(value)?;
-                Some(OffsetAndMetadata {
-                    offset: value.offset,
-                    metadata: value.metadata,
-                })
-            }
-            None => None,
-        };
-        let tp = TopicPartition {
-            topic: key.topic,
-            partition: key.partition,
-        };
-        self.groups.entry(key.group).or_default().insert(tp, value);
+        if let Some(commit) = decode_commit_record(record)? {
+            self.groups
+                .entry(commit.group)
+                .or_default()
+                .insert(commit.topic_partition, commit.committed);
+        }
         Ok(())
     }
 }
