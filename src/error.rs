@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use crate::config::ConfigError;
 use crate::format::DecodeError;
+use crate::limits::{OFFSET_MAP_MEMORY_BYTES_MAX, OFFSET_MAP_SLOT_BYTES};
 use crate::types::{Offset, TopicNameError};
 
 /// A failure of the storage below a log: an I/O error or bytes that cannot be trusted.
@@ -124,7 +125,7 @@ pub enum OpenError {
         source: io::Error,
     },
     #[error("log.cleaner.dedupe.buffer.size: {0}")]
-    DedupeBuffer(#[from] crate::cleaner::offset_map::OffsetMapError),
+    DedupeBuffer(#[from] OffsetMapError),
     #[error("cannot start the cleaner thread: {source}")]
     CleanerThread {
         #[source]
@@ -300,4 +301,24 @@ pub enum PartitionError {
     Open(#[from] OpenError),
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition { topic: String, partition: u32 },
+}
+
+/// Why the cleaner's offset map cannot be made with the given memory and load factor.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum OffsetMapError {
+    #[error(
+        "an offset map of {memory_bytes} bytes at load factor {load_factor} holds no key; \
+         it needs at least one (slots are {OFFSET_MAP_SLOT_BYTES} bytes)"
+    )]
+    TooSmall {
+        memory_bytes: usize,
+        load_factor: f64,
+    },
+    #[error(
+        "an offset map of {memory_bytes} bytes exceeds the limit of {OFFSET_MAP_MEMORY_BYTES_MAX} bytes"
+    )]
+    TooLarge { memory_bytes: usize },
+    #[error("load factor {load_factor} is outside (0, 1)")]
+    LoadFactor { load_factor: f64 },
 }

@@ -22,6 +22,12 @@ pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
 pub const RELATIVE_OFFSET_MAX: u64 = i32::MAX as u64;
 /// Bound on the bytes one decompressed batch may expand to, whatever its header claims.
 pub const DECOMPRESSED_BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// One slot of the cleaner's offset map: the key's MD5 hash (16) then its offset (8), Kafka's
+/// `bytesPerEntry`.
+pub const OFFSET_MAP_SLOT_BYTES: usize = 24;
+/// Kafka sizes the offset map with an `int` (`log.cleaner.dedupe.buffer.size` per thread), so the
+/// slot count and every probe fit an `i32`.
+pub const OFFSET_MAP_MEMORY_BYTES_MAX: usize = i32::MAX as usize;
 
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as u64);
 const _: () = assert!(BATCH_HEADER_UP_TO_MAGIC_BYTES < BATCH_HEADER_BYTES);

@@ -35,6 +35,9 @@
 use md5::{Digest, Md5};
 use thiserror::Error;
 
+pub use crate::error::OffsetMapError;
+use crate::limits::{OFFSET_MAP_MEMORY_BYTES_MAX, OFFSET_MAP_SLOT_BYTES};
+
 /// Bytes of a key's hash (MD5).
 pub const HASH_BYTES: usize = 16;
 /// Bytes of the offset stored after each hash.
@@ -43,33 +46,14 @@ pub const OFFSET_BYTES: usize = 8;
 pub const SLOT_BYTES: usize = HASH_BYTES + OFFSET_BYTES;
 /// Kafka's `log.cleaner.io.buffer.load.factor` default.
 pub const LOAD_FACTOR_DEFAULT: f64 = 0.9;
-/// Kafka sizes the map with an `int` (`log.cleaner.dedupe.buffer.size` per thread), so the slot
-/// count and every probe fit an `i32`.
-pub const MEMORY_BYTES_MAX: usize = i32::MAX as usize;
+/// The largest map (`limits::OFFSET_MAP_MEMORY_BYTES_MAX`).
+pub const MEMORY_BYTES_MAX: usize = OFFSET_MAP_MEMORY_BYTES_MAX;
 
 /// The last byte at which a probe reads a 4-byte window of the hash.
 const PROBE_WINDOW_LAST: usize = HASH_BYTES - 4;
 
-const _: () = assert!(SLOT_BYTES == 24);
+const _: () = assert!(SLOT_BYTES == OFFSET_MAP_SLOT_BYTES);
 const _: () = assert!(PROBE_WINDOW_LAST == 12);
-
-/// Why a map cannot be made with the given memory and load factor.
-#[derive(Debug, Clone, PartialEq, Error)]
-#[non_exhaustive]
-pub enum OffsetMapError {
-    #[error(
-        "an offset map of {memory_bytes} bytes at load factor {load_factor} holds no key; \
-         it needs at least one (slots are {SLOT_BYTES} bytes)"
-    )]
-    TooSmall {
-        memory_bytes: usize,
-        load_factor: f64,
-    },
-    #[error("an offset map of {memory_bytes} bytes exceeds the limit of {MEMORY_BYTES_MAX} bytes")]
-    TooLarge { memory_bytes: usize },
-    #[error("load factor {load_factor} is outside (0, 1)")]
-    LoadFactor { load_factor: f64 },
-}
 
 /// [`OffsetMap::put`] of a new key into a map that holds as many keys as its load factor allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]

@@ -13,15 +13,17 @@
 
 mod checkpointer;
 mod cleaner;
+mod consumer_record;
+pub(crate) mod data_dir;
 mod deleter;
 mod pending;
+pub mod repair;
 mod shard;
 mod syncer;
 mod topics;
 mod wake;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -35,18 +37,10 @@ use crate::error::{
     AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ReadError,
     StorageError, TopicError,
 };
-use crate::format::file_name::{
-    CLEAN_SHUTDOWN_MARKER, CLEANER_OFFSET_CHECKPOINT, DELETE_DIR_SUFFIX,
-    LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, partition_dir_name,
-};
-use crate::group::ConsumerRecord;
+use crate::format::file_name::{DELETE_DIR_SUFFIX, partition_dir_name};
 use crate::index::time_index::TimestampOffset;
-use crate::io::{IoBackend, Storage};
+use crate::io::{IoBackend, Storage, sync_dir};
 use crate::log::{AppendInfo, DigestBudget, FetchData, ValidatedBatches};
-use crate::log_dir::{
-    CLEAN_SHUTDOWN_CONTENT, lock_dir, read_checkpoint, read_open_checkpoints, sync_dir,
-    write_checkpoint, write_durably,
-};
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
@@ -54,6 +48,9 @@ use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
 use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
 pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
+pub use consumer_record::ConsumerRecord;
+pub(crate) use consumer_record::consumer_record;
+use data_dir::{DataDir, PartitionOffsets};
 use deleter::FileDeleter;
 pub use pending::Pending;
 use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
@@ -69,8 +66,12 @@ use wake::{ShardSender, ShardWaker};
 /// API refuses to append to them, create, grow or delete them, or delete their records (an
 /// `InternalTopic` error); fetching them is allowed.
 pub fn is_internal_topic(topic: &str) -> bool {
-    topic == crate::group::OFFSETS_TOPIC
+    topic == OFFSETS_TOPIC
 }
+
+/// The compacted topic that holds consumer groups' committed offsets (Kafka's name), written only
+/// by the group coordinator.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// How the engine runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -375,18 +376,16 @@ struct Inner {
     /// Why the whole data directory went offline: a checkpoint write failed (its partitions'
     /// files did not, or they would be offline alone). Requests then fail until reopened.
     offline: Mutex<Option<String>>,
-    /// The data directory's lock, released at `close` (or when the last handle drops).
-    lock: Mutex<Option<File>>,
     cleaner: CleanerHandle,
 }
 
-/// The checkpoint files' contents, including partitions not opened since the engine opened.
-#[derive(Debug, Default)]
+/// The data directory's own files and the checkpoints' contents, including partitions not
+/// opened since the engine opened.
+#[derive(Debug)]
 struct Checkpoints {
-    recovery_points: BTreeMap<TopicPartition, Offset>,
-    log_start_offsets: BTreeMap<TopicPartition, Offset>,
-    /// The generation of the checkpoint files last read or written (FORMAT.md § Checkpoints).
-    generation: u64,
+    dir: DataDir,
+    recovery_points: PartitionOffsets,
+    log_start_offsets: PartitionOffsets,
 }
 
 impl std::fmt::Debug for Inner {
@@ -422,24 +421,13 @@ impl Engine {
         let root = dir.as_ref().to_owned();
         config.default_topic_config.validate()?;
         let dedupe_map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes)?;
-        crate::segment::create_dir_all(storage.as_ref(), &root)?;
-        let lock = lock_dir(&root)?;
-        let marker_found = take_clean_shutdown_marker(storage.as_ref(), &root)?;
-        let read = read_open_checkpoints(storage.as_ref(), &root)?;
-        let had_clean_shutdown = marker_found && read.trusted;
-        let cleaner_read = read_checkpoint(storage.as_ref(), &root, CLEANER_OFFSET_CHECKPOINT)?;
-        if let Some(cause) = &cleaner_read.lost {
-            log::warn!(
-                "{}: no valid cleaner checkpoint copy ({cause}); the cleaner cleans every \
-                 compacted partition from its start again",
-                root.display()
-            );
-        }
-        let first_dirty_offsets = cleaner_read.offsets;
+        let (dir, at_open) = DataDir::open(&root, storage.clone())?;
+        let had_clean_shutdown = at_open.had_clean_shutdown;
+        let first_dirty_offsets = at_open.first_dirty_offsets;
         let checkpoints = Checkpoints {
-            recovery_points: read.recovery_points,
-            log_start_offsets: read.log_start_offsets,
-            generation: read.generation.max(cleaner_read.generation),
+            dir,
+            recovery_points: at_open.recovery_points,
+            log_start_offsets: at_open.log_start_offsets,
         };
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
@@ -488,7 +476,6 @@ impl Engine {
             config,
             closed: AtomicBool::new(false),
             offline: Mutex::new(None),
-            lock: Mutex::new(Some(lock)),
             cleaner,
         });
         let checkpointer = match interval_ms {
@@ -1173,11 +1160,7 @@ impl Engine {
             .collect();
         let result = self.finish_close(pendings);
         // Closed either way: no shard runs any more, and the next open recovers what needs it.
-        self.inner
-            .lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        self.lock_admin().dir.release();
         result
     }
 
@@ -1218,13 +1201,7 @@ impl Engine {
         if let Some(error) = offline_error(&self.inner.root, offline) {
             return Err(error.into());
         }
-        let storage = self.inner.storage.as_ref();
-        write_durably(
-            storage,
-            &self.inner.root.join(CLEAN_SHUTDOWN_MARKER),
-            CLEAN_SHUTDOWN_CONTENT.as_bytes(),
-        )?;
-        Ok(sync_dir(storage, &self.inner.root)?)
+        Ok(admin.dir.mark_clean_shutdown()?)
     }
 
     /// Applies retention now to every partition (of `topic`, if given), on every shard, and
@@ -1328,10 +1305,6 @@ impl Engine {
     }
 
     fn write_checkpoint_files(&self, checkpoints: &mut Checkpoints) -> Result<(), StorageError> {
-        let storage = self.inner.storage.as_ref();
-        let root = &self.inner.root;
-        // Advanced once written: a failed write is retried over the same (older) copy.
-        let generation = checkpoints.generation + 1;
         let first_dirty_offsets = self
             .inner
             .cleaner
@@ -1339,16 +1312,11 @@ impl Engine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let files = [
-            (RECOVERY_POINT_CHECKPOINT, &checkpoints.recovery_points),
-            (LOG_START_OFFSET_CHECKPOINT, &checkpoints.log_start_offsets),
-            (CLEANER_OFFSET_CHECKPOINT, &first_dirty_offsets),
-        ];
-        for (name, offsets) in files {
-            write_checkpoint(storage, root, name, generation, offsets)?;
-        }
-        checkpoints.generation = generation;
-        Ok(())
+        checkpoints.dir.write_checkpoints(
+            &checkpoints.recovery_points,
+            &checkpoints.log_start_offsets,
+            Some(&first_dirty_offsets),
+        )
     }
 }
 
@@ -1421,20 +1389,6 @@ fn offline_error(root: &Path, offline: Vec<(TopicPartition, String)>) -> Option<
         dir: root.join(partition_dir_name(&tp)),
         cause,
     })
-}
-
-/// Notes whether the last shutdown was clean and removes the marker, so that any crash from now
-/// on is seen as unclean.
-fn take_clean_shutdown_marker(storage: &dyn Storage, root: &Path) -> Result<bool, StorageError> {
-    let marker = root.join(CLEAN_SHUTDOWN_MARKER);
-    if !storage.exists(&marker) {
-        return Ok(false);
-    }
-    storage
-        .remove_file(&marker)
-        .map_err(|source| StorageError::io("remove", &marker, source))?;
-    sync_dir(storage, root)?;
-    Ok(true)
 }
 
 fn effective_shard_count(configured: usize) -> usize {

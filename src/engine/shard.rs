@@ -24,6 +24,7 @@ use super::syncer::{
 };
 use super::topics::TopicRegistry;
 use super::wake::ShardWaker;
+use super::{ConsumerRecord, consumer_record};
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
 use crate::config::CleanupPolicy;
@@ -31,7 +32,6 @@ use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
 };
 use crate::format::file_name::partition_dir_name;
-use crate::group::records::{ConsumerRecord, consumer_record};
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{

@@ -13,7 +13,7 @@ use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{DELETE_DIR_SUFFIX, TOPIC_REGISTRY, parse_partition_dir_name};
 use crate::format::topics::{self, TopicEntry};
 use crate::io::Storage;
-use crate::log_dir::{read_small_file, sync_dir, write_durably};
+use crate::io::{read_small_file, sync_dir, write_durably};
 use crate::types::{TopicName, TopicPartition};
 
 /// What the engine knows about a topic.

@@ -140,6 +140,87 @@ fn decode_entry(line: &str) -> Option<(TopicPartition, Offset)> {
     Some((TopicPartition { topic, partition }, Offset(offset as u64)))
 }
 
+/// A checkpoint as read at open: the offsets of its newest valid copy (FORMAT.md § Checkpoints).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointRead {
+    pub offsets: BTreeMap<TopicPartition, Offset>,
+    /// The copy's generation (0 with no copy).
+    pub generation: u64,
+    /// Why no copy could be used, when copies exist and none is valid: `offsets` is then
+    /// empty, and the caller must not trust what the checkpoint held.
+    pub lost: Option<String>,
+}
+
+/// Checkpoint `name` from the files `read` returns by name (`None`: no such file): its copies,
+/// else Kafka's file ([`choose_checkpoint`]). For readers with their own file access (the tools).
+pub fn read_checkpoint_with<E>(
+    name: &str,
+    mut read: impl FnMut(&str) -> Result<Option<Vec<u8>>, E>,
+) -> Result<CheckpointRead, E> {
+    let mut copies = Vec::with_capacity(2);
+    for copy in checkpoint_copy_names(name) {
+        if let Some(bytes) = read(&copy)? {
+            copies.push((copy, bytes));
+        }
+    }
+    let kafka_file = match copies.is_empty() {
+        true => read(name)?.map(|bytes| (name.to_owned(), bytes)),
+        false => None,
+    };
+    Ok(choose_checkpoint(&copies, kafka_file))
+}
+
+/// What a checkpoint holds, from the contents of its copies found (name, bytes): the valid copy
+/// of the highest generation; with no copy at all (a new directory, or one Kafka wrote), Kafka's
+/// own file, if it decodes.
+pub fn choose_checkpoint(
+    copies: &[(String, Vec<u8>)],
+    kafka_file: Option<(String, Vec<u8>)>,
+) -> CheckpointRead {
+    let mut newest: Option<(u64, BTreeMap<TopicPartition, Offset>)> = None;
+    let mut problems = Vec::new();
+    for (name, bytes) in copies {
+        match decode_copy(bytes) {
+            Ok((generation, offsets)) => {
+                if newest
+                    .as_ref()
+                    .is_none_or(|(newest, _)| generation > *newest)
+                {
+                    newest = Some((generation, offsets));
+                }
+            }
+            Err(error) => problems.push(format!("{name}: {error}")),
+        }
+    }
+    match (newest, kafka_file) {
+        (Some((generation, offsets)), _) => CheckpointRead {
+            offsets,
+            generation,
+            lost: None,
+        },
+        (None, _) if !problems.is_empty() => CheckpointRead {
+            lost: Some(problems.join("; ")),
+            ..CheckpointRead::default()
+        },
+        (None, None) => CheckpointRead::default(),
+        (None, Some((name, bytes))) => match decode_offsets(&bytes) {
+            Ok(offsets) => CheckpointRead {
+                offsets,
+                ..CheckpointRead::default()
+            },
+            Err(error) => CheckpointRead {
+                lost: Some(format!("{name}: {error}")),
+                ..CheckpointRead::default()
+            },
+        },
+    }
+}
+
+/// The names of checkpoint `name`'s two copies; generation `g` goes to copy `g % 2`.
+pub fn checkpoint_copy_names(name: &str) -> [String; 2] {
+    [format!("{name}.0"), format!("{name}.1")]
+}
+
 #[cfg(test)]
 #[allow(clippy::indexing_slicing)]
 mod tests {

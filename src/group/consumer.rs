@@ -31,8 +31,9 @@ use super::coordinator::{
     Committer, Generation, GroupCoordinator, JoinRefused, JoinRequest, UnknownMember,
 };
 use super::error::{CloseError, CommitError, JoinError, PollError, PositionError};
-use super::records::{ConsumerRecord, decode_fetched};
+use super::records::decode_fetched;
 use super::store::OffsetAndMetadata;
+use crate::engine::ConsumerRecord;
 
 /// The longest `group.id`.
 pub const GROUP_ID_LENGTH_MAX: usize = 255;

@@ -52,6 +52,7 @@ pub mod offset_record;
 pub(crate) mod records;
 mod store;
 
+pub use crate::engine::{ConsumerRecord, OFFSETS_TOPIC};
 pub use assignor::{Assignment, AssignmentStrategy, MemberId, MemberSubscription};
 pub use commit::CommitHandle;
 pub use config::{AutoOffsetReset, ConsumerConfig};
@@ -64,8 +65,6 @@ pub use error::{
     CloseError, CommitError, CoordinatorError, DeleteGroupError, DescribeError, JoinError,
     OffsetRecordError, PollError, PositionError,
 };
-pub use records::ConsumerRecord;
 pub use store::{
-    CommitRecord, CommittedOffsets, OFFSETS_TOPIC, OffsetAndMetadata, decode_commit_record,
-    partition_for_group,
+    CommitRecord, CommittedOffsets, OffsetAndMetadata, decode_commit_record, partition_for_group,
 };

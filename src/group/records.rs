@@ -1,51 +1,12 @@
-//! Records as a consumer receives them ([`ConsumerRecord`]), decoded from the whole batches an
-//! engine fetch returns.
+//! Decoding the whole batches an engine fetch returns into the records a consumer receives
+//! ([`ConsumerRecord`]).
 
-use bytes::Bytes;
-
-use crate::config::TimestampType;
+use crate::engine::{ConsumerRecord, consumer_record};
+use crate::format::Batch;
 use crate::format::batch::BatchIter;
-use crate::format::{Batch, BatchHeader, Record, RecordHeader};
-use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 
 use super::error::PollError;
-
-/// One record returned by `poll`. Key, value and header bytes share the fetched buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerRecord {
-    pub topic: TopicName,
-    pub partition: PartitionId,
-    pub offset: Offset,
-    /// The batch's max timestamp for `LogAppendTime` batches, else the record's create time.
-    pub timestamp: TimestampMs,
-    pub timestamp_type: TimestampType,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<RecordHeader>,
-}
-
-impl ConsumerRecord {
-    /// The record's topic and partition.
-    pub fn topic_partition(&self) -> TopicPartition {
-        TopicPartition {
-            topic: self.topic.clone(),
-            partition: self.partition,
-        }
-    }
-
-    /// Bytes of key, value and headers: what `poll`'s `max_bytes` counts.
-    pub fn size_bytes(&self) -> u64 {
-        let header_bytes: usize = self
-            .headers
-            .iter()
-            .map(|header| header.key.len() + header.value.as_ref().map_or(0, Bytes::len))
-            .sum();
-        let bytes = self.key.as_ref().map_or(0, Bytes::len)
-            + self.value.as_ref().map_or(0, Bytes::len)
-            + header_bytes;
-        bytes as u64
-    }
-}
 
 /// The data records at or after the fetch offset, and the offset after the last batch.
 #[derive(Debug)]
@@ -94,35 +55,4 @@ fn push_records(
         }
     }
     Ok(())
-}
-
-/// `record` of the batch with `header`, with its absolute offset and timestamp (the batch's max
-/// timestamp for `LogAppendTime` batches). `None` for a negative offset.
-pub(crate) fn consumer_record(
-    tp: &TopicPartition,
-    header: &BatchHeader,
-    record: Record,
-) -> Option<ConsumerRecord> {
-    let offset = header
-        .base_offset
-        .saturating_add(i64::from(record.offset_delta));
-    let offset = u64::try_from(offset).ok()?;
-    let (timestamp, timestamp_type) = if header.attributes.is_log_append_time() {
-        (header.max_timestamp, TimestampType::LogAppendTime)
-    } else {
-        (
-            header.base_timestamp.wrapping_add(record.timestamp_delta),
-            TimestampType::CreateTime,
-        )
-    };
-    Some(ConsumerRecord {
-        topic: tp.topic.clone(),
-        partition: tp.partition,
-        offset: Offset(offset),
-        timestamp: TimestampMs(timestamp),
-        timestamp_type,
-        key: record.key,
-        value: record.value,
-        headers: record.headers,
-    })
 }

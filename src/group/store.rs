@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::config::{CleanupPolicy, LogConfig};
-use crate::engine::{Engine, FetchOptions};
+use crate::engine::{Engine, FetchOptions, OFFSETS_TOPIC};
 use crate::error::TopicError;
 use crate::format::batch::BatchIter;
 use crate::format::{Batch, BatchBuilder, NewRecord, Record};
@@ -28,8 +28,6 @@ use super::offset_record::{
     encode_value,
 };
 
-/// The name of the offsets topic.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// `segment.bytes` of the offsets topic (Kafka's `offsets.topic.segment.bytes`).
 const OFFSETS_TOPIC_SEGMENT_BYTES: u64 = 100 * 1024 * 1024;
 /// Bytes asked of the log per fetch while the offsets topic is read at open.

@@ -14,11 +14,13 @@
 
 pub(crate) mod direct_buffer;
 pub mod hooked;
+mod metadata_files;
 pub mod pio;
 pub mod sim;
 pub mod uring;
 mod write_progress;
 
+pub(crate) use metadata_files::{read_small_file, sync_dir, write_durably};
 pub use write_progress::WriteMark;
 
 use std::fmt::Debug;

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::error::StorageError;
 use crate::io::Storage;
-use crate::log_dir::{read_small_file, sync_dir, write_durably};
+use crate::io::{read_small_file, sync_dir, write_durably};
 use crate::types::Offset;
 
 /// The file's name in the partition directory.

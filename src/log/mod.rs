@@ -7,10 +7,9 @@
 //! forward when an `fdatasync` of the data below it has succeeded.
 
 mod append;
-mod cleaned_end;
+pub(crate) mod cleaned_end;
 mod compaction;
 mod open;
-pub mod repair;
 mod retention;
 mod seal_sync;
 mod segments;

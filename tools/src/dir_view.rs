@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use seglog::config::LogConfig;
 use seglog::engine::{PartitionDescription, TopicDescription, TopicMetadata};
+use seglog::format::checkpoint::{CheckpointRead, read_checkpoint_with};
 use seglog::format::file_name::{
     CLEAN_SHUTDOWN_MARKER, DELETE_DIR_SUFFIX, LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT, TOPIC_REGISTRY, parse_partition_dir_name, partition_dir_name,
 };
 use seglog::format::topics::{TopicEntry, decode};
-use seglog::log_dir::{CheckpointRead, read_checkpoint_with};
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::data_dir::{list_names, require_data_dir};
@@ -178,7 +178,7 @@ fn add_unregistered_partitions(
 }
 
 /// Checkpoint `name` of the data directory `root`, chosen as the engine chooses it
-/// (`seglog::log_dir::choose_checkpoint`): a lost one has no offsets, and says why.
+/// (`seglog::format::checkpoint::choose_checkpoint`): a lost one has no offsets, and says why.
 pub fn read_checkpoint(root: &Path, name: &str) -> anyhow::Result<CheckpointRead> {
     read_checkpoint_with(name, |file| {
         let path = root.join(file);

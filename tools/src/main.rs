@@ -20,7 +20,7 @@
 //! a read-only file system and while another process has the directory open. The commands that
 //! write — `produce`, `topics create|alter|delete`, `consume --group`, `clean`, `bench --dir` —
 //! open it through the engine (`seglog::engine::Engine`), which takes the directory's lock and
-//! recovers it if needed; `recover` takes the lock itself (`seglog::log::repair`).
+//! recovers it if needed; `recover` takes the lock itself (`seglog::engine::repair`).
 //!
 //! Errors are printed as one line, each cause once (`error_line`). Every command refuses a directory that is not a seglog data directory
 //! (`data_dir`), before it touches anything.

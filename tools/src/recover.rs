@@ -1,6 +1,6 @@
 //! `seglog recover`: truncates a partition that the engine does not open because of damage (a
 //! batch that fails its CRC among synced data, impossible offsets, overlapping segments) to its
-//! last valid batch, through the library (`seglog::log::repair`).
+//! last valid batch, through the library (`seglog::engine::repair`).
 //!
 //! It takes the data directory's lock (so no engine has it open meanwhile), finds the first
 //! invalid batch, prints what truncating there discards — the offsets and bytes past it, file by
@@ -11,8 +11,8 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use seglog::engine::repair::{Damage, Discarded, PartitionRepair};
 use seglog::io::pio::PositionedIo;
-use seglog::log::repair::{Damage, Discarded, PartitionRepair};
 use seglog::types::{TopicName, TopicPartition};
 
 use crate::Outcome;

@@ -24,15 +24,16 @@ use crate::format::file_name::{
     SegmentFileKind, SegmentFileName, partition_dir_name, segment_path,
 };
 use crate::format::{BatchPrefix, DecodeError};
+use crate::io::sync_dir;
 use crate::io::{OpenMode, Storage, StorageFile};
 use crate::limits::BATCH_HEADER_UP_TO_MAGIC_BYTES;
-use crate::log_dir::{lock_dir, sync_dir};
 use crate::segment::recovery::check_offsets;
 use crate::segment::remove_if_present;
 use crate::segment::scan::{LogScanner, ScanStep};
 use crate::types::{Offset, TopicPartition};
 
-use super::cleaned_end;
+use super::data_dir::lock_dir;
+use crate::log::cleaned_end;
 
 /// Where a partition's valid data ends, and what truncating it there discards.
 #[derive(Debug, Clone, PartialEq, Eq)]
