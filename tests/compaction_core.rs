@@ -1,4 +1,4 @@
-//! Compaction's pure core (`seglog::cleaner::{offset_map, compact}`) against a model. Random logs
+//! Compaction's pure core (`seglog::cleaner::{offset_map, batch_cleaning}`) against a model. Random logs
 //! of keyed records over a small key space, with tombstones, a few keyless records, headers and
 //! unordered timestamps, in batches stored with every codec, are mapped and cleaned; decoding the
 //! result must give exactly the model's survivors: the latest record per key, tombstones kept
@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use seglog::cleaner::compact::{CleanRules, build_offset_map, clean_batch, delete_horizon_ms};
+use seglog::cleaner::batch_cleaning::{
+    CleanRules, build_offset_map, clean_batch, delete_horizon_ms,
+};
 use seglog::cleaner::offset_map::OffsetMap;
 use seglog::format::batch::field;
 use seglog::format::compression::compress;

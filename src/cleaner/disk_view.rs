@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::retention::{RetentionConfig, SegmentFacts, plan_retention};
+use super::retention_plan::{RetentionConfig, SegmentFacts, plan_retention};
 use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::StorageError;
 use crate::format::file_name::{SegmentFileKind, SegmentFileName};

@@ -15,7 +15,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::cleaner::compact::{CleanRules, CompactError, build_offset_map, clean_batch};
+use crate::cleaner::batch_cleaning::{CleanRules, CompactError, build_offset_map, clean_batch};
 use crate::cleaner::offset_map::OffsetMap;
 use crate::config::LogConfig;
 use crate::error::StorageError;

@@ -12,7 +12,7 @@
 //! count. Nothing on disk depends on the placement, so changing the shard count is safe.
 
 mod checkpointer;
-mod cleaner;
+mod cleaner_thread;
 mod consumer_record;
 pub(crate) mod data_dir;
 mod deleter;
@@ -20,7 +20,7 @@ mod pending;
 pub mod repair;
 mod shard;
 mod syncer;
-mod topics;
+mod topic_registry;
 mod wake;
 
 use std::collections::BTreeMap;
@@ -46,8 +46,8 @@ use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
 use crate::cleaner::offset_map::OffsetMap;
 use crate::cleaner::scrub::ScrubOutcome;
-use cleaner::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
-pub use cleaner::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
+use cleaner_thread::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
+pub use cleaner_thread::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 pub use consumer_record::ConsumerRecord;
 pub(crate) use consumer_record::consumer_record;
 use data_dir::{DataDir, PartitionOffsets};
@@ -57,8 +57,8 @@ use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
 use shard::{PartitionCheckpoint, Request, Shard, ShardClosed, ShardContext};
 pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
-pub use topics::TopicMetadata;
-use topics::TopicRegistry;
+pub use topic_registry::TopicMetadata;
+use topic_registry::TopicRegistry;
 use wake::{ShardSender, ShardWaker};
 
 /// Whether `topic` is one of the engine's internal topics, which only the engine's own components

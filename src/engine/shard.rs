@@ -22,7 +22,7 @@ use super::pending::Reply;
 use super::syncer::{
     SyncJob, SyncKind, SyncOutcome, SyncReport, Syncer, WrittenAnswers, answer_written,
 };
-use super::topics::TopicRegistry;
+use super::topic_registry::TopicRegistry;
 use super::wake::ShardWaker;
 use super::{ConsumerRecord, consumer_record};
 use super::{FetchOptions, Isolation, PartitionDescription};

@@ -1,5 +1,5 @@
 //! Applying retention to one log (Kafka's `deleteOldSegments` and `LocalLog.removeAndDeleteSegments`):
-//! the plan comes from [`crate::cleaner::retention`]; here the segments leave the list first (no
+//! the plan comes from [`crate::cleaner::retention_plan`]; here the segments leave the list first (no
 //! reader can reach them afterwards), their files are renamed `.deleted`, and the files are
 //! unlinked once `file.delete.delay.ms` has passed.
 //!
@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 
 use super::PartitionLog;
-use crate::cleaner::retention::{RetentionConfig, RetentionPlan, plan_retention};
+use crate::cleaner::retention_plan::{RetentionConfig, RetentionPlan, plan_retention};
 use crate::config::CleanupPolicy;
 use crate::error::StorageError;
 use crate::failpoint::failpoint;

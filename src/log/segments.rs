@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
-use crate::cleaner::retention::SegmentFacts;
+use crate::cleaner::retention_plan::SegmentFacts;
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::index::time_index::TimestampOffset;

@@ -413,7 +413,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::cleaner::compact::{CleanRules, clean_batch};
+    use crate::cleaner::batch_cleaning::{CleanRules, clean_batch};
     use crate::cleaner::offset_map::OffsetMap;
     use crate::format::{BatchBuilder, NewRecord};
 

@@ -34,8 +34,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use super::pending::Reply;
 use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};
-use super::topics::TopicRegistry;
-use crate::cleaner::compact::CleaningCandidate;
+use super::topic_registry::TopicRegistry;
+use crate::cleaner::batch_cleaning::CleaningCandidate;
 use crate::cleaner::disk_view::{clean_and_dirty_bytes, retention_may_be_due};
 use crate::cleaner::log_cleaner::{CleanableLog, CompactionOutcome, LogCleaner, SwapOutcome};
 use crate::cleaner::offset_map::OffsetMap;
