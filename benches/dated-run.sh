@@ -5,9 +5,9 @@
 # beside two (benches/tmpfs-scaling.py, four alternating rounds), hot fetches with one shard
 # beside two on tmpfs (five rounds), and the embedded peers' harness when it is built. Each
 # figure lands as JSON in OUT; `benches/targets.py OUT` then prints the targets table from them
-# (BENCHMARKS.md § The targets, one dated run). Every bench, fio job and the peers' phases first
-# wait for memory the run before freed to be handed back to the host (BENCHMARKS.md § Durable
-# appends after freed memory).
+# (BENCHMARKS.md § Other benchmarks). Every bench, fio job and the peers' phases first wait for
+# memory the run before freed to be handed back to the host (BENCHMARKS.md § `seglog bench`,
+# `--settle`).
 #
 # Usage: benches/dated-run.sh [OUT]   (default: /var/tmp/seglog-run-<UTC date>)
 # Environment:

@@ -9,8 +9,8 @@
 //!
 //! Expected before measuring: `written` is bounded by page-cache copy bandwidth and the shard's
 //! per-batch work (validation with CRC on the caller, offset stamping, one write per turn), so
-//! close to the raw `pwrite` baseline; `durable` is bounded by `fdatasync` latency (~0.3 ms here,
-//! PERFORMANCE-NOTES.md) amortised over the batches of one turn.
+//! close to the raw `pwrite` baseline; `durable` is bounded by `fdatasync` latency
+//! (PERFORMANCE-NOTES.md) amortised over the batches of one turn.
 
 use std::collections::VecDeque;
 use std::fs::File;

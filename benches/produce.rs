@@ -7,12 +7,11 @@
 //! one repeated value would. The producer runs with its defaults otherwise: `batch.size` 16 KiB,
 //! `linger.ms` 5, 64 appends in flight, compression on the sender thread.
 //!
-//! Expected before measuring: `engine_append` reaches ~176k records/s writing 64 KiB batches
-//! built ahead of time; the producer also encodes each record on the caller's thread and sends
-//! 16 KiB batches (4x the appends per record), so ~100-150k records/s without compression. lz4
-//! costs little CPU and writes fewer bytes: about the same. zstd (level 3, a few hundred MB/s on
-//! one core, plus the engine decompressing each batch to validate it on the sender thread):
-//! ~60-120k records/s.
+//! Expected before measuring: `engine_append` writes 64 KiB batches built ahead of time; the
+//! producer also encodes each record on the caller's thread and sends 16 KiB batches (4x the
+//! appends per record), so fewer records/s without compression. lz4 costs little CPU and writes
+//! fewer bytes: about the same. zstd (level 3, plus the engine decompressing each batch to
+//! validate it on the sender thread): fewer still.
 //!
 //! Baseline in the same run: the engine appending the same records in uncompressed batches of
 //! the same size built ahead of time, 64 in flight: the floor the producer's own work (encoding,

@@ -215,7 +215,7 @@ GROUPED_WAYS = (("grow", "grouped, growing the files"),
                 ("overwrite", "grouped, overwriting space written before"))
 # The way that rewrites space written before the run. A log appending to an empty directory,
 # as every preset does, has no such space: it could only come from segments the log deleted
-# and reused (BENCHMARKS.md § What a sync writes for fresh space). It is shown, not counted,
+# and reused (`benches/fresh-space/run.sh` measures it). It is shown, not counted,
 # in 2b's machine's verdict from 2026-12-06 on.
 REWRITES_OLD_SPACE = "grouped, overwriting space written before"
 

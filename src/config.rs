@@ -90,7 +90,7 @@ pub struct LogConfig {
     /// doubling up to `segment.bytes`) and cut the file back to its batches when the segment
     /// stops being active. Default `false`, as Kafka's: on ext4 the reserved blocks are
     /// unwritten extents that each write still converts, and appends measured no faster with
-    /// them (BENCHMARKS.md § Write path).
+    /// them (BENCHMARKS.md § Tried and not kept).
     pub preallocate: bool,
     /// Not a topic setting: the engine's `EngineConfig::direct_writes`, copied in when a
     /// partition opens (never saved with the topic). The active segment's `.log` is then written

@@ -4,8 +4,8 @@
 //! background scheduler).
 //!
 //! `unlink` of a file's last name frees its blocks before it returns; on a file system mounted
-//! with `discard` that waits for the device to discard them (0.26–0.6 s for 1 GiB on the disk
-//! BENCHMARKS.md measures), time a shard would otherwise not serve its partitions.
+//! with `discard` that waits for the device to discard them, time a shard would otherwise not
+//! serve its partitions.
 //!
 //! Invariant: a file named `.deleted` is garbage whenever it goes. No reader holds one (a read
 //! returns owned bytes within the shard's turn), nothing renames one back, and a log's open

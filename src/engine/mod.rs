@@ -133,11 +133,9 @@ pub struct EngineConfig {
     /// 8 MiB windows of the shard's own read ahead (default: off; io_uring backend only; 64 MiB of
     /// windows, in huge pages, in memory per shard from its start, and up to as much on any other
     /// thread that reads so): a consumer catching up leaves
-    /// the page cache to the hot tail and skips its page allocation and copy. Measured here,
-    /// `fetch-cold` read 2.6-3.5 GB/s this way, about 3× the page cache's (BENCHMARKS.md § Cold
-    /// reads and the disk's ring). Off by default because nothing read this way enters the page
-    /// cache: with `direct_writes` too, data re-read (a second consumer, a second pass) comes from
-    /// the device every time, and `fetch-hot` fell from 12.9 to 3.3 GB/s. Off, every read goes
+    /// the page cache to the hot tail and skips its page allocation and copy. Off by default
+    /// because nothing read this way enters the page cache: with `direct_writes` too, data re-read
+    /// (a second consumer, a second pass) comes from the device every time. Off, every read goes
     /// through the page cache and its read-ahead. A segment read this way holds a
     /// second descriptor, not counted by `open_segments_max`; where none is left (`EMFILE`), its
     /// reads stay buffered.
@@ -150,19 +148,17 @@ pub struct EngineConfig {
     /// Prewrite the space ahead of the appends of a partition whose syncs each cover little
     /// (stamped zeros, `format::prewrite`; default: on): its `fdatasync`s then rewrite blocks
     /// the file already has, with no block allocation or length change to journal, at the cost
-    /// of writing those blocks twice. Measured here, 10 KiB appends each synced: 1.4–1.7× the
-    /// syncs per second (DESIGN.md § The append path).
+    /// of writing those blocks twice (DESIGN.md § The append path).
     pub prewrite_synced_logs: bool,
     /// Once this many bytes were appended to a partition and no sync covered them, the shard
     /// hands the partition's active `.log` to its sync threads, which sync it in the background
     /// (default 0: never). The appends are answered at once, as before. What it bounds is the
     /// dirty data that a roll's seal sync or the kernel's writeback must write at once (up to a
-    /// whole segment), which measured as the append preset's p99.99 and max latency while that
-    /// sync ran on the shard (0.6-0.8 s → 0.02-0.23 s at 4-16 MiB); it moves the recovery point
-    /// too. The price is a burst's throughput: data that would have stayed in the
-    /// page cache is written back while the burst runs (256 MB bursts 30-45 % fewer appends/s
-    /// here, at 4 to 128 MiB alike; DESIGN.md § The engine, BENCHMARKS.md). RocksDB's
-    /// `bytes_per_sync` plays the same part.
+    /// whole segment), which set the append preset's p99.99 and max latency while that sync ran
+    /// on the shard; it moves the recovery point too. The price is a burst's throughput: data
+    /// that would have stayed in the page cache is written back while the burst runs (DESIGN.md §
+    /// The engine, BENCHMARKS.md § Tried and not kept). RocksDB's `bytes_per_sync` plays the same
+    /// part.
     pub background_sync_bytes: u64,
     /// Memory each shard may keep in point lookups' batch digests (default 64 MiB): a lookup in
     /// a digested batch reads one to three 1 KiB chunks instead of the batch

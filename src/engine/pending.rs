@@ -16,12 +16,11 @@ use crate::error::EngineUnavailable;
 
 /// How long [`Pending::wait`] polls for the answer before it sleeps.
 const ANSWER_SPIN: Duration = Duration::from_micros(50);
-/// The same for a durable append, whose answer waits for an `fdatasync` (≈ 150–300 µs here, into
-/// prewritten space): sleeping through it costs a wake-up on top (tens of µs in a VM, two per
-/// round trip with the shard's), which was a third of a lone durable writer's latency.
+/// The same for a durable append, whose answer waits for an `fdatasync`: sleeping through it
+/// costs a wake-up on top (tens of µs in a VM, two per round trip with the shard's).
 pub(crate) const DURABLE_ANSWER_SPIN: Duration = Duration::from_millis(1);
-/// The same for a point lookup, whose answer may wait for a read from the device (≈ 40–100 µs
-/// here at queue depth 1): past [`ANSWER_SPIN`] the caller would sleep through most cold reads.
+/// The same for a point lookup, whose answer may wait for a read from the device: past
+/// [`ANSWER_SPIN`] the caller would sleep through most cold reads.
 pub(crate) const LOOKUP_ANSWER_SPIN: Duration = Duration::from_micros(250);
 
 /// Threads of the process polling in [`Pending::wait`] at once, at most.

@@ -31,8 +31,7 @@ pub struct MappedIndexFile {
 /// (ext4's default). Reserving no further than the block the last entry ends in means that
 /// trimming the file to its entries frees no block: on a file system mounted with `discard` and
 /// without a journal, as here, freeing blocks sends the device a discard and waits for it, which
-/// waited 160-170 ms behind the sealed segment's write-back on the shard at every roll
-/// (BENCHMARKS.md § Seal syncs on the sync threads).
+/// waited behind the sealed segment's write-back on the shard at every roll.
 const RESERVE_BLOCK_BYTES: u64 = 4096;
 
 /// Syncs the index file at `path` through a descriptor of its own (`fdatasync`, which writes the
@@ -103,7 +102,7 @@ impl MappedIndexFile {
     /// sparse stretch, zeroes) only its own page, not the device's read-ahead window around it.
     /// For a new index written an entry at a time: its first fault would otherwise zero up to
     /// `read_ahead_kb` of the sparse file (here the whole 64 KiB index of each of
-    /// `many-partitions`' 10,000 segments, twice per partition: 15.6 % of all its samples).
+    /// `many-partitions`' 10,000 segments, twice per partition).
     pub fn advise_random(&mut self) {
         self.random_access = true;
         self.apply_advice();

@@ -4,9 +4,8 @@
 //! its buffer. A virtio disk without indirect descriptors (this machine's: bit 28 of
 //! `/sys/block/vda/device/features` is 0) takes one slot of its ring per segment, and its ring
 //! has about 256. A 1 MiB transfer from scattered 4 KiB pages takes some 256 segments, the whole
-//! ring: the device then has one request in flight at a time, and a shard's cold reads ran at
-//! 0.6× fio's over the same files. Within a 2 MiB huge page a transfer is one segment
-//! (BENCHMARKS.md § Cold reads and the disk's ring).
+//! ring: the device then has one request in flight at a time. Within a 2 MiB huge page a
+//! transfer is one segment.
 
 use std::cell::RefCell;
 

@@ -185,8 +185,8 @@ pub trait StorageFile: Debug + Send + Sync {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize>;
     /// Reads up to `length` bytes from `position` into a new buffer, shorter only at the end of
     /// the file. On a real file the bytes are read into the buffer's spare capacity
-    /// (`rustix::io::pread`), with no zeroing first: for a fetch of a whole 100 KiB batch the
-    /// zeroing cost as much as the copy out of the page cache (BENCHMARKS.md § Target 4).
+    /// (`rustix::io::pread`), with no zeroing first: for a fetch of a whole batch the zeroing
+    /// cost as much as the copy out of the page cache.
     fn read_to_vec(&self, length: usize, position: u64) -> io::Result<Vec<u8>> {
         let mut buffer = Vec::with_capacity(length);
         let Some(file) = self.as_file() else {

@@ -10,16 +10,15 @@
 //! deep queues on buffered files are slow on this kind of machine).
 //!
 //! Reads first copy what the page cache holds with `preadv2(RWF_NOWAIT)`, as cheap as a `pread`
-//! (through the ring a cached read cost a fifth more of a point lookup, BENCHMARKS.md). Only the
-//! bytes that must come from the device go through the ring, and the thread polls for their
-//! completion for up to [`READ_POLL`] instead of sleeping in the kernel: a thread that slept
-//! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up
-//! is the host starting the vCPU again (polled, cold point lookups ran 1.15-1.6× as fast here
-//! in alternating runs, BENCHMARKS.md § Cold reads polled on the ring). Past `READ_POLL` (a slow device, a large read) it waits
-//! asleep. Writes are plain `pwrite`s on the calling thread: the ring punts a buffered write,
-//! and an `O_DIRECT` write into blocks ext4 must allocate or convert, to an io-wq worker, and the
-//! shard would wait for it (buffered append p50 420 → 265 µs; `O_DIRECT` group commit 9 % and
-//! `O_DIRECT` appends 17 % more MB/s at the median; BENCHMARKS.md).
+//! (through the ring a cached read cost a point lookup more, BENCHMARKS.md § Tried and not kept).
+//! Only the bytes that must come from the device go through the ring, and the thread polls for
+//! their completion for up to [`READ_POLL`] instead of sleeping in the kernel: a thread that slept
+//! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up is
+//! the host starting the vCPU again (polled, cold point lookups ran faster in alternating runs).
+//! Past `READ_POLL` (a slow device, a large read) it waits asleep. Writes are plain `pwrite`s on
+//! the calling thread: the ring punts a buffered write, and an `O_DIRECT` write into blocks ext4
+//! must allocate or convert, to an io-wq worker, and the shard would wait for it (BENCHMARKS.md §
+//! Tried and not kept).
 //!
 //! Directory operations (create, list, rename, remove, dir fsync) are rare and go through std.
 //!
@@ -58,7 +57,7 @@ const _: () = assert!(
 );
 
 /// How long a read from the device is polled for before the thread waits for it asleep: a few
-/// small reads' time on an SSD (≈ 50-100 µs each here at queue depth 1), so a point lookup's or a
+/// small reads' time on an SSD at queue depth 1, so a point lookup's or a
 /// fetch's read is polled while a read held up by a slow or busy device does not keep the CPU.
 const READ_POLL: Duration = Duration::from_micros(500);
 
@@ -676,7 +675,8 @@ impl StorageFile for UringFile {
 
 /// `fdatasync`s every file in one submission; one result per file. A lone file is synced by a
 /// plain `fdatasync` on the calling thread: the ring punts every fsync to an io-wq worker, and the
-/// hand-over to it and back costs a lone durable writer 10-15 % of its appends/s (BENCHMARKS.md).
+/// hand-over to it and back costs a lone durable writer some of its appends/s (BENCHMARKS.md §
+/// Tried and not kept).
 fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
     if let [file] = files {
         return vec![file.sync_data()];
@@ -757,10 +757,8 @@ impl Storage for UringIo {
 
     /// With cold reads past the page cache, every window the thread may use, in memory now: a
     /// first cold read then waits for the device only, not for 64 MiB of huge pages to be found
-    /// and zeroed (after free page reporting, faulted in from the host). Measured: the device's
-    /// first 100 ms of a settled `fetch-cold --direct-reads` read 2,015-2,686 MB/s against
-    /// 672-1,469, and the phase's longest fetch took 20-27 ms against 50-64 (BENCHMARKS.md §
-    /// Reopening without a scan, and windows in memory from the start).
+    /// and zeroed (after free page reporting, faulted in from the host): a settled
+    /// `fetch-cold --direct-reads` read faster from its start, and its longest fetch was shorter.
     fn prepare_reader_thread(&self) {
         if self.direct_cold_reads {
             with_ring(|ring| ring.windows.reserve());

@@ -533,11 +533,9 @@ impl PartitionLog {
 
 /// Logs whose syncs cover more than this on average grow their files. Prewriting costs a second
 /// write of every block; a sync into written blocks saves the metadata write of the blocks'
-/// allocation (≈ 100 µs here: ext4 without a journal writes the inode's and bitmaps' blocks in
-/// place). Past about this much data per sync, the second write takes the disk longer than the
-/// metadata write it saves (measured: 16 producers on 4 partitions, 65–590 KiB per sync, ran
-/// 10 % slower prewriting). Near it the two ways tie: one durable writer at 80–101 KiB per sync
-/// led one way or the other from run to run (BENCHMARKS.md § The embedded peers).
+/// allocation (ext4 without a journal writes the inode's and bitmaps' blocks in place). Past
+/// about this much data per sync, the second write takes the disk longer than the metadata write
+/// it saves; near it the two ways tie (BENCHMARKS.md § Tried and not kept).
 const PREWRITE_SYNC_BYTES_MAX: u64 = 128 * 1024;
 /// Space is prewritten this many syncs' worth ahead (within the bounds below): each prewrite's
 /// allocation is paid by the one sync that first covers it, and a larger prewrite makes that

@@ -3,7 +3,7 @@
 //! By default a roll syncs the segment it seals (its `.log`, both indexes) and the directory that
 //! now names the new segment's files before the new segment takes appends. That sync writes
 //! every dirty page of the sealed segment at once — up to a whole segment of them without a sync
-//! policy — and the log's owner waits for it (seconds here, for a 1 GiB segment). An owner with
+//! policy — and the log's owner waits for it (long, for a 1 GiB segment). An owner with
 //! its own sync threads (the engine's shard) opens the log with
 //! `LogConfig::deferred_seal_syncs`, as Kafka schedules the flush of a rolled segment instead of
 //! running it in the append: the roll then only trims the indexes and records an

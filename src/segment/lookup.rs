@@ -30,8 +30,7 @@ use crate::limits::BATCH_HEADER_BYTES;
 
 /// The unit a digested batch is read and checked in: a lookup of a 100 B record reads 1 KiB
 /// (2 where it crosses a chunk's end), of a 1 KiB record 2 KiB (3 at most). With 4 KiB chunks
-/// the storage layer's 100 B hot lookups ran a quarter slower (BENCHMARKS.md § Lookups in 1 KiB
-/// chunks).
+/// the storage layer's 100 B hot lookups ran slower.
 pub(crate) const CHUNK_BYTES: usize = 1024;
 /// Smaller batches are read whole: two or three pages at most, not worth a digest's memory. A
 /// batch of a hundred 100 B records (11 KB) is digested.

@@ -1255,8 +1255,7 @@ impl Segment {
 /// `segment.bytes` when the active `.log` is preallocated (`preallocate`), else `0`.
 /// `preallocate`, and every `O_DIRECT` writer: an `O_DIRECT` write that would grow the file (or
 /// fill a hole) cannot be issued without blocking, so io_uring hands it to a worker thread, while
-/// one into reserved blocks below the file's length goes to the device at once (BENCHMARKS.md §
-/// Writes behind).
+/// one into reserved blocks below the file's length goes to the device at once.
 fn preallocate_max_bytes(config: &LogConfig) -> u64 {
     if config.preallocate || config.direct_writes {
         config.segment_bytes

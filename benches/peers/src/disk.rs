@@ -57,8 +57,7 @@ pub struct BatchWrites {
     pub buffered_mb_per_s: f64,
     /// The same writes timed through a final `fdatasync`, as the `O_DIRECT` ones are: bytes on
     /// the device. Timed to the last write, 256 MB of buffered writes measure how fast memory
-    /// takes them that minute, not the disk (BENCHMARKS.md § The peers' write path from both
-    /// paths through their sync).
+    /// takes them that minute, not the disk.
     pub buffered_synced_mb_per_s: f64,
     /// `O_DIRECT` writes of `batch_bytes` rounded up to 4 KiB, timed through a final `fdatasync`,
     /// as MB/s of the batches' payload (None where the file system refuses `O_DIRECT`).

@@ -1,14 +1,13 @@
 //! The machine's own cross-core latency, measured beside the lookups: two threads hand one cache
 //! line back and forth. An engine that answers on another thread (seglog's shard) pays a few such
-//! transfers per request; the crates read on the caller's thread and do not. On the VMs measured
-//! here the figure moves between ≈ 50 and ≈ 400 ns from one minute to the next (the host places
-//! the two vCPUs near or far apart), so it is taken right before and right after each hot lookup
-//! phase.
+//! transfers per request; the crates read on the caller's thread and do not. On shared VMs the
+//! figure moves from one minute to the next (the host places the two vCPUs near or far apart),
+//! so it is taken right before and right after each hot lookup phase.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Round trips per measurement: ≈ 2–20 ms.
+/// Round trips per measurement.
 const ROUND_TRIPS: u64 = 50_000;
 
 /// The mean time, in ns, for one thread to hand a cache line to another and get it back.
@@ -38,9 +37,9 @@ const REPORTING_WAIT_MAX: Duration = Duration::from_secs(120);
 
 /// Waits until memory freed before (the previous engine's removed files, a cache drop) has been
 /// handed back to the host, and returns how long that took (`None` where the machine does not
-/// report free pages). On this VM each reporting pass stalls every `fdatasync` for 60-330 ms,
-/// so a phase started before it ends is charged for what the engine before it freed (seglog's
-/// BENCHMARKS.md § Durable appends after freed memory; `seglog bench` waits the same way).
+/// report free pages). On this VM each reporting pass stalls every `fdatasync`, so a phase
+/// started before it ends is charged for what the engine before it freed (seglog's
+/// `seglog bench --settle` waits the same way, BENCHMARKS.md § `seglog bench`).
 pub fn settle_page_reporting() -> Option<Duration> {
     let read = || {
         std::fs::read_to_string(REPORTED_KIB)

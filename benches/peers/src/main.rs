@@ -324,7 +324,7 @@ fn scan(store: &mut dyn LogStore, payloads: &Payloads) -> PeerResult<Rate> {
 const HOT_LOOKUP_PASSES: u64 = 3;
 
 /// The pass of [`HOT_LOOKUP_PASSES`] with the median rate: a slow spell of the cores (the round
-/// trip between them moves 50-450 ns here) over one pass does not set the figure.
+/// trip between them moves from minute to minute) over one pass does not set the figure.
 fn median_of_passes(mut pass: impl FnMut(u64) -> PeerResult<Rate>) -> PeerResult<Rate> {
     let mut rates = (0..HOT_LOOKUP_PASSES)
         .map(&mut pass)

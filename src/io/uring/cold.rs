@@ -2,13 +2,12 @@
 //! the page cache holds no page (`cachestat`) is read with `O_DIRECT` into a window of the
 //! thread's own, and copied out; the next window is read ahead while the reader uses this one.
 //!
-//! Such reads are a consumer catching up on data that left the page cache. Through the page
-//! cache, every page of them is allocated, filled by read-ahead, copied out and evicted again,
-//! and on this kind of VM a page cache page is often memory the host took back (free page
-//! reporting), faulted in anew: `fetch-cold` read 0.5-0.6× the disk's `O_DIRECT` rate that way
-//! (BENCHMARKS.md § Large cold reads past the page cache). They also push the hot tail, which
-//! other consumers read, out of the cache. A point lookup's batch is far smaller and stays
-//! buffered, as does any read the cache holds part of.
+//! Such reads are a consumer catching up on data that left the page cache. Through the page cache,
+//! every page of them is allocated, filled by read-ahead, copied out and evicted again, and on this
+//! kind of VM a page cache page is often memory the host took back (free page reporting), faulted
+//! in anew: `fetch-cold` read well below the disk's `O_DIRECT` rate that way. They also push the
+//! hot tail, which other consumers read, out of the cache. A point lookup's batch is far smaller
+//! and stays buffered, as does any read the cache holds part of.
 //!
 //! **Windows.** A window is [`WINDOW_BYTES`] of one file from a block-aligned position, read as
 //! [`PIECES_PER_WINDOW`] pieces submitted to the thread's ring together; a thread keeps up to
@@ -54,10 +53,9 @@ use crate::io::direct_buffer::DirectBuffer;
 pub(super) const DIRECT_READ_BYTES_MIN: usize = 256 * 1024;
 
 /// Each read of a window in flight: one 1 MiB fetch. From huge pages a piece is one segment for
-/// the device however long it is; in alternating runs, 8 × 1 MiB windows read 0.84-0.92× fio
-/// (five runs, median 0.92) where 16 × 256 KiB of 4 MiB read 0.81-0.94× (seven, median 0.86)
-/// (BENCHMARKS.md § Windows of 1 MiB pieces). From scattered pages, 256 KiB pieces had beaten
-/// 64 and 128 KiB (§ Large cold reads past the page cache). A fetch waits only for its own.
+/// the device however long it is; in alternating runs, 8 × 1 MiB windows read nearer fio's rate
+/// than 16 × 256 KiB pieces of 4 MiB windows. From scattered pages, 256 KiB pieces had beaten
+/// 64 and 128 KiB. A fetch waits only for its own.
 const PIECE_BYTES: usize = 1024 * 1024;
 
 /// The bytes of a window: eight 1 MiB fetches, so that with the window after it a reader keeps
@@ -69,8 +67,8 @@ const PIECES_PER_WINDOW: usize = WINDOW_BYTES / PIECE_BYTES;
 
 /// Windows per thread at most: the one being read and the one ahead of it, for four readers at
 /// once (a shard serving four partitions' consumers). With 4, one shard serving four cold
-/// readers read 0.07× the disk: each read ahead took a window another reader was about to use
-/// (BENCHMARKS.md § Cold readers past the windows).
+/// readers read a small fraction of the disk's rate: each read ahead took a window another
+/// reader was about to use.
 pub(super) const WINDOWS_PER_THREAD: usize = 8;
 
 /// The most window pieces a thread has in flight.

@@ -108,19 +108,19 @@ impl ProducersPattern {
     }
 
     /// The producers' time for an engine phase of `phase`: as long, so that both meet as many of
-    /// the device's stalls — here one stopped every `fdatasync` at once for 34-52 ms about once
-    /// in 5 s, and a few such stalls set a run's p99.9 (BENCHMARKS.md).
+    /// the device's stalls — here one stops every `fdatasync` at once every few seconds, and a
+    /// few such stalls set a run's p99.9.
     pub fn time_for(phase: Duration) -> Duration {
         phase.clamp(PRODUCERS_TIME_MIN, PRODUCERS_TIME_MAX)
     }
 }
 
-/// The producers append at least this long, for enough appends (≈ 10 k/s here) that the p99.9
-/// is not the few slowest of a handful, and at most this long (each region holds it).
+/// The producers append at least this long, for enough appends that the p99.9 is not the few
+/// slowest of a handful, and at most this long (each region holds it).
 const PRODUCERS_TIME_MIN: Duration = Duration::from_secs(2);
 const PRODUCERS_TIME_MAX: Duration = Duration::from_secs(30);
 /// Each producer's region of its file: more than it can append in [`PRODUCERS_TIME_MAX`] (16
-/// producers share ≈ 1 GB/s here).
+/// producers share the disk's rate).
 const PRODUCER_REGION_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// The disk under several writers' durable appends (the engine's sync pattern, or the producers
@@ -215,8 +215,8 @@ impl DiskFigures {
 
     /// Takes the sequential `O_DIRECT` read rate measured over the engine's own data set, after
     /// its fetch phase, in place of the scratch file's, for the same reason as
-    /// [`DiskFigures::use_data_set_random_reads`] (the scratch file's rate swung from 987 to
-    /// 2,879 MB/s between runs here, the data set's stayed near 1 GB/s).
+    /// [`DiskFigures::use_data_set_random_reads`] (the scratch file's rate swung widely between
+    /// runs here, the data set's held steady).
     pub fn use_data_set_sequential_reads(&mut self, measured: anyhow::Result<SequentialReads>) {
         let scratch = self
             .read_direct_mb_per_s

@@ -150,8 +150,8 @@ pub fn sequential_reads(files: &[PathBuf]) -> anyhow::Result<SequentialReads> {
     ];
     let deep = read(&deep_options)?;
     // fio's own buffers are scattered 4 KiB pages: on a virtio disk without indirect descriptors
-    // a 1 MiB read of them takes the ring's every slot, one read in flight (BENCHMARKS.md § Cold
-    // reads and the disk's ring). The disk's limit is read from buffers in huge pages.
+    // a 1 MiB read of them takes the ring's every slot, one read in flight (`io::direct_buffer`
+    // in the library). The disk's limit is read from buffers in huge pages.
     // Where fio refuses them (a `kernel.shmmax` too small, say), the other two figures stand.
     let deep_huge_pages = HugePages::reserve(DATA_SET_READ_HUGE_PAGES).and_then(|_reserved| {
         let options = [&deep_options[..], &["--iomem=shmhuge".to_owned()]].concat();

@@ -26,7 +26,7 @@ use super::progress::MB;
 /// Blocks of the sequential jobs, and their queue depth.
 const SEQUENTIAL_BLOCK: &str = "1m";
 const SEQUENTIAL_DEPTH: u32 = 16;
-/// The largest file a sequential write may lay out: more than ≈ 2.3 GB/s writes in 5 s.
+/// The largest file a sequential write may lay out: more than the disk writes in 5 s.
 const WRITE_FILE_MAX_BYTES: u64 = 16 << 30;
 /// The growing files of the append + `fdatasync` jobs may reach this.
 const APPEND_FILE_MAX_BYTES: u64 = 8 << 30;

@@ -13,8 +13,7 @@ use super::progress::Limit;
 /// Appends in flight per producer, except in `group-commit` (one each) and `tail`. Where an
 /// append is acknowledged once the device has its bytes (`O_DIRECT`), the rate is the bytes in
 /// flight over a write's latency: 32 × 64 KiB per producer keeps 4 MiB in flight with the
-/// default two producers (fio's ruler keeps 16 × 1 MiB); BENCHMARKS.md § Issue 40 compares 8
-/// and 32.
+/// default two producers (fio's ruler keeps 16 × 1 MiB).
 const APPENDS_INFLIGHT: usize = 32;
 /// `tail`'s appends in flight per producer: its figure is the end-to-end latency, which a deeper
 /// queue only lengthens.

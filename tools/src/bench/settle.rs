@@ -2,10 +2,10 @@
 //! host. On a VM whose balloon reports free pages (virtio-balloon's free page reporting; the
 //! count is `/sys/module/page_reporting/parameters/reported_kib`), what the guest frees — a
 //! removed scratch file's page cache, a cache drop, the previous run's data directory — is
-//! reported in passes about 2 s apart for as long as there is some, here ≈ 400 MiB/s, and while
-//! a pass runs every `fdatasync` of the guest stalls for 60-330 ms (BENCHMARKS.md § Durable
-//! appends after freed memory). A phase started then measures the host's reclaim, not the
-//! engine: `group-commit`'s p99.9 went from 13 to 255-367 ms right after 10 GB were freed.
+//! reported in passes about 2 s apart for as long as there is some, and while a pass runs every
+//! `fdatasync` of the guest stalls (BENCHMARKS.md § `seglog bench`, `--settle`). A phase started
+//! then measures the host's reclaim, not the engine: `group-commit`'s p99.9 right after a large
+//! free was many times its settled one.
 //!
 //! [`Settles::wait`] polls the count until it has not moved for [`QUIET_TIME`] (longer than the
 //! pause between passes), or gives up after [`WAIT_MAX`]. Where the count does not exist (no such
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
 /// The count must stand still this long: the reporting worker waits 2 s between passes
-/// (`PAGE_REPORTING_DELAY`), and a pass itself takes up to about a second here.
+/// (`PAGE_REPORTING_DELAY`), and a pass itself takes a while.
 const QUIET_TIME: Duration = Duration::from_secs(4);
 /// Freeing the largest scratch file (a quarter of the free space) takes about this long to
 /// report here; past it the phase starts anyway and the wait says so.
