@@ -4,69 +4,85 @@
 //! each partition a directory of segments (`.log` of RecordBatch v2, sparse `.index` and
 //! `.timeindex`, named by a 20-digit base offset), byte-compatible with Kafka's own files.
 //!
-//! The crate is layered; dependencies point down this list and a module never reaches up:
+//! Open a data directory with [`engine::Engine::open`]; produce with [`producer`], consume with
+//! [`group`] or fetch directly. The public modules:
 //!
-//! - [`types`], [`limits`], [`config`], [`error`]: vocabulary.
-//! - [`format`](mod@format): bytes <-> values (batches, records, index entries, names, checkpoints). No I/O.
-//! - [`index`]: sparse offset and time indexes over memory-mapped files.
-//! - [`io`]: the seam through which log data is read, written and synced.
-//! - [`segment`]: one `.log` with its indexes; append, locate, read, recover.
-//! - [`log`]: one partition's ordered segments ([`log::PartitionLog`]).
-//! - [`log_dir`]: a data directory of partitions with Kafka's checkpoints ([`log_dir::LogDir`]).
-//! - [`engine`]: the thread-per-core engine: shards on io_uring, group commit, topics.
-//! - [`cleaner`]: retention planning and compaction (offset map, batch cleaning).
-//! - [`partitioner`]: Kafka's murmur2 key partitioner.
-//! - [`producer`]: Kafka's producer: routing, batching, compression, acks.
+//! - [`engine`]: the thread-per-core engine: topics, partitions, appends, fetches, group commit,
+//!   retention, compaction, close.
+//! - [`producer`]: Kafka's producer: key partitioning, batching, compression, acks.
 //! - [`group`]: consumer groups: assignors, coordinator, consumers, committed offsets.
-//! - [`testing`]: for tests and tools only: how a test that cannot run here says so.
+//! - [`format`]: Kafka's bytes: record batches, records, index entries, file names, checkpoints.
+//! - [`config`], [`error`], [`types`]: the vocabulary.
+//!
+//! Inside, dependencies point one way: `format` ← `io` ← `index` ← `segment` ← `cleaner` (pure
+//! compaction and retention planning) ← `log` (one partition) ← `engine` ← `producer`, `group`.
+//! The internal layers are public only with the `testing` feature, for the crate's tests, fuzz
+//! targets, benchmarks and tools (`docs/DESIGN.md` § Module map).
 //!
 //! ```
-//! use std::sync::Arc;
 //! use seglog::config::LogConfig;
+//! use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 //! use seglog::format::{BatchBuilder, NewRecord};
-//! use seglog::io::pio::PositionedIo;
-//! use seglog::log_dir::LogDir;
-//! use seglog::types::{Offset, TimestampMs, TopicName};
+//! use seglog::types::Offset;
 //!
 //! let dir = tempfile::tempdir()?;
-//! let mut log_dir = LogDir::open(dir.path(), Arc::new(PositionedIo), LogConfig::default())?;
-//! let topic = TopicName::parse("orders")?;
-//! log_dir.create_topic(&topic, 1)?;
-//! let log = log_dir.partition(&topic, 0)?;
+//! let engine = Engine::open(dir.path(), EngineConfig::default())?;
+//! let topic = engine.create_topic("orders", 1, LogConfig::default())?;
 //! let mut batch = BatchBuilder::new(0);
 //! batch.push(&NewRecord { timestamp_ms: 1, key: Some(b"k"), value: Some(b"v"), headers: &[] });
-//! let appended = log.append(batch.build().unwrap(), TimestampMs::now())?;
+//! let appended = engine.append(&topic, 0, batch.build().unwrap(), Durability::Durable).wait()?;
 //! assert_eq!(appended.first_offset, Offset(0));
-//! let fetched = log.read(Offset(0), 1024 * 1024)?;
+//! let fetched = engine.fetch(&topic, 0, Offset(0), FetchOptions::default()).wait()?;
 //! let mut records = 0;
 //! for batch in fetched.batches() {
-//!     let batch = batch?;
-//!     for record in batch.record_section()?.iter() {
+//!     for record in batch?.record_section()?.iter() {
 //!         let record = record?; // read in place: key and value borrow the fetched bytes
 //!         assert_eq!((record.key, record.value), (Some(&b"k"[..]), Some(&b"v"[..])));
 //!         records += 1;
 //!     }
 //! }
 //! assert_eq!(records, 1);
-//! log_dir.close()?;
+//! engine.close()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod cleaner;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod failpoint;
 pub mod format;
 pub mod group;
-pub mod index;
-pub mod io;
-pub mod limits;
-pub mod log;
-pub mod log_dir;
-pub mod partitioner;
 pub mod producer;
-pub mod segment;
-mod spin;
-pub mod testing;
 pub mod types;
+
+/// Declares the internal layers: private, or public with the `testing` feature, which the
+/// crate's own tests, the fuzz targets, the benchmarks and the bundled tools build with (the
+/// simulated and hooked disks, logs and segments opened directly). No stability promise.
+macro_rules! internal_modules {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "testing")]
+        #[allow(missing_docs)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "testing"))]
+        #[allow(dead_code, unused_imports)]
+        mod $name;
+    )*};
+}
+
+internal_modules!(
+    cleaner,
+    failpoint,
+    index,
+    io,
+    limits,
+    log,
+    partitioner,
+    segment,
+);
+#[cfg(any(test, feature = "testing"))]
+#[allow(missing_docs)]
+pub mod log_dir;
+mod spin;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -38,14 +38,17 @@ use crate::error::{
     StorageError, TopicError,
 };
 use crate::format::file_name::{DELETE_DIR_SUFFIX, partition_dir_name};
-use crate::index::time_index::TimestampOffset;
-use crate::io::{IoBackend, Storage, sync_dir};
-use crate::log::{AppendInfo, DigestBudget, FetchData, ValidatedBatches};
+use crate::io::{Storage, sync_dir};
+use crate::log::{DigestBudget, ValidatedBatches};
 use crate::partitioner;
 use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 
+pub use crate::cleaner::log_cleaner::CompactionOutcome;
 use crate::cleaner::offset_map::OffsetMap;
-use crate::cleaner::scrub::ScrubOutcome;
+pub use crate::cleaner::scrub::{CorruptSegment, ScrubOutcome};
+pub use crate::index::time_index::TimestampOffset;
+pub use crate::io::IoBackend;
+pub use crate::log::{AppendInfo, FetchData, RetentionOutcome};
 use cleaner_thread::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
 pub use cleaner_thread::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 pub use consumer_record::ConsumerRecord;
@@ -405,11 +408,20 @@ impl Engine {
                 dir: root.to_owned(),
                 source,
             })?;
-        Engine::open_with_storage(root, config, storage)
+        Engine::open_on(root, config, storage)
     }
 
-    /// Opens the engine on the given storage backend.
+    /// Opens the engine on the given storage backend (a simulated or hooked disk).
+    #[cfg(any(test, feature = "testing"))]
     pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        config: EngineConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Engine, OpenError> {
+        Engine::open_on(dir, config, storage)
+    }
+
+    fn open_on(
         dir: impl AsRef<Path>,
         config: EngineConfig,
         storage: Arc<dyn Storage>,
