@@ -714,12 +714,12 @@ fn a_symlinked_segment_is_refused_and_its_target_left_untouched() {
 #[test]
 fn a_segment_refuses_a_write_that_breaks_its_invariants_and_writes_nothing() {
     use seglog::error::StorageError;
-    use seglog::segment::{AppendedBatch, Segment};
+    use seglog::segment::{ActiveSegment, AppendedBatch};
 
     let dir = scratch();
     let storage = storage_from_env();
     let mut segment =
-        Segment::create(storage.as_ref(), dir.path(), Offset(0), &config(), now()).unwrap();
+        ActiveSegment::create(storage.as_ref(), dir.path(), Offset(0), &config(), now()).unwrap();
     let batch = valid_batch(2, 10);
     let appended = |last_offset: u64, size_bytes: u64| AppendedBatch {
         position_in_write: 0,

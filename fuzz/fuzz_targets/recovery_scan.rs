@@ -326,7 +326,7 @@ fn check_recovery(dir: &Path, input: &Input<'_>) {
     assert_eq!(again.recovery.as_ref().map(|r| r.bytes_truncated), Some(0));
     assert_eq!(again.segment.next_offset(), next_offset);
     drop(again);
-    if let Err(error) = segment.trim_indexes() {
+    if let Err(error) = segment.seal_indexes() {
         panic!("trim indexes: {error}");
     }
     drop(segment);

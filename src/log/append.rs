@@ -14,7 +14,7 @@ use crate::error::{AppendError, StorageError};
 use crate::failpoint::failpoint;
 use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
 use crate::io::WriteMark;
-use crate::segment::{AppendedBatch, IncomingAppend, Segment};
+use crate::segment::{ActiveSegment, AppendedBatch, IncomingAppend};
 use crate::types::{Offset, TimestampMs};
 
 /// What an append did.
@@ -279,7 +279,7 @@ impl PartitionLog {
         }
         let deferred = self.config.deferred_seal_syncs;
         let sealed = match deferred {
-            true => self.active_mut().trim_indexes(),
+            true => self.active_mut().finish_appends(),
             false => self.active_mut().seal(),
         };
         self.fail_on(sealed)?;
@@ -292,7 +292,7 @@ impl PartitionLog {
             }
             false => self.recovery_point = self.recovery_point.max(new_base_offset),
         }
-        let segment = Segment::create(
+        let segment = ActiveSegment::create(
             self.storage.as_ref(),
             &self.dir,
             new_base_offset,

@@ -171,11 +171,13 @@ impl PartitionLog {
             false,
             now,
         );
-        let mut loaded = self.fail_on(loaded)?.segment;
-        if !loaded.is_sealed() {
-            loaded.seal()?;
+        let loaded = self.fail_on(loaded)?;
+        let mut segment = loaded.segment;
+        if loaded.recovery.is_some() {
+            // Its indexes failed their check and were rebuilt.
+            segment.seal()?;
         }
-        self.segments.insert_sealed(index, loaded);
+        self.segments.insert_sealed(index, segment);
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);
         let due = TimestampMs(now.0.saturating_add(delay_ms));
         for segment in &group.replaced {

@@ -25,7 +25,7 @@ use crate::failpoint::failpoint;
 use crate::format::batch::BatchIter;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile};
-use crate::segment::Segment;
+use crate::segment::{ActiveSegment, Segment};
 pub use crate::segment::{DigestBudget, RecordRead};
 use segments::{SegmentList, SegmentSlot};
 
@@ -166,7 +166,10 @@ impl PartitionLog {
     /// Descriptors open now on this log's `.log` files: one per open segment (which also holds
     /// two index maps), and a second one on an active segment written with `O_DIRECT`.
     pub fn open_segment_files(&self) -> usize {
-        let direct = self.segments.active().is_some_and(Segment::writes_direct);
+        let direct = self
+            .segments
+            .active()
+            .is_some_and(ActiveSegment::writes_direct);
         self.segments.open_count() + usize::from(direct)
     }
 
@@ -213,16 +216,16 @@ impl PartitionLog {
         result
     }
 
-    fn active(&self) -> &Segment {
+    fn active(&self) -> &ActiveSegment {
         self.segments.active().expect_active()
     }
 
-    fn active_mut(&mut self) -> &mut Segment {
+    fn active_mut(&mut self) -> &mut ActiveSegment {
         self.segments.active_mut().expect_active()
     }
 
     /// The segment at `index`, opened if its files were released.
-    fn open_segment(&mut self, index: usize) -> Result<&mut Segment, StorageError> {
+    fn open_segment(&mut self, index: usize) -> Result<&Segment, StorageError> {
         self.segments
             .open(index, self.storage.as_ref(), &self.dir, &self.config)
     }
@@ -366,7 +369,7 @@ impl PartitionLog {
         let storage = self.storage.clone();
         let active = self.active_mut();
         active.truncate_to(offset)?;
-        active.reopen_for_append(storage.as_ref(), &config)?;
+        active.prepare_appends(storage.as_ref(), &config)?;
         let log_end_offset = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);
@@ -506,7 +509,7 @@ impl PartitionLog {
     /// the last sync left it.
     pub fn release(mut self) -> Result<(), StorageError> {
         self.check_not_failed()?;
-        self.active_mut().trim_indexes()
+        self.active_mut().finish_appends()
     }
 
     fn check_not_failed(&self) -> Result<(), StorageError> {

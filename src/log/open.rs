@@ -19,7 +19,7 @@ use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::io::Storage;
-use crate::segment::Segment;
+use crate::segment::{ActiveSegment, Segment};
 use crate::segment::recovery::{InvalidTail, LoadMode, SegmentRecovery};
 use crate::segment::scan::{LogScanner, ScanStep};
 use crate::types::{Offset, TimestampMs, TopicPartition};
@@ -90,26 +90,31 @@ impl PartitionLog {
             &mut report,
         )?;
         let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
-        if segments.is_empty() {
-            segments.push(Segment::create(
-                storage.as_ref(),
-                dir,
-                log_start_checkpoint,
-                &config,
-                options.now,
-            )?);
-            // The new files' names must be durable before an append to them is acknowledged.
-            storage
-                .sync_dir(dir)
-                .map_err(|source| StorageError::io("fsync directory", dir, source))?;
-        }
         seal_recovered(&mut segments)?;
+        let active = match segments.pop() {
+            Some((last, _)) => ActiveSegment::from_sealed(last),
+            None => {
+                let created = ActiveSegment::create(
+                    storage.as_ref(),
+                    dir,
+                    log_start_checkpoint,
+                    &config,
+                    options.now,
+                )?;
+                // The new files' names must be durable before an append to them is acknowledged.
+                storage
+                    .sync_dir(dir)
+                    .map_err(|source| StorageError::io("fsync directory", dir, source))?;
+                created
+            }
+        };
+        let sealed = segments.into_iter().map(|(segment, _)| segment).collect();
         let mut log = PartitionLog {
             dir: dir.to_owned(),
             topic_partition,
             config,
             storage,
-            segments: SegmentList::new(segments),
+            segments: SegmentList::new(sealed, active),
             log_start_offset: Offset(0),
             recovery_point: Offset(0),
             unflushed_records: 0,
@@ -154,7 +159,7 @@ impl PartitionLog {
         if self.log_start_offset > self.log_end_offset() {
             // The files below the checkpointed start are gone and nothing above it is here:
             // start over, empty, at the checkpointed offset (Kafka does the same).
-            let segment = Segment::create(
+            let segment = ActiveSegment::create(
                 self.storage.as_ref(),
                 &self.dir,
                 self.log_start_offset,
@@ -168,7 +173,7 @@ impl PartitionLog {
         let config = self.config.clone();
         let storage = self.storage.clone();
         let active = self.active_mut();
-        active.reopen_for_append(storage.as_ref(), &config)?;
+        active.prepare_appends(storage.as_ref(), &config)?;
         if repaired {
             // Recovery validated every byte from the recovery point on; syncing it (and the
             // directory, after any deletion) makes all of it durable. (After an unclean shutdown
@@ -183,11 +188,11 @@ impl PartitionLog {
 
 /// Seals the sealed segments that recovery rebuilt (their indexes are untrimmed and unsynced), so
 /// that they can be released and trusted when reopened. Sealed segments loaded as trusted are left
-/// alone.
-fn seal_recovered(segments: &mut [Segment]) -> Result<(), StorageError> {
+/// alone; the last segment becomes the active one.
+fn seal_recovered(segments: &mut [(Segment, bool)]) -> Result<(), StorageError> {
     let sealed_count = segments.len().saturating_sub(1);
-    for segment in &mut segments[..sealed_count] {
-        if !segment.is_sealed() {
+    for (segment, recovered) in &mut segments[..sealed_count] {
+        if *recovered {
             segment.seal()?;
         }
     }
@@ -215,14 +220,15 @@ fn load_segments(
     options: &LogOpenOptions,
     dense_from: Offset,
     report: &mut RecoveryReport,
-) -> Result<Vec<Segment>, StorageError> {
+) -> Result<Vec<(Segment, bool)>, StorageError> {
     let first_unflushed = base_offsets
         .partition_point(|base| *base <= options.recovery_point)
         .saturating_sub(1);
     // A segment from `dense_from` on was never rewritten by the cleaner (every segment of a log
     // never compacted: `dense_from` is 0 there), so it ends exactly where the next one starts.
     let never_cleaned = |base: Offset| base >= dense_from;
-    let mut segments: Vec<Segment> = Vec::with_capacity(base_offsets.len());
+    // Each loaded segment, and whether recovery rebuilt its indexes.
+    let mut segments: Vec<(Segment, bool)> = Vec::with_capacity(base_offsets.len());
     let mut previous_recovered = false;
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
         let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
@@ -268,7 +274,7 @@ fn load_segments(
         if let Some(recovery) = &loaded.recovery {
             record_recovery(report, loaded.segment.log_path(), recovery);
         }
-        if let Some(previous) = segments.last() {
+        if let Some((previous, _)) = segments.last() {
             let previous_dense = never_cleaned(previous.base_offset());
             let previous_end = previous.next_offset();
             if previous_recovered
@@ -289,7 +295,7 @@ fn load_segments(
         }
         previous_recovered = recover;
         let end = loaded.segment.next_offset();
-        segments.push(loaded.segment);
+        segments.push((loaded.segment, loaded.recovery.is_some()));
         let next_base = base_offsets.get(segment_index + 1);
         if truncated && next_base.is_some_and(|next_base| end < *next_base) {
             for later in &base_offsets[segment_index + 1..] {

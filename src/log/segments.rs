@@ -14,66 +14,77 @@ use crate::error::StorageError;
 use crate::index::time_index::TimestampOffset;
 use crate::io::Storage;
 use crate::segment::recovery::LoadMode;
-use crate::segment::{ReleasedSegment, Segment};
+use crate::segment::{ActiveSegment, ReleasedSegment, Segment};
 use crate::types::{Offset, TimestampMs};
 
 /// Sealed segments of one log kept open at once (most recently read first).
 pub const SEALED_OPEN_MAX: usize = 2;
 
-/// One segment of the list.
+/// One segment of the list: the last one is active, every other one sealed.
 #[derive(Debug)]
 pub(crate) enum SegmentSlot {
+    /// The segment that takes the log's appends (always the last).
+    Active(Box<ActiveSegment>),
+    /// A sealed segment with its files open.
     Open(Box<Segment>),
+    /// A sealed segment with its files closed.
     Released(ReleasedSegment),
 }
 
 impl SegmentSlot {
-    pub(crate) fn base_offset(&self) -> Offset {
+    /// The segment, when its files are open.
+    fn segment(&self) -> Result<&Segment, &ReleasedSegment> {
         match self {
-            SegmentSlot::Open(segment) => segment.base_offset(),
-            SegmentSlot::Released(released) => released.base_offset,
+            SegmentSlot::Active(active) => Ok(active),
+            SegmentSlot::Open(segment) => Ok(segment),
+            SegmentSlot::Released(released) => Err(released),
+        }
+    }
+
+    pub(crate) fn base_offset(&self) -> Offset {
+        match self.segment() {
+            Ok(segment) => segment.base_offset(),
+            Err(released) => released.base_offset,
         }
     }
 
     pub(crate) fn next_offset(&self) -> Offset {
-        match self {
-            SegmentSlot::Open(segment) => segment.next_offset(),
-            SegmentSlot::Released(released) => released.next_offset,
+        match self.segment() {
+            Ok(segment) => segment.next_offset(),
+            Err(released) => released.next_offset,
         }
     }
 
     pub(crate) fn size_bytes(&self) -> u64 {
-        match self {
-            SegmentSlot::Open(segment) => segment.size_bytes(),
-            SegmentSlot::Released(released) => released.size_bytes,
+        match self.segment() {
+            Ok(segment) => segment.size_bytes(),
+            Err(released) => released.size_bytes,
         }
     }
 
     pub(crate) fn max_timestamp(&self) -> Option<TimestampOffset> {
-        match self {
-            SegmentSlot::Open(segment) => segment.max_timestamp(),
-            SegmentSlot::Released(released) => released.max_timestamp,
+        match self.segment() {
+            Ok(segment) => segment.max_timestamp(),
+            Err(released) => released.max_timestamp,
         }
     }
 
     /// `(offset index entries, time index entries)`.
     pub(crate) fn index_entry_counts(&self) -> (usize, usize) {
-        match self {
-            SegmentSlot::Open(segment) => (
+        match self.segment() {
+            Ok(segment) => (
                 segment.offset_index().entry_count(),
                 segment.time_index().entry_count(),
             ),
-            SegmentSlot::Released(released) => {
-                (released.offset_index_entries, released.time_index_entries)
-            }
+            Err(released) => (released.offset_index_entries, released.time_index_entries),
         }
     }
 
     /// What retention needs to know about the segment.
     pub(crate) fn retention_facts(&self) -> Result<SegmentFacts, StorageError> {
-        let modified_ms = match self {
-            SegmentSlot::Open(segment) => Some(segment.modified_ms()?),
-            SegmentSlot::Released(released) => released.modified_ms,
+        let modified_ms = match self.segment() {
+            Ok(segment) => Some(segment.modified_ms()?),
+            Err(released) => released.modified_ms,
         };
         Ok(SegmentFacts {
             base_offset: self.base_offset().0,
@@ -97,6 +108,7 @@ impl SegmentSlot {
     /// Renames the segment's files to `.deleted` and removes them.
     pub(crate) fn delete(self, storage: &dyn Storage, dir: &Path) -> Result<(), StorageError> {
         match self {
+            SegmentSlot::Active(active) => active.into_sealed().delete(storage, dir),
             SegmentSlot::Open(segment) => segment.delete(storage, dir),
             SegmentSlot::Released(released) => {
                 crate::segment::delete_files(storage, dir, released.base_offset)
@@ -114,13 +126,16 @@ pub(crate) struct SegmentList {
 }
 
 impl SegmentList {
-    /// Takes freshly loaded segments (all open) and releases the sealed ones beyond the bound.
-    pub(crate) fn new(segments: Vec<Segment>) -> SegmentList {
+    /// Takes freshly loaded sealed segments (all open) and the active one, and releases the
+    /// sealed ones beyond the bound.
+    pub(crate) fn new(sealed: Vec<Segment>, active: ActiveSegment) -> SegmentList {
+        let mut slots: Vec<SegmentSlot> = sealed
+            .into_iter()
+            .map(|segment| SegmentSlot::Open(Box::new(segment)))
+            .collect();
+        slots.push(SegmentSlot::Active(Box::new(active)));
         let mut list = SegmentList {
-            slots: segments
-                .into_iter()
-                .map(|segment| SegmentSlot::Open(Box::new(segment)))
-                .collect(),
+            slots,
             open_sealed: VecDeque::new(),
         };
         let sealed_count = list.slots.len().saturating_sub(1);
@@ -144,16 +159,16 @@ impl SegmentList {
         &self.slots
     }
 
-    pub(crate) fn active(&self) -> Option<&Segment> {
+    pub(crate) fn active(&self) -> Option<&ActiveSegment> {
         match self.slots.last() {
-            Some(SegmentSlot::Open(segment)) => Some(segment),
+            Some(SegmentSlot::Active(active)) => Some(active),
             _ => None,
         }
     }
 
-    pub(crate) fn active_mut(&mut self) -> Option<&mut Segment> {
+    pub(crate) fn active_mut(&mut self) -> Option<&mut ActiveSegment> {
         match self.slots.last_mut() {
-            Some(SegmentSlot::Open(segment)) => Some(segment),
+            Some(SegmentSlot::Active(active)) => Some(active),
             _ => None,
         }
     }
@@ -179,8 +194,7 @@ impl SegmentList {
         storage: &dyn Storage,
         dir: &Path,
         config: &LogConfig,
-    ) -> Result<&mut Segment, StorageError> {
-        let is_active = index + 1 == self.slots.len();
+    ) -> Result<&Segment, StorageError> {
         if let Some(SegmentSlot::Released(released)) = self.slots.get(index) {
             let base_offset = released.base_offset;
             let mode = LoadMode::Trusted;
@@ -188,12 +202,17 @@ impl SegmentList {
                 Segment::load(storage, dir, base_offset, config, mode, TimestampMs::now())?;
             self.slots[index] = SegmentSlot::Open(Box::new(loaded.segment));
         }
-        if !is_active {
-            self.touch_sealed(self.slots[index].base_offset());
+        if let Some(SegmentSlot::Open(segment)) = self.slots.get(index) {
+            let base_offset = segment.base_offset();
+            self.touch_sealed(base_offset);
         }
-        match &mut self.slots[index] {
-            SegmentSlot::Open(segment) => Ok(segment),
-            SegmentSlot::Released(_) => unreachable!("the slot was opened above"),
+        match self.slots.get(index).map(SegmentSlot::segment) {
+            Some(Ok(segment)) => Ok(segment),
+            _ => Err(StorageError::Corrupt {
+                file: dir.to_owned(),
+                position: 0,
+                reason: format!("the log has no segment at index {index}"),
+            }),
         }
     }
 
@@ -215,13 +234,19 @@ impl SegmentList {
         self.touch_sealed(base_offset);
     }
 
-    /// Appends a new active segment; the previous active one is sealed now and joins the bound.
-    pub(crate) fn push_active(&mut self, segment: Segment) {
-        if let Some(previous) = self.slots.last() {
-            let base_offset = previous.base_offset();
+    /// Appends a new active segment; the previous active one, whose appends the log ended, is
+    /// sealed now and joins the bound.
+    pub(crate) fn push_active(&mut self, segment: ActiveSegment) {
+        if let Some(last) = self.slots.pop() {
+            let sealed = match last {
+                SegmentSlot::Active(previous) => SegmentSlot::Open(Box::new(previous.into_sealed())),
+                other => other,
+            };
+            let base_offset = sealed.base_offset();
+            self.slots.push(sealed);
             self.touch_sealed(base_offset);
         }
-        self.slots.push(SegmentSlot::Open(Box::new(segment)));
+        self.slots.push(SegmentSlot::Active(Box::new(segment)));
     }
 
     /// Removes the first `count` segments (never the active one).
@@ -241,20 +266,35 @@ impl SegmentList {
         dir: &Path,
         config: &LogConfig,
     ) -> Result<Vec<SegmentSlot>, StorageError> {
-        let removed: Vec<SegmentSlot> = self.slots.drain(index.max(1)..).collect();
-        self.forget(&removed);
-        let last = self.slots.len() - 1;
+        let last = index.max(1) - 1;
         self.open(last, storage, dir, config)?;
-        let active_base = self.slots[last].base_offset();
-        self.open_sealed.retain(|base| *base != active_base);
+        let removed: Vec<SegmentSlot> = self.slots.drain(last + 1..).collect();
+        self.forget(&removed);
+        if let Some(SegmentSlot::Open(segment)) = self.slots.last() {
+            let base_offset = segment.base_offset();
+            self.open_sealed.retain(|base| *base != base_offset);
+        }
+        let active = match self.slots.pop() {
+            Some(SegmentSlot::Open(segment)) => ActiveSegment::from_sealed(*segment),
+            Some(SegmentSlot::Active(active)) => *active,
+            // Opened above, and the most recently used: never released since.
+            Some(SegmentSlot::Released(released)) => {
+                let mode = LoadMode::Trusted;
+                let base = released.base_offset;
+                let loaded = Segment::load(storage, dir, base, config, mode, TimestampMs::now())?;
+                ActiveSegment::from_sealed(loaded.segment)
+            }
+            None => return Ok(removed),
+        };
+        self.slots.push(SegmentSlot::Active(Box::new(active)));
         Ok(removed)
     }
 
     /// Replaces every segment (a log restarted empty).
-    pub(crate) fn replace_all(&mut self, segment: Segment) -> Vec<SegmentSlot> {
+    pub(crate) fn replace_all(&mut self, segment: ActiveSegment) -> Vec<SegmentSlot> {
         self.open_sealed.clear();
         let removed = std::mem::take(&mut self.slots);
-        self.slots.push(SegmentSlot::Open(Box::new(segment)));
+        self.slots.push(SegmentSlot::Active(Box::new(segment)));
         removed
     }
 
@@ -276,9 +316,8 @@ impl SegmentList {
                 return;
             };
             let index = self.count_at_or_below(base_offset).saturating_sub(1);
-            let is_sealed = index + 1 < self.slots.len();
             let slot = &mut self.slots[index];
-            if !is_sealed || slot.base_offset() != base_offset {
+            if slot.base_offset() != base_offset {
                 continue;
             }
             if let SegmentSlot::Open(segment) = slot {

@@ -5,7 +5,9 @@
 //! written through the [`Storage`] seam. Only the last segment of a log is appended to; every
 //! other segment is sealed: its indexes trimmed to their entries and its data synced.
 
+mod active;
 mod direct;
+mod fetch_plan;
 mod lookup;
 pub mod recovery;
 pub mod scan;
@@ -15,18 +17,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::LogConfig;
 use crate::error::StorageError;
-use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName, segment_path};
-use crate::format::prewrite;
+use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
 use crate::format::{BatchHeader, BatchPrefix};
-use crate::index::offset_index::OffsetPosition;
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
-use crate::io::{OpenMode, Storage, StorageFile};
-use crate::limits::BATCH_HEADER_BYTES;
+use crate::io::{Storage, StorageFile};
 use crate::types::{Offset, TimestampMs};
-use direct::DirectWriter;
+pub use active::ActiveSegment;
+use fetch_plan::{FetchRequest, plan_fetch};
 pub use lookup::DigestBudget;
 use lookup::{BatchDigest, BatchDigests, DigestedRecord};
 use scan::{LogScanner, ScanStep};
@@ -35,17 +34,8 @@ use scan::{LogScanner, ScanStep};
 const PREFETCH_READ_BYTES_MIN: u64 = 256 * 1024;
 /// How many reads of the same size are prefetched after one.
 const PREFETCH_READS: u64 = 4;
-/// The first preallocation of an active `.log`; each next one doubles what the file holds, up to
-/// `segment.bytes`, so a partition reserves at most as much again as it wrote.
-const PREALLOCATE_BYTES_MIN: u64 = 64 * 1024;
 /// The unit a crash keeps or loses whole, and where a misdirected write lands.
 const SECTOR_BYTES: u64 = 512;
-
-/// Space past the log end is checked this much at a time (`check_prewritten`).
-const CHECK_CHUNK_BYTES: u64 = 256 * 1024;
-/// A lookup reads at most this much between two index entries at once (Kafka's 4 KiB
-/// `index.interval.bytes` keeps entries a batch or a few kilobytes apart).
-const LOOKUP_GAP_BYTES_MAX: u64 = 64 * 1024;
 
 /// What a point lookup found in a segment (`Segment::read_record`).
 #[derive(Debug)]
@@ -89,26 +79,15 @@ pub struct BatchLocation {
     pub last_offset: Offset,
 }
 
-/// A segment's files and the state derived from them.
+/// A segment's files and the state derived from them: read by fetches, sealed once its appends
+/// end. The log's last segment is an [`ActiveSegment`] around one.
 #[derive(Debug)]
 pub struct Segment {
     base_offset: Offset,
     log_path: PathBuf,
     /// Shared with a shard's syncer, which may still sync it after the segment is gone.
     log: Arc<dyn StorageFile>,
-    /// Set while the segment is active and the log writes with `O_DIRECT` (`direct_writes`).
-    direct: Option<Box<DirectWriter>>,
     size_bytes: u64,
-    /// While active: how far the `.log` is preallocated (`fallocate`), `0` when it is not (a
-    /// sealed segment, `preallocate=false`, or a file system without it).
-    preallocated_bytes: u64,
-    /// While active: the most to preallocate (`segment.bytes`), `0` for none.
-    preallocate_max_bytes: u64,
-    /// While active: how far past an append's end to prewrite (`format/prewrite.rs`), `0` for none
-    /// (the log decides: [`Segment::set_prewrite_bytes`]).
-    prewrite_bytes: u64,
-    /// Whether the space past the log end was prewritten (and is checked before it is cut).
-    prewritten: bool,
     next_offset: Offset,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -127,59 +106,6 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates the three files of a new, empty segment, indexes preallocated. The caller syncs the
-    /// directory so the new names are durable.
-    pub fn create(
-        storage: &dyn Storage,
-        dir: &Path,
-        base_offset: Offset,
-        config: &LogConfig,
-        now: TimestampMs,
-    ) -> Result<Segment, StorageError> {
-        let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
-        let log = storage
-            .open(&log_path, OpenMode::CreateOrOpen)
-            .map_err(|source| StorageError::io("create", &log_path, source))
-            .map(Arc::<dyn StorageFile>::from)?;
-        log.set_length_bytes(0)
-            .map_err(|source| StorageError::io("truncate", &log_path, source))?;
-        let direct = match config.direct_writes {
-            true => DirectWriter::open(storage, &log_path, log.as_ref(), 0)?,
-            false => None,
-        };
-        let index_path = segment_path(dir, base_offset, SegmentFileKind::Index);
-        let time_index_path = segment_path(dir, base_offset, SegmentFileKind::TimeIndex);
-        Ok(Segment {
-            base_offset,
-            log_path,
-            log,
-            direct,
-            size_bytes: 0,
-            preallocated_bytes: 0,
-            preallocate_max_bytes: preallocate_max_bytes(config),
-            prewrite_bytes: 0,
-            prewritten: false,
-            next_offset: base_offset,
-            offset_index: OffsetIndex::create(
-                &index_path,
-                base_offset,
-                config.segment_index_bytes,
-            )?,
-            time_index: TimeIndex::create(
-                &time_index_path,
-                base_offset,
-                config.segment_index_bytes,
-            )?,
-            bytes_since_last_index_entry: 0,
-            max_timestamp_so_far: None,
-            first_batch_timestamp: None,
-            created_ms: now,
-            prefetched_to: Default::default(),
-            batch_bytes_hint: Default::default(),
-            digests: Default::default(),
-        })
-    }
-
     pub fn base_offset(&self) -> Offset {
         self.base_offset
     }
@@ -187,11 +113,6 @@ impl Segment {
     /// One past the last offset in the segment (`base_offset` when empty).
     pub fn next_offset(&self) -> Offset {
         self.next_offset
-    }
-
-    /// Whether the segment's appends go through a second, `O_DIRECT` descriptor.
-    pub fn writes_direct(&self) -> bool {
-        self.direct.is_some()
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -240,243 +161,6 @@ impl Segment {
         self.log
             .modified_ms()
             .map_err(|source| StorageError::io("stat", &self.log_path, source))
-    }
-
-    /// Whether an append must go to a new segment (Kafka's `LogSegment.shouldRoll`), given
-    /// `pending_bytes` already queued for this segment's next write.
-    pub fn should_roll(
-        &self,
-        config: &LogConfig,
-        pending_bytes: u64,
-        incoming: &IncomingAppend,
-    ) -> bool {
-        let size_bytes = self.size_bytes + pending_bytes;
-        if size_bytes == 0 {
-            return false;
-        }
-        let full = size_bytes > config.segment_bytes.saturating_sub(incoming.size_bytes);
-        let segment_ms = i64::try_from(config.segment_ms).unwrap_or(i64::MAX);
-        let too_old = self.time_waited_for_roll(incoming) > segment_ms;
-        let relative_overflow = incoming.last_offset.0.saturating_sub(self.base_offset.0)
-            > crate::limits::RELATIVE_OFFSET_MAX;
-        let index_full = self.offset_index.is_full() || self.time_index.is_full();
-        full || too_old || relative_overflow || index_full
-    }
-
-    /// Kafka's `timeWaitedForRoll`: the incoming timestamp minus the first batch's, or, when the
-    /// segment has no usable timestamp, wall-clock time since the segment was created.
-    fn time_waited_for_roll(&self, incoming: &IncomingAppend) -> i64 {
-        match self.first_batch_timestamp.filter(|first| first.0 >= 0) {
-            Some(first) => incoming.max_timestamp.0.saturating_sub(first.0),
-            None => incoming.now.0.saturating_sub(self.created_ms.0),
-        }
-    }
-
-    /// Writes `bytes` (whole batches, one or more appends) at the end of the `.log` with one
-    /// positioned write, then applies Kafka's index rule batch by batch, as recovery does: an
-    /// entry `(last offset, position)` for a batch when more than `index_interval_bytes` were
-    /// written since the last entry.
-    pub fn append(
-        &mut self,
-        bytes: &[u8],
-        batches: &[AppendedBatch],
-        first_batch_timestamp: TimestampMs,
-        index_interval_bytes: u64,
-    ) -> Result<(), StorageError> {
-        let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
-            return Ok(());
-        };
-        self.check_append(bytes.len() as u64, first, last)?;
-        let position = self.size_bytes;
-        self.preallocate_for(position + bytes.len() as u64)?;
-        // After the prewrite, which may itself have landed in the wrong place (fuzz finding F17).
-        self.check_overwritten(position, position + bytes.len() as u64)?;
-        if let Some(direct) = &mut self.direct {
-            direct.check_last_block(&self.log_path)?;
-        }
-        match &mut self.direct {
-            Some(direct) => direct.append(bytes, position),
-            None => self.log.write_all_at(bytes, position),
-        }
-        .map_err(|source| StorageError::io("write", &self.log_path, source))?;
-        self.size_bytes += bytes.len() as u64;
-        self.next_offset = last.last_offset.next();
-        if self.first_batch_timestamp.is_none() {
-            self.first_batch_timestamp = Some(first_batch_timestamp);
-        }
-        for batch in batches {
-            observe_timestamp(
-                &mut self.max_timestamp_so_far,
-                batch.max_timestamp,
-                batch.last_offset,
-            );
-            let batch_position = position + batch.position_in_write;
-            self.maybe_index(
-                batch.last_offset,
-                batch_position,
-                batch.size_bytes,
-                index_interval_bytes,
-            );
-        }
-        Ok(())
-    }
-
-    /// The log hands whole batches whose offsets come after the segment's and whose extents end
-    /// where the write does: anything else is refused (`InvalidAppend`) before a byte is written,
-    /// since it would leave offsets going backwards or a batch cut short in the file.
-    fn check_append(
-        &self,
-        write_bytes: u64,
-        first: &AppendedBatch,
-        last: &AppendedBatch,
-    ) -> Result<(), StorageError> {
-        let batches_end = last.position_in_write.saturating_add(last.size_bytes);
-        let reason = if first.last_offset < self.next_offset {
-            format!(
-                "the write's first batch ends at offset {}, below the segment's next offset {}",
-                first.last_offset, self.next_offset
-            )
-        } else if batches_end != write_bytes {
-            format!("the write's batches end at byte {batches_end} of its {write_bytes} bytes")
-        } else {
-            return Ok(());
-        };
-        Err(StorageError::InvalidAppend {
-            file: self.log_path.clone(),
-            reason,
-        })
-    }
-
-    /// Reserves the `.log` ahead of an append ending at `end`, so that the write fills blocks
-    /// the file already has, below its length: by prewriting when the log asks for it
-    /// ([`Segment::set_prewrite_bytes`]), else by `fallocate` when `preallocate` is set.
-    fn preallocate_for(&mut self, end: u64) -> Result<(), StorageError> {
-        if end <= self.preallocated_bytes {
-            return Ok(());
-        }
-        if self.prewrite_bytes > 0 && self.direct.is_none() {
-            return self.prewrite_for(end);
-        }
-        if self.preallocate_max_bytes == 0 {
-            return Ok(());
-        }
-        let from = self.preallocated_bytes.max(self.size_bytes);
-        let to = (from * 2)
-            .max(PREALLOCATE_BYTES_MIN)
-            .min(self.preallocate_max_bytes)
-            .max(end);
-        match self.log.allocate(from, to - from) {
-            Ok(true) => self.preallocated_bytes = to,
-            Ok(false) => self.preallocate_max_bytes = 0,
-            Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {}
-            Err(source) => return Err(StorageError::io("fallocate", &self.log_path, source)),
-        }
-        Ok(())
-    }
-
-    /// Prewrites the space from `end` to `prewrite_bytes` past it (stamped zeros,
-    /// `format/prewrite.rs`). `fallocate` leaves unwritten extents, whose conversion each later
-    /// `fdatasync` still makes durable (a journal commit, or metadata written in place); blocks
-    /// written once are only rewritten, so a sync of an append into them flushes its data alone.
-    /// The sync that first covers a prewrite pays for its allocation, once per prewrite.
-    fn prewrite_for(&mut self, end: u64) -> Result<(), StorageError> {
-        let position = self.preallocated_bytes.max(end);
-        let to = end + self.prewrite_bytes;
-        self.check_prewritten(position, to)?;
-        let bytes = prewrite::prewrite_bytes(position, (to - position) as usize);
-        match self.log.write_all_at(&bytes, position) {
-            Ok(()) => {
-                self.preallocated_bytes = to;
-                self.prewritten = true;
-                Ok(())
-            }
-            // A full disk: the append itself may still fit. Cut what the prewrite left and
-            // append without it, as a refused `fallocate` does.
-            Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => {
-                self.prewrite_bytes = 0;
-                let length = self.preallocated_bytes.max(self.size_bytes);
-                self.log
-                    .set_length_bytes(length)
-                    .map_err(|source| StorageError::io("truncate", &self.log_path, source))
-            }
-            Err(source) => Err(StorageError::io("prewrite", &self.log_path, source)),
-        }
-    }
-
-    /// Before an append overwrites `position..end`: the part of it in prewritten space still
-    /// holds only prewritten space (a stamp the append cuts checked whole). A write the device put
-    /// there instead of where it was sent (a misdirected write, R14), once overwritten in part,
-    /// would leave nothing for recovery to find, and the records it held would read as a torn
-    /// tail (fuzz finding F8). One read of the append's size and 64 bytes, in logs synced in
-    /// small steps only.
-    fn check_overwritten(&self, position: u64, end: u64) -> Result<(), StorageError> {
-        if position >= self.preallocated_bytes {
-            return Ok(());
-        }
-        if !self.prewritten {
-            return self.check_reserved(position, end.min(self.preallocated_bytes));
-        }
-        // Two stamps' worth past the end: a non-zero byte within the first is then checked
-        // whole, not passed as the start of a stamp cut off by the read (fuzz finding F16).
-        let check_to = (end + 2 * prewrite::STAMP_BYTES as u64).min(self.preallocated_bytes);
-        let bytes = self
-            .log
-            .read_to_vec((check_to - position) as usize, position)
-            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        let remainder = prewrite::stamp_remainder_bytes(&bytes, position);
-        let rest = bytes.get(remainder..).unwrap_or_default();
-        let more_follows = check_to < self.preallocated_bytes;
-        prewrite::check_prewritten(rest, position + remainder as u64, more_follows)
-            .map(|_| ())
-            .map_err(|misplaced| StorageError::Corrupt {
-                file: self.log_path.clone(),
-                position: misplaced.position(),
-                reason: misplaced.describe(),
-            })
-    }
-
-    /// Before a page-cache append overwrites `position..end` of a preallocated `.log`: the space
-    /// holds zeros (unwritten extents read as zeros without touching the device), and so does
-    /// the rest of `end`'s sector. A write the device put there instead of where it was sent
-    /// (R14) would otherwise be overwritten, and the records it carried would read as a torn
-    /// tail after a crash. Such a write starts at a sector boundary with a batch header, which
-    /// has a non-zero byte in its first 17, so covering its start shows it.
-    fn check_reserved(&self, position: u64, end: u64) -> Result<(), StorageError> {
-        if self.direct.is_some() || position >= end {
-            return Ok(());
-        }
-        self.refuse_data_past_the_end(position, end.next_multiple_of(SECTOR_BYTES), "reservation")
-    }
-
-    /// `from..to`, past the log end, holds only zeros (holes and unwritten extents skipped), or
-    /// the first other byte is reported: a misdirected write (R14) in space only `held` held.
-    fn refuse_data_past_the_end(&self, from: u64, to: u64, held: &str) -> Result<(), StorageError> {
-        let found = crate::io::first_non_zero_byte(self.log.as_ref(), from, to)
-            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        match found {
-            None => Ok(()),
-            Some(position) => Err(StorageError::Corrupt {
-                file: self.log_path.clone(),
-                position,
-                reason: format!(
-                    "data past the log end, in space only the {held} held (a misdirected write?)"
-                ),
-            }),
-        }
-    }
-
-    /// Notes that a sync covered every byte appended so far (`direct.rs`, the check of the last
-    /// block before the next append).
-    pub fn note_synced(&mut self) {
-        if let Some(direct) = &mut self.direct {
-            direct.note_synced();
-        }
-    }
-
-    /// Sets how far ahead of its appends the active `.log` is prewritten (`0`: not at all;
-    /// space already prewritten stays). Ignored with direct writes, which pad their own tail.
-    pub fn set_prewrite_bytes(&mut self, bytes: u64) {
-        self.prewrite_bytes = bytes;
     }
 
     fn maybe_index(&mut self, last_offset: Offset, position: u64, size_bytes: u64, interval: u64) {
@@ -530,7 +214,8 @@ impl Segment {
             .map(|(_, bytes)| bytes))
     }
 
-    /// `read_from`, with where in the `.log` the bytes served start.
+    /// `read_from`, with where in the `.log` the bytes served start: the plan's indexed read,
+    /// else its scan (`fetch_plan.rs`).
     fn read_from_position(
         &self,
         offset: Offset,
@@ -538,33 +223,30 @@ impl Segment {
         dense: bool,
     ) -> Result<Option<(u64, Bytes)>, StorageError> {
         let (entry, next_entry) = self.offset_index.lookup_with_next(offset);
-        let end = self.size_bytes;
-        let batch_bytes = max_bytes.max(self.batch_bytes_hint.get());
-        if let Some(served) =
-            self.read_indexed_batch(offset, entry, next_entry, batch_bytes, max_bytes, dense)?
+        let plan = plan_fetch(&FetchRequest {
+            offset,
+            entry,
+            next_entry,
+            size_bytes: self.size_bytes,
+            max_bytes,
+            batch_hint_bytes: self.batch_bytes_hint.get(),
+        });
+        if let Some((position, length)) = plan.indexed
+            && let Some(served) =
+                self.read_indexed_batch(offset, position, length, max_bytes, dense)?
         {
             return Ok(Some(served));
         }
-        let start = u64::from(entry.position);
-        // Through the next entry's batch, which ends at or after `offset`: the hops in one read
-        // (a sparser index than Kafka's 4 KiB interval is scanned a window at a time).
-        let header_window = batch_bytes.max(scan::LOOKUP_WINDOW_BYTES as u64);
-        let first_window = next_entry.map_or(scan::LOOKUP_WINDOW_BYTES as u64, |next| {
-            (u64::from(next.position).saturating_sub(start))
-                .min(LOOKUP_GAP_BYTES_MAX)
-                .saturating_add(header_window)
-        });
+        let end = self.size_bytes;
+        let scan = plan.scan;
         let mut scanner = LogScanner::with_window(
             self.log.as_ref(),
             &self.log_path,
-            start,
+            scan.start,
             end,
-            usize::try_from(first_window).unwrap_or(usize::MAX),
+            scan.first_window_bytes,
         )
-        .then_window(
-            usize::try_from(batch_bytes)
-                .map_or(usize::MAX, |bytes| bytes.max(scan::LOOKUP_WINDOW_BYTES)),
-        );
+        .then_window(scan.window_bytes);
         let Some(first) = self.find_batch(&mut scanner, |header| {
             header.last_offset() >= offset.0 as i64
         })?
@@ -592,37 +274,18 @@ impl Segment {
         .map(|bytes| Some((first.position, bytes)))
     }
 
-    /// The batch holding `offset` read where the index places it, in one read of `batch_bytes`:
-    /// at `entry` when it is keyed by `offset` itself (its batch ends there), else at
-    /// `next_entry` when the two entries are one batch apart (every batch indexed, as when
-    /// batches are larger than `index.interval.bytes`): the batch after `entry`'s. `None` when
-    /// neither applies or the batch read there does not hold `offset` (its header, checked
-    /// before anything is served, says so): the caller scans from `entry`.
+    /// The batch holding `offset`, read in one read of `length` bytes at `position`, where the
+    /// plan says it starts. `None` when the batch read there does not hold `offset` (its header,
+    /// checked before anything is served, says so): the caller scans instead.
     fn read_indexed_batch(
         &self,
         offset: Offset,
-        entry: OffsetPosition,
-        next_entry: Option<OffsetPosition>,
-        batch_bytes: u64,
+        position: u64,
+        length: u64,
         max_bytes: u64,
         dense: bool,
     ) -> Result<Option<(u64, Bytes)>, StorageError> {
         let end = self.size_bytes;
-        // Batches of about the size of the last one served: the gap holds one batch, not two.
-        let hint = self.batch_bytes_hint.get();
-        let one_batch_apart = |next: &OffsetPosition| {
-            next.position > entry.position
-                && u64::from(next.position - entry.position) <= hint + hint / 2
-        };
-        let position = match next_entry {
-            _ if entry.offset == offset => u64::from(entry.position),
-            Some(next) if one_batch_apart(&next) => u64::from(next.position),
-            _ => return Ok(None),
-        };
-        let length = batch_bytes.min(end.saturating_sub(position));
-        if length < BATCH_HEADER_BYTES as u64 {
-            return Ok(None);
-        }
         let bytes = Bytes::from(
             self.log
                 .read_to_vec(length as usize, position)
@@ -994,28 +657,6 @@ impl Segment {
         }
     }
 
-    /// Removes every batch holding an offset `>= offset` (whole batches: a batch holding `offset`
-    /// goes entirely). Returns the bytes removed.
-    pub fn truncate_to(&mut self, offset: Offset) -> Result<u64, StorageError> {
-        // Appends will write over the positions cut.
-        self.digests.get_mut().clear();
-        let Some(location) = self.locate(offset, self.size_bytes)? else {
-            return Ok(0);
-        };
-        let cut_offset = location.base_offset.max(self.base_offset);
-        let removed = self.size_bytes - location.position;
-        self.offset_index.truncate_to(cut_offset);
-        self.time_index.truncate_to(cut_offset);
-        self.set_log_size(location.position)?;
-        self.next_offset = cut_offset;
-        self.max_timestamp_so_far = self.read_largest_timestamp()?;
-        if self.size_bytes == 0 {
-            self.first_batch_timestamp = None;
-        }
-        self.bytes_since_last_index_entry = 0;
-        Ok(removed)
-    }
-
     /// The largest timestamp in the segment: the last time index entry, or a larger one among the
     /// batches from that entry's position on (Kafka's `LogSegment.readLargestTimestamp`). After a
     /// truncation the time index alone can miss the batches appended since its last entry.
@@ -1041,18 +682,22 @@ impl Segment {
         }
     }
 
-    fn set_log_size(&mut self, size_bytes: u64) -> Result<(), StorageError> {
-        self.log
-            .set_length_bytes(size_bytes)
-            .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
-        self.size_bytes = size_bytes;
-        self.preallocated_bytes = 0;
-        self.prewritten = false;
-        self.prefetched_to.set(0);
-        if let Some(direct) = &mut self.direct {
-            direct.load_tail(self.log.as_ref(), &self.log_path, size_bytes)?;
+    /// Forces the final time index entry and trims both indexes to their entries, as a sealed
+    /// segment's are: the files then reopen as trusted in this process.
+    pub fn seal_indexes(&mut self) -> Result<(), StorageError> {
+        if let Some(max) = self.max_timestamp_so_far {
+            self.time_index
+                .maybe_append(max.timestamp, max.offset, true);
         }
-        Ok(())
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()
+    }
+
+    /// Seals a segment whose indexes recovery rebuilt: [`Segment::seal_indexes`], then syncs
+    /// everything.
+    pub fn seal(&mut self) -> Result<(), StorageError> {
+        self.seal_indexes()?;
+        self.flush()
     }
 
     /// Makes the `.log` and both indexes durable.
@@ -1062,23 +707,6 @@ impl Segment {
             .map_err(|source| StorageError::io("fdatasync", &self.log_path, source))?;
         self.offset_index.flush()?;
         self.time_index.flush()
-    }
-
-    /// Completes the thread's writes behind and returns the first failure of this segment's
-    /// (`O_DIRECT` appends on io_uring, `direct.rs`): nothing they carried may be acknowledged
-    /// before this said `Ok`.
-    pub fn take_write_error(&self) -> Result<(), StorageError> {
-        match &self.direct {
-            Some(direct) => direct
-                .take_write_error()
-                .map_err(|source| StorageError::io("write", &self.log_path, source)),
-            None => Ok(()),
-        }
-    }
-
-    /// A mark after the `.log`'s writes behind so far; `None` when none are left in flight.
-    pub fn write_mark(&self) -> Option<crate::io::WriteMark> {
-        self.direct.as_ref().and_then(|direct| direct.write_mark())
     }
 
     /// Makes the `.log` durable, not the indexes (which recovery can rebuild).
@@ -1099,132 +727,6 @@ impl Segment {
         self.log
             .sync_all()
             .map_err(|source| StorageError::io("fsync", &self.log_path, source))
-    }
-
-    /// Seals the segment when it stops being active: forces the final time index entry, trims both
-    /// indexes to their entries and syncs everything (Kafka's `onBecomeInactiveSegment` + flush).
-    pub fn seal(&mut self) -> Result<(), StorageError> {
-        self.trim_indexes()?;
-        self.flush()
-    }
-
-    /// Forces the final time index entry and trims both indexes to their entries, without
-    /// syncing: the files then reopen as trusted in this process. Ends direct writes and
-    /// preallocation, cutting the `.log` back to the log's bytes.
-    pub fn trim_indexes(&mut self) -> Result<(), StorageError> {
-        self.check_reserve()?;
-        let direct = self.direct.take();
-        if let Some(direct) = &direct {
-            direct
-                .take_write_error()
-                .map_err(|source| StorageError::io("write", &self.log_path, source))?;
-        }
-        let padded = direct.is_some() || self.preallocated_bytes > self.size_bytes;
-        self.preallocated_bytes = 0;
-        self.preallocate_max_bytes = 0;
-        self.prewrite_bytes = 0;
-        self.prewritten = false;
-        if padded {
-            self.log
-                .set_length_bytes(self.size_bytes)
-                .map_err(|source| StorageError::io("truncate", &self.log_path, source))?;
-        }
-        if let Some(max) = self.max_timestamp_so_far {
-            self.time_index
-                .maybe_append(max.timestamp, max.offset, true);
-        }
-        self.offset_index.trim_to_valid_size()?;
-        self.time_index.trim_to_valid_size()
-    }
-
-    /// Before the space reserved past the log end is cut: it must hold only prewritten space
-    /// (zeros, or stamps at their own positions, the first perhaps cut by the last append), and
-    /// so must anything past it up to the file's end, which only a write the device put in the
-    /// wrong place can have grown (fuzz finding F12).
-    fn check_reserve(&self) -> Result<(), StorageError> {
-        if !self.prewritten {
-            return self.check_padding_and_reservation();
-        }
-        let head = self
-            .log
-            .read_to_vec(prewrite::STAMP_BYTES, self.size_bytes)
-            .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-        let remainder = prewrite::stamp_remainder_bytes(&head, self.size_bytes) as u64;
-        let file_end = self
-            .log
-            .length_bytes()
-            .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
-        self.check_prewritten(
-            self.size_bytes + remainder,
-            self.preallocated_bytes.max(file_end),
-        )
-    }
-
-    /// Before the space past the log end of a segment written `O_DIRECT` or preallocated is cut:
-    /// the last block's padding and the reserved blocks hold zeros (the reservation's unwritten
-    /// extents are skipped, `StorageFile::next_data`), so the cut removes nothing. A write the
-    /// device put there instead of where it was sent (R14) would be cut with them, leaving at its
-    /// own place a hole that reads as a torn tail; it is reported instead, and nothing is cut.
-    fn check_padding_and_reservation(&self) -> Result<(), StorageError> {
-        if self.direct.is_none() && self.preallocated_bytes <= self.size_bytes {
-            return Ok(());
-        }
-        let file_end = self
-            .log
-            .length_bytes()
-            .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
-        self.refuse_data_past_the_end(self.size_bytes, file_end, "padding or reservation")
-    }
-
-    /// Past the log end, `from..to` holds prewritten space or nothing (past the end of the
-    /// file). A write the device put there instead of where it was sent (a misdirected write,
-    /// R14) left a hole in the log; prewriting over it, or cutting it, would make that hole look
-    /// like a torn tail. It is reported instead, and nothing is written or cut.
-    fn check_prewritten(&self, from: u64, to: u64) -> Result<(), StorageError> {
-        let mut position = from;
-        while position < to {
-            let length = (to - position).min(CHECK_CHUNK_BYTES);
-            let bytes = self
-                .log
-                .read_to_vec(length as usize, position)
-                .map_err(|source| StorageError::io("read", &self.log_path, source))?;
-            let more_follows = bytes.len() as u64 == length && position + length < to;
-            let checked = prewrite::check_prewritten(&bytes, position, more_follows).map_err(
-                |misplaced| StorageError::Corrupt {
-                    file: self.log_path.clone(),
-                    position: misplaced.position(),
-                    reason: misplaced.describe(),
-                },
-            )?;
-            if !more_follows {
-                return Ok(());
-            }
-            position += checked as u64;
-        }
-        Ok(())
-    }
-
-    /// True when both indexes hold exactly their entries, as sealing leaves them.
-    pub fn is_sealed(&self) -> bool {
-        self.offset_index.is_trimmed() && self.time_index.is_trimmed()
-    }
-
-    /// Grows the indexes back to their preallocated size so appends can continue, and opens the
-    /// direct write side when the configuration asks for it.
-    pub fn reopen_for_append(
-        &mut self,
-        storage: &dyn Storage,
-        config: &LogConfig,
-    ) -> Result<(), StorageError> {
-        self.preallocate_max_bytes = preallocate_max_bytes(config);
-        if config.direct_writes && self.direct.is_none() {
-            self.direct =
-                DirectWriter::open(storage, &self.log_path, self.log.as_ref(), self.size_bytes)?;
-        }
-        self.offset_index
-            .resize_for_append(config.segment_index_bytes)?;
-        self.time_index
-            .resize_for_append(config.segment_index_bytes)
     }
 
     /// Renames the segment's files to `.deleted` and removes them. The caller has already taken
@@ -1249,18 +751,6 @@ impl Segment {
             offset_index_entries: self.offset_index.entry_count(),
             time_index_entries: self.time_index.entry_count(),
         }
-    }
-}
-
-/// `segment.bytes` when the active `.log` is preallocated (`preallocate`), else `0`.
-/// `preallocate`, and every `O_DIRECT` writer: an `O_DIRECT` write that would grow the file (or
-/// fill a hole) cannot be issued without blocking, so io_uring hands it to a worker thread, while
-/// one into reserved blocks below the file's length goes to the device at once.
-fn preallocate_max_bytes(config: &LogConfig) -> u64 {
-    if config.preallocate || config.direct_writes {
-        config.segment_bytes
-    } else {
-        0
     }
 }
 
