@@ -22,15 +22,20 @@ pub enum FlushPolicy {
 /// Which timestamp a batch carries (`message.timestamp.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampType {
+    /// The producer's timestamps are kept as sent (`CreateTime`, Kafka's default).
     CreateTime,
+    /// The log stamps each batch with the time it appends it (`LogAppendTime`).
     LogAppendTime,
 }
 
 /// What the cleaner does with old data (`cleanup.policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CleanupPolicy {
+    /// `delete`: retention deletes old segments by time and size (Kafka's default).
     Delete,
+    /// `compact`: the cleaner keeps the last record of each key; no retention by time or size.
     Compact,
+    /// `compact,delete`: both compaction and retention.
     CompactAndDelete,
 }
 
@@ -40,6 +45,7 @@ impl CleanupPolicy {
         self != CleanupPolicy::Delete
     }
 
+    /// The policy's `cleanup.policy` value: `delete`, `compact` or `compact,delete`.
     pub fn name(self) -> &'static str {
         match self {
             CleanupPolicy::Delete => "delete",
@@ -137,10 +143,14 @@ impl PartialEq for LogConfig {
 /// Where `retention_ms` came from, in Kafka's order of precedence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum RetentionPrecedence {
+    /// No retention setting was given: the default `retention.ms`.
     #[default]
     Default,
+    /// From `retention.hours`, the least precise.
     Hours,
+    /// From `retention.minutes`.
     Minutes,
+    /// From `retention.ms`, which overrides the other two.
     Milliseconds,
 }
 
@@ -175,12 +185,21 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// The key names no setting seglog knows.
     #[error("unknown config {key:?}")]
-    UnknownKey { key: String },
+    UnknownKey {
+        /// The key given.
+        key: String,
+    },
+    /// The value does not parse, is out of its setting's range, or conflicts with another
+    /// setting.
     #[error("config {key}={value:?} is invalid: {reason}")]
     InvalidValue {
+        /// The setting's key, Kafka's name (`segment.bytes`, `cleanup.policy`, ...).
         key: String,
+        /// The value given, as text.
         value: String,
+        /// What the value must be.
         reason: &'static str,
     },
 }

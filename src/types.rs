@@ -63,14 +63,26 @@ pub type PartitionId = u32;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum TopicNameError {
+    /// The name is the empty string.
     #[error("topic name is empty")]
     Empty,
+    /// The name is longer than Kafka's 249 characters.
     #[error("topic name is {length} characters long; the maximum is {TOPIC_NAME_LENGTH_MAX}")]
-    TooLong { length: usize },
+    TooLong {
+        /// The name's length, in bytes.
+        length: usize,
+    },
+    /// The name is `.` or `..`, which Kafka forbids.
     #[error("topic name cannot be '.' or '..'")]
     Dots,
+    /// The name holds a character outside `[a-zA-Z0-9._-]`.
     #[error("topic name {name:?} contains {character:?}; legal characters are [a-zA-Z0-9._-]")]
-    IllegalCharacter { name: String, character: char },
+    IllegalCharacter {
+        /// The name given.
+        name: String,
+        /// The first illegal character in it.
+        character: char,
+    },
 }
 
 /// A validated topic name: Kafka's rule `[a-zA-Z0-9._-]{1,249}`, not `.` or `..`. Shared, not
@@ -101,6 +113,7 @@ impl TopicName {
         Ok(TopicName(Arc::from(name)))
     }
 
+    /// The name as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -115,7 +128,9 @@ impl fmt::Display for TopicName {
 /// A topic and one of its partitions; names the partition directory `<topic>-<partition>`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicPartition {
+    /// The topic's name.
     pub topic: TopicName,
+    /// The partition's number in the topic, from 0.
     pub partition: PartitionId,
 }
 

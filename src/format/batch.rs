@@ -19,19 +19,33 @@ use crate::limits::{
 
 /// Byte positions of the header fields, in header order.
 pub mod field {
+    /// `baseOffset` (`int64`).
     pub const BASE_OFFSET: usize = 0;
+    /// `batchLength` (`int32`).
     pub const BATCH_LENGTH: usize = 8;
+    /// `partitionLeaderEpoch` (`int32`).
     pub const PARTITION_LEADER_EPOCH: usize = 12;
+    /// `magic` (`int8`).
     pub const MAGIC: usize = 16;
+    /// `crc` (`uint32`, CRC-32C).
     pub const CRC: usize = 17;
+    /// `attributes` (`int16`), the first byte the CRC covers.
     pub const ATTRIBUTES: usize = 21;
+    /// `lastOffsetDelta` (`int32`).
     pub const LAST_OFFSET_DELTA: usize = 23;
+    /// `baseTimestamp` (`int64`).
     pub const BASE_TIMESTAMP: usize = 27;
+    /// `maxTimestamp` (`int64`).
     pub const MAX_TIMESTAMP: usize = 35;
+    /// `producerId` (`int64`).
     pub const PRODUCER_ID: usize = 43;
+    /// `producerEpoch` (`int16`).
     pub const PRODUCER_EPOCH: usize = 51;
+    /// `baseSequence` (`int32`).
     pub const BASE_SEQUENCE: usize = 53;
+    /// `recordsCount` (`int32`).
     pub const RECORDS_COUNT: usize = 57;
+    /// The first record: the end of the header.
     pub const RECORDS: usize = 61;
 }
 
@@ -49,6 +63,7 @@ impl BatchAttributes {
     const CONTROL: u16 = 0x20;
     const DELETE_HORIZON: u16 = 0x40;
 
+    /// The codec of the records section (bits 0-2); an unknown codec is an error.
     pub fn compression(self) -> Result<Compression, DecodeError> {
         Ok(Compression::from_attribute_bits(
             (self.0 & Self::COMPRESSION_MASK) as u8,
@@ -58,9 +73,11 @@ impl BatchAttributes {
     pub fn is_log_append_time(self) -> bool {
         self.0 & Self::TIMESTAMP_TYPE_LOG_APPEND != 0
     }
+    /// Whether a transactional producer wrote the batch (bit 4).
     pub fn is_transactional(self) -> bool {
         self.0 & Self::TRANSACTIONAL != 0
     }
+    /// Whether the batch holds a control record (a transaction marker; bit 5), not data.
     pub fn is_control(self) -> bool {
         self.0 & Self::CONTROL != 0
     }
@@ -68,6 +85,7 @@ impl BatchAttributes {
     pub fn has_delete_horizon(self) -> bool {
         self.0 & Self::DELETE_HORIZON != 0
     }
+    /// These attributes with the `LogAppendTime` bit set.
     pub fn with_log_append_time(self) -> BatchAttributes {
         BatchAttributes(self.0 | Self::TIMESTAMP_TYPE_LOG_APPEND)
     }
@@ -79,9 +97,13 @@ const LEGACY_MESSAGE_BYTES_MIN: usize = 14;
 /// The first 17 bytes of a batch: enough to find the next batch while scanning a `.log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchPrefix {
+    /// `baseOffset`: the offset of the batch's first record.
     pub base_offset: i64,
+    /// `batchLength`: the bytes after this field, to the end of the batch.
     pub batch_length: i32,
+    /// `partitionLeaderEpoch`: the leader epoch it was written in (-1 in batches seglog builds).
     pub partition_leader_epoch: i32,
+    /// `magic`: the format version, 2 for a RecordBatch.
     pub magic: i8,
 }
 
@@ -125,18 +147,33 @@ impl BatchPrefix {
 /// The 61-byte header of a RecordBatch v2, fields in on-disk order and Kafka's types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
+    /// `baseOffset`: the offset of the batch's first record.
     pub base_offset: i64,
+    /// `batchLength`: the bytes after this field, to the end of the batch.
     pub batch_length: i32,
+    /// `partitionLeaderEpoch`: the leader epoch it was written in (-1 in batches seglog builds).
     pub partition_leader_epoch: i32,
+    /// `magic`: the format version, 2 for a RecordBatch.
     pub magic: i8,
+    /// `crc`: the CRC-32C of the bytes from `attributes` to the end of the batch.
     pub crc: u32,
+    /// `attributes`: compression, timestamp type, transactional, control, delete horizon.
     pub attributes: BatchAttributes,
+    /// `lastOffsetDelta`: the last record's offset minus `baseOffset`.
     pub last_offset_delta: i32,
+    /// `baseTimestamp`: the first record's timestamp, or the delete horizon once the cleaner
+    /// set one ([`BatchAttributes::has_delete_horizon`]); milliseconds.
     pub base_timestamp: i64,
+    /// `maxTimestamp`: the largest record timestamp, or the append time under `LogAppendTime`;
+    /// milliseconds.
     pub max_timestamp: i64,
+    /// `producerId`: -1 for a non-idempotent producer.
     pub producer_id: i64,
+    /// `producerEpoch`: -1 for a non-idempotent producer.
     pub producer_epoch: i16,
+    /// `baseSequence`: the first record's sequence number; -1 for a non-idempotent producer.
     pub base_sequence: i32,
+    /// `recordsCount`: how many records the batch holds.
     pub records_count: i32,
 }
 
@@ -239,6 +276,7 @@ impl Batch {
         Ok(Batch { header, bytes })
     }
 
+    /// The batch's parsed header.
     pub fn header(&self) -> &BatchHeader {
         &self.header
     }
@@ -248,14 +286,17 @@ impl Batch {
         &self.bytes
     }
 
+    /// Total bytes of the batch, header included.
     pub fn size_bytes(&self) -> u64 {
         self.bytes.len() as u64
     }
 
+    /// The offset of the batch's first record (`baseOffset`).
     pub fn base_offset(&self) -> i64 {
         self.header.base_offset
     }
 
+    /// The offset of the batch's last record (`baseOffset + lastOffsetDelta`).
     pub fn last_offset(&self) -> i64 {
         self.header.last_offset()
     }
@@ -467,10 +508,13 @@ pub struct BatchBuilder {
 }
 
 impl BatchBuilder {
+    /// An empty batch whose first record gets offset `base_offset` (the log stamps the real one
+    /// on append).
     pub fn new(base_offset: i64) -> BatchBuilder {
         BatchBuilder::with_capacity(base_offset, 1024)
     }
 
+    /// Like [`BatchBuilder::new`], with room for `capacity_bytes` of batch before it reallocates.
     pub fn with_capacity(base_offset: i64, capacity_bytes: usize) -> BatchBuilder {
         let mut buffer = Vec::with_capacity(capacity_bytes.max(BATCH_HEADER_BYTES));
         buffer.resize(BATCH_HEADER_BYTES, 0);
@@ -505,6 +549,7 @@ impl BatchBuilder {
         self.buffer.len() + record.size_bytes(self.records_count, timestamp_delta)
     }
 
+    /// How many records were pushed.
     pub fn records_count(&self) -> i32 {
         self.records_count
     }

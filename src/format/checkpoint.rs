@@ -24,18 +24,45 @@ const COPY_VERSION: &str = "1";
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum CheckpointError {
+    /// The text is not UTF-8.
     #[error("checkpoint is not UTF-8")]
     NotUtf8,
+    /// The first line is not version `0`, the only one Kafka writes.
     #[error("line {line}: unsupported checkpoint version {version:?}")]
-    Version { line: usize, version: String },
+    Version {
+        /// The line, from 1 (of Kafka's text, after a copy's header).
+        line: usize,
+        /// The version read.
+        version: String,
+    },
+    /// The entry count is missing or not a number, or an entry is not `topic partition offset`.
     #[error("line {line}: {reason}")]
-    Malformed { line: usize, reason: &'static str },
+    Malformed {
+        /// The line, from 1 (of Kafka's text, after a copy's header).
+        line: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The number of entries differs from the count on line 2 (a cut-short file, or a
+    /// partition listed twice).
     #[error("checkpoint declares {declared} entries but holds {found}")]
-    EntryCount { declared: usize, found: usize },
+    EntryCount {
+        /// The count on line 2.
+        declared: usize,
+        /// The distinct partitions found.
+        found: usize,
+    },
+    /// A copy's first line is not seglog's header.
     #[error("the copy's header is not `{COPY_MAGIC} {COPY_VERSION} <generation> <crc>`")]
     CopyHeader,
+    /// A copy's CRC-32C does not match its generation and text: a torn or damaged write.
     #[error("the copy's checksum {stored:08x} does not match its contents ({computed:08x})")]
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The CRC-32C in the header.
+        stored: u32,
+        /// The CRC-32C of the generation and text read.
+        computed: u32,
+    },
 }
 
 /// A checkpoint copy's contents: Kafka's text under a header with its generation and checksum.
@@ -143,6 +170,7 @@ fn decode_entry(line: &str) -> Option<(TopicPartition, Offset)> {
 /// A checkpoint as read at open: the offsets of its newest valid copy (FORMAT.md § Checkpoints).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckpointRead {
+    /// Each partition's checkpointed offset.
     pub offsets: BTreeMap<TopicPartition, Offset>,
     /// The copy's generation (0 with no copy).
     pub generation: u64,

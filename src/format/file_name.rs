@@ -10,13 +10,18 @@ use crate::types::{Offset, PartitionId, TopicName, TopicPartition};
 /// The kinds of per-segment files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SegmentFileKind {
+    /// `.log`: the segment's record batches.
     Log,
+    /// `.index`: the sparse offset index (relative offset to file position).
     Index,
+    /// `.timeindex`: the sparse time index (timestamp to relative offset).
     TimeIndex,
+    /// `.txnindex`: Kafka's aborted-transaction index; seglog writes none but recognises it.
     TxnIndex,
 }
 
 impl SegmentFileKind {
+    /// The kind's file extension, dot included (`.log`, `.index`, ...).
     pub fn extension(self) -> &'static str {
         match self {
             SegmentFileKind::Log => ".log",
@@ -48,6 +53,7 @@ pub enum FileState {
 }
 
 impl FileState {
+    /// The suffix after the kind's extension, dot included; empty for a live file.
     pub fn suffix(self) -> &'static str {
         match self {
             FileState::Live => "",
@@ -61,12 +67,16 @@ impl FileState {
 /// A parsed segment file name: `<20-digit base offset><kind extension><state suffix>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SegmentFileName {
+    /// The segment's base offset: the offset of its first record.
     pub base_offset: Offset,
+    /// Which of the segment's files.
     pub kind: SegmentFileKind,
+    /// Live, or on its way to deletion or swap-in.
     pub state: FileState,
 }
 
 impl SegmentFileName {
+    /// The name of a live file of the segment at `base_offset`.
     pub fn live(base_offset: Offset, kind: SegmentFileKind) -> SegmentFileName {
         SegmentFileName {
             base_offset,
@@ -75,6 +85,7 @@ impl SegmentFileName {
         }
     }
 
+    /// The same file in another state (`00000000000000000000.log` to `...log.deleted`).
     pub fn with_state(self, state: FileState) -> SegmentFileName {
         SegmentFileName { state, ..self }
     }
@@ -103,6 +114,7 @@ impl SegmentFileName {
         })
     }
 
+    /// The file name: 20-digit zero-padded base offset, extension, suffix.
     pub fn file_name(&self) -> String {
         format!(
             "{:020}{}{}",
@@ -112,6 +124,7 @@ impl SegmentFileName {
         )
     }
 
+    /// The file's path in the partition directory `dir`.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
         dir.join(self.file_name())
     }
@@ -149,12 +162,16 @@ pub fn parse_partition_dir_name(name: &str) -> Option<TopicPartition> {
     Some(TopicPartition { topic, partition })
 }
 
-/// Log-directory checkpoint and marker files (Kafka's names).
+/// Each partition's recovery point: the offset below which its data was synced, where recovery
+/// starts. This checkpoint and the marker files below have Kafka's names.
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+/// Each partition's log start offset, which DeleteRecords and retention move.
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+/// Written at a clean close and removed at open: an open that finds it recovers nothing.
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 /// The cleaner's progress: each compacted partition's first dirty offset.
 pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// The data directory's lock: one opener at a time.
 pub const LOCK_FILE: &str = ".lock";
 /// The topic registry (seglog's own; Kafka keeps topics in its metadata log).
 pub const TOPIC_REGISTRY: &str = "seglog-topics";

@@ -7,11 +7,14 @@ use crate::limits::{OFFSET_INDEX_ENTRY_BYTES, TIME_INDEX_ENTRY_BYTES};
 /// One `.index` entry: the batch holding `base_offset + relative_offset` starts at `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffsetIndexEntry {
+    /// The offset minus the segment's base offset.
     pub relative_offset: u32,
+    /// The batch's byte position in the segment's `.log`.
     pub position: u32,
 }
 
 impl OffsetIndexEntry {
+    /// The entry's 8 bytes: relative offset, then position.
     pub fn encode(&self) -> [u8; OFFSET_INDEX_ENTRY_BYTES] {
         let mut bytes = [0u8; OFFSET_INDEX_ENTRY_BYTES];
         bytes[..4].copy_from_slice(&self.relative_offset.to_be_bytes());
@@ -36,11 +39,14 @@ impl OffsetIndexEntry {
 /// at most `timestamp_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeIndexEntry {
+    /// A timestamp in milliseconds: no record before the entry's offset has a later one.
     pub timestamp_ms: i64,
+    /// The offset minus the segment's base offset.
     pub relative_offset: u32,
 }
 
 impl TimeIndexEntry {
+    /// The entry's 12 bytes: timestamp, then relative offset.
     pub fn encode(&self) -> [u8; TIME_INDEX_ENTRY_BYTES] {
         let mut bytes = [0u8; TIME_INDEX_ENTRY_BYTES];
         bytes[..8].copy_from_slice(&self.timestamp_ms.to_be_bytes());

@@ -26,50 +26,107 @@ pub use record::{HeadersView, NewRecord, Record, RecordHeader, RecordView};
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum DecodeError {
+    /// The bytes end before the field or batch being read does (a cut-short buffer or tail).
     #[error("truncated: {needed} bytes needed at byte {at}, {available} available")]
     Truncated {
+        /// The byte position of the read.
         at: usize,
+        /// The bytes the read needed.
         needed: usize,
+        /// The bytes left from `at`.
         available: usize,
     },
+    /// `batchLength` is below the smallest batch (or legacy message): the bytes are not a batch.
     #[error("batch length field {batch_length} is smaller than a batch header")]
-    BatchLengthTooSmall { batch_length: i32 },
+    BatchLengthTooSmall {
+        /// The `batchLength` read.
+        batch_length: i32,
+    },
+    /// The batch's `batchLength` makes it larger than the caller's limit on one batch.
     #[error("batch of {size_bytes} bytes exceeds the limit of {max_bytes} bytes")]
-    BatchTooLarge { size_bytes: u64, max_bytes: u64 },
+    BatchTooLarge {
+        /// The batch's size from its `batchLength`, header included.
+        size_bytes: u64,
+        /// The caller's limit, in bytes.
+        max_bytes: u64,
+    },
+    /// The batch's magic is not 2: a legacy message set (magic 0 or 1) or not a batch at all.
     #[error("unsupported batch magic {magic}; seglog reads magic 2 only")]
-    UnsupportedMagic { magic: i8 },
+    UnsupportedMagic {
+        /// The magic byte read.
+        magic: i8,
+    },
+    /// The batch's CRC-32C does not match its bytes from `attributes` on: they were damaged.
     #[error("CRC-32C mismatch: stored {stored:#010x}, computed {computed:#010x}")]
-    CrcMismatch { stored: u32, computed: u32 },
+    CrcMismatch {
+        /// The `crc` field.
+        stored: u32,
+        /// The CRC-32C of the bytes read.
+        computed: u32,
+    },
+    /// A varint or varlong runs past the end or past its longest encoding.
     #[error("malformed varint at byte {at}")]
-    Varint { at: usize },
+    Varint {
+        /// The varint's byte position.
+        at: usize,
+    },
+    /// A length or count in a record is negative (where null is not allowed) or larger than the
+    /// bytes left.
     #[error("{field} length {length} at byte {at} is out of range")]
     Length {
+        /// Which length: `record`, `key`, `value`, `headers count`, `header key` or
+        /// `header value`.
         field: &'static str,
+        /// The length read.
         length: i64,
+        /// The length's byte position.
         at: usize,
     },
+    /// A record's fields do not take exactly the bytes its `length` prefix declares.
     #[error("record at byte {at} declares {declared} bytes but its fields take {consumed}")]
     RecordSize {
+        /// The record's byte position in the records section.
         at: usize,
+        /// The record's `length` prefix.
         declared: usize,
+        /// The bytes its fields took.
         consumed: usize,
     },
+    /// The records section holds another number of records than the batch's `recordsCount`.
     #[error("batch declares {declared} records but holds {found}")]
-    RecordCount { declared: i64, found: i64 },
+    RecordCount {
+        /// The batch's `recordsCount`.
+        declared: i64,
+        /// The records found in its records section.
+        found: i64,
+    },
+    /// A record's `offsetDelta` is not its index in the batch: offsets in a produced batch are
+    /// dense from 0.
     #[error("record {record_index} has offset delta {offset_delta}, expected {record_index}")]
     OffsetDelta {
+        /// The record's index in the batch, from 0.
         record_index: i64,
+        /// Its `offsetDelta`.
         offset_delta: i32,
     },
+    /// The batch's `lastOffsetDelta` is not `recordsCount - 1`.
     #[error("batch last offset delta {last_offset_delta} does not match {records_count} records")]
     LastOffsetDelta {
+        /// The batch's `lastOffsetDelta`.
         last_offset_delta: i32,
+        /// The batch's `recordsCount`.
         records_count: i32,
     },
+    /// The batch's `recordsCount` is 0 or negative; Kafka never writes an empty batch.
     #[error("batch holds no records")]
     EmptyBatch,
+    /// A record header's key is not UTF-8.
     #[error("header key at byte {at} is not UTF-8")]
-    HeaderKeyNotUtf8 { at: usize },
+    HeaderKeyNotUtf8 {
+        /// The key's byte position in the records section.
+        at: usize,
+    },
+    /// The compressed records section does not decompress.
     #[error(transparent)]
     Decompress(#[from] DecompressError),
 }

@@ -126,18 +126,28 @@ pub fn may_be_prewritten(bytes: &[u8], position: u64) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Misplaced {
     /// An intact stamp at `at` written for `written_for`: a write landed in the wrong place.
-    Stamp { at: u64, written_for: u64 },
+    Stamp {
+        /// The stamp's byte position in the file.
+        at: u64,
+        /// The position the stamp was written for.
+        written_for: u64,
+    },
     /// A non-zero byte outside any stamp at `at`, where only prewritten space should be.
-    Data { at: u64 },
+    Data {
+        /// The byte's position in the file.
+        at: u64,
+    },
 }
 
 impl Misplaced {
+    /// Where in the file the misplaced bytes are.
     pub fn position(&self) -> u64 {
         match self {
             Misplaced::Stamp { at, .. } | Misplaced::Data { at } => *at,
         }
     }
 
+    /// What was found and what it means, as one line (an error's or a recovery report's reason).
     pub fn describe(&self) -> String {
         match self {
             Misplaced::Stamp { at, written_for } => format!(

@@ -14,18 +14,26 @@ use super::{DecodeError, Reader};
 /// `RecordView` is the same record borrowed in place, for readers that want no allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// `attributes`: no bit is used yet; Kafka writes 0.
     pub attributes: i8,
+    /// `timestampDelta`: the record's timestamp minus the batch's `baseTimestamp`, in ms.
     pub timestamp_delta: i64,
+    /// `offsetDelta`: the record's offset minus the batch's `baseOffset`.
     pub offset_delta: i32,
+    /// The key; `None` for a null key.
     pub key: Option<Bytes>,
+    /// The value; `None` for a null value (a tombstone in a compacted topic).
     pub value: Option<Bytes>,
+    /// The headers, in order.
     pub headers: Vec<RecordHeader>,
 }
 
 /// A record header: a UTF-8 key and a nullable value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// The header's key.
     pub key: String,
+    /// The header's value; `None` for a null value.
     pub value: Option<Bytes>,
 }
 
@@ -34,11 +42,17 @@ pub struct RecordHeader {
 /// field was checked when it was decoded, headers included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordView<'a> {
+    /// `attributes`: no bit is used yet; Kafka writes 0.
     pub attributes: i8,
+    /// `timestampDelta`: the record's timestamp minus the batch's `baseTimestamp`, in ms.
     pub timestamp_delta: i64,
+    /// `offsetDelta`: the record's offset minus the batch's `baseOffset`.
     pub offset_delta: i32,
+    /// The key; `None` for a null key.
     pub key: Option<&'a [u8]>,
+    /// The value; `None` for a null value (a tombstone in a compacted topic).
     pub value: Option<&'a [u8]>,
+    /// The headers, in place.
     pub headers: HeadersView<'a>,
 }
 
@@ -53,9 +67,13 @@ pub struct HeadersView<'a> {
 /// A record to encode: what a producer supplies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NewRecord<'a> {
+    /// The record's timestamp (`CreateTime`), in milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// The key; `None` for a null key.
     pub key: Option<&'a [u8]>,
+    /// The value; `None` for a null value (a tombstone in a compacted topic).
     pub value: Option<&'a [u8]>,
+    /// The headers, in order: each a UTF-8 key and a nullable value.
     pub headers: &'a [(&'a str, Option<&'a [u8]>)],
 }
 
@@ -245,10 +263,12 @@ impl<'a> HeadersView<'a> {
         Ok(HeadersView { bytes, count })
     }
 
+    /// How many headers the record has.
     pub fn len(&self) -> usize {
         self.count
     }
 
+    /// Whether the record has no header.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

@@ -21,7 +21,9 @@ const REGISTRY_VERSION: &str = "1";
 /// One topic's entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicEntry {
+    /// How many partitions the topic has.
     pub partition_count: u32,
+    /// The topic's settings as Kafka's `key=value` pairs, in file order.
     pub settings: Vec<(String, String)>,
 }
 
@@ -29,10 +31,13 @@ pub struct TopicEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("line {line}: {reason}")]
 pub struct TopicRegistryError {
+    /// The offending line, from 1; 0 when the file is not UTF-8.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 
+/// The registry file's text: the version line, then one line per topic in name order.
 pub fn encode(topics: &BTreeMap<TopicName, TopicEntry>) -> String {
     let mut text = format!("{REGISTRY_VERSION}\n");
     for (topic, entry) in topics {
@@ -45,6 +50,7 @@ pub fn encode(topics: &BTreeMap<TopicName, TopicEntry>) -> String {
     text
 }
 
+/// Reads a registry file's bytes back into its topics.
 pub fn decode(bytes: &[u8]) -> Result<BTreeMap<TopicName, TopicEntry>, TopicRegistryError> {
     let error = |line, reason: &str| TopicRegistryError {
         line,
