@@ -140,10 +140,13 @@ pub struct CompactionOutcome {
     pub segments_cleaned: usize,
     /// Segments written in their place.
     pub segments_written: usize,
+    /// Bytes of the rewritten segments' `.log` files.
     pub bytes_before: u64,
+    /// Bytes of the `.log` files written in their place.
     pub bytes_after: u64,
-    /// Records in the rewritten segments, and how many of them the cleaning kept.
+    /// Records in the rewritten segments.
     pub records_before: u64,
+    /// How many of those records the cleaning kept.
     pub records_kept: u64,
     /// The next round's first dirty offset: the first offset this round's map did not cover.
     pub first_dirty_offset: Offset,

@@ -12,7 +12,9 @@ use crate::types::Offset;
 /// What scrubbing one log found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScrubOutcome {
+    /// Sealed segments read and checked.
     pub segments_scrubbed: u64,
+    /// Bytes of `.log` read.
     pub bytes_scrubbed: u64,
     /// Segments that failed a check (at most one finding per segment: the first).
     pub corrupt: Vec<CorruptSegment>,
@@ -21,6 +23,7 @@ pub struct ScrubOutcome {
 /// A sealed segment that failed a check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorruptSegment {
+    /// The segment's base offset.
     pub base_offset: Offset,
     /// What failed, with the file and position.
     pub reason: String,

@@ -79,12 +79,15 @@ pub(crate) struct CleanerView {
 pub struct CleanerStats {
     /// Logs cleaned (rounds that completed).
     pub logs_cleaned: u64,
+    /// Sealed segments rewritten.
     pub segments_cleaned: u64,
-    /// Bytes of the segments rewritten, and of what replaced them.
+    /// Bytes of the segments rewritten.
     pub bytes_before: u64,
+    /// Bytes of the segments that replaced them.
     pub bytes_after: u64,
-    /// Records in the segments rewritten, and how many were kept.
+    /// Records in the segments rewritten.
     pub records_before: u64,
+    /// How many of those records were kept.
     pub records_kept: u64,
     /// Cleanings that failed, over all partitions.
     pub failures: u64,
@@ -103,7 +106,9 @@ pub struct CleanerStats {
 pub struct ScrubStats {
     /// Passes over every open log.
     pub passes: u64,
+    /// Sealed segments read and checked.
     pub segments_scrubbed: u64,
+    /// Bytes of `.log` read.
     pub bytes_scrubbed: u64,
     /// Corrupt segments found, each once (the latest finding).
     pub corrupt: Vec<(TopicPartition, CorruptSegment)>,
@@ -112,9 +117,11 @@ pub struct ScrubStats {
 /// A partition whose last cleaning failed, and when it is tried again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UncleanablePartition {
+    /// The partition.
     pub topic_partition: TopicPartition,
     /// Failures in a row.
     pub failures: u32,
+    /// The last cleaning's error, as one line.
     pub last_error: String,
     /// Time until the next attempt, as of the cleaner's last update of these stats (after each
     /// cleaning).

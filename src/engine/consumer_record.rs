@@ -11,14 +11,21 @@ use crate::types::{Offset, PartitionId, TimestampMs, TopicName, TopicPartition};
 /// One record returned by `poll`. Key, value and header bytes share the fetched buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
+    /// The record's topic.
     pub topic: TopicName,
+    /// The record's partition.
     pub partition: PartitionId,
+    /// The record's offset in its partition.
     pub offset: Offset,
     /// The batch's max timestamp for `LogAppendTime` batches, else the record's create time.
     pub timestamp: TimestampMs,
+    /// Which of the two `timestamp` is: the batch's `message.timestamp.type`.
     pub timestamp_type: TimestampType,
+    /// The key; `None` for a null key.
     pub key: Option<Bytes>,
+    /// The value; `None` for a null value (a tombstone).
     pub value: Option<Bytes>,
+    /// The headers, in order.
     pub headers: Vec<RecordHeader>,
 }
 

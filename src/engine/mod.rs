@@ -271,6 +271,7 @@ pub struct FetchOptions {
     pub min_bytes: u64,
     /// ...or this many milliseconds passed (0: answer at once).
     pub max_wait_ms: u64,
+    /// Which offsets the fetch may see: up to the log end offset, or only what is durable.
     pub isolation: Isolation,
 }
 
@@ -288,11 +289,17 @@ impl Default for FetchOptions {
 /// One partition as `describe_topic` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionDescription {
+    /// The partition's number.
     pub partition: PartitionId,
+    /// The first offset a fetch can read.
     pub log_start_offset: Offset,
+    /// The offset the next appended record will get.
     pub log_end_offset: Offset,
+    /// The recovery point: every offset below it is synced to disk.
     pub durable_offset: Offset,
+    /// Bytes of the partition's segments (0 while it is offline).
     pub size_bytes: u64,
+    /// How many segments the partition has (0 while it is offline).
     pub segment_count: usize,
     /// Why the partition is offline (a failed write, sync or rename), if it is: it refuses
     /// appends and fetches until the engine is reopened.
@@ -302,8 +309,11 @@ pub struct PartitionDescription {
 /// A topic as `describe_topic` reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicDescription {
+    /// The topic's name.
     pub topic: TopicName,
+    /// The topic's configuration.
     pub config: LogConfig,
+    /// Each partition, in partition order.
     pub partitions: Vec<PartitionDescription>,
 }
 
@@ -505,10 +515,12 @@ impl Engine {
         })
     }
 
+    /// The data directory the engine was opened on.
     pub fn root(&self) -> &Path {
         &self.inner.root
     }
 
+    /// How many shard threads the engine runs.
     pub fn shard_count(&self) -> usize {
         self.inner.shards.len()
     }

@@ -55,9 +55,11 @@ pub struct Damage {
 /// Bytes of one segment's `.log` that truncation removes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discarded {
+    /// The segment's `.log` file.
     pub file: PathBuf,
     /// Where the removed bytes start (0 for a whole file).
     pub position: u64,
+    /// How many bytes are removed, to the end of the file.
     pub bytes: u64,
     /// The whole segment goes (its `.log` and its indexes), not only the end of its `.log`.
     pub whole_file: bool,

@@ -191,14 +191,18 @@ const CLOSE_SYNC_FILES_MAX: usize = 128;
 /// What a retention pass did to one partition.
 #[derive(Debug)]
 pub struct PartitionRetention {
+    /// The partition.
     pub topic_partition: TopicPartition,
+    /// What retention deleted, or why it failed.
     pub outcome: Result<RetentionOutcome, StorageError>,
 }
 
 /// What compaction did to one partition.
 #[derive(Debug)]
 pub struct PartitionCompaction {
+    /// The partition.
     pub topic_partition: TopicPartition,
+    /// What the cleaning rewrote, or why it failed.
     pub outcome: Result<CompactionOutcome, StorageError>,
 }
 

@@ -19,7 +19,9 @@ use crate::types::{TopicName, TopicPartition};
 /// What the engine knows about a topic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicMetadata {
+    /// How many partitions the topic has.
     pub partition_count: u32,
+    /// The topic's configuration.
     pub config: LogConfig,
 }
 

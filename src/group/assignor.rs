@@ -32,10 +32,12 @@ use crate::types::{PartitionId, TopicName, TopicPartition};
 pub struct MemberId(String);
 
 impl MemberId {
+    /// A member id from any string (the coordinator gives `<client.id>-<sequence>`).
     pub fn new(id: impl Into<String>) -> MemberId {
         MemberId(id.into())
     }
 
+    /// The id as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -50,6 +52,7 @@ impl fmt::Display for MemberId {
 /// What an assignor knows of one member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberSubscription {
+    /// The member's id.
     pub member_id: MemberId,
     /// The topics the member subscribes to.
     pub topics: BTreeSet<TopicName>,

@@ -25,6 +25,7 @@ pub enum AutoOffsetReset {
 }
 
 impl AutoOffsetReset {
+    /// The `auto.offset.reset` value: `earliest`, `latest` or `none`.
     pub fn name(self) -> &'static str {
         match self {
             AutoOffsetReset::Earliest => "earliest",

@@ -26,6 +26,7 @@ pub enum GroupState {
 }
 
 impl GroupState {
+    /// Kafka's name of the state, as `kafka-consumer-groups` prints it.
     pub fn name(self) -> &'static str {
         match self {
             GroupState::Empty => "Empty",
@@ -44,8 +45,11 @@ impl fmt::Display for GroupState {
 /// One line of a group listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupListing {
+    /// The group's id.
     pub group: String,
+    /// The group's state.
     pub state: GroupState,
+    /// How many live members it has.
     pub member_count: usize,
 }
 
@@ -62,8 +66,11 @@ impl GroupListing {
 /// A live member of a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberDescription {
+    /// The member's id in the group.
     pub member_id: MemberId,
+    /// The consumer's `client.id`.
     pub client_id: String,
+    /// The topics the member subscribes to.
     pub topics: Vec<TopicName>,
     /// The partitions the member owns now.
     pub assignment: Vec<TopicPartition>,
@@ -75,6 +82,7 @@ pub struct MemberDescription {
 /// One partition of a group: `CURRENT-OFFSET`, `LOG-END-OFFSET`, `LAG` and `CONSUMER-ID`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionLag {
+    /// The partition.
     pub partition: TopicPartition,
     /// The committed offset, if any.
     pub committed: Option<OffsetAndMetadata>,
@@ -89,11 +97,15 @@ pub struct PartitionLag {
 /// A group as `kafka-consumer-groups --describe` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupDescription {
+    /// The group's id.
     pub group: String,
+    /// The group's state.
     pub state: GroupState,
-    /// The strategy and generation of a group with live members.
+    /// The assignment strategy of a group with live members.
     pub strategy: Option<AssignmentStrategy>,
+    /// The current generation of a group with live members.
     pub generation: Option<Generation>,
+    /// The live members, empty for a group known only by its committed offsets.
     pub members: Vec<MemberDescription>,
     /// Every partition the group committed an offset for or a member owns, in order.
     pub partitions: Vec<PartitionLag>,

@@ -46,26 +46,35 @@ const STRING_BYTES_MAX: usize = i16::MAX as usize;
 /// The key of one committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetCommitKey {
+    /// The group id.
     pub group: String,
+    /// The committed partition's topic.
     pub topic: TopicName,
+    /// The committed partition.
     pub partition: PartitionId,
 }
 
 /// The value of one committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetCommitValue {
+    /// The next offset the group will consume.
     pub offset: Offset,
+    /// The leader epoch of the committed offset; -1 (none) from seglog and before version 3.
     pub leader_epoch: i32,
+    /// The committer's metadata, at most [`OFFSET_METADATA_BYTES_MAX`] bytes.
     pub metadata: String,
+    /// When the offset was committed, in milliseconds since the Unix epoch.
     pub commit_timestamp: TimestampMs,
 }
 
 /// A decoded key of the offsets topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoordinatorKey {
+    /// An offset commit's key (versions 0 and 1).
     OffsetCommit(OffsetCommitKey),
     /// One of Kafka's other coordinator records (group metadata and the like), by key version.
     Other {
+        /// The key version, 2 or above.
         version: i16,
     },
 }

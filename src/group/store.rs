@@ -40,7 +40,9 @@ const COMMIT_BATCH_BYTES_MAX: usize = 256 * 1024;
 /// the committer's metadata (at most 4096 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetAndMetadata {
+    /// The next offset the group will consume.
     pub offset: Offset,
+    /// The committer's metadata; empty for none.
     pub metadata: String,
 }
 
@@ -297,8 +299,11 @@ fn apply_record(
 /// One offset commit as `__consumer_offsets` holds it: `committed` is `None` for a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitRecord {
+    /// The group id.
     pub group: String,
+    /// The committed partition.
     pub topic_partition: TopicPartition,
+    /// The committed offset and metadata; `None` for a tombstone, which deletes the commit.
     pub committed: Option<OffsetAndMetadata>,
 }
 

@@ -16,7 +16,9 @@ use crate::types::{Offset, TimestampMs};
 /// A time index entry with its absolute offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimestampOffset {
+    /// The timestamp, in milliseconds.
     pub timestamp: TimestampMs,
+    /// The offset it maps to.
     pub offset: Offset,
 }
 

@@ -20,9 +20,13 @@ use crate::types::{Offset, TimestampMs};
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
+    /// The offset the append's first record got.
     pub first_offset: Offset,
+    /// The offset the append's last record got.
     pub last_offset: Offset,
+    /// How many records the append held.
     pub record_count: u64,
+    /// How many batches the append held.
     pub batch_count: usize,
     /// The largest timestamp appended (the append time for `LogAppendTime`).
     pub max_timestamp: TimestampMs,

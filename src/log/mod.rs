@@ -44,7 +44,9 @@ pub struct FetchData {
     /// Whole batches, starting with the batch that holds the requested offset. Empty when the
     /// requested offset is the log end offset.
     pub records: Bytes,
+    /// The log start offset at the time of the read.
     pub log_start_offset: Offset,
+    /// The log end offset at the time of the read.
     pub log_end_offset: Offset,
     /// Every offset below this is durable (the recovery point).
     pub durable_offset: Offset,

@@ -32,7 +32,9 @@ use crate::types::{Offset, TimestampMs};
 /// What one retention pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetentionOutcome {
+    /// Segments taken out of the log (their files wait for `file.delete.delay.ms`).
     pub segments_deleted: usize,
+    /// Bytes of those segments.
     pub bytes_deleted: u64,
     /// The log start offset after the pass.
     pub log_start_offset: Offset,

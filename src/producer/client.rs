@@ -20,12 +20,15 @@ use crate::types::{PartitionId, TimestampMs, TopicName};
 /// before returning, so nothing of it is kept.
 #[derive(Debug, Clone, Copy)]
 pub struct ProducerRecord<'a> {
+    /// The topic to send to.
     pub topic: &'a TopicName,
     /// `None`: the partitioner chooses.
     pub partition: Option<PartitionId>,
+    /// The key (which the default partitioner hashes); `None` for a null key.
     pub key: Option<&'a [u8]>,
     /// `None` is a tombstone.
     pub value: Option<&'a [u8]>,
+    /// The headers, in order: each a UTF-8 key and a nullable value.
     pub headers: &'a [(&'a str, Option<&'a [u8]>)],
     /// `None`: the time of the `send` call (Kafka's `CreateTime`).
     pub timestamp: Option<TimestampMs>,

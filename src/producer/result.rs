@@ -13,7 +13,9 @@ use crate::types::{Offset, PartitionId, TimestampMs};
 /// Where a sent record was stored (Kafka's `RecordMetadata`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// The partition the record went to.
     pub partition: PartitionId,
+    /// The offset the record got in that partition.
     pub offset: Offset,
     /// The record's own timestamp (`CreateTime`), or the time the log stamped on its batch when
     /// the topic uses `message.timestamp.type=LogAppendTime`.
