@@ -1,7 +1,7 @@
 //! Named failpoints at every step of append, flush, roll, checkpoint, compaction swap and
 //! retention deletion, for crash-matrix tests (`tests/failpoints.rs`).
 //!
-//! Built only with the `failpoints` feature (the `fail` crate); without it [`failpoint!`] expands
+//! Built only with the `failpoints` feature (the `fail` crate); without it `failpoint!` expands
 //! to nothing. A test configures a point by name (`fail::cfg`), e.g. `return` to make the step fail
 //! with an injected I/O error, or a callback that aborts the process to crash right there. The
 //! names are listed in [`NAMES`], which the crash-matrix test walks.

@@ -11,7 +11,8 @@
 //!   retention, compaction, close.
 //! - [`producer`]: Kafka's producer: key partitioning, batching, compression, acks.
 //! - [`group`]: consumer groups: assignors, coordinator, consumers, committed offsets.
-//! - [`format`]: Kafka's bytes: record batches, records, index entries, file names, checkpoints.
+//! - [`format`](mod@format): Kafka's bytes: record batches, records, index entries, file
+//!   names, checkpoints.
 //! - [`config`], [`error`], [`types`]: the vocabulary.
 //!
 //! Inside, dependencies point one way: `format` ← `io` ← `index` ← `segment` ← `cleaner` (pure

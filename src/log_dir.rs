@@ -1,6 +1,6 @@
 //! A data directory of partitions on the caller's thread: the partition directories of every
 //! topic, with the directory's own files (lock, checkpoints, clean-shutdown marker) kept by the
-//! engine's [`DataDir`](crate::engine::data_dir).
+//! engine's `DataDir` (`engine::data_dir`).
 //!
 //! Partitions are opened lazily, on first use, so a directory with many partitions opens fast
 //! and holds file descriptors and index maps only for the partitions in use.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// How long a window runs before the rate is checked.
 const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A byte-rate limit over windows of [`CHECK_INTERVAL`].
+/// A byte-rate limit over windows of `CHECK_INTERVAL`.
 #[derive(Debug, Clone)]
 pub struct Throttle {
     bytes_per_second: f64,
@@ -30,7 +30,7 @@ impl Throttle {
     }
 
     /// Counts `bytes` done by `now` and returns how long to pause so that the window's rate stays
-    /// at the limit (zero while it does, and until a window has run [`CHECK_INTERVAL`]).
+    /// at the limit (zero while it does, and until a window has run `CHECK_INTERVAL`).
     pub fn pause_after(&mut self, bytes: u64, now: Instant) -> Duration {
         if self.is_unlimited() {
             return Duration::ZERO;

@@ -128,7 +128,7 @@ impl MappedIndexFile {
     }
 
     /// Reserves the disk blocks of the file's first `end_bytes` (`fallocate`, in whole
-    /// [`RESERVE_BLOCK_BYTES`]) unless they are already, so that a write through the map there
+    /// `RESERVE_BLOCK_BYTES`) unless they are already, so that a write through the map there
     /// never needs a block the disk does not have: on a full file system that would be a SIGBUS
     /// killing the process; here it is an `ENOSPC` error, and the entry is not written. File
     /// systems without `fallocate` keep the sparse file.

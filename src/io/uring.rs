@@ -12,7 +12,7 @@
 //! Reads first copy what the page cache holds with `preadv2(RWF_NOWAIT)`, as cheap as a `pread`
 //! (through the ring a cached read cost a point lookup more, BENCHMARKS.md § Tried and not kept).
 //! Only the bytes that must come from the device go through the ring, and the thread polls for
-//! their completion for up to [`READ_POLL`] instead of sleeping in the kernel: a thread that slept
+//! their completion for up to `READ_POLL` instead of sleeping in the kernel: a thread that slept
 //! through the read is woken when it completes, and in a VM whose idle vCPUs halt that wake-up is
 //! the host starting the vCPU again (polled, cold point lookups ran faster in alternating runs).
 //! Past `READ_POLL` (a slow device, a large read) it waits asleep. Writes are plain `pwrite`s on

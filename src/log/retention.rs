@@ -159,7 +159,7 @@ impl PartitionLog {
 
     /// Renames `.deleted`, oldest first, the files of pending segments that still have their live
     /// names, then makes the renames durable (a directory sync, or one due to the owner); stops
-    /// at the first failure (and retries no sooner than [`RETRY_AFTER_FAILURE_MS`] from `now`).
+    /// at the first failure (and retries no sooner than `RETRY_AFTER_FAILURE_MS` from `now`).
     /// Renames nothing while an earlier rename's directory sync is outstanding.
     pub fn finish_pending_renames(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         let is_live = |pending: &PendingDeletion| pending.state == DeletionState::Live;
@@ -284,7 +284,7 @@ impl PartitionLog {
     /// Unlinks the `.deleted` files whose delay has passed (first renaming any whose rename
     /// failed earlier, and syncing the directory if renames wait for a sync the owner has not
     /// taken). Returns how many segments' files went. A segment whose unlink fails stays pending,
-    /// due again after [`RETRY_AFTER_FAILURE_MS`]; the first error is returned after the other
+    /// due again after `RETRY_AFTER_FAILURE_MS`; the first error is returned after the other
     /// due segments were tried.
     pub fn delete_expired_files(&mut self, now: TimestampMs) -> Result<usize, StorageError> {
         let mut first_error = self.finish_pending_renames(now).err();

@@ -12,7 +12,7 @@
 //! - **Partitioning** (`routing`). A record with an explicit partition goes there. Otherwise a
 //!   configured [`Partitioner`] decides (`partitioner.class`); without one, a keyed record goes to
 //!   `murmur2(key) & 0x7fffffff % partitions`
-//!   ([`partition_for_key`](crate::partitioner::partition_for_key), bit for bit the Java client's),
+//!   (`partitioner::partition_for_key`, bit for bit the Java client's),
 //!   and keyless records stick to one partition until its batch is closed (full, or sent after
 //!   `linger.ms`), then move to another one picked at random (`BuiltInPartitioner`, KIP-480).
 //! - **Accumulation** (`accumulator`, Kafka's `RecordAccumulator`). One queue of batches per

@@ -77,7 +77,7 @@ impl DigestBudget {
         }
     }
 
-    /// No bound beyond each segment's own [`DIGESTS_BYTES_MAX`].
+    /// No bound beyond each segment's own `DIGESTS_BYTES_MAX`.
     pub fn unlimited() -> DigestBudget {
         DigestBudget::new(usize::MAX)
     }
