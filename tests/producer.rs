@@ -29,7 +29,7 @@ use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::format::Batch;
 use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::partitioner::partition_for_key;
+use seglog::producer::partition_for_key;
 use seglog::producer::{
     Partitioner, Producer, ProducerConfig, ProducerError, ProducerRecord, RecordMetadata,
 };

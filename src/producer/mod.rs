@@ -12,7 +12,7 @@
 //! - **Partitioning** (`routing`). A record with an explicit partition goes there. Otherwise a
 //!   configured [`Partitioner`] decides (`partitioner.class`); without one, a keyed record goes to
 //!   `murmur2(key) & 0x7fffffff % partitions`
-//!   (`partitioner::partition_for_key`, bit for bit the Java client's),
+//!   ([`partition_for_key`], bit for bit the Java client's),
 //!   and keyless records stick to one partition until its batch is closed (full, or sent after
 //!   `linger.ms`), then move to another one picked at random (`BuiltInPartitioner`, KIP-480).
 //! - **Accumulation** (`accumulator`, Kafka's `RecordAccumulator`). One queue of batches per
@@ -45,7 +45,7 @@
 //! let producer = engine.producer(ProducerConfig::default())?;
 //! let sent = producer.send(&ProducerRecord::new(&topic, Some(b"alice"), Some(b"book")))?;
 //! let metadata = sent.wait()?;
-//! assert_eq!(metadata.partition, seglog::partitioner::partition_for_key(b"alice", 3).unwrap());
+//! assert_eq!(metadata.partition, seglog::producer::partition_for_key(b"alice", 3).unwrap());
 //! assert_eq!(metadata.offset.0, 0);
 //! producer.close()?;
 //! engine.close()?;
@@ -60,6 +60,7 @@ mod result;
 mod routing;
 mod sender;
 
+pub use crate::partitioner::{RoundRobin, partition_for_key};
 pub use client::{Producer, ProducerRecord};
 pub use config::ProducerConfig;
 pub use error::ProducerError;

@@ -28,8 +28,8 @@ use std::thread;
 use anyhow::{Context, anyhow};
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, TopicMetadata};
-use seglog::partitioner::{RoundRobin, partition_for_key};
 use seglog::producer::{Partitioner, ProducerConfig, ProducerError, ProducerRecord, SendFuture};
+use seglog::producer::{RoundRobin, partition_for_key};
 use seglog::types::TopicName;
 use serde::Serialize;
 

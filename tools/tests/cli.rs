@@ -26,7 +26,7 @@ use seglog::format::batch::{field, set_log_append_time};
 use seglog::format::compression::compress;
 use seglog::format::prewrite::prewrite_bytes;
 use seglog::format::{BatchBuilder, Compression, NewRecord};
-use seglog::partitioner::partition_for_key;
+use seglog::producer::partition_for_key;
 
 mod support;
 

@@ -22,7 +22,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use seglog::partitioner::partition_for_key;
+use seglog::producer::partition_for_key;
 use support::{assert_success, parse_text_ack, path_arg, run_command_with_stdin, stdout_lines};
 
 const PARTITIONS: u32 = 10_000;

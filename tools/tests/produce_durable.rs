@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::Duration;
 
-use seglog::partitioner::partition_for_key;
+use seglog::producer::partition_for_key;
 use support::{
     assert_success, consumed_values, describe_json, path_arg, run_with_stdin, seglog, stdout_lines,
 };
