@@ -164,9 +164,12 @@ pub(crate) struct ShardLink {
     pub exit_drain: Receiver<Request>,
 }
 
-/// The engine's handle on the cleaner thread.
+/// The engine's handle on the cleaner thread (or, for an inline engine, on the cleaner that runs
+/// in the caller's `compact` and `scrub` calls).
 pub(crate) struct CleanerHandle {
     sender: Mutex<Option<Sender<CleanerRequest>>>,
+    /// An inline engine's cleaner and its dedupe map; `None` once stopped.
+    inline: Mutex<Option<(Cleaner, OffsetMap)>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     pub stats: Arc<Mutex<CleanerStats>>,
@@ -186,6 +189,49 @@ impl CleanerHandle {
         first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
     ) -> std::io::Result<CleanerHandle> {
         let (sender, requests) = crossbeam_channel::unbounded();
+        let (cleaner, handle) = CleanerHandle::new(
+            settings,
+            storage,
+            (view, shards),
+            first_dirty_offsets,
+            requests,
+        );
+        let thread = std::thread::Builder::new()
+            .name("seglog-cleaner".to_owned())
+            .spawn(move || cleaner.run(map))?;
+        *handle.sender.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        *handle.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        Ok(handle)
+    }
+
+    /// An inline engine's cleaner: no thread; `compact` and `scrub` run on their caller's
+    /// thread, and nothing runs in the background.
+    pub(crate) fn inline(
+        map: OffsetMap,
+        settings: CleanerSettings,
+        storage: Arc<dyn Storage>,
+        (view, shards): (CleanerView, Vec<ShardLink>),
+        first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
+    ) -> CleanerHandle {
+        let (_, requests) = crossbeam_channel::unbounded();
+        let (cleaner, handle) = CleanerHandle::new(
+            settings,
+            storage,
+            (view, shards),
+            first_dirty_offsets,
+            requests,
+        );
+        *handle.inline.lock().unwrap_or_else(PoisonError::into_inner) = Some((cleaner, map));
+        handle
+    }
+
+    fn new(
+        settings: CleanerSettings,
+        storage: Arc<dyn Storage>,
+        (view, shards): (CleanerView, Vec<ShardLink>),
+        first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
+        requests: Receiver<CleanerRequest>,
+    ) -> (Cleaner, CleanerHandle) {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(CleanerStats::default()));
         let first_dirty_offsets = Arc::new(Mutex::new(first_dirty_offsets));
@@ -200,16 +246,15 @@ impl CleanerHandle {
             first_dirty_offsets: first_dirty_offsets.clone(),
             retries: BTreeMap::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("seglog-cleaner".to_owned())
-            .spawn(move || cleaner.run(map))?;
-        Ok(CleanerHandle {
-            sender: Mutex::new(Some(sender)),
+        let handle = CleanerHandle {
+            sender: Mutex::new(None),
+            inline: Mutex::new(None),
             stop,
-            thread: Mutex::new(Some(thread)),
+            thread: Mutex::new(None),
             stats,
             first_dirty_offsets,
-        })
+        };
+        (cleaner, handle)
     }
 
     /// Sends a request and waits for its answer (`Closed` if the cleaner stopped).
@@ -218,7 +263,11 @@ impl CleanerHandle {
         request: impl FnOnce(Reply<T, FlushError>) -> CleanerRequest,
     ) -> Result<T, FlushError> {
         let (reply, receiver) = oneshot::channel();
-        {
+        let mut inline = self.inline.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((cleaner, map)) = inline.as_mut() {
+            cleaner.handle(request(reply), map);
+        } else {
+            drop(inline);
             let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
             let sender = sender.as_ref().ok_or(EngineUnavailable::Closed)?;
             sender
@@ -231,6 +280,10 @@ impl CleanerHandle {
     /// Stops the thread (a cleaning under way stops at its next group) and waits for it.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.inline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         self.sender
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -305,12 +358,7 @@ impl Cleaner {
                 .requests
                 .recv_timeout(due.saturating_duration_since(Instant::now()))
             {
-                Ok(CleanerRequest::Compact { topic, reply }) => {
-                    let _ = reply.send(self.compact_all(topic, &mut map));
-                }
-                Ok(CleanerRequest::Scrub { topic, reply }) => {
-                    let _ = reply.send(self.scrub(CleanableSelection::Owned { topic }));
-                }
+                Ok(request) => self.handle(request, &mut map),
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() >= next_retention {
                         self.find_retention_due();
@@ -328,6 +376,18 @@ impl Cleaner {
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Answers a request to compact or scrub now.
+    fn handle(&mut self, request: CleanerRequest, map: &mut OffsetMap) {
+        match request {
+            CleanerRequest::Compact { topic, reply } => {
+                let _ = reply.send(self.compact_all(topic, map));
+            }
+            CleanerRequest::Scrub { topic, reply } => {
+                let _ = reply.send(self.scrub(CleanableSelection::Owned { topic }));
             }
         }
     }

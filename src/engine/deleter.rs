@@ -49,6 +49,16 @@ impl FileDeleter {
         })
     }
 
+    /// A deleter without a thread, for an inline engine: files are unlinked in
+    /// [`FileDeleter::delete`].
+    pub(crate) fn inline(storage: Arc<dyn Storage>) -> FileDeleter {
+        FileDeleter {
+            files: None,
+            thread: None,
+            storage,
+        }
+    }
+
     /// Unlinks `paths` on the deleter's thread (here, if that thread is gone).
     pub(crate) fn delete(&self, paths: Vec<PathBuf>) {
         if paths.is_empty() {

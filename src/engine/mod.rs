@@ -16,6 +16,7 @@ mod cleaner_thread;
 mod consumer_record;
 pub(crate) mod data_dir;
 mod deleter;
+mod inline;
 mod pending;
 pub mod repair;
 mod shard;
@@ -55,6 +56,7 @@ pub use consumer_record::ConsumerRecord;
 pub(crate) use consumer_record::consumer_record;
 use data_dir::{DataDir, PartitionOffsets};
 use deleter::FileDeleter;
+use inline::InlineShard;
 pub use pending::Pending;
 use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
 use shard::{PartitionCheckpoint, Request, Shard, ShardClosed, ShardContext};
@@ -148,6 +150,13 @@ pub struct EngineConfig {
     /// on): a lone durable writer saves a hand-over. Off, every group-commit sync goes to the
     /// sync threads.
     pub sync_inline_when_idle: bool,
+    /// Run the engine on the calling threads instead of threads of its own (default: off): one
+    /// shard, driven by each request's caller until the request is answered (`engine/inline.rs`).
+    /// Syncs, unlinks and compaction run in the calls that cause them; no background
+    /// checkpoints, retention checks, cleaning or scrubbing run; a fetch never waits
+    /// (`min_bytes` and `max_wait_ms` are not waited for). For tests, tools and single-threaded
+    /// embedders: on a simulated disk a run is deterministic.
+    pub inline: bool,
     /// Prewrite the space ahead of the appends of a partition whose syncs each cover little
     /// (stamped zeros, `format::prewrite`; default: on): its `fdatasync`s then rewrite blocks
     /// the file already has, with no block allocation or length change to journal, at the cost
@@ -235,6 +244,7 @@ impl Default for EngineConfig {
             direct_writes: true,
             direct_cold_reads: false,
             sync_inline_when_idle: true,
+            inline: false,
             prewrite_synced_logs: true,
             background_sync_bytes: 0,
             lookup_digest_bytes_max: 64 * 1024 * 1024,
@@ -450,7 +460,10 @@ impl Engine {
         let registry = TopicRegistry::load(storage.as_ref(), &root, &config.default_topic_config)?;
         let topics = Arc::new(RwLock::new(registry));
         let inflight_bytes = Arc::new(AtomicU64::new(0));
-        let shard_count = effective_shard_count(config.shard_count);
+        let shard_count = match config.inline {
+            true => 1,
+            false => effective_shard_count(config.shard_count),
+        };
         let mut shards = Vec::with_capacity(shard_count);
         for shard_id in 0..shard_count {
             let context = ShardContext {
@@ -470,7 +483,10 @@ impl Engine {
                 background_sync_bytes: config.background_sync_bytes,
                 digest_budget: DigestBudget::new(config.lookup_digest_bytes_max),
             };
-            shards.push(spawn_shard(shard_id, context, &config)?);
+            shards.push(match config.inline {
+                true => inline_shard(context, &config)?,
+                false => spawn_shard(shard_id, context, &config)?,
+            });
         }
         let view = CleanerView {
             root: root.clone(),
@@ -483,7 +499,10 @@ impl Engine {
             (view, &shards),
             first_dirty_offsets,
         )?;
-        let interval_ms = config.recovery_point_checkpoint_interval_ms;
+        let interval_ms = match config.inline {
+            true => 0,
+            false => config.recovery_point_checkpoint_interval_ms,
+        };
         let inner = Arc::new(Inner {
             root,
             storage,
@@ -1496,6 +1515,25 @@ fn spawn_shard(
     })
 }
 
+/// An inline engine's shard (`inline.rs`): built here, run by the callers.
+fn inline_shard(context: ShardContext, config: &EngineConfig) -> Result<ShardHandle, OpenError> {
+    let (sender, receiver) = crossbeam_channel::bounded(config.queue_requests_max.max(1));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let exit_drain = receiver.clone();
+    let waker =
+        Arc::new(ShardWaker::new().map_err(|source| OpenError::ShardThread { shard: 0, source })?);
+    let syncer = Syncer::inline(context.storage.clone(), waker.clone());
+    let file_deleter = FileDeleter::inline(context.storage.clone());
+    let shard = Shard::new(0, context, (receiver, waker.clone()), syncer, file_deleter);
+    let inline = Arc::new(InlineShard::new(shard, stopped.clone()));
+    Ok(ShardHandle {
+        sender: Some(ShardSender::inline(sender, waker, inline)),
+        stopped,
+        exit_drain,
+        thread: Mutex::new(None),
+    })
+}
+
 /// Starts the cleaner thread, pinned to `cleaner_core`, reaching every shard.
 fn spawn_cleaner(
     config: &EngineConfig,
@@ -1525,6 +1563,11 @@ fn spawn_cleaner(
         core,
         retention_interval: std::time::Duration::from_millis(config.retention_check_interval_ms),
     };
+    if config.inline {
+        let cleaner =
+            CleanerHandle::inline(map, settings, storage, (view, links), first_dirty_offsets);
+        return Ok(cleaner);
+    }
     CleanerHandle::spawn(map, settings, storage, (view, links), first_dirty_offsets)
         .map_err(|source| OpenError::CleanerThread { source })
 }

@@ -405,6 +405,35 @@ impl Shard {
         }
     }
 
+    /// An inline engine's turn, on the calling thread: runs every queued request, then lands
+    /// every write, sync and parked fetch before it returns (an inline fetch never waits), and
+    /// runs the timers. Returns true when the shard closed.
+    pub(crate) fn drive_inline(&mut self) -> bool {
+        loop {
+            let requests: Vec<Request> = self
+                .receiver
+                .try_iter()
+                .take(REQUESTS_PER_TURN_MAX)
+                .collect();
+            if requests.is_empty() {
+                return false;
+            }
+            if self.run_turn(requests.into_iter()) {
+                return true;
+            }
+            self.settle_syncs();
+            self.serve_parked(&BTreeSet::new(), true);
+            self.run_timers();
+            self.settle_syncs();
+        }
+    }
+
+    /// Lands the writes in flight and answers their appends: an inline shard's end when its engine
+    /// is dropped without `close`.
+    pub(crate) fn finish_writes(&mut self) {
+        self.complete_writing();
+    }
+
     /// Records what the syncer did: a synced log's recovery point moves (and fetches waiting for
     /// durable data are served), a log whose sync failed fails until it is reopened.
     fn apply_sync_outcomes(&mut self, outcomes: Vec<SyncOutcome>) {

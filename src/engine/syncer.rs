@@ -165,15 +165,24 @@ impl ReportSender {
     }
 }
 
+/// An inline engine's lane: what a sync thread keeps, on the shard's thread.
+struct InlineLane {
+    storage: Arc<dyn Storage>,
+    failed: HashMap<(TopicPartition, u64), String>,
+    reports: ReportSender,
+}
+
 /// One sync thread and its queue.
 struct Lane {
     messages: Sender<Message>,
     thread: JoinHandle<()>,
 }
 
-/// The shard's end of its sync threads.
+/// The shard's end of its sync threads (or, for an inline engine, of its one inline lane).
 pub(crate) struct Syncer {
     lanes: Vec<Lane>,
+    /// An inline engine's: jobs are synced and answered on the submitting thread.
+    inline: Option<InlineLane>,
     reports: Receiver<SyncReport>,
     /// Jobs sent whose outcomes the shard has not taken yet.
     outstanding: usize,
@@ -211,14 +220,45 @@ impl Syncer {
         }
         Ok(Syncer {
             lanes,
+            inline: None,
             reports,
             outstanding: 0,
             panicked: false,
         })
     }
 
+    /// A syncer without threads, for an inline engine: each job is synced and answered in
+    /// [`Syncer::submit`], in submission order, with the same rules as a sync thread's.
+    pub(crate) fn inline(storage: Arc<dyn Storage>, waker: Arc<ShardWaker>) -> Syncer {
+        let (reports_sender, reports) = crossbeam_channel::unbounded();
+        Syncer {
+            lanes: Vec::new(),
+            inline: Some(InlineLane {
+                storage,
+                failed: HashMap::new(),
+                reports: ReportSender {
+                    reports: reports_sender,
+                    waker,
+                },
+            }),
+            reports,
+            outstanding: 0,
+            panicked: false,
+        }
+    }
+
     /// Hands a written group to the sync thread of its partition's open.
     pub(crate) fn submit(&mut self, job: SyncJob) {
+        if let Some(lane) = &mut self.inline {
+            sync_jobs(
+                lane.storage.as_ref(),
+                vec![job],
+                &mut lane.failed,
+                &lane.reports,
+            );
+            self.outstanding += 1;
+            return;
+        }
         let Some(lane) = self.lanes.get(job.generation as usize % LANES) else {
             return fail_job(job);
         };
@@ -272,6 +312,11 @@ impl Syncer {
     pub(crate) fn settle(&mut self) -> Vec<SyncOutcome> {
         if self.outstanding == 0 {
             return Vec::new();
+        }
+        if self.inline.is_some() {
+            let outcomes = self.take_outcomes();
+            self.outstanding = 0;
+            return outcomes;
         }
         let (done, settled) = crossbeam_channel::bounded(self.lanes.len());
         let asked = self

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::Duration;
 
+use super::inline::InlineShard;
 use crossbeam_channel::{SendError, Sender, TrySendError};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
 
@@ -77,6 +78,8 @@ impl ShardWaker {
 pub(crate) struct ShardSender {
     sender: Option<Sender<Request>>,
     waker: Arc<ShardWaker>,
+    /// An inline engine's shard, driven by the sender after each request (`inline.rs`).
+    inline: Option<Arc<InlineShard>>,
 }
 
 impl ShardSender {
@@ -84,6 +87,20 @@ impl ShardSender {
         ShardSender {
             sender: Some(sender),
             waker,
+            inline: None,
+        }
+    }
+
+    /// The sender of an inline engine's shard: each request is run before the send returns.
+    pub(crate) fn inline(
+        sender: Sender<Request>,
+        waker: Arc<ShardWaker>,
+        shard: Arc<InlineShard>,
+    ) -> ShardSender {
+        ShardSender {
+            sender: Some(sender),
+            waker,
+            inline: Some(shard),
         }
     }
 
@@ -92,7 +109,7 @@ impl ShardSender {
             return Err(TrySendError::Disconnected(request));
         };
         sender.try_send(request)?;
-        self.waker.wake();
+        self.run_or_wake();
         Ok(())
     }
 
@@ -101,8 +118,15 @@ impl ShardSender {
             return Err(SendError(request));
         };
         sender.send(request)?;
-        self.waker.wake();
+        self.run_or_wake();
         Ok(())
+    }
+
+    fn run_or_wake(&self) {
+        match &self.inline {
+            Some(shard) => shard.drive(),
+            None => self.waker.wake(),
+        }
     }
 }
 
@@ -111,6 +135,7 @@ impl Clone for ShardSender {
         ShardSender {
             sender: self.sender.clone(),
             waker: Arc::clone(&self.waker),
+            inline: self.inline.clone(),
         }
     }
 }
