@@ -9,10 +9,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use seglog::config::LogConfig;
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::log::PartitionLog;
+use seglog::types::{Offset, TimestampMs};
+use support::batches::{T0, batch_of, record};
+use support::logs::{self, open_options};
+
+mod support;
 
 /// The system allocator, counting allocations.
 struct Counting;
@@ -55,43 +58,37 @@ fn allocations_during(run: impl FnOnce()) -> u64 {
 
 fn batch(records: usize) -> bytes::Bytes {
     let value = vec![b'v'; 100];
-    let mut builder = BatchBuilder::new(0);
-    for index in 0..records {
-        let key = index.to_be_bytes();
-        builder.push(&NewRecord {
-            timestamp_ms: 1_700_000_000_000,
-            key: Some(&key),
-            value: Some(&value),
-            headers: &[],
-        });
-    }
-    builder.build().unwrap()
+    let keys: Vec<[u8; 8]> = (0..records).map(usize::to_be_bytes).collect();
+    let records: Vec<_> = keys
+        .iter()
+        .map(|key| record(T0, Some(key), Some(&value)))
+        .collect();
+    batch_of(&records)
 }
 
 fn open_log(dir: &std::path::Path) -> PartitionLog {
-    let tp = TopicPartition {
-        topic: TopicName::parse("alloc").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: true,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(1_700_000_000_000),
-    };
     let config = LogConfig {
         segment_index_bytes: 1 << 20,
         ..LogConfig::default()
     };
-    PartitionLog::open(storage_from_env(), dir, tp, config, options)
-        .unwrap()
-        .0
+    let options = open_options(true, 0, T0);
+    logs::open_log(storage_from_env(), dir, "alloc", config, options)
+}
+
+/// The allocations of one `what` of 10 records and of `large` records: at most 2 more for the
+/// larger.
+fn assert_per_batch(what: &str, large: u32, for_small: u64, for_large: u64) {
+    println!("allocations per {what}: 10 records {for_small}, {large} records {for_large}");
+    assert!(
+        for_large <= for_small + 2,
+        "a {what} of {large} records allocated {for_large} times, of 10 records {for_small}"
+    );
 }
 
 /// A log holding a batch of 10 records, then one of 1,000.
 fn log_of_10_and_1000_records(dir: &std::path::Path) -> PartitionLog {
     let mut log = open_log(dir);
-    let now = TimestampMs(1_700_000_000_000);
+    let now = TimestampMs(T0);
     log.append(batch(10), now).unwrap();
     log.append(batch(1_000), now).unwrap();
     log
@@ -102,7 +99,7 @@ fn appending_allocates_per_batch_not_per_record() {
     let _serial = SERIAL.lock().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut log = open_log(dir.path());
-    let now = TimestampMs(1_700_000_000_000);
+    let now = TimestampMs(T0);
     let (small, large) = (batch(10), batch(1_000));
     // Warm up: first appends create buffers that are reused.
     for _ in 0..3 {
@@ -115,11 +112,7 @@ fn appending_allocates_per_batch_not_per_record() {
     let for_large = allocations_during(|| {
         log.append(large.clone(), now).unwrap();
     });
-    println!("allocations per append: 10 records {for_small}, 1000 records {for_large}");
-    assert!(
-        for_large <= for_small + 2,
-        "appending 1000 records allocated {for_large} times, 10 records {for_small}"
-    );
+    assert_per_batch("append", 1000, for_small, for_large);
 }
 
 #[test]
@@ -138,23 +131,18 @@ fn fetching_allocates_per_fetch_not_per_record() {
         let data = log.read(Offset(0), 1 << 20).unwrap();
         assert!(data.records.len() > 100_000);
     });
-    println!("allocations per fetch: 10 records {for_small}, 1010 records {for_large}");
-    assert!(
-        for_large <= for_small + 2,
-        "fetching 1010 records allocated {for_large} times, 10 records {for_small}"
-    );
+    assert_per_batch("fetch", 1010, for_small, for_large);
 }
 
 #[test]
 fn the_engine_appends_and_fetches_without_allocating_per_record() {
     use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    use support::engines::engine_config;
     let _serial = SERIAL.lock().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
         cleaner_core: None,
-        ..EngineConfig::default()
+        ..engine_config(1)
     };
     let engine = Engine::open(dir.path(), config).unwrap();
     let topic = engine

@@ -24,23 +24,17 @@ use proptest::prelude::*;
 use seglog::config::LogConfig;
 use seglog::error::{AppendError, DeleteRecordsError, OpenError, PartitionError, ReadError};
 use seglog::format::batch::BatchIter;
-use seglog::format::{Batch, BatchBuilder, BatchHeader, BatchPrefix, DecodeError, NewRecord};
+use seglog::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::log::PartitionLog;
 use seglog::log_dir::LogDir;
-use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError, TopicPartition};
+use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError};
+use support::batches::{T0, batch_of, record};
+use support::configs::compacted;
+use support::dirs::scratch;
+use support::logs::{self, open_dir, open_options};
 
-const T0: i64 = 1_700_000_000_000;
-
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(dir) = tempfile::tempdir_in(shm)
-    {
-        return dir;
-    }
-    tempfile::tempdir().unwrap()
-}
+mod support;
 
 /// Kafka's defaults, with small preallocated indexes (10 MiB ones cost time in every test).
 fn config() -> LogConfig {
@@ -60,18 +54,40 @@ fn open_log(dir: &Path, config: LogConfig) -> PartitionLog {
 
 /// Opens the partition `bad-0` under `dir` after an unclean shutdown (recovering from offset 0).
 fn try_open_log(dir: &Path, config: LogConfig) -> Result<PartitionLog, seglog::error::OpenError> {
-    let tp = TopicPartition {
-        topic: TopicName::parse("bad").unwrap(),
-        partition: 0,
+    let options = open_options(false, 0, now().0);
+    logs::try_open_log(
+        storage_from_env(),
+        &dir.join("bad-0"),
+        "bad",
+        config,
+        options,
+    )
+    .map(|(log, _)| log)
+}
+
+/// An empty log with `config` in a scratch directory.
+fn new_log(config: LogConfig) -> (tempfile::TempDir, PartitionLog) {
+    let root = scratch();
+    let log = open_log(root.path(), config);
+    (root, log)
+}
+
+/// Asserts that `$result` is the error `$error::OffsetOutOfRange` for offset `$requested` of a
+/// log whose offsets run from `$start` to `$end`.
+macro_rules! assert_out_of_range {
+    ($result:expr, $error:ident, $requested:expr, $start:expr, $end:expr) => {
+        match $result {
+            Err($error::OffsetOutOfRange {
+                requested,
+                log_start_offset,
+                log_end_offset,
+            }) => assert_eq!(
+                (requested, log_start_offset, log_end_offset),
+                (Offset($requested), Offset($start), Offset($end))
+            ),
+            other => panic!("offset {} gave {other:?}", $requested),
+        }
     };
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: now(),
-    };
-    PartitionLog::open(storage_from_env(), &dir.join("bad-0"), tp, config, options)
-        .map(|(log, _)| log)
 }
 
 /// A records section of `count` records with the given offset deltas.
@@ -80,13 +96,11 @@ fn records_section(offset_deltas: &[i32], value_bytes: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for (index, offset_delta) in offset_deltas.iter().enumerate() {
         let key = format!("key-{index}");
-        NewRecord {
-            timestamp_ms: T0 + index as i64,
-            key: Some(key.as_bytes()),
-            value: Some(&value),
-            headers: &[],
-        }
-        .encode(*offset_delta, index as i64, &mut out);
+        record(T0 + index as i64, Some(key.as_bytes()), Some(&value)).encode(
+            *offset_delta,
+            index as i64,
+            &mut out,
+        );
     }
     out
 }
@@ -153,7 +167,7 @@ fn assert_invalid_batch(
 #[test]
 fn illegal_topic_names_are_typed_errors_and_create_nothing() {
     let root = scratch();
-    let mut log_dir = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
+    let mut log_dir = open_dir(root.path(), config());
     let before: Vec<_> = fs::read_dir(root.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -225,7 +239,7 @@ fn illegal_topic_names_are_typed_errors_and_create_nothing() {
 #[test]
 fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
     let root = scratch();
-    let mut log_dir = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
+    let mut log_dir = open_dir(root.path(), config());
     let topic = TopicName::parse("absent").unwrap();
     match log_dir.partition(&topic, 3) {
         Err(PartitionError::UnknownPartition { topic, partition }) => {
@@ -244,12 +258,10 @@ fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
 
 #[test]
 fn a_batch_larger_than_max_message_bytes_is_rejected() {
-    let root = scratch();
-    let config = LogConfig {
+    let (_root, mut log) = new_log(LogConfig {
         max_message_bytes: 500,
         ..config()
-    };
-    let mut log = open_log(root.path(), config);
+    });
     let oversized = valid_batch(4, 120);
     assert!(oversized.len() > 500);
     match log.append(oversized.clone(), now()) {
@@ -283,12 +295,10 @@ fn a_batch_larger_than_max_message_bytes_is_rejected() {
 
 #[test]
 fn an_append_larger_than_a_segment_is_rejected() {
-    let root = scratch();
-    let config = LogConfig {
+    let (_root, mut log) = new_log(LogConfig {
         segment_bytes: 1024,
         ..config()
-    };
-    let mut log = open_log(root.path(), config);
+    });
     let mut bytes = Vec::new();
     while bytes.len() <= 1024 {
         bytes.extend_from_slice(&valid_batch(2, 50));
@@ -309,8 +319,7 @@ fn an_append_larger_than_a_segment_is_rejected() {
 
 #[test]
 fn an_empty_append_is_rejected() {
-    let root = scratch();
-    let mut log = open_log(root.path(), config());
+    let (_root, mut log) = new_log(config());
     assert!(matches!(
         log.append(Bytes::new(), now()),
         Err(AppendError::Empty)
@@ -321,8 +330,7 @@ fn an_empty_append_is_rejected() {
 
 #[test]
 fn garbage_and_damaged_batches_are_invalid_batches() {
-    let root = scratch();
-    let mut log = open_log(root.path(), config());
+    let (_root, mut log) = new_log(config());
     log.append(valid_batch(3, 10), now()).unwrap();
     let good = valid_batch(2, 20);
 
@@ -386,8 +394,7 @@ fn garbage_and_damaged_batches_are_invalid_batches() {
 
 #[test]
 fn batches_with_wrong_counts_or_offset_deltas_are_invalid() {
-    let root = scratch();
-    let mut log = open_log(root.path(), config());
+    let (_root, mut log) = new_log(config());
     let three = records_section(&[0, 1, 2], 8);
     assert_invalid_batch(
         &mut log,
@@ -488,25 +495,14 @@ fn batches_with_wrong_counts_or_offset_deltas_are_invalid() {
 
 #[test]
 fn reads_outside_the_log_are_out_of_range_with_the_range() {
-    let root = scratch();
-    let mut log = open_log(root.path(), config());
+    let (_root, mut log) = new_log(config());
     for _ in 0..5 {
         log.append(valid_batch(2, 10), now()).unwrap();
     }
     assert_eq!(log.delete_records(Offset(4)).unwrap(), Offset(4));
     for requested in [0u64, 3, 11, 12, u64::MAX] {
-        match log.read(Offset(requested), u64::MAX) {
-            Err(ReadError::OffsetOutOfRange {
-                requested: got,
-                log_start_offset,
-                log_end_offset,
-            }) => {
-                assert_eq!(got, Offset(requested));
-                assert_eq!(log_start_offset, Offset(4));
-                assert_eq!(log_end_offset, Offset(10));
-            }
-            other => panic!("read({requested}) gave {other:?}"),
-        }
+        let read = log.read(Offset(requested), u64::MAX);
+        assert_out_of_range!(read, ReadError, requested, 4, 10);
     }
     let at_end = log.read(Offset(10), u64::MAX).unwrap();
     assert!(at_end.records.is_empty());
@@ -518,22 +514,11 @@ fn reads_outside_the_log_are_out_of_range_with_the_range() {
 
 #[test]
 fn delete_records_beyond_the_log_end_is_rejected() {
-    let root = scratch();
-    let mut log = open_log(root.path(), config());
+    let (_root, mut log) = new_log(config());
     log.append(valid_batch(3, 10), now()).unwrap();
     for requested in [4u64, 1000, u64::MAX] {
-        match log.delete_records(Offset(requested)) {
-            Err(DeleteRecordsError::OffsetOutOfRange {
-                requested: got,
-                log_start_offset,
-                log_end_offset,
-            }) => {
-                assert_eq!(got, Offset(requested));
-                assert_eq!(log_start_offset, Offset(0));
-                assert_eq!(log_end_offset, Offset(3));
-            }
-            other => panic!("delete_records({requested}) gave {other:?}"),
-        }
+        let deleted = log.delete_records(Offset(requested));
+        assert_out_of_range!(deleted, DeleteRecordsError, requested, 0, 3);
         assert_eq!(log.log_start_offset(), Offset(0));
     }
     // Up to and including the log end is allowed; moving backwards is a no-op.
@@ -544,13 +529,13 @@ fn delete_records_beyond_the_log_end_is_rejected() {
 #[test]
 fn a_second_open_of_the_same_directory_is_locked() {
     let root = scratch();
-    let first = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
+    let first = open_dir(root.path(), config());
     match LogDir::open(root.path(), storage_from_env(), config()) {
         Err(OpenError::Locked { dir }) => assert_eq!(dir, root.path()),
         other => panic!("{other:?}"),
     }
     drop(first);
-    let again = LogDir::open(root.path(), storage_from_env(), config()).unwrap();
+    let again = open_dir(root.path(), config());
     again.close().unwrap();
 }
 
@@ -619,8 +604,7 @@ proptest! {
         }
         let bytes = Bytes::from(bytes);
         let decodes = decode_everything(&bytes);
-        let root = scratch();
-        let mut log = open_log(root.path(), config());
+        let (_root, mut log) = new_log(config());
         match log.append(bytes.clone(), now()) {
             Ok(info) => {
                 prop_assert!(decodes, "the log accepted a batch the decoder rejects");
@@ -640,24 +624,12 @@ proptest! {
 
 #[test]
 fn a_compacted_topic_rejects_records_without_a_key() {
-    let root = scratch();
-    let mut config = config();
-    config.set("cleanup.policy", "compact").unwrap();
-    let mut log = open_log(root.path(), config);
-    let mut keyless = BatchBuilder::new(0);
-    keyless.push(&NewRecord {
-        timestamp_ms: T0,
-        key: Some(b"k"),
-        value: Some(b"v"),
-        headers: &[],
-    });
-    keyless.push(&NewRecord {
-        timestamp_ms: T0,
-        key: None,
-        value: Some(b"no key"),
-        headers: &[],
-    });
-    let result = log.append(keyless.build().unwrap(), now());
+    let (_root, mut log) = new_log(compacted(config()));
+    let keyless = batch_of(&[
+        record(T0, Some(b"k"), Some(b"v")),
+        record(T0, None, Some(b"no key")),
+    ]);
+    let result = log.append(keyless, now());
     assert!(
         matches!(
             result,
@@ -768,17 +740,14 @@ fn a_segment_refuses_a_write_that_breaks_its_invariants_and_writes_nothing() {
 /// not a directory"), not the OS's `File exists`.
 #[test]
 fn a_file_where_a_directory_belongs_is_named_as_such() {
-    use seglog::engine::{Engine, EngineConfig};
+    use seglog::engine::Engine;
     use seglog::error::{StorageError, TopicError};
+    use support::engines::engine_config;
 
     let dir = scratch();
     let file = dir.path().join("a-file");
     fs::write(&file, b"x").unwrap();
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = engine_config(1);
     let error = Engine::open(&file, config.clone()).unwrap_err();
     match &error {
         OpenError::Storage(StorageError::NotADirectory { path }) => assert_eq!(path, &file),

@@ -9,12 +9,15 @@
 use std::fs;
 use std::path::Path;
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Engine, EngineConfig, FetchOptions};
 use seglog::error::ReadError;
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::types::{Offset, TopicName};
+use support::batches::value_batch;
+use support::dirs::{file_len, flip_byte};
+use support::engines::{append, engine_config};
+
+mod support;
 
 const KAFKA_FILES: [&str; 2] = [
     "recovery-point-offset-checkpoint",
@@ -23,23 +26,9 @@ const KAFKA_FILES: [&str; 2] = [
 
 fn config() -> EngineConfig {
     EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
         recovery_point_checkpoint_interval_ms: 3_600_000,
-        ..EngineConfig::default()
+        ..engine_config(1)
     }
-}
-
-fn record(value: u32) -> Bytes {
-    let value = format!("value-{value}");
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
 }
 
 /// Ten records in `t-0`, the first five removed by `delete_records`, checkpointed twice
@@ -48,10 +37,7 @@ fn ten_records_with_the_first_five_deleted(dir: &Path) -> TopicName {
     let engine = Engine::open(dir, config()).unwrap();
     let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
     for value in 0..10 {
-        engine
-            .append(&topic, 0, record(value), Durability::Written)
-            .wait()
-            .unwrap();
+        append(&engine, &topic, 0, value_batch(&format!("value-{value}")));
     }
     engine.delete_records(&topic, 0, Offset(5)).wait().unwrap();
     engine.checkpoint().unwrap();
@@ -77,10 +63,7 @@ fn newest_copy(dir: &Path, name: &str) -> std::path::PathBuf {
 }
 
 fn corrupt(path: &Path) {
-    let mut bytes = fs::read(path).unwrap();
-    let last = bytes.len() - 2;
-    bytes[last] ^= 0x04;
-    fs::write(path, bytes).unwrap();
+    flip_byte(path, file_len(path) - 2, 0x04);
 }
 
 #[test]
@@ -124,10 +107,7 @@ fn with_no_valid_checkpoint_copy_every_partition_opens_through_full_recovery() {
     assert!(dir.path().join(".kafka_cleanshutdown").exists());
     // A flipped byte in the last batch: a trusted segment is not read, only recovery finds it.
     let log = dir.path().join("t-0/00000000000000000000.log");
-    let mut bytes = fs::read(&log).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x01;
-    fs::write(&log, &bytes).unwrap();
+    flip_byte(&log, file_len(&log) - 1, 0x01);
     let engine = Engine::open(dir.path(), config()).unwrap();
     let described = engine.describe_topic("t").unwrap();
     assert_eq!(

@@ -12,113 +12,113 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seglog::cleaner::log_cleaner::{CleanedGroup, SwapOutcome};
 use seglog::config::LogConfig;
-use seglog::engine::{CleanerPriority, Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
-use seglog::io::{Storage, storage_from_env};
-use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::engine::{CleanerPriority, CleanerStats, Engine, EngineConfig, FetchOptions};
+use seglog::io::hooked::{StorageHooks, StorageOp};
+use seglog::io::storage_from_env;
+use seglog::types::{Offset, TimestampMs, TopicName};
+use support::batches::{self, T0, records_from, text};
+use support::configs::{compacted, small_segments, with_settings};
+use support::dirs::{count_ending, flip_byte, names_ending};
+use support::engines::{self, append, fetch_batches, temp_engine};
+use support::hooks::{hooked, wait_until};
+use support::logs::{open_log, open_options};
+
+mod support;
 
 fn compacted_config() -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 128,
-        ..LogConfig::default()
-    };
-    config.set("cleanup.policy", "compact").unwrap();
-    config
+    compacted(small_segments(1024, 128))
 }
 
 fn engine_config() -> EngineConfig {
     EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
         cleaner_core: None,
-        ..EngineConfig::default()
+        ..engines::engine_config(2)
     }
 }
 
-/// A one-record batch: key `k<key>`, a 60-byte value numbered `value`, stamped `timestamp_ms`.
+/// An engine in `dir` whose storage reports every operation to `hooks`.
+fn open_hooked(dir: &Path, hooks: Arc<dyn StorageHooks>, config: EngineConfig) -> Engine {
+    Engine::open_with_storage(dir, config, hooked(hooks)).unwrap()
+}
+
+/// A one-record batch: key `k<key>`, a 64-byte value numbered `value`.
 fn keyed_batch(key: u32, value: u32, timestamp_ms: i64) -> bytes::Bytes {
     let key = format!("k{key}");
     let value = format!("value-{value:08}-{}", "x".repeat(46));
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms,
-        key: Some(key.as_bytes()),
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    batches::keyed_batch(Some(key.as_bytes()), Some(value.as_bytes()), timestamp_ms)
 }
 
+/// `rounds` rounds of one record for each of `keys` keys, stamped now.
 fn append_rounds(engine: &Engine, topic: &TopicName, partition: u32, keys: u32, rounds: u32) {
     let now = TimestampMs::now().0;
     for round in 0..rounds {
         for key in 0..keys {
-            let batch = keyed_batch(key, round * keys + key, now);
-            engine
-                .append(topic, partition, batch, Durability::Written)
-                .wait()
-                .unwrap();
+            append(
+                engine,
+                topic,
+                partition,
+                keyed_batch(key, round * keys + key, now),
+            );
         }
     }
 }
 
-/// Every record of the partition as (offset, key, value).
-fn read_all(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, String, String)> {
-    let mut rows = Vec::new();
-    let mut offset = Offset(0);
-    loop {
-        let options = FetchOptions {
-            max_bytes: 1 << 20,
-            ..FetchOptions::default()
-        };
-        let data = engine
-            .fetch(topic, partition, offset, options)
-            .wait()
-            .unwrap();
-        if data.records.is_empty() {
-            return rows;
-        }
-        for batch in BatchIter::new(data.records, u64::MAX) {
-            let batch = batch.unwrap();
-            for record in batch.records().unwrap() {
-                let record_offset = batch.base_offset() as u64 + record.offset_delta as u64;
-                if record_offset >= offset.0 {
-                    rows.push((
-                        record_offset,
-                        String::from_utf8(record.key.unwrap().to_vec()).unwrap(),
-                        String::from_utf8(record.value.unwrap().to_vec()).unwrap(),
-                    ));
-                }
-            }
-            offset = Offset(batch.last_offset() as u64 + 1);
-        }
-    }
+/// A record as read back: offset, key and value.
+type Row = (u64, String, String);
+
+/// Every record the partition serves.
+fn read_all(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<Row> {
+    records_from(&fetch_batches(engine, topic, partition), 0)
+        .into_iter()
+        .map(|(offset, record)| (offset, text(&record.key), text(&record.value)))
+        .collect()
 }
 
-/// The latest value of every key, from the rows.
-fn latest(rows: &[(u64, String, String)]) -> BTreeMap<String, String> {
+fn latest(rows: &[Row]) -> BTreeMap<String, String> {
     rows.iter()
         .map(|(_, key, value)| (key.clone(), value.clone()))
         .collect()
 }
 
-fn log_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().ends_with(".log")
-        })
-        .count()
+/// An engine with `config` in a temporary directory, and in it a compacted topic `name` whose
+/// partition 0 holds `rounds` rounds of `keys` keys; with the records it serves.
+fn compacted_rounds(
+    config: EngineConfig,
+    name: &str,
+    keys: u32,
+    rounds: u32,
+) -> (tempfile::TempDir, Engine, TopicName, Vec<Row>) {
+    let (dir, engine) = temp_engine(config);
+    let topic = engine.create_topic(name, 1, compacted_config()).unwrap();
+    append_rounds(&engine, &topic, 0, keys, rounds);
+    let rows = read_all(&engine, &topic, 0);
+    (dir, engine, topic, rows)
+}
+
+/// An engine over storage that reports to `hooks`, in a temporary directory, with a compacted
+/// topic `name` of two partitions, each holding 20 rounds of `keys` keys.
+fn hooked_compacted(
+    hooks: Arc<dyn StorageHooks>,
+    name: &str,
+    keys: u32,
+) -> (tempfile::TempDir, Engine, TopicName) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_hooked(dir.path(), hooks, engine_config());
+    let topic = engine.create_topic(name, 2, compacted_config()).unwrap();
+    for partition in 0..2 {
+        append_rounds(&engine, &topic, partition, keys, 20);
+    }
+    (dir, engine, topic)
+}
+
+/// Waits until the cleaner's statistics say `done`.
+fn wait_for_cleaner(engine: &Engine, done: impl Fn(&CleanerStats) -> bool) -> CleanerStats {
+    wait_until(Duration::from_secs(60), || done(&engine.cleaner_stats()));
+    engine.cleaner_stats()
 }
 
 /// Records, for each storage operation, the thread that performed it, and the bytes each thread
@@ -157,15 +157,8 @@ impl ThreadLog {
 
 #[test]
 fn the_cleaner_thread_reads_and_writes_and_the_owning_shard_only_swaps() {
-    let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(ThreadLog::default());
-    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
-    let topic = engine
-        .create_topic("latest", 2, compacted_config())
-        .unwrap();
-    append_rounds(&engine, &topic, 0, 5, 20);
-    append_rounds(&engine, &topic, 1, 5, 20);
+    let (_dir, engine, topic) = hooked_compacted(hooks.clone(), "latest", 5);
     let before = read_all(&engine, &topic, 0);
     hooks.seen.lock().unwrap().clear();
 
@@ -209,15 +202,13 @@ fn the_cleaner_thread_reads_and_writes_and_the_owning_shard_only_swaps() {
 fn the_shard_reads_only_an_index_interval_of_each_segment_it_swaps_in() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(ThreadLog::default());
-    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
-    let mut config = LogConfig {
+    let engine = open_hooked(dir.path(), hooks.clone(), engine_config());
+    let config = LogConfig {
         segment_bytes: 64 * 1024,
         index_interval_bytes: 1024,
         ..LogConfig::default()
     };
-    config.set("cleanup.policy", "compact").unwrap();
-    let topic = engine.create_topic("wide", 1, config).unwrap();
+    let topic = engine.create_topic("wide", 1, compacted(config)).unwrap();
     // Two rounds over 2,000 keys: the first is cleaned away, the second kept (about 200 KiB).
     append_rounds(&engine, &topic, 0, 2_000, 2);
     engine.flush_all().unwrap();
@@ -250,17 +241,13 @@ fn the_shard_reads_only_an_index_interval_of_each_segment_it_swaps_in() {
 
 #[test]
 fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
+    let (_dir, engine) = temp_engine(EngineConfig {
         cleaner_core: Some(0),
         ..engine_config()
-    };
-    let engine = Engine::open(dir.path(), config).unwrap();
+    });
     // The thread sets its own scheduling as it starts; wait for it to report.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while engine.cleaner_stats().priority == CleanerPriority::Unknown && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let unknown = || engine.cleaner_stats().priority == CleanerPriority::Unknown;
+    wait_until(Duration::from_secs(30), || !unknown());
     let stats = engine.cleaner_stats();
     let priority = stats.priority;
     let tid = stats.thread_id.expect("the cleaner reports its thread id");
@@ -313,22 +300,12 @@ fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
 
 #[test]
 fn dirty_logs_are_cleaned_in_the_background() {
-    let dir = tempfile::tempdir().unwrap();
     let config = EngineConfig {
         cleaner_backoff_ms: 20,
         ..engine_config()
     };
-    let engine = Engine::open(dir.path(), config).unwrap();
-    let topic = engine
-        .create_topic("background", 1, compacted_config())
-        .unwrap();
-    append_rounds(&engine, &topic, 0, 4, 30);
-    let before = read_all(&engine, &topic, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine.cleaner_stats().segments_cleaned == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let stats = engine.cleaner_stats();
+    let (_dir, engine, topic, before) = compacted_rounds(config, "background", 4, 30);
+    let stats = wait_for_cleaner(&engine, |stats| stats.segments_cleaned > 0);
     assert!(
         stats.logs_cleaned > 0 && stats.segments_cleaned > 0,
         "{stats:?}"
@@ -350,25 +327,14 @@ fn dirty_logs_are_cleaned_in_the_background() {
 /// choosing it from its files; the shard opens only that one.
 #[test]
 fn a_closed_dirty_partition_is_cleaned_in_the_background() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let topic = engine
-        .create_topic("closed", 1, compacted_config())
-        .unwrap();
-    append_rounds(&engine, &topic, 0, 4, 30);
-    let before = read_all(&engine, &topic, 0);
+    let (dir, engine, topic, before) = compacted_rounds(engine_config(), "closed", 4, 30);
     engine.close().unwrap();
     let config = EngineConfig {
         cleaner_backoff_ms: 20,
         ..engine_config()
     };
     let engine = Engine::open(dir.path(), config).unwrap();
-    // A bound for a stuck cleaner, not a timing.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine.cleaner_stats().segments_cleaned == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let stats = engine.cleaner_stats();
+    let stats = wait_for_cleaner(&engine, |stats| stats.segments_cleaned > 0);
     assert!(stats.logs_cleaned > 0, "{stats:?}");
     let after = read_all(&engine, &topic, 0);
     assert!(after.len() < before.len());
@@ -381,41 +347,31 @@ fn a_closed_dirty_partition_is_cleaned_in_the_background() {
 /// it owns.
 #[test]
 fn periodic_retention_opens_only_the_partitions_with_segments_to_delete() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let mut aging = LogConfig {
+    let (dir, engine) = temp_engine(engine_config());
+    let aging = LogConfig {
         segment_bytes: 1024,
         ..LogConfig::default()
     };
-    aging.set("retention.hours", "24").unwrap();
+    let aging = with_settings(aging, &[("retention.hours", "24")]);
     let old = engine.create_topic("aging", 1, aging).unwrap();
     let quiet = engine
         .create_topic("quiet", 12, LogConfig::default())
         .unwrap();
-    let year_2023_ms = 1_700_000_000_000;
     for value in 0..40 {
-        let batch = keyed_batch(value, value, year_2023_ms);
-        engine
-            .append(&old, 0, batch, Durability::Written)
-            .wait()
-            .unwrap();
+        append(&engine, &old, 0, keyed_batch(value, value, T0));
     }
     for partition in 0..12 {
         append_rounds(&engine, &quiet, partition, 1, 1);
     }
     engine.close().unwrap();
     let hooks = Arc::new(ThreadLog::default());
-    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
     let config = EngineConfig {
         retention_check_interval_ms: 20,
         ..engine_config()
     };
-    let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
+    let engine = open_hooked(dir.path(), hooks.clone(), config);
     let first_segment = dir.path().join("aging-0/00000000000000000000.log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while first_segment.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(60), || !first_segment.exists());
     assert!(
         !first_segment.exists(),
         "retention deleted the expired segment"
@@ -458,16 +414,11 @@ impl StorageHooks for FailCleanedIn {
 
 #[test]
 fn a_failing_partition_is_reported_and_retried_while_the_others_are_cleaned() {
-    let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(FailCleanedIn {
         armed: AtomicBool::new(true),
         dir_suffix: "flaky-0".to_owned(),
     });
-    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
-    let topic = engine.create_topic("flaky", 2, compacted_config()).unwrap();
-    append_rounds(&engine, &topic, 0, 4, 20);
-    append_rounds(&engine, &topic, 1, 4, 20);
+    let (_dir, engine, topic) = hooked_compacted(hooks.clone(), "flaky", 4);
 
     let reports = engine.compact(None).unwrap();
     assert!(reports[0].outcome.is_err(), "{reports:?}");
@@ -497,18 +448,17 @@ fn a_failing_partition_is_reported_and_retried_while_the_others_are_cleaned() {
 
 #[test]
 fn min_compaction_lag_keeps_segments_with_recent_records_dirty() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let mut config = compacted_config();
-    config.set("min.compaction.lag.ms", "3600000").unwrap();
+    let (_dir, engine) = temp_engine(engine_config());
+    let config = with_settings(compacted_config(), &[("min.compaction.lag.ms", "3600000")]);
     let topic = engine.create_topic("lagged", 1, config).unwrap();
     let two_hours_ago = TimestampMs::now().0 - 2 * 3_600_000;
     for sequence in 0..60u32 {
-        let batch = keyed_batch(sequence % 4, sequence, two_hours_ago);
-        engine
-            .append(&topic, 0, batch, Durability::Written)
-            .wait()
-            .unwrap();
+        append(
+            &engine,
+            &topic,
+            0,
+            keyed_batch(sequence % 4, sequence, two_hours_ago),
+        );
     }
     let old_records = read_all(&engine, &topic, 0).len() as u64;
     append_rounds(&engine, &topic, 0, 4, 15);
@@ -528,24 +478,19 @@ fn min_compaction_lag_keeps_segments_with_recent_records_dirty() {
 
 #[test]
 fn small_cleaned_segments_are_grouped_into_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let topic = engine
-        .create_topic("grouped", 1, compacted_config())
-        .unwrap();
-    append_rounds(&engine, &topic, 0, 2, 40);
+    let (dir, engine, topic, _) = compacted_rounds(engine_config(), "grouped", 2, 40);
     engine.compact(None).unwrap();
     let partition_dir = dir.path().join("grouped-0");
-    let after_first = log_files(&partition_dir);
+    let after_first = count_ending(&partition_dir, ".log");
     append_rounds(&engine, &topic, 0, 2, 40);
-    let before_second = log_files(&partition_dir);
+    let before_second = count_ending(&partition_dir, ".log");
     let reports = engine.compact(None).unwrap();
     let outcome = reports[0].outcome.as_ref().unwrap();
     assert!(
         outcome.segments_written < outcome.segments_cleaned,
         "several cleaned segments became one: {outcome:?}"
     );
-    let after_second = log_files(&partition_dir);
+    let after_second = count_ending(&partition_dir, ".log");
     assert!(
         after_second < before_second && after_second <= after_first + 1,
         "{after_first} -> {before_second} -> {after_second}"
@@ -559,20 +504,9 @@ fn small_cleaned_segments_are_grouped_into_one() {
 #[test]
 fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition {
-        topic: TopicName::parse("stale").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: true,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(0),
-    };
+    let options = open_options(true, 0, 0);
     let storage = storage_from_env();
-    let mut log = PartitionLog::open(storage, dir.path(), tp, compacted_config(), options)
-        .unwrap()
-        .0;
+    let mut log = open_log(storage, dir.path(), "stale", compacted_config(), options);
     let now = TimestampMs::now();
     for sequence in 0..60u32 {
         log.append(keyed_batch(sequence % 3, sequence, now.0), now)
@@ -614,31 +548,18 @@ fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
 
 /// Appends `count` one-record batches to a `delete`-policy topic with 1 KiB segments.
 fn plain_topic_with_segments(engine: &Engine, name: &str, count: u32) -> TopicName {
-    let config = LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = small_segments(1024, 4096);
     let topic = engine.create_topic(name, 1, config).unwrap();
     let now = TimestampMs::now().0;
     for sequence in 0..count {
-        engine
-            .append(
-                &topic,
-                0,
-                keyed_batch(sequence, sequence, now),
-                Durability::Written,
-            )
-            .wait()
-            .unwrap();
+        append(engine, &topic, 0, keyed_batch(sequence, sequence, now));
     }
     topic
 }
 
 #[test]
 fn the_scrubber_reports_a_bad_crc_and_a_broken_offset_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let (dir, engine) = temp_engine(engine_config());
     let topic = plain_topic_with_segments(&engine, "scrubbed", 40);
     let clean = engine.scrub(None).unwrap();
     assert_eq!(clean.len(), 1);
@@ -646,19 +567,19 @@ fn the_scrubber_reports_a_bad_crc_and_a_broken_offset_and_changes_nothing() {
     assert!(clean[0].1.corrupt.is_empty(), "{clean:?}");
 
     let partition_dir = dir.path().join("scrubbed-0");
-    let mut sealed: Vec<PathBuf> = std::fs::read_dir(&partition_dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+    let sealed: Vec<PathBuf> = names_ending(&partition_dir, ".log")
+        .iter()
+        .map(|name| partition_dir.join(name))
         .collect();
-    sealed.sort();
     // A flipped bit in the last byte of the first segment's first batch (a record byte: the CRC
     // fails), and the second segment's first batch moved to offset 0 (the base offset is not
     // covered by the CRC: continuity catches it).
-    let mut first = std::fs::read(&sealed[0]).unwrap();
-    let first_batch_end = 12 + u32::from_be_bytes(first[8..12].try_into().unwrap()) as usize;
-    first[first_batch_end - 1] ^= 0x01;
-    std::fs::write(&sealed[0], &first).unwrap();
+    let batch_length = std::fs::read(&sealed[0]).unwrap()[8..12]
+        .try_into()
+        .unwrap();
+    let first_batch_end = 12 + u32::from_be_bytes(batch_length) as u64;
+    flip_byte(&sealed[0], first_batch_end - 1, 0x01);
+    let first = std::fs::read(&sealed[0]).unwrap();
     let mut second = std::fs::read(&sealed[1]).unwrap();
     second[..8].copy_from_slice(&0i64.to_be_bytes());
     std::fs::write(&sealed[1], &second).unwrap();
@@ -691,18 +612,12 @@ fn the_scrubber_reports_a_bad_crc_and_a_broken_offset_and_changes_nothing() {
 
 #[test]
 fn the_scrubber_runs_on_its_own_schedule() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
+    let (_dir, engine) = temp_engine(EngineConfig {
         scrub_interval_ms: 20,
         ..engine_config()
-    };
-    let engine = Engine::open(dir.path(), config).unwrap();
+    });
     plain_topic_with_segments(&engine, "scheduled", 40);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while engine.cleaner_stats().scrub.segments_scrubbed == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let stats = engine.cleaner_stats();
+    let stats = wait_for_cleaner(&engine, |stats| stats.scrub.segments_scrubbed > 0);
     assert!(
         stats.scrub.passes > 0 && stats.scrub.segments_scrubbed > 0,
         "{stats:?}"
@@ -714,11 +629,11 @@ fn the_scrubber_runs_on_its_own_schedule() {
 #[test]
 fn a_dedupe_buffer_too_small_for_one_key_is_refused_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
+    let buffer_of_one_byte = EngineConfig {
         cleaner_dedupe_buffer_bytes: 1,
         ..engine_config()
     };
-    let error = Engine::open(dir.path(), config).unwrap_err();
+    let error = Engine::open(dir.path(), buffer_of_one_byte).unwrap_err();
     assert!(
         matches!(error, seglog::error::OpenError::DedupeBuffer(_)),
         "{error:?}"
@@ -731,13 +646,7 @@ fn a_dedupe_buffer_too_small_for_one_key_is_refused_at_open() {
 
 #[test]
 fn fetch_record_after_compaction_is_none_for_a_removed_offset_and_the_record_for_a_kept_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let topic = engine
-        .create_topic("latest", 1, compacted_config())
-        .unwrap();
-    append_rounds(&engine, &topic, 0, 5, 20);
-    let before = read_all(&engine, &topic, 0);
+    let (_dir, engine, topic, before) = compacted_rounds(engine_config(), "latest", 5, 20);
     let reports = engine.compact(None).unwrap();
     assert!(reports[0].outcome.as_ref().unwrap().segments_cleaned > 0);
     let kept: BTreeMap<u64, (String, String)> = read_all(&engine, &topic, 0)

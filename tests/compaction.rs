@@ -14,26 +14,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proptest::prelude::*;
 use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::Storage;
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::io::hooked::{StorageHooks, StorageOp};
 use seglog::io::pio::PositionedIo;
-use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::log::{CompactionOutcome, PartitionLog};
+use seglog::types::{Offset, TimestampMs};
+use support::batches::{self, Row, T0, records_from, rows_from};
+use support::configs::{compacted, small_segments};
+use support::dirs::segment_bases;
+use support::engines::{append as append_to, engine_config, fetch_batches};
+use support::hooks::{hooked_pio, wait_every};
+use support::logs::{log_batches, open_options, try_open_log};
 
-const T0: i64 = 1_700_000_000_000;
+mod support;
+
 const DELETE_RETENTION_MS: i64 = 1_000;
 
 fn config() -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 600,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 64,
-        ..LogConfig::default()
-    };
-    config.set("cleanup.policy", "compact").unwrap();
-    config
+    compacted(small_segments(600, 64))
 }
 
 fn open(storage: Arc<dyn Storage>, dir: &Path, clean: bool) -> PartitionLog {
@@ -45,17 +43,17 @@ fn try_open(
     dir: &Path,
     clean: bool,
 ) -> Result<PartitionLog, seglog::error::OpenError> {
-    let tp = TopicPartition {
-        topic: TopicName::parse("compacted").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: clean,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(T0),
-    };
-    PartitionLog::open(storage, dir, tp, config(), options).map(|(log, _)| log)
+    let options = open_options(clean, 0, T0);
+    try_open_log(storage, dir, "compacted", config(), options).map(|(log, _)| log)
+}
+
+/// A log in `dir` on `storage` holding the (key, value or tombstone) records `records`.
+fn log_of(storage: Arc<dyn Storage>, dir: &Path, records: &[(u8, Option<u32>)]) -> PartitionLog {
+    let mut log = open(storage, dir, false);
+    for (key, value) in records {
+        append(&mut log, *key, *value);
+    }
+    log
 }
 
 /// (key, value or tombstone) records, one batch each.
@@ -66,45 +64,22 @@ fn append(log: &mut PartitionLog, key: u8, value: Option<u32>) {
 
 /// A one-record batch: key `k<key>`, a 55-byte value numbered `value` (or a tombstone).
 fn keyed_batch(key: u8, value: Option<u32>) -> bytes::Bytes {
-    let key = [b'k', key];
     let value = value.map(|value| format!("value-{value:08}-{}", "x".repeat(40)));
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: T0,
-        key: Some(&key),
-        value: value.as_deref().map(str::as_bytes),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    let value = value.as_deref().map(str::as_bytes);
+    batches::keyed_batch(Some(&[b'k', key]), value, T0)
 }
 
-type Row = (u64, Vec<u8>, Option<Vec<u8>>);
+/// Compacts the whole log once, with a fresh offset map, at T0.
+fn compact_once(log: &mut PartitionLog) -> CompactionOutcome {
+    let mut map = OffsetMap::new(64 * 1024).unwrap();
+    log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0))
+        .unwrap()
+}
 
 /// Every record of the log: (offset, key, value).
 fn contents(log: &mut PartitionLog) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut offset = log.log_start_offset();
-    while offset < log.log_end_offset() {
-        let data = log.read(offset, 1 << 20).unwrap();
-        if data.records.is_empty() {
-            break;
-        }
-        for batch in BatchIter::new(data.records, u64::MAX) {
-            let batch = batch.unwrap();
-            for record in batch.records().unwrap() {
-                let record_offset = batch.base_offset() as u64 + record.offset_delta as u64;
-                if record_offset >= offset.0 {
-                    rows.push((
-                        record_offset,
-                        record.key.unwrap().to_vec(),
-                        record.value.map(|v| v.to_vec()),
-                    ));
-                }
-            }
-            offset = Offset(batch.last_offset() as u64 + 1);
-        }
-    }
-    rows
+    let start = log.log_start_offset().0;
+    rows_from(&log_batches(log), start)
 }
 
 /// What compaction must leave: below `mapped_end`, the latest record per key (tombstones only if
@@ -132,10 +107,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let storage: Arc<dyn Storage> = Arc::new(PositionedIo);
-        let mut log = open(storage.clone(), dir.path(), false);
-        for (key, value) in &records {
-            append(&mut log, *key, *value);
-        }
+        let mut log = log_of(storage.clone(), dir.path(), &records);
         let before = contents(&mut log);
         let mut map = OffsetMap::new(64 * 1024).unwrap();
         let outcome = log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0)).unwrap();
@@ -225,14 +197,9 @@ fn a_crash_at_any_step_of_the_swap_reopens_to_before_or_after() {
         (0..40).map(|i| ((i % 5) as u8, Some(i))).collect();
     let (before, after) = {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = open(Arc::new(PositionedIo), dir.path(), false);
-        for (key, value) in &keys_and_values {
-            append(&mut log, *key, *value);
-        }
+        let mut log = log_of(Arc::new(PositionedIo), dir.path(), &keys_and_values);
         let before = contents(&mut log);
-        let mut map = OffsetMap::new(64 * 1024).unwrap();
-        log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0))
-            .unwrap();
+        compact_once(&mut log);
         (before, contents(&mut log))
     };
     assert_ne!(before, after);
@@ -243,11 +210,7 @@ fn a_crash_at_any_step_of_the_swap_reopens_to_before_or_after() {
             operations: AtomicUsize::new(0),
             fail_at: AtomicUsize::new(usize::MAX),
         });
-        let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), failing.clone()));
-        let mut log = open(storage, dir.path(), false);
-        for (key, value) in &keys_and_values {
-            append(&mut log, *key, *value);
-        }
+        let mut log = log_of(hooked_pio(failing.clone()), dir.path(), &keys_and_values);
         failing.arm(fail_at);
         let mut map = OffsetMap::new(64 * 1024).unwrap();
         let result = log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0));
@@ -282,24 +245,20 @@ fn is_partially_compacted(before: &[Row], after: &[Row], state: &[Row]) -> bool 
 
 #[test]
 fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
-    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    use seglog::engine::Engine;
     let dir = tempfile::tempdir().unwrap();
-    let engine_config = || EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
     let topic = engine.create_topic("latest", 1, config()).unwrap();
     engine
         .create_topic("plain", 1, LogConfig::default())
         .unwrap();
     for sequence in 0..60u32 {
-        let batch = keyed_batch((sequence % 4) as u8, Some(sequence));
-        engine
-            .append(&topic, 0, batch, Durability::Written)
-            .wait()
-            .unwrap();
+        append_to(
+            &engine,
+            &topic,
+            0,
+            keyed_batch((sequence % 4) as u8, Some(sequence)),
+        );
     }
     let reports = engine.compact(None).unwrap();
     assert_eq!(reports.len(), 1, "only the compacted topic is compacted");
@@ -319,32 +278,13 @@ fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
         "nothing new is dirty"
     );
     engine.close().unwrap();
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
-    let data = engine
-        .fetch(
-            &topic,
-            0,
-            Offset(0),
-            FetchOptions {
-                max_bytes: 1 << 20,
-                ..FetchOptions::default()
-            },
-        )
-        .wait()
-        .unwrap();
+    let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
     let mut values_below_dirty = BTreeMap::new();
-    for batch in BatchIter::new(data.records, u64::MAX) {
-        let batch = batch.unwrap();
-        for record in batch.records().unwrap() {
-            let offset = batch.base_offset() as u64 + record.offset_delta as u64;
-            if offset < first_dirty.0 {
-                assert!(
-                    values_below_dirty
-                        .insert(record.key.unwrap().to_vec(), offset)
-                        .is_none(),
-                    "one record per key below the dirty offset"
-                );
-            }
+    for (offset, record) in records_from(&fetch_batches(&engine, &topic, 0), 0) {
+        if offset < first_dirty.0 {
+            let key = record.key.unwrap().to_vec();
+            let first_of_key = values_below_dirty.insert(key, offset).is_none();
+            assert!(first_of_key, "one record per key below the dirty offset");
         }
     }
     assert!(!values_below_dirty.is_empty());
@@ -353,37 +293,28 @@ fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
 
 #[test]
 fn shards_compact_dirty_logs_on_their_own() {
-    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let engine_config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
+    use seglog::engine::{Engine, EngineConfig};
+    use std::time::Duration;
+    let (_dir, engine) = support::engines::temp_engine(EngineConfig {
         cleaner_backoff_ms: 20,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(dir.path(), engine_config).unwrap();
+        ..engine_config(1)
+    });
     let topic = engine.create_topic("auto", 1, config()).unwrap();
-    let count_records = |engine: &Engine| {
-        let options = FetchOptions {
-            max_bytes: 1 << 20,
-            ..FetchOptions::default()
-        };
-        let data = engine.fetch(&topic, 0, Offset(0), options).wait().unwrap();
-        BatchIter::new(data.records, u64::MAX)
-            .map(|batch| batch.unwrap().records().unwrap().len())
-            .sum::<usize>()
-    };
+    let count_records = |engine: &Engine| records_from(&fetch_batches(engine, &topic, 0), 0).len();
     for sequence in 0..40u32 {
-        let batch = keyed_batch((sequence % 2) as u8, Some(sequence));
-        engine
-            .append(&topic, 0, batch, Durability::Written)
-            .wait()
-            .unwrap();
+        append_to(
+            &engine,
+            &topic,
+            0,
+            keyed_batch((sequence % 2) as u8, Some(sequence)),
+        );
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while count_records(&engine) >= 40 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let compacted = || count_records(&engine) < 40;
+    wait_every(
+        Duration::from_millis(20),
+        Duration::from_secs(10),
+        compacted,
+    );
     assert!(
         count_records(&engine) < 40,
         "the shard compacted the dirty log without being asked"
@@ -404,9 +335,7 @@ fn segments_above_the_cleaned_end_are_held_to_dense_offsets() {
     for value in 0..30 {
         append(&mut log, (value % 3) as u8, Some(value));
     }
-    let mut map = OffsetMap::new(64 * 1024).unwrap();
-    log.compact(&mut map, Offset(0), DELETE_RETENTION_MS, TimestampMs(T0))
-        .unwrap();
+    compact_once(&mut log);
     let cleaned_end: u64 = std::fs::read_to_string(&marker)
         .unwrap()
         .lines()
@@ -430,19 +359,6 @@ fn segments_above_the_cleaned_end_are_held_to_dense_offsets() {
         .map(|_| ())
         .unwrap_err();
     assert!(format!("{error:?}").contains("Corrupt"), "{error}");
-}
-
-/// Base offsets of the live segments in `dir`, ascending.
-fn segment_bases(dir: &Path) -> Vec<u64> {
-    let mut bases: Vec<u64> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|entry| {
-            let name = entry.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".log")?.parse().ok()
-        })
-        .collect();
-    bases.sort_unstable();
-    bases
 }
 
 /// Adds one to the base offset of the first batch of segment `base` (a field the CRC does not

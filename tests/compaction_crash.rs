@@ -18,33 +18,33 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use seglog::cleaner::log_cleaner::CompactionOutcome;
 use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::engine::{Engine, EngineConfig};
+use seglog::io::hooked::StorageOp;
 use seglog::io::{Storage, storage_from_env};
-use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::log::PartitionLog;
+use seglog::types::{Offset, TimestampMs, TopicName};
+use support::batches::{self, Row, T0, rows_from};
+use support::configs::{compacted, small_segments, with_settings};
+use support::crash::{AtStep, StepHooks, abort_at_each_step, every_op, spawn_child};
+use support::dirs::{copy_dir, names_ending};
+use support::engines::{self, append, fetch_batches};
+use support::hooks::hooked;
+use support::logs::{self, log_batches, open_options};
 
-const T0: i64 = 1_700_000_000_000;
+mod support;
+
 /// Long enough that every tombstone survives both compactions: the latest record of every key,
 /// tombstone or not, is in the log after.
 const DELETE_RETENTION_MS: i64 = 24 * 3_600_000;
 const CHILD_ENV: &str = "SEGLOG_COMPACTION_CRASH_CHILD";
 const CHILD_TEST: &str = "child_process_aborting_at_one_step";
-/// Children mostly wait for fsync: several at a time.
-const CHILDREN_AT_ONCE: usize = 4;
 /// Records appended before the first compaction, and after it.
 const FIRST_RECORDS: u32 = 30;
 const SECOND_RECORDS: u32 = 12;
@@ -58,17 +58,9 @@ const TOPIC: &str = "latest";
 const PARTITIONS: u32 = 2;
 
 fn log_config() -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 600,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 64,
-        ..LogConfig::default()
-    };
-    config.set("cleanup.policy", "compact").unwrap();
-    config
-        .set("delete.retention.ms", &DELETE_RETENTION_MS.to_string())
-        .unwrap();
-    config
+    let delete_retention_ms = DELETE_RETENTION_MS.to_string();
+    let settings = [("delete.retention.ms", delete_retention_ms.as_str())];
+    with_settings(compacted(small_segments(600, 64)), &settings)
 }
 
 /// The `sequence`th record appended: key `k<sequence % 6>` (`% 3` from `EARLY_RECORDS` on), a
@@ -84,35 +76,7 @@ fn record(sequence: u32) -> (Vec<u8>, Option<Vec<u8>>) {
 /// A one-record batch of `record(sequence)`.
 fn keyed_batch(sequence: u32) -> Bytes {
     let (key, value) = record(sequence);
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: T0,
-        key: Some(&key),
-        value: value.as_deref(),
-        headers: &[],
-    });
-    builder.build().unwrap()
-}
-
-/// (offset, key, value or tombstone).
-type Row = (u64, Vec<u8>, Option<Vec<u8>>);
-
-/// Every record of `records` (whole batches, each decoded with its CRC checked) at or above
-/// `from`, and the offset after the last batch.
-fn rows_of(records: Bytes, from: u64, rows: &mut Vec<Row>) -> Option<u64> {
-    let mut next = None;
-    for batch in BatchIter::new(records, u64::MAX) {
-        let batch = batch.expect("every batch decodes with a valid CRC");
-        for record in batch.records().unwrap() {
-            let offset = batch.base_offset() as u64 + record.offset_delta as u64;
-            if offset >= from {
-                let value = record.value.map(|value| value.to_vec());
-                rows.push((offset, record.key.unwrap().to_vec(), value));
-            }
-        }
-        next = Some(batch.last_offset() as u64 + 1);
-    }
-    next
+    batches::keyed_batch(Some(&key), value.as_deref(), T0)
 }
 
 /// The latest row of every key.
@@ -131,41 +95,21 @@ fn assert_offsets_increase(rows: &[Row], context: &str) {
 
 /// Names of files in `dir` ending with `.cleaned` or `.swap`.
 fn compaction_leftovers(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".cleaned") || name.ends_with(".swap"))
-        .collect()
+    [names_ending(dir, ".cleaned"), names_ending(dir, ".swap")].concat()
 }
 
 // ---- The partition log ----
 
 /// Opened as after a crash: unclean, nothing known durable, every batch re-validated.
 fn open_log(storage: Arc<dyn Storage>, dir: &Path) -> PartitionLog {
-    let topic_partition = TopicPartition {
-        topic: TopicName::parse(TOPIC).unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(T0),
-    };
-    PartitionLog::open(storage, dir, topic_partition, log_config(), options)
-        .unwrap()
-        .0
+    let options = open_options(false, 0, T0);
+    logs::open_log(storage, dir, TOPIC, log_config(), options)
 }
 
+/// Every record of the log from its log start, each batch decoded with its CRC checked.
 fn log_rows(log: &mut PartitionLog) -> Vec<Row> {
-    let mut rows = Vec::new();
-    let mut next = log.log_start_offset().0;
-    while next < log.log_end_offset().0 {
-        let records = log.read(Offset(next), 1 << 20).unwrap().records;
-        next = rows_of(records, next, &mut rows)
-            .unwrap_or_else(|| panic!("offset {next} below the log end reads nothing"));
-    }
-    rows
+    let start = log.log_start_offset().0;
+    rows_from(&log_batches(log), start)
 }
 
 fn compact(log: &mut PartitionLog, first_dirty_offset: Offset) -> CompactionOutcome {
@@ -282,76 +226,39 @@ enum Judged {
     After,
 }
 
-/// Hooks that count every storage operation once armed (or only those `counts` accepts) and
-/// abort the process just before the `step`th (from 1), telling stderr which it was.
-#[derive(Debug)]
-struct AbortAt {
-    armed: AtomicBool,
-    operations: AtomicUsize,
-    step: usize,
-    counts: fn(StorageOp, &Path) -> bool,
-}
-
-impl AbortAt {
-    fn new(step: usize, counts: fn(StorageOp, &Path) -> bool) -> Arc<AbortAt> {
-        Arc::new(AbortAt {
-            armed: AtomicBool::new(false),
-            operations: AtomicUsize::new(0),
-            step,
-            counts,
-        })
-    }
-
-    fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    fn operations(&self) -> usize {
-        self.operations.load(Ordering::SeqCst)
-    }
-}
-
-impl StorageHooks for AbortAt {
-    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
-        if !self.armed.load(Ordering::SeqCst) || !(self.counts)(op, path) {
-            return Ok(());
-        }
-        if self.operations.fetch_add(1, Ordering::SeqCst) + 1 == self.step {
-            let thread = std::thread::current();
-            eprintln!(
-                "ABORT op={op:?} path={} thread={}",
-                path.display(),
-                thread.name().unwrap_or("?")
-            );
-            std::process::abort();
-        }
-        Ok(())
-    }
-}
-
-fn every_op(_op: StorageOp, _path: &Path) -> bool {
-    true
-}
-
-fn hooked(hooks: Arc<AbortAt>) -> Arc<dyn Storage> {
-    Arc::new(HookedStorage::new(storage_from_env(), hooks))
+/// The second compaction on a copy of the template in `dir`, over storage with `hooks`.
+fn compact_copy(
+    template_dir: &Path,
+    dir: &Path,
+    first_dirty_offset: Offset,
+    hooks: Arc<StepHooks>,
+) {
+    let mut log = LogTemplate::open_copy(template_dir, dir, hooked(hooks.clone()));
+    hooks.arm();
+    compact_again(&mut log, first_dirty_offset);
 }
 
 fn log_operations_in_compaction(template: &LogTemplate) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let hooks = AbortAt::new(usize::MAX, every_op);
-    let mut log = LogTemplate::open_copy(template.dir.path(), dir.path(), hooked(hooks.clone()));
-    hooks.arm();
-    compact_again(&mut log, template.first_dirty_offset);
+    let hooks = StepHooks::new(usize::MAX, AtStep::Abort, every_op);
+    let template_dir = template.dir.path();
+    compact_copy(
+        template_dir,
+        dir.path(),
+        template.first_dirty_offset,
+        hooks.clone(),
+    );
     hooks.operations()
 }
 
 fn run_log_child(child: &ChildSpec) {
-    let hooks = AbortAt::new(child.step, every_op);
-    let storage = hooked(hooks.clone());
-    let mut log = LogTemplate::open_copy(&child.template_dir, &child.dir, storage);
-    hooks.arm();
-    compact_again(&mut log, child.first_dirty_offset);
+    let hooks = StepHooks::new(child.step, AtStep::Abort, every_op);
+    compact_copy(
+        &child.template_dir,
+        &child.dir,
+        child.first_dirty_offset,
+        hooks,
+    );
 }
 
 #[test]
@@ -402,13 +309,11 @@ fn a_kill_at_any_step_of_a_grouping_compaction_reopens_to_before_after_or_a_mix(
 
 fn engine_config() -> EngineConfig {
     EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
         // Only `Engine::compact` cleans: no background round moves the steps.
         cleaner_backoff_ms: 3_600_000,
         cleaner_core: None,
         retention_check_interval_ms: 3_600_000,
-        ..EngineConfig::default()
+        ..engines::engine_config(1)
     }
 }
 
@@ -449,10 +354,7 @@ fn append_to_engine(
 ) {
     for sequence in sequences {
         for partition in partitions.clone() {
-            engine
-                .append(topic, partition, keyed_batch(sequence), Durability::Written)
-                .wait()
-                .unwrap();
+            append(engine, topic, partition, keyed_batch(sequence));
         }
     }
 }
@@ -475,22 +377,7 @@ fn build_engine(storage: Arc<dyn Storage>, dir: &Path) -> Engine {
 
 fn engine_rows(engine: &Engine, partition: u32) -> Vec<Row> {
     let topic = TopicName::parse(TOPIC).unwrap();
-    let mut rows = Vec::new();
-    let mut next = 0;
-    loop {
-        let options = FetchOptions {
-            max_bytes: 1 << 20,
-            ..FetchOptions::default()
-        };
-        let data = engine
-            .fetch(&topic, partition, Offset(next), options)
-            .wait()
-            .unwrap();
-        match rows_of(data.records, next, &mut rows) {
-            Some(after) => next = after,
-            None => return rows,
-        }
-    }
+    rows_from(&fetch_batches(engine, &topic, partition), 0)
 }
 
 /// A built engine directory (`build_engine`), closed: each run of the second compaction starts
@@ -508,11 +395,17 @@ fn open_engine_copy(template_dir: &Path, dir: &Path, storage: Arc<dyn Storage>) 
     Engine::open_with_storage(dir, engine_config(), storage).unwrap()
 }
 
+/// A copy of the engine template in `dir` over storage with `hooks`, which are then armed.
+fn armed_engine_copy(template_dir: &Path, dir: &Path, hooks: Arc<StepHooks>) -> Engine {
+    let engine = open_engine_copy(template_dir, dir, hooked(hooks.clone()));
+    hooks.arm();
+    engine
+}
+
 fn engine_operations_in_compaction(template_dir: &Path) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let hooks = AbortAt::new(usize::MAX, swap_op);
-    let engine = open_engine_copy(template_dir, dir.path(), hooked(hooks.clone()));
-    hooks.arm();
+    let hooks = StepHooks::new(usize::MAX, AtStep::Abort, swap_op);
+    let engine = armed_engine_copy(template_dir, dir.path(), hooks.clone());
     let reports = engine.compact(None).unwrap();
     let operations = hooks.operations();
     let outcomes: Vec<_> = reports
@@ -531,9 +424,8 @@ fn engine_operations_in_compaction(template_dir: &Path) -> usize {
 }
 
 fn run_engine_child(child: &ChildSpec) {
-    let hooks = AbortAt::new(child.step, swap_op);
-    let engine = open_engine_copy(&child.template_dir, &child.dir, hooked(hooks.clone()));
-    hooks.arm();
+    let hooks = StepHooks::new(child.step, AtStep::Abort, swap_op);
+    let engine = armed_engine_copy(&child.template_dir, &child.dir, hooks);
     let _ = engine.compact(None);
 }
 
@@ -634,20 +526,6 @@ impl ChildSpec {
     }
 }
 
-/// Copies the files of `from` into `to`, subdirectories too.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// Runs a child aborting before each operation `1..=steps` of the scenario's compaction of a
 /// copy of `template`, a few at a time; returns each step's directory and the child's account
 /// of the operation it aborted before.
@@ -657,66 +535,17 @@ fn kill_at_each_step(
     first_dirty_offset: Offset,
     steps: usize,
 ) -> Vec<(usize, tempfile::TempDir, String)> {
-    let all: Vec<usize> = (1..=steps).collect();
-    let mut killed = Vec::new();
-    for chunk in all.chunks(CHILDREN_AT_ONCE) {
-        let children: Vec<_> = chunk
-            .iter()
-            .map(|step| {
-                let spec = |dir: &Path| {
-                    format!(
-                        "{scenario:?}:{step}:{}:{}:{}",
-                        first_dirty_offset.0,
-                        template.path().display(),
-                        dir.display()
-                    )
-                };
-                (*step, spawn_child(spec))
-            })
-            .collect();
-        for (step, (dir, mut child)) in children {
-            let status = child.wait().unwrap();
-            let mut stderr = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut stderr)
-                .unwrap();
-            assert_eq!(
-                status.signal(),
-                Some(6),
-                "{scenario:?}: the child aborts before operation {step}: {status}\n{stderr}"
-            );
-            let abort = stderr
-                .lines()
-                .find(|line| line.starts_with("ABORT "))
-                .unwrap_or_default()
-                .to_owned();
-            killed.push((step, dir, abort));
-        }
-    }
-    killed
-}
-
-/// Starts this test binary as a child running `CHILD_TEST` in a new directory, described by
-/// `spec(directory)`.
-fn spawn_child(spec: impl Fn(&Path) -> String) -> (tempfile::TempDir, Child) {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            CHILD_TEST,
-            "--exact",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, spec(dir.path()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    (dir, child)
+    let spawn = |step: usize| {
+        spawn_child(CHILD_TEST, CHILD_ENV, |dir| {
+            let template = template.path().display();
+            let first_dirty = first_dirty_offset.0;
+            format!(
+                "{scenario:?}:{step}:{first_dirty}:{template}:{}",
+                dir.display()
+            )
+        })
+    };
+    abort_at_each_step(steps, spawn, &format!("{scenario:?}"))
 }
 
 /// The child side of the kill tests: copies the template into the directory it is given and

@@ -12,13 +12,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::engine::{Durability, Engine};
 use seglog::io::pio::PositionedIo;
 use seglog::io::{OpenMode, Storage, StorageFile};
-use seglog::types::Offset;
+use support::batches::value_batch;
+use support::engines::{engine_config, fetch_values};
+
+mod support;
 
 /// How the file system treats `O_DIRECT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,40 +46,40 @@ fn einval() -> io::Error {
     io::Error::from_raw_os_error(libc::EINVAL)
 }
 
+/// Methods that do what the same methods of the field `inner`, or of `PositionedIo`, do; or
+/// that count a direct write and refuse it.
+macro_rules! methods {
+    (inner; $($name:ident($($arg:ident: $type:ty),*) -> $answer:ty;)*) => {
+        $(fn $name(&self, $($arg: $type),*) -> $answer {
+            self.inner.$name($($arg),*)
+        })*
+    };
+    (PositionedIo; $($name:ident($($arg:ident: $type:ty),*) -> $answer:ty;)*) => {
+        $(fn $name(&self, $($arg: $type),*) -> $answer {
+            PositionedIo.$name($($arg),*)
+        })*
+    };
+    (refused; $($name:ident($($type:ty),*);)*) => {
+        $(fn $name(&self, $(_: $type),*) -> io::Result<()> {
+            self.direct_writes.fetch_add(1, Ordering::SeqCst);
+            Err(einval())
+        })*
+    };
+}
+
 impl StorageFile for RefusingFile {
-    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, position)
+    methods! { inner;
+        read_at(buf: &mut [u8], position: u64) -> io::Result<usize>;
+        sync_data() -> io::Result<()>;
+        sync_all() -> io::Result<()>;
+        length_bytes() -> io::Result<u64>;
+        set_length_bytes(length_bytes: u64) -> io::Result<()>;
+        modified_ms() -> io::Result<i64>;
+        as_file() -> Option<&std::fs::File>;
     }
-    fn write_all_at(&self, _buf: &[u8], _position: u64) -> io::Result<()> {
-        self.direct_writes.fetch_add(1, Ordering::SeqCst);
-        Err(einval())
-    }
-    fn write_direct_behind(
-        &self,
-        _length: usize,
-        _position: u64,
-        _fill: &mut dyn FnMut(&mut [u8]),
-    ) -> io::Result<()> {
-        self.direct_writes.fetch_add(1, Ordering::SeqCst);
-        Err(einval())
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn length_bytes(&self) -> io::Result<u64> {
-        self.inner.length_bytes()
-    }
-    fn set_length_bytes(&self, length_bytes: u64) -> io::Result<()> {
-        self.inner.set_length_bytes(length_bytes)
-    }
-    fn modified_ms(&self) -> io::Result<i64> {
-        self.inner.modified_ms()
-    }
-    fn as_file(&self) -> Option<&std::fs::File> {
-        self.inner.as_file()
+    methods! { refused;
+        write_all_at(&[u8], u64);
+        write_direct_behind(usize, u64, &mut dyn FnMut(&mut [u8]));
     }
 }
 
@@ -93,41 +94,16 @@ impl Storage for Refusing {
             _ => PositionedIo.open(path, mode),
         }
     }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.create_dir_all(dir)
+    methods! { PositionedIo;
+        create_dir_all(dir: &Path) -> io::Result<()>;
+        list_dir(dir: &Path) -> io::Result<Vec<String>>;
+        is_dir(path: &Path) -> bool;
+        exists(path: &Path) -> bool;
+        rename(from: &Path, to: &Path) -> io::Result<()>;
+        remove_file(path: &Path) -> io::Result<()>;
+        remove_dir_all(path: &Path) -> io::Result<()>;
+        sync_dir(dir: &Path) -> io::Result<()>;
     }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        PositionedIo.list_dir(dir)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        PositionedIo.is_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        PositionedIo.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        PositionedIo.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        PositionedIo.remove_dir_all(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        PositionedIo.sync_dir(dir)
-    }
-}
-
-fn batch(value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
 }
 
 /// Appends 200 values to 2 partitions on the default (`O_DIRECT`) configuration over `refusal`,
@@ -139,11 +115,7 @@ fn appends_read_back_over(refusal: Refusal) -> usize {
         refusal,
         direct_writes: direct_writes.clone(),
     });
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = engine_config(1);
     assert!(config.direct_writes, "O_DIRECT is the default");
     let engine = Engine::open_with_storage(dir.path(), config.clone(), storage.clone()).unwrap();
     let topic = engine.create_topic("t", 2, LogConfig::default()).unwrap();
@@ -156,27 +128,23 @@ fn appends_read_back_over(refusal: Refusal) -> usize {
             _ => Durability::Written,
         };
         engine
-            .append(&topic, (sequence % 2) as u32, batch(value), durability)
+            .append(
+                &topic,
+                (sequence % 2) as u32,
+                value_batch(value),
+                durability,
+            )
             .wait()
             .unwrap();
     }
     let read_back = |engine: &Engine| -> Vec<Vec<String>> {
+        let values = |partition| fetch_values(engine, &topic, partition);
         (0..2)
             .map(|partition| {
-                let data = engine
-                    .fetch(&topic, partition, Offset(0), FetchOptions::default())
-                    .wait()
-                    .unwrap();
-                let mut found = Vec::new();
-                let mut position = 0;
-                while position < data.records.len() {
-                    let batch = Batch::decode(&data.records.slice(position..), u64::MAX).unwrap();
-                    position += batch.size_bytes() as usize;
-                    for record in batch.records().unwrap() {
-                        found.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
-                    }
-                }
-                found
+                values(partition)
+                    .into_iter()
+                    .map(|(_, value)| value)
+                    .collect()
             })
             .collect()
     };

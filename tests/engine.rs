@@ -16,10 +16,17 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Isolation};
 use seglog::error::{AppendError, EngineUnavailable, ReadError};
-use seglog::format::{Batch, BatchBuilder, Compression, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
-use seglog::io::pio::PositionedIo;
+use seglog::format::{BatchBuilder, Compression, NewRecord};
+use seglog::group::ConsumerRecord;
+use seglog::io::Storage;
+use seglog::io::hooked::{StorageHooks, StorageOp};
 use seglog::types::{Offset, TimestampMs, TopicName};
+use std::time::Duration;
+use support::batches;
+use support::engines::{append, engine_config, engine_with_topic, fetch_values};
+use support::hooks::{hooked_pio, wait_every};
+
+mod support;
 
 /// Hooks that record every `fdatasync` (which file, and how long it was when synced), and fail
 /// every `fdatasync` with EIO while `fail_syncs` is set.
@@ -48,68 +55,43 @@ impl StorageHooks for SyncCounter {
 }
 
 /// Positioned I/O with a [`SyncCounter`].
-fn counting_storage() -> (Arc<HookedStorage>, Arc<SyncCounter>) {
+fn counting_storage() -> (Arc<dyn Storage>, Arc<SyncCounter>) {
     let counter = Arc::new(SyncCounter::default());
-    let storage = HookedStorage::new(Arc::new(PositionedIo), counter.clone());
-    (Arc::new(storage), counter)
+    (hooked_pio(counter.clone()), counter)
 }
 
 fn batch(value: &str) -> Bytes {
     keyed_batch(None, value)
 }
 
+/// Appends `value` to the partition, durable, and checks it is acknowledged so; returns its
+/// offset.
+fn append_durable(engine: &Engine, topic: &TopicName, partition: u32, value: &str) -> u64 {
+    let append = engine.append(topic, partition, batch(value), Durability::Durable);
+    let info = append.wait().unwrap();
+    assert!(info.durable);
+    info.first_offset.0
+}
+
+/// The record at `offset` of partition 0, which must be there.
+fn record_at(engine: &Engine, topic: &TopicName, offset: u64, what: &str) -> ConsumerRecord {
+    let record = engine
+        .fetch_record(topic, 0, Offset(offset))
+        .wait()
+        .unwrap();
+    let record = record.unwrap_or_else(|| panic!("{what}: no record at {offset}"));
+    assert_eq!(record.offset, Offset(offset));
+    record
+}
+
+/// A one-record batch stamped now.
 fn keyed_batch(key: Option<&[u8]>, value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: TimestampMs::now().0,
-        key,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
-}
-
-fn config(shards: usize) -> EngineConfig {
-    EngineConfig {
-        shard_count: shards,
-        pin_shards: false,
-        ..EngineConfig::default()
-    }
-}
-
-/// Every record value of a partition, in offset order, read back through the engine.
-fn read_values(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, String)> {
-    let mut values = Vec::new();
-    let mut offset = Offset(0);
-    loop {
-        let data = engine
-            .fetch(topic, partition, offset, FetchOptions::default())
-            .wait()
-            .unwrap();
-        if data.records.is_empty() {
-            return values;
-        }
-        let mut position = 0;
-        while position < data.records.len() {
-            let batch = Batch::decode(&data.records.slice(position..), u64::MAX).unwrap();
-            position += batch.size_bytes() as usize;
-            for record in batch.records().unwrap() {
-                let record_offset = batch.base_offset() as u64 + record.offset_delta as u64;
-                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
-                values.push((record_offset, value));
-                offset = Offset(record_offset + 1);
-            }
-        }
-    }
+    batches::keyed_batch(key, Some(value.as_bytes()), TimestampMs::now().0)
 }
 
 #[test]
 fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(2)).unwrap();
-    let topic = engine
-        .create_topic("orders", 8, LogConfig::default())
-        .unwrap();
+    let (_dir, engine, topic) = engine_with_topic(engine_config(2), "orders", 8);
     let threads: Vec<_> = (0..6)
         .map(|thread| {
             let engine = engine.clone();
@@ -137,7 +119,7 @@ fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
     }
     for (partition, mut acks) in expected {
         acks.sort();
-        let read = read_values(&engine, &topic, partition);
+        let read = fetch_values(&engine, &topic, partition);
         assert_eq!(read, acks, "partition {partition}");
         let offsets: Vec<u64> = read.iter().map(|(offset, _)| *offset).collect();
         assert_eq!(
@@ -153,7 +135,7 @@ fn concurrent_appends_to_many_partitions_read_back_identically_and_in_order() {
 fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_sync() {
     let dir = tempfile::tempdir().unwrap();
     let (storage, counter) = counting_storage();
-    let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+    let engine = Engine::open_with_storage(dir.path(), engine_config(1), storage).unwrap();
     let topic = engine
         .create_topic("durable", 2, LogConfig::default())
         .unwrap();
@@ -169,13 +151,9 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
                 for sequence in 0..appends_per_writer {
                     let partition = (writer % 2) as u32;
                     let value = format!("v-{:04}", writer * 100 + sequence);
-                    let info = engine
-                        .append(&topic, partition, batch(&value), Durability::Durable)
-                        .wait()
-                        .unwrap();
-                    assert!(info.durable);
+                    let offset = append_durable(&engine, &topic, partition, &value);
                     // One batch per offset, all the same size: this batch ends here in the file.
-                    let end = (info.first_offset.0 + 1) * batch_bytes;
+                    let end = (offset + 1) * batch_bytes;
                     let file = format!("durable-{partition}");
                     let covered = counter.syncs.lock().unwrap().iter().any(|(path, length)| {
                         path.to_string_lossy().contains(&file)
@@ -184,8 +162,7 @@ fn group_commit_acknowledges_many_durable_appends_with_few_syncs_each_after_its_
                     });
                     assert!(
                         covered,
-                        "durable ack for offset {} before a sync covering byte {end}",
-                        info.first_offset
+                        "durable ack for offset {offset} before a sync covering byte {end}"
                     );
                 }
             })
@@ -209,23 +186,19 @@ fn dropping_the_engine_without_close_keeps_every_durable_append() {
     let topic = TopicName::parse("kept").unwrap();
     let mut acknowledged = Vec::new();
     {
-        let engine = Engine::open(dir.path(), config(2)).unwrap();
+        let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
         engine
             .create_topic("kept", 3, LogConfig::default())
             .unwrap();
         for sequence in 0..60u32 {
             let value = format!("value-{sequence}");
-            let info = engine
-                .append(&topic, sequence % 3, batch(&value), Durability::Durable)
-                .wait()
-                .unwrap();
-            assert!(info.durable);
-            acknowledged.push((sequence % 3, info.first_offset.0, value));
+            let offset = append_durable(&engine, &topic, sequence % 3, &value);
+            acknowledged.push((sequence % 3, offset, value));
         }
     }
-    let engine = Engine::open(dir.path(), config(2)).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
     for partition in 0..3 {
-        let read = read_values(&engine, &topic, partition);
+        let read = fetch_values(&engine, &topic, partition);
         let expected: Vec<(u64, String)> = acknowledged
             .iter()
             .filter(|(p, _, _)| *p == partition)
@@ -242,26 +215,9 @@ fn dropping_the_engine_without_close_keeps_every_durable_append() {
 /// crash starts; and the engine dropped without `close` reopens with every durable append.
 #[test]
 fn the_recovery_point_checkpoint_is_written_in_the_background() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
-        recovery_point_checkpoint_interval_ms: 10,
-        ..config(1)
-    };
-    let engine = Engine::open(dir.path(), config.clone()).unwrap();
-    let topic = engine
-        .create_topic("checkpointed", 1, LogConfig::default())
-        .unwrap();
+    let (config, (dir, engine, topic)) = checkpointing_every(10, "checkpointed");
     for sequence in 0..5 {
-        let info = engine
-            .append(
-                &topic,
-                0,
-                batch(&format!("v{sequence}")),
-                Durability::Durable,
-            )
-            .wait()
-            .unwrap();
-        assert!(info.durable);
+        append_durable(&engine, &topic, 0, &format!("v{sequence}"));
     }
     let path = dir.path().join("recovery-point-offset-checkpoint");
     let line = || {
@@ -272,16 +228,30 @@ fn the_recovery_point_checkpoint_is_written_in_the_background() {
         line.map(str::to_owned)
     };
     // A bound for a stuck thread, not a timing: the interval is 10 ms.
-    let started = std::time::Instant::now();
-    while line().as_deref() != Some("checkpointed 0 5")
-        && started.elapsed() < std::time::Duration::from_secs(60)
-    {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let written = || line().as_deref() == Some("checkpointed 0 5");
+    wait_every(Duration::from_millis(5), Duration::from_secs(60), written);
     assert_eq!(line().as_deref(), Some("checkpointed 0 5"));
     drop(engine);
-    let engine = Engine::open(dir.path(), config).unwrap();
-    assert_eq!(read_values(&engine, &topic, 0).len(), 5);
+    assert_reopens_holding(dir.path(), config, &topic, 5);
+}
+
+/// An engine of one shard writing the recovery-point checkpoint every `interval_ms`, with a topic
+/// `name` of one partition; and its configuration.
+fn checkpointing_every(
+    interval_ms: u64,
+    name: &str,
+) -> (EngineConfig, (tempfile::TempDir, Engine, TopicName)) {
+    let config = EngineConfig {
+        recovery_point_checkpoint_interval_ms: interval_ms,
+        ..engine_config(1)
+    };
+    (config.clone(), engine_with_topic(config, name, 1))
+}
+
+/// The engine in `dir`, opened with `config`, holds `count` records in partition 0 of `topic`.
+fn assert_reopens_holding(dir: &Path, config: EngineConfig, topic: &TopicName, count: usize) {
+    let engine = Engine::open(dir, config).unwrap();
+    assert_eq!(fetch_values(&engine, topic, 0).len(), count);
     engine.close().unwrap();
 }
 
@@ -289,17 +259,8 @@ fn the_recovery_point_checkpoint_is_written_in_the_background() {
 /// while a background checkpoint round holds it: the next open succeeds right away.
 #[test]
 fn dropping_the_last_handle_releases_the_engine_even_during_a_background_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
-        recovery_point_checkpoint_interval_ms: 1,
-        ..config(1)
-    };
-    let topic = {
-        let engine = Engine::open(dir.path(), config.clone()).unwrap();
-        engine
-            .create_topic("released", 1, LogConfig::default())
-            .unwrap()
-    };
+    let (config, (dir, engine, topic)) = checkpointing_every(1, "released");
+    drop(engine);
     for round in 0..50 {
         let engine = Engine::open(dir.path(), config.clone()).unwrap();
         let clone = engine.clone();
@@ -310,9 +271,7 @@ fn dropping_the_last_handle_releases_the_engine_even_during_a_background_checkpo
         drop(clone);
         drop(engine);
     }
-    let engine = Engine::open(dir.path(), config).unwrap();
-    assert_eq!(read_values(&engine, &topic, 0).len(), 50);
-    engine.close().unwrap();
+    assert_reopens_holding(dir.path(), config, &topic, 50);
 }
 
 #[test]
@@ -322,7 +281,7 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
     topic_config.set("segment.bytes", "1048576").unwrap();
     topic_config.set("cleanup.policy", "compact").unwrap();
     {
-        let engine = Engine::open(dir.path(), config(2)).unwrap();
+        let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
         engine.create_topic("a", 2, topic_config.clone()).unwrap();
         engine.create_topic("b", 1, LogConfig::default()).unwrap();
         assert!(engine.create_topic("a", 1, LogConfig::default()).is_err());
@@ -344,7 +303,7 @@ fn topics_and_their_config_survive_a_restart_and_can_grow_and_be_deleted() {
             .unwrap();
         engine.close().unwrap();
     }
-    let engine = Engine::open(dir.path(), config(2)).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
     let topics = engine.list_topics();
     assert_eq!(topics.len(), 2);
     let description = engine.describe_topic("a").unwrap();
@@ -384,10 +343,10 @@ impl StorageHooks for HeldLogSyncs {
 fn appends_past_background_sync_bytes_are_synced_in_the_background_and_answered_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(HeldLogSyncs::default());
-    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), hooks.clone()));
+    let storage = hooked_pio(hooks.clone());
     let engine_config = EngineConfig {
         background_sync_bytes: 64 * 1024,
-        ..config(1)
+        ..engine_config(1)
     };
     let engine = Engine::open_with_storage(dir.path(), engine_config, storage).unwrap();
     let topic = engine
@@ -433,16 +392,13 @@ fn by_default_nothing_is_synced_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
     let (storage, counter) = counting_storage();
     assert_eq!(EngineConfig::default().background_sync_bytes, 0);
-    let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+    let engine = Engine::open_with_storage(dir.path(), engine_config(1), storage).unwrap();
     let topic = engine
         .create_topic("bulk", 1, LogConfig::default())
         .unwrap();
     let value = "v".repeat(4000);
     for _ in 0..40 {
-        engine
-            .append(&topic, 0, batch(&value), Durability::Written)
-            .wait()
-            .unwrap();
+        append(&engine, &topic, 0, batch(&value));
     }
     let description = engine.describe_topic("bulk").unwrap();
     assert_eq!(description.partitions[0].durable_offset, Offset(0));
@@ -459,20 +415,15 @@ fn by_default_nothing_is_synced_in_the_background() {
 
 #[test]
 fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine
-        .create_topic("tail", 1, LogConfig::default())
-        .unwrap();
-    let waiting = engine.fetch(
-        &topic,
-        0,
-        Offset(0),
-        FetchOptions {
-            max_wait_ms: 10_000,
+    let (_dir, engine, topic) = engine_with_topic(engine_config(1), "tail", 1);
+    let waiting_fetch = |offset, max_wait_ms| {
+        let options = FetchOptions {
+            max_wait_ms,
             ..FetchOptions::default()
-        },
-    );
+        };
+        engine.fetch(&topic, 0, Offset(offset), options)
+    };
+    let waiting = waiting_fetch(0, 10_000);
     let appender = {
         let engine = engine.clone();
         let topic = topic.clone();
@@ -494,29 +445,14 @@ fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
         isolation: Isolation::Durable,
         ..FetchOptions::default()
     };
-    let unsynced = engine
-        .fetch(&topic, 0, Offset(0), durable_only)
-        .wait()
-        .unwrap();
+    let durable_read = || engine.fetch(&topic, 0, Offset(0), durable_only).wait();
     assert!(
-        unsynced.records.is_empty(),
+        durable_read().unwrap().records.is_empty(),
         "nothing is durable before a sync"
     );
     engine.flush(&topic, 0).wait().unwrap();
-    let synced = engine
-        .fetch(&topic, 0, Offset(0), durable_only)
-        .wait()
-        .unwrap();
-    assert_eq!(synced.records, data.records);
-    let expired = engine.fetch(
-        &topic,
-        0,
-        Offset(1),
-        FetchOptions {
-            max_wait_ms: 20,
-            ..FetchOptions::default()
-        },
-    );
+    assert_eq!(durable_read().unwrap().records, data.records);
+    let expired = waiting_fetch(1, 20);
     assert!(
         expired.wait().unwrap().records.is_empty(),
         "a wait with no data ends empty at its deadline"
@@ -526,9 +462,7 @@ fn fetch_waits_for_new_data_and_durable_reads_see_only_synced_offsets() {
 
 #[test]
 fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
+    let (dir, engine, topic) = engine_with_topic(engine_config(1), "t", 1);
     let missing = engine
         .append(&topic, 5, batch("x"), Durability::Written)
         .wait();
@@ -553,7 +487,7 @@ fn unknown_partitions_bad_batches_and_a_closed_engine_are_typed_errors() {
         Err(ReadError::OffsetOutOfRange { .. })
     ));
     assert!(
-        Engine::open(dir.path(), config(1)).is_err(),
+        Engine::open(dir.path(), engine_config(1)).is_err(),
         "a second opener is refused"
     );
     engine.close().unwrap();
@@ -572,7 +506,7 @@ fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
     let (storage, counter) = counting_storage();
     let topic = TopicName::parse("fragile").unwrap();
     {
-        let engine = Engine::open_with_storage(dir.path(), config(1), storage).unwrap();
+        let engine = Engine::open_with_storage(dir.path(), engine_config(1), storage).unwrap();
         engine
             .create_topic("fragile", 2, LogConfig::default())
             .unwrap();
@@ -600,18 +534,12 @@ fn a_failed_sync_is_never_acknowledged_and_fails_the_partition_until_reopen() {
             "other partitions are unaffected"
         );
     }
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let values: Vec<String> = read_values(&engine, &topic, 0)
-        .into_iter()
-        .map(|(_, value)| value)
-        .collect();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
+    let values = values_of(&engine, &topic, 0);
     assert_eq!(values[0], "before", "the acknowledged append survives");
     assert!(!values.contains(&"after".to_owned()));
-    let reopened = engine
-        .append(&topic, 0, batch("again"), Durability::Durable)
-        .wait()
-        .unwrap();
-    assert!(reopened.durable, "a reopened partition acknowledges again");
+    // A reopened partition acknowledges again.
+    append_durable(&engine, &topic, 0, "again");
     engine.close().unwrap();
 }
 
@@ -641,7 +569,7 @@ fn coalesced_appends_index_exactly_as_recovery_rebuilds_even_across_index_full_r
     topic_config.set("segment.index.bytes", "48").unwrap();
     topic_config.set("index.interval.bytes", "100").unwrap();
     {
-        let engine = Engine::open(dir.path(), config(1)).unwrap();
+        let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
         engine.create_topic("dense", 1, topic_config).unwrap();
         let pendings: Vec<_> = (0..400)
             .map(|sequence| {
@@ -674,11 +602,8 @@ fn coalesced_appends_index_exactly_as_recovery_rebuilds_even_across_index_full_r
         let _ = std::fs::remove_file(dir.path().join(name));
     }
     assert!(!dir.path().join("recovery-point-offset-checkpoint").exists());
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let values: Vec<String> = read_values(&engine, &topic, 0)
-        .into_iter()
-        .map(|(_, value)| value)
-        .collect();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
+    let values = values_of(&engine, &topic, 0);
     assert_eq!(values.len(), 400);
     engine.close().unwrap();
     assert_eq!(
@@ -708,11 +633,7 @@ fn five_record_batch(first: u64, codec: Compression) -> Bytes {
 
 #[test]
 fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_compressed_or_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine
-        .create_topic("lookups", 1, LogConfig::default())
-        .unwrap();
+    let (_dir, engine, topic) = engine_with_topic(engine_config(1), "lookups", 1);
     let codecs = [
         Compression::None,
         Compression::Lz4,
@@ -720,23 +641,10 @@ fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_comp
         Compression::Zstd,
     ];
     for (first, codec) in [0, 5, 10, 15].into_iter().zip(codecs) {
-        engine
-            .append(
-                &topic,
-                0,
-                five_record_batch(first, codec),
-                Durability::Written,
-            )
-            .wait()
-            .unwrap();
+        append(&engine, &topic, 0, five_record_batch(first, codec));
     }
     for offset in 0..20u64 {
-        let record = engine
-            .fetch_record(&topic, 0, Offset(offset))
-            .wait()
-            .unwrap()
-            .unwrap_or_else(|| panic!("no record at {offset}"));
-        assert_eq!(record.offset, Offset(offset));
+        let record = record_at(&engine, &topic, offset, "compressed or not");
         assert_eq!(record.key.as_deref(), Some(format!("k{offset}").as_bytes()));
         assert_eq!(
             record.value.as_deref(),
@@ -754,30 +662,17 @@ fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_comp
 #[test]
 fn fetch_record_in_large_batches_returns_each_record_on_the_first_lookup_and_on_later_ones() {
     for digest_bytes_max in [EngineConfig::default().lookup_digest_bytes_max, 0] {
-        let dir = tempfile::tempdir().unwrap();
         let config = EngineConfig {
             lookup_digest_bytes_max: digest_bytes_max,
-            ..config(1)
+            ..engine_config(1)
         };
-        let engine = Engine::open(dir.path(), config).unwrap();
-        let topic = engine
-            .create_topic("lookups", 1, LogConfig::default())
-            .unwrap();
+        let (_dir, engine, topic) = engine_with_topic(config, "lookups", 1);
         for first in [0u64, 100, 200] {
-            let batch = kib_batch(first);
-            engine
-                .append(&topic, 0, batch, Durability::Written)
-                .wait()
-                .unwrap();
+            append(&engine, &topic, 0, kib_batch(first));
         }
         for round in 0..2 {
             for offset in (0..300u64).rev() {
-                let record = engine
-                    .fetch_record(&topic, 0, Offset(offset))
-                    .wait()
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("round {round}: no record at {offset}"));
-                assert_eq!(record.offset, Offset(offset));
+                let record = record_at(&engine, &topic, offset, &format!("round {round}"));
                 assert_eq!(record.value.as_deref(), Some(kib_value(offset).as_slice()));
                 assert_eq!(record.headers.len(), 1);
                 assert_eq!(
@@ -815,17 +710,10 @@ fn kib_batch(first: u64) -> Bytes {
 
 #[test]
 fn fetch_record_is_none_at_the_log_end_and_out_of_range_past_it_or_below_the_log_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine
-        .create_topic("lookups", 1, LogConfig::default())
-        .unwrap();
+    let (_dir, engine, topic) = engine_with_topic(engine_config(1), "lookups", 1);
     for first in [0, 5] {
         let batch = five_record_batch(first, Compression::None);
-        engine
-            .append(&topic, 0, batch, Durability::Written)
-            .wait()
-            .unwrap();
+        append(&engine, &topic, 0, batch);
     }
     let at_end = engine.fetch_record(&topic, 0, Offset(10)).wait().unwrap();
     assert!(at_end.is_none(), "the log end holds no record yet");
@@ -850,8 +738,8 @@ fn fetch_record_is_none_at_the_log_end_and_out_of_range_past_it_or_below_the_log
 }
 
 /// The record values of a partition, in offset order.
-fn values_of(engine: &Engine, topic: &TopicName, partition: usize) -> Vec<String> {
-    read_values(engine, topic, partition as u32)
+fn values_of(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<String> {
+    fetch_values(engine, topic, partition)
         .into_iter()
         .map(|(_, value)| value)
         .collect()
@@ -871,7 +759,7 @@ fn sized_value(partition: usize, sequence: usize, bytes: usize) -> String {
 #[test]
 fn appends_beyond_the_writes_a_ring_keeps_in_flight_are_all_answered_and_read_back_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
     let log_config = LogConfig {
         max_message_bytes: 8 * 1024 * 1024,
         ..LogConfig::default()
@@ -904,7 +792,7 @@ fn appends_beyond_the_writes_a_ring_keeps_in_flight_are_all_answered_and_read_ba
         next_offset[partition] += 1;
     }
     for (partition, appended) in expected.iter().enumerate() {
-        let values = values_of(&engine, &topic, partition);
+        let values = values_of(&engine, &topic, partition as u32);
         assert!(
             &values == appended,
             "partition {partition} reads back as appended"
@@ -921,9 +809,7 @@ type InFlightAppend = (
 
 /// An engine of one shard with 400 appends of 20 KB to 4 partitions sent and none waited for.
 fn engine_with_appends_in_flight() -> (tempfile::TempDir, Engine, TopicName, Vec<InFlightAppend>) {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
-    let topic = engine.create_topic("t", 4, LogConfig::default()).unwrap();
+    let (dir, engine, topic) = engine_with_topic(engine_config(1), "t", 4);
     let pending = (0..400)
         .map(|sequence| {
             let partition = sequence % 4;
@@ -945,9 +831,9 @@ fn closing_with_appends_in_flight_answers_them_all_and_keeps_them() {
         append.wait().expect("answered before close returned");
         expected[partition].push(value);
     }
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
     for (partition, values) in expected.iter().enumerate() {
-        let read = values_of(&engine, &topic, partition);
+        let read = values_of(&engine, &topic, partition as u32);
         assert!(&read == values, "partition {partition}");
     }
 }
@@ -965,9 +851,9 @@ fn dropping_the_engine_with_appends_in_flight_answers_each_and_keeps_those_answe
         }
     }
     assert!(answered.iter().any(|values| !values.is_empty()));
-    let engine = Engine::open(dir.path(), config(1)).unwrap();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
     for (partition, values) in answered.iter().enumerate() {
-        let read = values_of(&engine, &topic, partition);
+        let read = values_of(&engine, &topic, partition as u32);
         assert!(
             read.starts_with(values),
             "partition {partition} keeps every append answered Ok"

@@ -15,15 +15,17 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, Pending};
 use seglog::error::{AppendError, EngineUnavailable};
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
-use seglog::io::pio::PositionedIo;
+use seglog::io::hooked::{StorageHooks, StorageOp};
 use seglog::log::AppendInfo;
 use seglog::types::{Offset, TopicName};
+use support::batches::value_batch;
+use support::engines::engine_config;
+use support::hooks::{hooked_pio, wait_every};
+
+mod support;
 
 const NORMAL: u8 = 0;
 const SYNC_BLOCKS: u8 = 1;
@@ -128,31 +130,59 @@ impl StorageHooks for Faults {
     }
 }
 
-fn batch(value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
+/// An engine of one shard with `config`, over positioned I/O with fresh `Faults`, and a topic
+/// `t` of one partition with `log_config`, in a temporary directory.
+fn faulty_with(config: EngineConfig, log_config: LogConfig) -> Faulty {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..config
+    };
+    let engine = Engine::open_with_storage(dir.path(), config, hooked_pio(faults.clone())).unwrap();
+    let topic = engine.create_topic("t", 1, log_config).unwrap();
+    Faulty {
+        dir,
+        faults,
+        engine,
+        topic,
+    }
 }
 
-fn open(dir: &Path, faults: &Arc<Faults>, config: EngineConfig) -> (Engine, TopicName) {
-    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), faults.clone()));
-    let engine = Engine::open_with_storage(
-        dir,
-        EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..config
-        },
-        storage,
-    )
-    .unwrap();
-    let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
-    (engine, topic)
+/// [`faulty_with`] Kafka's default topic configuration.
+fn faulty(config: EngineConfig) -> Faulty {
+    faulty_with(config, LogConfig::default())
+}
+
+struct Faulty {
+    dir: tempfile::TempDir,
+    faults: Arc<Faults>,
+    engine: Engine,
+    topic: TopicName,
+}
+
+impl Faulty {
+    /// Appends `value` to the partition.
+    fn append(&self, value: &str, durability: Durability) -> Pending<AppendInfo, AppendError> {
+        let batch = value_batch(value);
+        self.engine.append(&self.topic, 0, batch, durability)
+    }
+
+    /// Appends `value` and waits for the answer on a thread of its own.
+    fn answered_later(&self, value: &str, durability: Durability) -> AnsweredLater {
+        answered_later(self.append(value, durability))
+    }
+
+    fn set_mode(&self, mode: u8) {
+        self.faults.mode.store(mode, Ordering::SeqCst);
+    }
+
+    /// Back to normal, and the gate opened.
+    fn release(&self) {
+        self.set_mode(NORMAL);
+        self.faults.open_gate();
+    }
 }
 
 #[test]
@@ -161,136 +191,84 @@ fn engine_handles_are_clone_send_and_sync() {
     assert_handle::<Engine>();
 }
 
+/// With `config`, a durable append held in its write and a second one queued behind it, a third
+/// append is refused as `refused` says; once the write goes ahead the first two are answered and
+/// a fourth append goes through.
+fn assert_refused_behind_a_held_write(config: EngineConfig, refused: fn(&Answer) -> bool) {
+    let faulty = faulty(config);
+    faulty.set_mode(WRITE_BLOCKS);
+    let busy = faulty.append("first", Durability::Durable);
+    faulty.faults.wait_until_blocked();
+    let queued = faulty.append("second", Durability::Written);
+    let third = faulty.append("third", Durability::Written).wait();
+    assert!(refused(&third), "{third:?}");
+    faulty.release();
+    assert!(busy.wait().unwrap().durable);
+    queued.wait().unwrap();
+    faulty.append("fourth", Durability::Written).wait().unwrap();
+    faulty.engine.close().unwrap();
+}
+
 #[test]
 fn a_full_shard_queue_answers_queue_full_and_recovers_when_drained() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(
-        dir.path(),
-        &faults,
-        EngineConfig {
-            queue_requests_max: 1,
-            ..EngineConfig::default()
-        },
-    );
-    faults.mode.store(WRITE_BLOCKS, Ordering::SeqCst);
-    let busy = engine.append(&topic, 0, batch("first"), Durability::Durable);
-    faults.wait_until_blocked();
-    let queued = engine.append(&topic, 0, batch("second"), Durability::Written);
-    let refused = engine
-        .append(&topic, 0, batch("third"), Durability::Written)
-        .wait();
-    assert!(
+    let config = EngineConfig {
+        queue_requests_max: 1,
+        ..EngineConfig::default()
+    };
+    assert_refused_behind_a_held_write(config, |answer| {
         matches!(
-            refused,
+            answer,
             Err(AppendError::Unavailable(EngineUnavailable::QueueFull {
                 shard: 0
             }))
-        ),
-        "{refused:?}"
-    );
-    faults.mode.store(NORMAL, Ordering::SeqCst);
-    faults.open_gate();
-    assert!(busy.wait().unwrap().durable);
-    queued.wait().unwrap();
-    engine
-        .append(&topic, 0, batch("fourth"), Durability::Written)
-        .wait()
-        .unwrap();
-    engine.close().unwrap();
+        )
+    });
 }
 
 #[test]
 fn bytes_in_flight_are_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let limit_bytes = batch("x").len() as u64 * 3 / 2;
-    let (engine, topic) = open(
-        dir.path(),
-        &faults,
-        EngineConfig {
-            inflight_bytes_max: limit_bytes,
-            ..EngineConfig::default()
-        },
-    );
-    faults.mode.store(WRITE_BLOCKS, Ordering::SeqCst);
-    let busy = engine.append(&topic, 0, batch("a"), Durability::Durable);
-    faults.wait_until_blocked();
-    let queued = engine.append(&topic, 0, batch("b"), Durability::Written);
-    let refused = engine
-        .append(&topic, 0, batch("c"), Durability::Written)
-        .wait();
-    assert!(
+    let config = EngineConfig {
+        inflight_bytes_max: value_batch("x").len() as u64 * 3 / 2,
+        ..EngineConfig::default()
+    };
+    assert_refused_behind_a_held_write(config, |answer| {
         matches!(
-            refused,
+            answer,
             Err(AppendError::Unavailable(
                 EngineUnavailable::TooManyBytesInFlight { .. }
             ))
-        ),
-        "{refused:?}"
-    );
-    faults.mode.store(NORMAL, Ordering::SeqCst);
-    faults.open_gate();
-    busy.wait().unwrap();
-    queued.wait().unwrap();
-    engine
-        .append(&topic, 0, batch("d"), Durability::Written)
-        .wait()
-        .unwrap();
-    engine.close().unwrap();
+        )
+    });
+}
+
+/// Whether `answer` is `ShardFailed` for shard 0.
+fn is_shard_failed(answer: &Answer) -> bool {
+    matches!(
+        answer,
+        Err(AppendError::Unavailable(EngineUnavailable::ShardFailed {
+            shard: 0
+        }))
+    )
 }
 
 #[test]
 fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(dir.path(), &faults, EngineConfig::default());
-    engine
-        .append(&topic, 0, batch("before"), Durability::Durable)
-        .wait()
-        .unwrap();
-    faults.mode.store(SYNC_PANICS, Ordering::SeqCst);
-    let failed = engine
-        .append(&topic, 0, batch("boom"), Durability::Durable)
-        .wait();
-    assert!(
-        matches!(
-            failed,
-            Err(AppendError::Unavailable(EngineUnavailable::ShardFailed {
-                shard: 0
-            }))
-        ),
-        "{failed:?}"
-    );
-    faults.mode.store(NORMAL, Ordering::SeqCst);
-    let after = engine
-        .append(&topic, 0, batch("after"), Durability::Written)
-        .wait();
-    assert!(
-        matches!(
-            after,
-            Err(AppendError::Unavailable(
-                EngineUnavailable::ShardFailed { .. }
-            ))
-        ),
-        "{after:?}"
-    );
+    let faulty = faulty(EngineConfig::default());
+    faulty.append("before", Durability::Durable).wait().unwrap();
+    faulty.set_mode(SYNC_PANICS);
+    let failed = faulty.append("boom", Durability::Durable).wait();
+    assert!(is_shard_failed(&failed), "{failed:?}");
+    faulty.set_mode(NORMAL);
+    let after = faulty.append("after", Durability::Written).wait();
+    assert!(is_shard_failed(&after), "{after:?}");
+    let Faulty {
+        dir, engine, topic, ..
+    } = faulty;
     drop(engine);
-    let engine = Engine::open(
-        dir.path(),
-        EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
-    let info = engine
-        .append(&topic, 0, batch("reopened"), Durability::Durable)
-        .wait()
-        .unwrap();
+    let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
+    let reopened = engine.append(&topic, 0, value_batch("reopened"), Durability::Durable);
     assert!(
-        info.durable,
+        reopened.wait().unwrap().durable,
         "the reopened engine serves the partition again"
     );
     engine.close().unwrap();
@@ -298,35 +276,33 @@ fn a_panicking_shard_fails_its_partitions_closed_and_the_process_keeps_running()
 
 #[test]
 fn a_shard_writes_and_answers_while_its_sync_threads_hold_a_sync() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(dir.path(), &faults, through_sync_threads());
-    faults.mode.store(SYNC_BLOCKS, Ordering::SeqCst);
-    let durable = answered_later(engine.append(&topic, 0, batch("durable"), Durability::Durable));
-    faults.wait_until_blocked();
+    let faulty = faulty(through_sync_threads());
+    let (engine, topic) = (&faulty.engine, &faulty.topic);
+    faulty.set_mode(SYNC_BLOCKS);
+    let durable = faulty.answered_later("durable", Durability::Durable);
+    faulty.faults.wait_until_blocked();
     // The shard is not in the sync: it writes, answers and serves reads meanwhile.
-    let written = engine
-        .append(&topic, 0, batch("written"), Durability::Written)
+    let written = faulty
+        .append("written", Durability::Written)
         .wait()
         .unwrap();
     assert_eq!((written.first_offset, written.durable), (Offset(1), false));
     let fetched = engine
-        .fetch(&topic, 0, Offset(0), FetchOptions::default())
+        .fetch(topic, 0, Offset(0), FetchOptions::default())
         .wait()
         .unwrap();
     assert_eq!(fetched.log_end_offset, Offset(2));
     assert_eq!(fetched.durable_offset, Offset(0), "nothing is synced yet");
-    let later = answered_later(engine.append(&topic, 0, batch("later"), Durability::Durable));
+    let later = faulty.answered_later("later", Durability::Durable);
     std::thread::sleep(Duration::from_millis(50));
     assert!(!durable.0.load(Ordering::SeqCst) && !later.0.load(Ordering::SeqCst));
-    faults.mode.store(NORMAL, Ordering::SeqCst);
-    faults.open_gate();
+    faulty.release();
     assert!(durable.1.join().unwrap().unwrap().durable);
     let later = later.1.join().unwrap().unwrap();
     assert_eq!((later.first_offset, later.durable), (Offset(2), true));
     let described = engine.describe_topic(topic.as_str()).unwrap();
     assert_eq!(described.partitions[0].durable_offset, Offset(3));
-    engine.close().unwrap();
+    faulty.engine.close().unwrap();
 }
 
 /// Every group-commit sync through the sync threads, even a lone one the shard would sync itself.
@@ -339,10 +315,11 @@ fn through_sync_threads() -> EngineConfig {
 
 type Answer = Result<AppendInfo, AppendError>;
 
+/// Whether an append was answered, and the thread that waits for the answer.
+type AnsweredLater = (Arc<AtomicBool>, std::thread::JoinHandle<Answer>);
+
 /// Waits for `pending` on a thread of its own: whether it was answered, and the answer.
-fn answered_later(
-    pending: Pending<AppendInfo, AppendError>,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<Answer>) {
+fn answered_later(pending: Pending<AppendInfo, AppendError>) -> AnsweredLater {
     let answered = Arc::new(AtomicBool::new(false));
     let flag = answered.clone();
     let waiter = std::thread::spawn(move || {
@@ -355,27 +332,20 @@ fn answered_later(
 
 #[test]
 fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_succeeds() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let (engine, topic) = open(dir.path(), &faults, through_sync_threads());
-    faults
-        .mode
-        .store(SYNC_BLOCKS_THEN_FAILS_ONCE, Ordering::SeqCst);
-    let first = answered_later(engine.append(&topic, 0, batch("first"), Durability::Durable));
-    faults.wait_until_blocked();
+    let faulty = faulty(through_sync_threads());
+    faulty.set_mode(SYNC_BLOCKS_THEN_FAILS_ONCE);
+    let first = faulty.answered_later("first", Durability::Durable);
+    faulty.faults.wait_until_blocked();
     // Written while the first sync is held, so queued for the sync thread before it fails.
-    let behind = answered_later(engine.append(&topic, 0, batch("behind"), Durability::Durable));
+    let behind = faulty.answered_later("behind", Durability::Durable);
     std::thread::sleep(Duration::from_millis(20));
-    faults.open_gate();
+    faulty.faults.open_gate();
     let first = first.1.join().unwrap();
     assert!(matches!(first, Err(AppendError::Storage(_))), "{first:?}");
     let behind = behind.1.join().unwrap();
     assert!(matches!(behind, Err(AppendError::Storage(_))), "{behind:?}");
-    let after = engine
-        .append(&topic, 0, batch("after"), Durability::Durable)
-        .wait();
+    let after = faulty.append("after", Durability::Durable).wait();
     assert!(after.is_err(), "the log stays failed: {after:?}");
-    drop(engine);
 }
 
 /// A roll leaves the sync of the segment it seals to the sync threads: the append that rolls is
@@ -384,33 +354,23 @@ fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_
 /// after both.
 #[test]
 fn a_roll_answers_at_once_and_its_seal_sync_runs_on_the_sync_threads_before_later_syncs() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), faults.clone()));
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..through_sync_threads()
-    };
-    let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
     // Room for one batch: the second append rolls.
-    let segment_bytes = batch("first").len() as u64 + 8;
     let log_config = LogConfig {
-        segment_bytes,
+        segment_bytes: value_batch("first").len() as u64 + 8,
         ..LogConfig::default()
     };
-    let topic = engine.create_topic("t", 1, log_config).unwrap();
-    faults.mode.store(SYNC_BLOCKS, Ordering::SeqCst);
-    let first = answered_later(engine.append(&topic, 0, batch("first"), Durability::Durable));
-    faults.wait_until_blocked();
-    let rolling = answered_later(engine.append(&topic, 0, batch("second"), Durability::Written));
-    let rolled_while_held = wait_for_flag(&rolling.0, Duration::from_secs(30));
-    let durable_after_roll =
-        answered_later(engine.append(&topic, 0, batch("third"), Durability::Durable));
+    let faulty = faulty_with(through_sync_threads(), log_config);
+    faulty.set_mode(SYNC_BLOCKS);
+    let first = faulty.answered_later("first", Durability::Durable);
+    faulty.faults.wait_until_blocked();
+    let rolling = faulty.answered_later("second", Durability::Written);
+    // A bound for a hung engine, not a timing.
+    let rolled = || rolling.0.load(Ordering::SeqCst);
+    let rolled_while_held = wait_every(Duration::from_millis(1), Duration::from_secs(30), rolled);
+    let durable_after_roll = faulty.answered_later("third", Durability::Durable);
     std::thread::sleep(Duration::from_millis(50));
     let durable_answered_while_held = durable_after_roll.0.load(Ordering::SeqCst);
-    faults.mode.store(NORMAL, Ordering::SeqCst);
-    faults.open_gate();
+    faulty.release();
     assert!(
         rolled_while_held,
         "the append that rolls does not wait for the held sync"
@@ -426,19 +386,10 @@ fn a_roll_answers_at_once_and_its_seal_sync_runs_on_the_sync_threads_before_late
         durable.durable && durable.first_offset == Offset(2),
         "{durable:?}"
     );
-    let described = engine.describe_topic(topic.as_str()).unwrap();
+    let described = faulty.engine.describe_topic("t").unwrap();
     assert!(described.partitions[0].segment_count >= 2);
-    assert!(!faults.overlapped.load(Ordering::SeqCst));
-    engine.close().unwrap();
-}
-
-/// Whether `flag` was set within `limit` (a bound for a hung engine, not a timing).
-fn wait_for_flag(flag: &AtomicBool, limit: Duration) -> bool {
-    let started = std::time::Instant::now();
-    while !flag.load(Ordering::SeqCst) && started.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    flag.load(Ordering::SeqCst)
+    assert!(!faulty.faults.overlapped.load(Ordering::SeqCst));
+    faulty.engine.close().unwrap();
 }
 
 #[test]
@@ -447,18 +398,13 @@ fn a_lone_durable_append_is_synced_by_the_shard_unless_told_to_use_the_sync_thre
         (EngineConfig::default(), "seglog-shard-0"),
         (through_sync_threads(), "seglog-sync-0."),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let faults = Arc::new(Faults::default());
-        let (engine, topic) = open(dir.path(), &faults, config);
-        faults.log_sync_threads.lock().unwrap().clear();
-        let info = engine
-            .append(&topic, 0, batch("lone"), Durability::Durable)
-            .wait()
-            .unwrap();
+        let faulty = faulty(config);
+        faulty.faults.log_sync_threads.lock().unwrap().clear();
+        let info = faulty.append("lone", Durability::Durable).wait().unwrap();
         assert!(info.durable);
-        let threads = faults.log_sync_threads.lock().unwrap().clone();
+        let threads = faulty.faults.log_sync_threads.lock().unwrap().clone();
         assert_eq!(threads.len(), 1, "{threads:?}");
         assert!(threads[0].starts_with(expected), "{threads:?}");
-        engine.close().unwrap();
+        faulty.engine.close().unwrap();
     }
 }

@@ -13,41 +13,34 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Durability, Engine, EngineConfig};
 use seglog::error::{AppendError, FlushError, ReadError, StorageError};
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
+use seglog::format::Batch;
 use seglog::io::sim::{Fault, SimStorage};
 use seglog::types::{Offset, TopicName};
+use support::batches::value_batch;
+use support::engines::{self, try_fetch_batches};
+
+mod support;
 
 const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 
 fn record(value: u32) -> Bytes {
-    let value = format!("value-{value:06}-{}", "x".repeat(100));
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    value_batch(&format!("value-{value:06}-{}", "x".repeat(100)))
 }
 
 /// One shard, one open partition at a time, no background syncs or checkpoints: each sync the
 /// tests count is one they asked for.
 fn engine_config() -> EngineConfig {
     EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
         open_partitions_max: 1,
         direct_writes: false,
         sync_inline_when_idle: false,
         background_sync_bytes: 0,
         recovery_point_checkpoint_interval_ms: 3_600_000,
         retention_check_interval_ms: 3_600_000,
-        ..EngineConfig::default()
+        ..engines::engine_config(1)
     }
 }
 
@@ -91,21 +84,8 @@ fn append(
 }
 
 fn fetch_all(engine: &Engine, topic: &TopicName) -> Result<Vec<i64>, ReadError> {
-    let mut offsets = Vec::new();
-    loop {
-        let next = offsets.last().map_or(0, |last| *last as u64 + 1);
-        let options = FetchOptions {
-            max_bytes: 1 << 20,
-            ..FetchOptions::default()
-        };
-        let data = engine.fetch(topic, 0, Offset(next), options).wait()?;
-        if data.records.is_empty() {
-            return Ok(offsets);
-        }
-        for batch in BatchIter::new(data.records, u64::MAX) {
-            offsets.push(batch.unwrap().last_offset());
-        }
-    }
+    let batches = try_fetch_batches(engine, topic, 0, 0)?;
+    Ok(batches.iter().map(Batch::last_offset).collect())
 }
 
 fn is_offline_append(result: &Result<Offset, AppendError>) -> bool {
@@ -136,14 +116,22 @@ fn recovery_points(dir: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
-#[test]
-fn a_failed_sync_takes_its_partition_offline_for_appends_and_fetches_until_a_reopen() {
-    let (dir, sim, engine, a, b) = reopened_clean(1);
+/// [`reopened_clean`], a durable record appended to `a`, and the next sync set to fail.
+fn a_record_then_a_failing_sync(
+    seed: u64,
+) -> (tempfile::TempDir, SimStorage, Engine, TopicName, TopicName) {
+    let (dir, sim, engine, a, b) = reopened_clean(seed);
     assert_eq!(
         append(&engine, &a, 0, Durability::Durable).unwrap(),
         Offset(0)
     );
     sim.schedule(Fault::SyncError, 1);
+    (dir, sim, engine, a, b)
+}
+
+#[test]
+fn a_failed_sync_takes_its_partition_offline_for_appends_and_fetches_until_a_reopen() {
+    let (dir, sim, engine, a, b) = a_record_then_a_failing_sync(1);
     let failed = append(&engine, &a, 1, Durability::Durable);
     assert!(
         failed.is_err(),
@@ -203,12 +191,7 @@ fn a_failed_sync_takes_its_partition_offline_for_appends_and_fetches_until_a_reo
 /// failure (today's code wrote the log end), and the next open recovers it.
 #[test]
 fn a_failed_seal_sync_is_not_forgotten_by_an_eviction_and_the_next_open_recovers() {
-    let (dir, sim, engine, a, b) = reopened_clean(2);
-    assert_eq!(
-        append(&engine, &a, 0, Durability::Durable).unwrap(),
-        Offset(0)
-    );
-    sim.schedule(Fault::SyncError, 1);
+    let (dir, sim, engine, a, b) = a_record_then_a_failing_sync(2);
     // The roll leaves the sealed segment's sync to the sync threads; it fails.
     append(&engine, &a, 1, Durability::Written).unwrap();
     append(&engine, &a, 2, Durability::Written).unwrap();
@@ -253,9 +236,15 @@ fn a_failed_seal_sync_is_not_forgotten_by_an_eviction_and_the_next_open_recovers
 #[test]
 fn a_partition_reopened_after_an_eviction_keeps_its_recovery_point_below_unsynced_bytes() {
     let (dir, _sim, engine, a, b) = reopened_clean(3);
-    append(&engine, &a, 0, Durability::Durable).unwrap();
-    append(&engine, &a, 1, Durability::Written).unwrap();
-    append(&engine, &b, 0, Durability::Written).unwrap();
+    let appends = [
+        (&a, 0, Durability::Durable),
+        (&a, 1, Durability::Written),
+        // `b` takes the shard's only open partition: `a` is closed.
+        (&b, 0, Durability::Written),
+    ];
+    for (topic, value, durability) in appends {
+        append(&engine, topic, value, durability).unwrap();
+    }
     assert_eq!(
         fetch_all(&engine, &a).unwrap(),
         [0, 1],

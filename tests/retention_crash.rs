@@ -15,26 +15,31 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Durability, Engine, EngineConfig};
 use seglog::error::{ReadError, StorageError};
+use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::io::hooked::{StorageHooks, StorageOp};
 use seglog::io::{Storage, storage_from_env};
 use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::types::{Offset, TimestampMs, TopicName};
+use support::batches::{T0, keyed_batch};
+use support::configs::{DELAY_MS, retention_config};
+use support::crash::{AtStep, StepHooks, abort_at_each_step, every_op, spawn_child};
+use support::dirs::{count_ending, names_ending};
+use support::engines::{self, append, try_fetch_batches};
+use support::hooks::hooked;
+use support::logs::{self, open_options};
 
-const T0: i64 = 1_700_000_000_000;
+mod support;
+
 const HOUR: i64 = 3_600_000;
-const DELAY_MS: i64 = 60_000;
 /// Names the scenario, step and directory of a child process that is to abort (see
 /// `child_process_aborting_at_one_step`).
 const CHILD_ENV: &str = "SEGLOG_RETENTION_CRASH_CHILD";
@@ -144,18 +149,7 @@ impl Scenario {
 }
 
 fn config(setting: Option<(&str, &str)>) -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 1100,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
-    config
-        .set("file.delete.delay.ms", &DELAY_MS.to_string())
-        .unwrap();
-    if let Some((key, value)) = setting {
-        config.set(key, value).unwrap();
-    }
-    config
+    retention_config(setting.as_slice())
 }
 
 /// Opened as after a crash: unclean, nothing known durable, so every batch is re-validated.
@@ -165,34 +159,24 @@ fn open(
     config: LogConfig,
     log_start_offset: Option<Offset>,
 ) -> PartitionLog {
-    let topic_partition = TopicPartition {
-        topic: TopicName::parse("events").unwrap(),
-        partition: 0,
-    };
     let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
         log_start_offset,
-        now: TimestampMs(T0),
+        ..open_options(false, 0, T0)
     };
-    PartitionLog::open(storage, dir, topic_partition, config, options)
-        .unwrap()
-        .0
+    logs::open_log(storage, dir, "events", config, options)
 }
 
 /// One batch of one 200-byte record whose value names `offset`, stamped `T0 + offset hours`:
 /// four batches (of 275 bytes) fill a 1100-byte segment.
 fn batch(offset: i64) -> Bytes {
+    stamped_batch(offset, T0 + offset * HOUR)
+}
+
+/// [`batch`] stamped `timestamp_ms`.
+fn stamped_batch(offset: i64, timestamp_ms: i64) -> Bytes {
     let mut value = format!("record-{offset:06}-").into_bytes();
     value.resize(200, b'x');
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: T0 + offset * HOUR,
-        key: Some(b"k"),
-        value: Some(&value),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    keyed_batch(Some(b"k"), Some(&value), timestamp_ms)
 }
 
 /// What a reader can see of a log.
@@ -336,76 +320,33 @@ impl Expected {
 }
 
 fn deleted_file_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().ends_with(".deleted")
-        })
-        .count()
+    count_ending(dir, ".deleted")
 }
 
-/// What the hooks do at the chosen step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AtStep {
-    FailWithEio,
-    Abort,
-}
-
-/// Hooks that count every storage operation once armed and, at the `step`th (from 1), fail it
-/// or abort the process before it happens.
-#[derive(Debug)]
-struct StepHooks {
-    armed: AtomicBool,
-    operations: AtomicUsize,
+/// `scenario`'s log built in `dir` over storage whose hooks, armed, do `at_step` at operation
+/// `step` of what follows.
+fn armed(
+    scenario: Scenario,
+    dir: &Path,
     step: usize,
     at_step: AtStep,
+) -> (PartitionLog, Arc<StepHooks>) {
+    let hooks = StepHooks::new(step, at_step, every_op);
+    let log = scenario.build(hooked(hooks.clone()), dir);
+    hooks.arm();
+    (log, hooks)
 }
 
-impl StepHooks {
-    fn new(step: usize, at_step: AtStep) -> Arc<StepHooks> {
-        Arc::new(StepHooks {
-            armed: AtomicBool::new(false),
-            operations: AtomicUsize::new(0),
-            step,
-            at_step,
-        })
-    }
-
-    fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    fn operations(&self) -> usize {
-        self.operations.load(Ordering::SeqCst)
-    }
-}
-
-impl StorageHooks for StepHooks {
-    fn before(&self, _op: StorageOp, _path: &Path) -> io::Result<()> {
-        if !self.armed.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        if self.operations.fetch_add(1, Ordering::SeqCst) + 1 == self.step {
-            match self.at_step {
-                AtStep::FailWithEio => return Err(io::Error::from_raw_os_error(5)),
-                AtStep::Abort => std::process::abort(),
-            }
-        }
-        Ok(())
-    }
-}
-
-fn hooked(hooks: Arc<StepHooks>) -> Arc<dyn Storage> {
-    Arc::new(HookedStorage::new(storage_from_env(), hooks))
-}
-
-/// Runs `check` for every scenario, each on its own thread (most of the time goes to fsync).
-fn for_each_scenario(check: impl Fn(Scenario) + Sync) {
+/// Runs `check` for every scenario, with what its pass must leave and how many operations the
+/// pass performs, each on its own thread (most of the time goes to fsync).
+fn for_each_scenario(check: impl Fn(Scenario, Expected, usize) + Sync) {
     std::thread::scope(|scope| {
         for scenario in SCENARIOS {
             let check = &check;
-            scope.spawn(move || check(scenario));
+            scope.spawn(move || {
+                let expected = Expected::of(scenario);
+                check(scenario, expected, operations_in_pass(scenario))
+            });
         }
     });
 }
@@ -413,9 +354,7 @@ fn for_each_scenario(check: impl Fn(Scenario) + Sync) {
 /// How many storage operations a successful pass of `scenario` performs.
 fn operations_in_pass(scenario: Scenario) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let hooks = StepHooks::new(usize::MAX, AtStep::FailWithEio);
-    let mut log = scenario.build(hooked(hooks.clone()), dir.path());
-    hooks.arm();
+    let (mut log, hooks) = armed(scenario, dir.path(), usize::MAX, AtStep::FailWithEio);
     scenario.run_pass(&mut log).unwrap();
     let count = hooks.operations();
     assert!(
@@ -426,57 +365,63 @@ fn operations_in_pass(scenario: Scenario) -> usize {
     count
 }
 
+/// For each operation of `scenario`'s pass in turn (`steps` of them): the log built in a new
+/// directory and its pass run failing that operation with EIO, which must be reported; then
+/// `check(step, directory, log)`.
+fn for_each_failed_pass(
+    scenario: Scenario,
+    steps: usize,
+    mut check: impl FnMut(usize, &Path, PartitionLog),
+) {
+    for step in 1..=steps {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = armed(scenario, dir.path(), step, AtStep::FailWithEio);
+        let result = scenario.run_pass(&mut log);
+        assert!(
+            result.is_err(),
+            "{scenario:?}: the failed operation {step} of {steps} is reported"
+        );
+        check(step, dir.path(), log);
+    }
+}
+
+/// The interrupted passes reopened both to the log before and to the log after. (Log-start
+/// retention removes only records already below the log start: its before and after look the
+/// same to a reader.)
+fn assert_span_the_pass(scenario: Scenario, expected: &Expected, judged: &[Judged]) {
+    let after_seen = judged.contains(&Judged::After) || expected.before == expected.after;
+    assert!(
+        judged.contains(&Judged::Before) && after_seen,
+        "{scenario:?}: the steps span the pass: {judged:?}"
+    );
+}
+
 #[test]
 fn an_io_failure_at_any_step_of_a_retention_pass_reopens_to_before_or_after() {
-    for_each_scenario(|scenario| {
-        let expected = Expected::of(scenario);
-        let steps = operations_in_pass(scenario);
+    for_each_scenario(|scenario, expected, steps| {
         let mut judged = Vec::new();
-        for step in 1..=steps {
-            let dir = tempfile::tempdir().unwrap();
-            let hooks = StepHooks::new(step, AtStep::FailWithEio);
-            let mut log = scenario.build(hooked(hooks.clone()), dir.path());
-            hooks.arm();
-            let result = scenario.run_pass(&mut log);
-            assert!(
-                result.is_err(),
-                "{scenario:?}: the failed operation {step} of {steps} is reported"
-            );
+        for_each_failed_pass(scenario, steps, |step, dir, log| {
             drop(log);
-            let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+            let reopened = LogState::read(&mut scenario.reopen(dir));
             let context = format!("{scenario:?}, EIO at operation {step} of {steps}");
             judged.push(expected.judge(&reopened, &context));
-        }
-        // (Log-start retention removes only records already below the log start: its before
-        // and after look the same to a reader.)
-        let after_seen = judged.contains(&Judged::After) || expected.before == expected.after;
-        assert!(
-            judged.contains(&Judged::Before) && after_seen,
-            "{scenario:?}: the steps span the pass: {judged:?}"
-        );
+        });
+        assert_span_the_pass(scenario, &expected, &judged);
     });
 }
 
 #[test]
 fn after_an_io_failure_at_any_step_the_next_pass_completes_the_deletion() {
-    for_each_scenario(|scenario| {
-        let expected = Expected::of(scenario);
-        let steps = operations_in_pass(scenario);
+    for_each_scenario(|scenario, expected, steps| {
         let mut fail_stopped = Vec::new();
-        for step in 1..=steps {
-            let dir = tempfile::tempdir().unwrap();
-            let hooks = StepHooks::new(step, AtStep::FailWithEio);
-            let mut log = scenario.build(hooked(hooks.clone()), dir.path());
-            hooks.arm();
-            let result = scenario.run_pass(&mut log);
-            assert!(result.is_err(), "{scenario:?}: operation {step} failed");
+        for_each_failed_pass(scenario, steps, |step, dir, mut log| {
             let context = format!("{scenario:?}, EIO at operation {step} of {steps}, then again");
             match scenario.retry_pass(&mut log) {
                 Ok(()) => {
                     assert_eq!(LogState::read(&mut log), expected.after, "{context}");
                     drop(log);
-                    assert_eq!(deleted_file_count(dir.path()), 0, "{context}: no .deleted");
-                    let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+                    assert_eq!(deleted_file_count(dir), 0, "{context}: no .deleted");
+                    let reopened = LogState::read(&mut scenario.reopen(dir));
                     assert_eq!(reopened, expected.after, "{context}: a reopen sees it");
                 }
                 // A failed sync — sealing the rolled segment, or of the directory — stops the log
@@ -485,14 +430,14 @@ fn after_an_io_failure_at_any_step_the_next_pass_completes_the_deletion() {
                 Err(StorageError::Offline { .. }) => {
                     fail_stopped.push(step);
                     drop(log);
-                    let mut reopened = scenario.reopen(dir.path());
+                    let mut reopened = scenario.reopen(dir);
                     expected.judge(&LogState::read(&mut reopened), &context);
                     scenario.retry_pass(&mut reopened).unwrap();
                     assert_eq!(LogState::read(&mut reopened), expected.after, "{context}");
                 }
                 Err(error) => panic!("{context}: {error}"),
             }
-        }
+        });
         // A failed sync, roll or rename stops the log; a failed unlink of a `.deleted` file
         // (garbage whichever way it went) does not, and the pass has an unlink per file.
         assert!(
@@ -505,53 +450,20 @@ fn after_an_io_failure_at_any_step_the_next_pass_completes_the_deletion() {
 
 #[test]
 fn a_kill_at_any_step_of_a_retention_pass_reopens_to_before_or_after() {
-    for_each_scenario(|scenario| {
-        let expected = Expected::of(scenario);
-        let steps: Vec<usize> = (1..=operations_in_pass(scenario)).collect();
+    for_each_scenario(|scenario, expected, steps| {
+        let spawn = |step: usize| {
+            spawn_child(CHILD_TEST, CHILD_ENV, |dir| {
+                format!("{scenario:?}:{step}:{}", dir.display())
+            })
+        };
         let mut judged = Vec::new();
-        // A few children at a time: each spends most of its life waiting for fsync.
-        for chunk in steps.chunks(CHILDREN_AT_ONCE) {
-            let children: Vec<_> = chunk
-                .iter()
-                .map(|step| (*step, spawn_child(scenario, *step)))
-                .collect();
-            for (step, (dir, mut child)) in children {
-                let status = child.wait().unwrap();
-                assert_eq!(
-                    status.signal(),
-                    Some(6),
-                    "{scenario:?}: the child aborts before operation {step}: {status}"
-                );
-                let reopened = LogState::read(&mut scenario.reopen(dir.path()));
-                let context = format!("{scenario:?}, killed before operation {step}");
-                judged.push(expected.judge(&reopened, &context));
-            }
+        for (step, dir, _) in abort_at_each_step(steps, spawn, &format!("{scenario:?}")) {
+            let reopened = LogState::read(&mut scenario.reopen(dir.path()));
+            let context = format!("{scenario:?}, killed before operation {step}");
+            judged.push(expected.judge(&reopened, &context));
         }
-        let after_seen = judged.contains(&Judged::After) || expected.before == expected.after;
-        assert!(
-            judged.contains(&Judged::Before) && after_seen,
-            "{scenario:?}: the steps span the pass: {judged:?}"
-        );
+        assert_span_the_pass(scenario, &expected, &judged);
     });
-}
-
-const CHILDREN_AT_ONCE: usize = 4;
-
-/// Starts this test binary as a child that runs `scenario` in a new directory and aborts before
-/// operation `step` of its pass.
-fn spawn_child(scenario: Scenario, step: usize) -> (tempfile::TempDir, std::process::Child) {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([CHILD_TEST, "--exact", "--ignored", "--test-threads=1"])
-        .env(
-            CHILD_ENV,
-            format!("{scenario:?}:{step}:{}", dir.path().display()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    (dir, child)
 }
 
 /// The child side of `a_kill_at_any_step_of_a_retention_pass_reopens_to_before_or_after`: builds
@@ -568,9 +480,7 @@ fn child_process_aborting_at_one_step() {
     let scenario = Scenario::parse(parts.next().unwrap());
     let step: usize = parts.next().unwrap().parse().unwrap();
     let dir = Path::new(parts.next().unwrap());
-    let hooks = StepHooks::new(step, AtStep::Abort);
-    let mut log = scenario.build(hooked(hooks.clone()), dir);
-    hooks.arm();
+    let (mut log, _) = armed(scenario, dir, step, AtStep::Abort);
     let _ = scenario.run_pass(&mut log);
     panic!("{scenario:?}: the pass ended before operation {step}");
 }
@@ -610,13 +520,7 @@ impl StorageHooks for FailOnce {
 }
 
 fn live_log_files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".log"))
-        .collect();
-    names.sort();
-    names
+    names_ending(dir, ".log")
 }
 
 /// A failed rename takes the log offline (which name the device holds is unknown): it serves
@@ -628,8 +532,7 @@ fn a_failed_rename_takes_the_log_offline_and_the_reopened_log_finds_no_gap() {
     let expected = Expected::of(scenario);
     let dir = tempfile::tempdir().unwrap();
     let hooks = FailOnce::new(StorageOp::Rename, "00000000000000000004.log");
-    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let mut log = scenario.build(storage, dir.path());
+    let mut log = scenario.build(hooked(hooks.clone()), dir.path());
     assert!(
         log.apply_retention(scenario.now()).is_err(),
         "the failed rename is reported"
@@ -667,8 +570,7 @@ fn a_failed_unlink_of_deleted_files_is_retried_by_the_next_call() {
     let scenario = Scenario::Time;
     let dir = tempfile::tempdir().unwrap();
     let hooks = FailOnce::new(StorageOp::RemoveFile, "00000000000000000004.log.deleted");
-    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let mut log = scenario.build(storage, dir.path());
+    let mut log = scenario.build(hooked(hooks.clone()), dir.path());
     let outcome = log.apply_retention(scenario.now()).unwrap();
     assert_eq!(outcome.segments_deleted, 3);
     assert_eq!(deleted_file_count(dir.path()), 9);
@@ -693,55 +595,24 @@ fn a_failed_unlink_of_deleted_files_is_retried_by_the_next_call() {
 }
 
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    }
+    engines::engine_config(1)
 }
 
 /// Eight batches from 2023 (two segments), then eight stamped now (two segments).
 fn fill_engine_partition(engine: &Engine, topic: &TopicName) {
     for offset in 0..16 {
-        let mut record = batch(offset);
-        if offset >= 8 {
-            let mut value = format!("record-{offset:06}-").into_bytes();
-            value.resize(200, b'x');
-            let mut builder = BatchBuilder::new(0);
-            builder.push(&NewRecord {
-                timestamp_ms: TimestampMs::now().0,
-                key: Some(b"k"),
-                value: Some(&value),
-                headers: &[],
-            });
-            record = builder.build().unwrap();
-        }
-        engine
-            .append(topic, 0, record, Durability::Written)
-            .wait()
-            .unwrap();
+        let record = match offset {
+            0..8 => batch(offset),
+            _ => stamped_batch(offset, TimestampMs::now().0),
+        };
+        append(engine, topic, 0, record);
     }
 }
 
 /// The base offsets of every batch from `from` to the log end, fetched a segment at a time.
 fn fetch_offsets(engine: &Engine, topic: &TopicName, from: u64) -> Result<Vec<i64>, ReadError> {
-    let mut offsets = Vec::new();
-    let mut next = from;
-    loop {
-        let options = FetchOptions {
-            max_bytes: 1 << 20,
-            ..FetchOptions::default()
-        };
-        let data = engine.fetch(topic, 0, Offset(next), options).wait()?;
-        if data.records.is_empty() {
-            return Ok(offsets);
-        }
-        for batch in BatchIter::new(data.records, u64::MAX) {
-            let batch = batch.unwrap();
-            offsets.push(batch.base_offset());
-            next = batch.last_offset() as u64 + 1;
-        }
-    }
+    let batches = try_fetch_batches(engine, topic, 0, from)?;
+    Ok(batches.iter().map(Batch::base_offset).collect())
 }
 
 /// In the engine, the partition whose rename failed goes offline: its fetches and appends fail,
@@ -751,8 +622,8 @@ fn fetch_offsets(engine: &Engine, topic: &TopicName, from: u64) -> Result<Vec<i6
 fn an_engine_whose_retention_rename_fails_takes_the_partition_offline_until_reopened() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = FailOnce::new(StorageOp::Rename, "00000000000000000004.log");
-    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks.clone()));
-    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    let engine =
+        Engine::open_with_storage(dir.path(), engine_config(), hooked(hooks.clone())).unwrap();
     let topic = engine
         .create_topic("aging", 1, config(Some(("retention.hours", "24"))))
         .unwrap();

@@ -1,0 +1,75 @@
+//! Engines for tests: configurations, appends and what a partition serves.
+
+use bytes::Bytes;
+use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::error::ReadError;
+use seglog::format::Batch;
+use seglog::types::{Offset, TopicName};
+
+use super::batches::{batches_from, records_from, text};
+
+/// `shard_count` shards, not pinned to cores (tests share the machine).
+pub fn engine_config(shard_count: usize) -> EngineConfig {
+    EngineConfig {
+        shard_count,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+/// Appends `batch` to the partition, written (not synced); returns its first offset.
+pub fn append(engine: &Engine, topic: &TopicName, partition: u32, batch: Bytes) -> Offset {
+    engine
+        .append(topic, partition, batch, Durability::Written)
+        .wait()
+        .unwrap()
+        .first_offset
+}
+
+/// Every batch the partition serves from offset `from` on, fetched 1 MiB at a time.
+pub fn try_fetch_batches(
+    engine: &Engine,
+    topic: &TopicName,
+    partition: u32,
+    from: u64,
+) -> Result<Vec<Batch>, ReadError> {
+    batches_from(from, |offset| {
+        let fetched = engine.fetch(topic, partition, offset, FetchOptions::default());
+        fetched.wait().map(|data| data.records)
+    })
+}
+
+/// Every batch the partition serves.
+pub fn fetch_batches(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<Batch> {
+    try_fetch_batches(engine, topic, partition, 0).unwrap()
+}
+
+/// Every record the partition serves: its offset and value, as text.
+pub fn fetch_values(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<(u64, String)> {
+    let batches = fetch_batches(engine, topic, partition);
+    records_from(&batches, 0)
+        .into_iter()
+        .map(|(offset, record)| (offset, text(&record.value)))
+        .collect()
+}
+
+/// An engine opened with `config` (on the backend it names) in a new temporary directory.
+pub fn temp_engine(config: EngineConfig) -> (tempfile::TempDir, Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config).unwrap();
+    (dir, engine)
+}
+
+/// An engine opened with `config` in a new temporary directory, holding the topic `name` of
+/// `partitions` partitions in Kafka's default configuration.
+pub fn engine_with_topic(
+    config: EngineConfig,
+    name: &str,
+    partitions: u32,
+) -> (tempfile::TempDir, Engine, TopicName) {
+    let (dir, engine) = temp_engine(config);
+    let topic = engine
+        .create_topic(name, partitions, seglog::config::LogConfig::default())
+        .unwrap();
+    (dir, engine, topic)
+}
