@@ -29,6 +29,7 @@ use seglog::io::storage_from_env;
 use seglog::log::PartitionLog;
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError};
+use support::assert_out_of_range;
 use support::batches::{T0, batch_of, record};
 use support::configs::compacted;
 use support::dirs::scratch;
@@ -70,24 +71,6 @@ fn new_log(config: LogConfig) -> (tempfile::TempDir, PartitionLog) {
     let root = scratch();
     let log = open_log(root.path(), config);
     (root, log)
-}
-
-/// Asserts that `$result` is the error `$error::OffsetOutOfRange` for offset `$requested` of a
-/// log whose offsets run from `$start` to `$end`.
-macro_rules! assert_out_of_range {
-    ($result:expr, $error:ident, $requested:expr, $start:expr, $end:expr) => {
-        match $result {
-            Err($error::OffsetOutOfRange {
-                requested,
-                log_start_offset,
-                log_end_offset,
-            }) => assert_eq!(
-                (requested, log_start_offset, log_end_offset),
-                (Offset($requested), Offset($start), Offset($end))
-            ),
-            other => panic!("offset {} gave {other:?}", $requested),
-        }
-    };
 }
 
 /// A records section of `count` records with the given offset deltas.

@@ -7,12 +7,14 @@
 
 use std::path::Path;
 
-use seglog::config::LogConfig;
-use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::storage_from_env;
+use seglog::format::Batch;
 use seglog::log::SEALED_OPEN_MAX;
-use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
+use support::batches::{T0, keyed_batch};
+use support::configs::small_segments;
+use support::logs::open_dir;
+
+mod support;
 
 /// Open descriptors of this process whose target lies under `dir`.
 fn open_files_under(dir: &Path) -> usize {
@@ -26,28 +28,14 @@ fn open_files_under(dir: &Path) -> usize {
 #[test]
 fn reading_a_log_of_many_segments_keeps_few_files_open() {
     let root = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 64,
-        ..LogConfig::default()
-    };
-    let mut log_dir = LogDir::open(root.path(), storage_from_env(), config).unwrap();
+    let mut log_dir = open_dir(root.path(), small_segments(1024, 64));
     let topic = TopicName::parse("wide").unwrap();
     log_dir.create_topic(&topic, 1).unwrap();
     let log = log_dir.partition(&topic, 0).unwrap();
-    let value = [7u8; 300];
     for offset in 0..300u64 {
         let key = offset.to_be_bytes();
-        let mut builder = BatchBuilder::new(0);
-        builder.push(&NewRecord {
-            timestamp_ms: 1_700_000_000_000 + offset as i64,
-            key: Some(&key),
-            value: Some(&value),
-            headers: &[],
-        });
-        log.append(builder.build().unwrap(), TimestampMs(1_700_000_100_000))
-            .unwrap();
+        let batch = keyed_batch(Some(&key), Some(&[7u8; 300]), T0 + offset as i64);
+        log.append(batch, TimestampMs(T0 + 100_000)).unwrap();
     }
     assert!(
         log.segment_count() >= 100,
@@ -68,7 +56,7 @@ fn reading_a_log_of_many_segments_keeps_few_files_open() {
     }
     assert!(most_open <= bound, "{most_open} files open, bound {bound}");
     let found = log
-        .read_by_timestamp(TimestampMs(1_700_000_000_150))
+        .read_by_timestamp(TimestampMs(T0 + 150))
         .unwrap()
         .unwrap();
     assert_eq!(found.offset, Offset(150));

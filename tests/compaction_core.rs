@@ -22,6 +22,9 @@ use seglog::format::batch::field;
 use seglog::format::compression::compress;
 use seglog::format::{Batch, BatchBuilder, Compression, NewRecord};
 use seglog::limits::{BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
+use support::batches::owned_headers;
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 const NOW: i64 = T0 + 3_600_000;
@@ -145,13 +148,9 @@ fn read_records(batch: &Batch) -> Vec<ModelRecord> {
         .into_iter()
         .map(|record| ModelRecord {
             offset: (header.base_offset + i64::from(record.offset_delta)) as u64,
+            headers: owned_headers(&record),
             key: record.key.map(|key| key.to_vec()),
             value: record.value.map(|value| value.to_vec()),
-            headers: record
-                .headers
-                .into_iter()
-                .map(|header| (header.key, header.value.map(|value| value.to_vec())))
-                .collect(),
             timestamp_ms: if header.attributes.is_log_append_time() {
                 header.max_timestamp
             } else {

@@ -19,11 +19,14 @@ use std::sync::Arc;
 use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
 use seglog::failpoint::NAMES;
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::{Storage, storage_from_env};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
+use support::batches::{T0, keyed_batch, records_from, text};
+use support::configs::{small_segments, with_settings};
+use support::logs::log_batches;
+
+mod support;
 
 const KEYS: u64 = 5;
 const CHILD_ENV: &str = "SEGLOG_FAILPOINT_CHILD";
@@ -33,16 +36,12 @@ fn topic() -> TopicName {
 }
 
 fn config() -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 700,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 64,
-        ..LogConfig::default()
-    };
-    config.set("cleanup.policy", "compact,delete").unwrap();
-    config.set("file.delete.delay.ms", "0").unwrap();
-    config.set("delete.retention.ms", "0").unwrap();
-    config
+    let settings = [
+        ("cleanup.policy", "compact,delete"),
+        ("file.delete.delay.ms", "0"),
+        ("delete.retention.ms", "0"),
+    ];
+    with_settings(small_segments(700, 64), &settings)
 }
 
 /// The record at offset `sequence`: key `k<sequence % KEYS>`, value `v<sequence>`.
@@ -52,25 +51,16 @@ fn record(sequence: u64) -> (String, String) {
 
 fn batch(sequence: u64) -> bytes::Bytes {
     let (key, value) = record(sequence);
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: Some(key.as_bytes()),
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    keyed_batch(Some(key.as_bytes()), Some(value.as_bytes()), T0)
 }
 
-/// Appends, flushes, checkpoints, rolls, deletes records, applies retention and compacts,
-/// writing `acked <end offset>` to `acks` after each successful flush. Stops at the first error.
 fn workload(root: &Path, acks: &Path) -> Result<(), String> {
     let storage: Arc<dyn Storage> = storage_from_env();
     let mut dir = LogDir::open(root, storage, config()).map_err(|e| format!("{e:?}"))?;
     dir.create_topic(&topic(), 1)
         .map_err(|e| format!("{e:?}"))?;
     let mut acks = std::fs::File::create(acks).unwrap();
-    let now = TimestampMs(1_700_000_000_000);
+    let now = TimestampMs(T0);
     let mut sequence = 0;
     for round in 0..4 {
         let log = dir.partition(&topic(), 0).map_err(|e| format!("{e:?}"))?;
@@ -127,26 +117,11 @@ fn check(root: &Path, acks: &Path, case: &str) -> usize {
         log_start <= 20,
         "{case}: log start {log_start} beyond any deletion"
     );
-    let mut rows: Vec<(u64, String, String)> = Vec::new();
-    let mut offset = Offset(log_start);
-    while offset < log.log_end_offset() {
-        let data = log
-            .read(offset, 1 << 20)
-            .unwrap_or_else(|e| panic!("{case}: read at {offset}: {e:?}"));
-        if data.records.is_empty() {
-            break;
-        }
-        for batch in BatchIter::new(data.records, u64::MAX) {
-            let batch = batch.unwrap_or_else(|e| panic!("{case}: bad batch served: {e:?}"));
-            for record in batch.records().unwrap() {
-                let at = batch.base_offset() as u64 + record.offset_delta as u64;
-                let key = String::from_utf8(record.key.unwrap().to_vec()).unwrap();
-                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
-                rows.push((at, key, value));
-            }
-            offset = Offset(batch.last_offset() as u64 + 1);
-        }
-    }
+    // Every record served, those below the log start in its first batch too.
+    let rows: Vec<(u64, String, String)> = records_from(&log_batches(log), 0)
+        .into_iter()
+        .map(|(at, record)| (at, text(&record.key), text(&record.value)))
+        .collect();
     assert!(
         rows.windows(2).all(|pair| pair[0].0 < pair[1].0),
         "{case}: offsets must increase"
@@ -224,7 +199,7 @@ fn an_injected_error_at_any_named_step_reopens_keeping_every_acknowledged_record
         let mut reopened = LogDir::open(&root, storage, config()).unwrap();
         let log = reopened.partition(&topic(), 0).unwrap();
         let mut map = OffsetMap::new(64 * 1024).unwrap();
-        log.compact(&mut map, Offset(0), 0, TimestampMs(1_700_000_000_000))
+        log.compact(&mut map, Offset(0), 0, TimestampMs(T0))
             .unwrap_or_else(|e| panic!("{name}: compaction after reopen: {e:?}"));
         reopened.close().unwrap();
         check(&root, &acks, name);

@@ -15,11 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use seglog::config::LogConfig;
 use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
-use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog, RecordRead};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::io::hooked::{StorageHooks, StorageOp};
+use seglog::log::{PartitionLog, RecordRead};
+use seglog::types::{Offset, TimestampMs};
+use support::batches::{T0, repeated_batch};
+use support::dirs::{flip_byte, segment_file};
+use support::hooks::hooked;
+use support::logs::{self, open_options};
+
+mod support;
 
 const RECORDS_PER_BATCH: u64 = 100;
 const BATCHES: u64 = 50;
@@ -37,6 +41,13 @@ impl StorageHooks for CountLogReads {
     }
 }
 
+impl CountLogReads {
+    /// The reads counted so far.
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// A batch of 100 records of 100 B: about 11 KB, so each batch has its own index entry.
 fn batch() -> bytes::Bytes {
     batch_of(RECORDS_PER_BATCH)
@@ -46,60 +57,29 @@ fn batch_of(records: u64) -> bytes::Bytes {
     batch_of_values(records, &[b'v'; 100])
 }
 
-/// The timestamp of every record but where a test says otherwise.
-const T0: i64 = 1_700_000_000_000;
-
 /// `records` records, each with the value `value`.
 fn batch_of_values(records: u64, value: &[u8]) -> bytes::Bytes {
-    batch_stamped(records, value, T0)
+    repeated_batch(records as usize, None, value, T0)
 }
 
-/// `records` records, each with the value `value` and the timestamp `timestamp_ms`.
-fn batch_stamped(records: u64, value: &[u8], timestamp_ms: i64) -> bytes::Bytes {
-    let mut builder = BatchBuilder::new(0);
-    for _ in 0..records {
-        builder.push(&NewRecord {
-            timestamp_ms,
-            key: None,
-            value: Some(value),
-            headers: &[],
-        });
-    }
-    builder.build().unwrap()
-}
-
-fn log_of_batches(dir: &Path, hooks: Arc<CountLogReads>) -> PartitionLog {
-    log_of(dir, hooks, |_| batch())
-}
-
-/// A log of `BATCHES` batches, the `n`th `batch_at(n)`.
-fn log_of(
-    dir: &Path,
-    hooks: Arc<CountLogReads>,
+/// A log in a temporary directory of `BATCHES` batches, the `n`th `batch_at(n)`, over storage
+/// counting its reads.
+fn counted_log_of(
     batch_at: impl Fn(u64) -> bytes::Bytes,
-) -> PartitionLog {
-    let mut log = open_log(dir, hooks);
+) -> (tempfile::TempDir, Arc<CountLogReads>, PartitionLog) {
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(CountLogReads::default());
+    let mut log = open_log(dir.path(), reads.clone());
     for n in 0..BATCHES {
         log.append(batch_at(n), TimestampMs(T0)).unwrap();
     }
-    log
+    (dir, reads, log)
 }
 
 /// The log in `dir`, opened as after a clean shutdown (none yet, the first time).
 fn open_log(dir: &Path, hooks: Arc<CountLogReads>) -> PartitionLog {
-    let storage = Arc::new(HookedStorage::new(storage_from_env(), hooks));
-    let tp = TopicPartition {
-        topic: TopicName::parse("reads").unwrap(),
-        partition: 0,
-    };
-    let options = LogOpenOptions {
-        had_clean_shutdown: true,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now: TimestampMs(T0),
-    };
-    let (log, _) = PartitionLog::open(storage, dir, tp, LogConfig::default(), options).unwrap();
-    log
+    let options = open_options(true, 0, T0);
+    logs::open_log(hooked(hooks), dir, "reads", LogConfig::default(), options)
 }
 
 /// The base offsets of the batches a fetch served (each batch checked whole).
@@ -111,16 +91,11 @@ fn served_bases(records: bytes::Bytes) -> Vec<i64> {
 
 #[test]
 fn a_lookup_reads_its_batch_whole_at_its_index_entry_once_the_batch_size_is_known() {
-    let dir = tempfile::tempdir().unwrap();
-    let reads = Arc::new(CountLogReads::default());
-    let mut log = log_of_batches(dir.path(), reads.clone());
+    let (_dir, reads, mut log) = counted_log_of(|_| batch());
     let mut lookup = |offset: u64| {
-        let before = reads.0.load(Ordering::SeqCst);
+        let before = reads.count();
         let data = log.read(Offset(offset), 1).unwrap();
-        (
-            served_bases(data.records),
-            reads.0.load(Ordering::SeqCst) - before,
-        )
+        (served_bases(data.records), reads.count() - before)
     };
     // The first fetch knows no batch size: from the entry's batch through a page past the next
     // entry in one read, which holds the wanted batch's header; then that batch.
@@ -139,14 +114,12 @@ fn a_lookup_reads_its_batch_whole_at_its_index_entry_once_the_batch_size_is_know
 
 #[test]
 fn a_fetch_serves_whole_batches_from_the_one_holding_its_offset_up_to_max_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let reads = Arc::new(CountLogReads::default());
-    let mut log = log_of_batches(dir.path(), reads.clone());
+    let (_dir, reads, mut log) = counted_log_of(|_| batch());
     let batch_bytes = batch().len() as u64;
-    let before = reads.0.load(Ordering::SeqCst);
+    let before = reads.count();
     let data = log.read(Offset(1_050), 3 * batch_bytes + 10).unwrap();
     assert_eq!(served_bases(data.records), [1_000, 1_100, 1_200]);
-    let reads_taken = reads.0.load(Ordering::SeqCst) - before;
+    let reads_taken = reads.count() - before;
     assert_eq!(
         reads_taken, 1,
         "from the entry's batch through max_bytes past the next entry, at once"
@@ -164,8 +137,6 @@ fn a_fetch_serves_whole_batches_from_the_one_holding_its_offset_up_to_max_bytes(
 /// its offset, in at most the reads of a lookup without the guess.
 #[test]
 fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
-    let dir = tempfile::tempdir().unwrap();
-    let reads = Arc::new(CountLogReads::default());
     let records_in = |n: u64| {
         if n.is_multiple_of(2) {
             RECORDS_PER_BATCH
@@ -173,14 +144,14 @@ fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
             3
         }
     };
-    let mut log = log_of(dir.path(), reads.clone(), |n| batch_of(records_in(n)));
+    let (_dir, reads, mut log) = counted_log_of(|n| batch_of(records_in(n)));
     let mut bases = vec![0u64];
     for n in 0..BATCHES {
         bases.push(bases[n as usize] + records_in(n));
     }
     let end = *bases.last().unwrap();
     for offset in (0..end).step_by(7).chain([end - 1]) {
-        let before = reads.0.load(Ordering::SeqCst);
+        let before = reads.count();
         let data = log.read(Offset(offset), 1).unwrap();
         let holding = bases.partition_point(|base| *base <= offset) - 1;
         assert_eq!(
@@ -188,10 +159,7 @@ fn lookups_among_batches_of_varying_sizes_serve_the_batch_holding_the_offset() {
             vec![bases[holding] as i64],
             "offset {offset}"
         );
-        assert!(
-            reads.0.load(Ordering::SeqCst) - before <= 3,
-            "offset {offset}"
-        );
+        assert!(reads.count() - before <= 3, "offset {offset}");
     }
 }
 
@@ -215,32 +183,17 @@ fn looked_up_value(log: &mut PartitionLog, offset: u64) -> Result<bytes::Bytes, 
     }
 }
 
-/// Flips one byte of the `.log` in place, as a disk returning other bytes would.
-fn flip_log_byte(dir: &Path, position: u64) {
-    use std::os::unix::fs::FileExt;
-    let path = dir.join(format!("{:020}.log", 0));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, position).unwrap();
-    file.write_all_at(&[byte[0] ^ 0xff], position).unwrap();
-}
-
 #[test]
 fn a_second_lookup_in_a_large_batch_reads_and_checks_only_the_chunks_of_its_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let reads = Arc::new(CountLogReads::default());
-    let mut log = log_of(dir.path(), reads, |_| kib_batch(b'v'));
+    let (dir, _reads, mut log) = counted_log_of(|_| kib_batch(b'v'));
     let batch_bytes = kib_batch(b'v').len() as u64;
     let record_bytes = (batch_bytes - 61) / RECORDS_PER_BATCH;
     // The first lookup reads the batch 1_100..=1_199 whole and checks its CRC.
     assert_eq!(looked_up_value(&mut log, 1_150).unwrap(), vec![b'v'; 1024]);
     // The value of record 1_190 changes on disk, 78 KiB from record 1_150.
     let changed = 11 * batch_bytes + 61 + 90 * record_bytes + 500;
-    flip_log_byte(dir.path(), changed);
+    // As a disk returning other bytes would.
+    flip_byte(&segment_file(dir.path(), 0, ".log"), changed, 0xff);
     // Record 1_150's chunks are unchanged and pass their CRCs: the batch is not read whole.
     assert_eq!(looked_up_value(&mut log, 1_150).unwrap(), vec![b'v'; 1024]);
     // Record 1_190's chunk fails its CRC: the batch is read whole again, and fails its own.
@@ -255,9 +208,7 @@ fn a_second_lookup_in_a_large_batch_reads_and_checks_only_the_chunks_of_its_reco
 
 #[test]
 fn a_lookup_after_a_truncation_reads_the_batch_appended_in_the_truncated_ones_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let reads = Arc::new(CountLogReads::default());
-    let mut log = log_of(dir.path(), reads, |_| kib_batch(b'v'));
+    let (_dir, _reads, mut log) = counted_log_of(|_| kib_batch(b'v'));
     for offset in [4_950, 4_951, 4_999] {
         assert_eq!(looked_up_value(&mut log, offset).unwrap(), vec![b'v'; 1024]);
     }
@@ -282,19 +233,13 @@ fn reopening_a_log_whose_timestamps_stopped_growing_reads_only_its_tail() {
     let reads = Arc::new(CountLogReads::default());
     let mut log = open_log(dir.path(), reads.clone());
     let value = [b'v'; 100];
-    log.append(
-        batch_stamped(RECORDS_PER_BATCH, &value, T0 + 10_000),
-        TimestampMs(T0),
-    )
-    .unwrap();
+    let stamped =
+        |timestamp_ms| repeated_batch(RECORDS_PER_BATCH as usize, None, &value, timestamp_ms);
+    log.append(stamped(T0 + 10_000), TimestampMs(T0)).unwrap();
     // 400 more batches of about 11 KB, all older than the first: some 17 of a scan's 256 KiB
     // reads.
     for _ in 0..400 {
-        log.append(
-            batch_stamped(RECORDS_PER_BATCH, &value, T0),
-            TimestampMs(T0),
-        )
-        .unwrap();
+        log.append(stamped(T0), TimestampMs(T0)).unwrap();
     }
     let end = log.log_end_offset();
     log.close().unwrap();
@@ -305,9 +250,9 @@ fn reopening_a_log_whose_timestamps_stopped_growing_reads_only_its_tail() {
         12,
         "one time index entry"
     );
-    let before = reads.0.load(Ordering::SeqCst);
+    let before = reads.count();
     let mut log = open_log(dir.path(), reads.clone());
-    let opening_reads = reads.0.load(Ordering::SeqCst) - before;
+    let opening_reads = reads.count() - before;
     assert!(
         opening_reads <= 3,
         "the open read the .log {opening_reads} times"

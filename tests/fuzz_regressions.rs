@@ -7,6 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use seglog::format::file_name::{parse_partition_dir_name, partition_dir_name};
+use support::batches::{T0, keyed_batch};
+
+mod support;
 
 /// file_name_parse: a partition directory name with leading zeros parsed as the same partition
 /// as the canonical name (`t-0` and `t-00` were both partition 0 of `t`), so a stray directory
@@ -83,15 +86,7 @@ fn snappy_block_declaring_more_than_it_can_hold_is_refused_before_allocating() {
 /// recomputed: a batch whose offsets only a damaged or hostile file would hold.
 fn batch_with_offsets(base_offset: i64, last_offset_delta: i32) -> Vec<u8> {
     use seglog::format::batch::field;
-    use seglog::format::{BatchBuilder, NewRecord};
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: Some(b"k"),
-        value: Some(b"v"),
-        headers: &[],
-    });
-    let mut batch = builder.build().unwrap().to_vec();
+    let mut batch = keyed_batch(Some(b"k"), Some(b"v"), T0).to_vec();
     batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
     batch[field::LAST_OFFSET_DELTA..field::LAST_OFFSET_DELTA + 4]
         .copy_from_slice(&last_offset_delta.to_be_bytes());
@@ -190,18 +185,28 @@ fn batch_of_size(base_offset: i64, size_bytes: usize) -> Vec<u8> {
     panic!("no one-record batch of {size_bytes} bytes");
 }
 
+/// Batches for offsets 0, 1, … of `sizes` bytes each, one after another.
+fn batches_of_sizes(sizes: &[usize]) -> Vec<u8> {
+    let batches = sizes.iter().enumerate();
+    batches
+        .flat_map(|(offset, size)| batch_of_size(offset as i64, *size))
+        .collect()
+}
+
+/// [`batches_of_sizes`] with `landed` written over them from `position` (a misdirected write),
+/// longer if it reaches past their end.
+fn landed_at(sizes: &[usize], position: usize, landed: Vec<u8>) -> Vec<u8> {
+    let mut log = batches_of_sizes(sizes);
+    let end = position + landed.len();
+    log.resize(log.len().max(end), 0);
+    log[position..end].copy_from_slice(&landed);
+    log
+}
+
 /// A batch of one unkeyed record holding `value`, at `base_offset`.
 fn batch_with_value(base_offset: i64, value: &[u8]) -> Vec<u8> {
     use seglog::format::batch::field;
-    use seglog::format::{BatchBuilder, NewRecord};
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value),
-        headers: &[],
-    });
-    let mut batch = builder.build().unwrap().to_vec();
+    let mut batch = keyed_batch(None, Some(value), T0).to_vec();
     batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
     batch
 }
@@ -215,18 +220,12 @@ fn batch_with_value(base_offset: i64, value: &[u8]) -> Vec<u8> {
 /// evidence only with a non-zero byte in that sector: this tail is cut, as a torn one.
 #[test]
 fn a_batch_whose_only_byte_in_the_torn_sector_is_zero_is_a_torn_tail() {
-    let synced = batch_of_size(0, 270);
     let lost = batch_of_size(1, 511 - 270);
     let survived = batch_of_size(2, 73);
     assert_eq!(survived[0], 0, "the base offset's top byte");
-    let mut log = synced.clone();
-    log.extend(std::iter::repeat_n(0u8, lost.len()));
-    log.extend(&survived);
+    let log = [batch_of_size(0, 270), vec![0; lost.len()], survived].concat();
     assert_eq!(log.len(), 584);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
-    assert_eq!(loaded.segment.next_offset().0, 1);
+    assert_cut_to(&log, 270, 1);
 }
 
 /// The same layout with the next batch starting 12 bytes before the sector's end (its base
@@ -234,13 +233,9 @@ fn a_batch_whose_only_byte_in_the_torn_sector_is_zero_is_a_torn_tail() {
 /// them in that sector were written whole — damage, and the partition is refused.
 #[test]
 fn a_batch_with_new_bytes_in_the_torn_sector_is_damage_not_a_torn_tail() {
-    let synced = batch_of_size(0, 270);
     let lost = batch_of_size(1, 500 - 270);
-    let survived = batch_of_size(2, 84);
-    let mut log = synced.clone();
-    log.extend(std::iter::repeat_n(0u8, lost.len()));
-    log.extend(&survived);
-    assert_refused(&log);
+    let torn_sector = [vec![0; lost.len()], batch_of_size(2, 84)].concat();
+    assert_refused(&[batch_of_size(0, 270), torn_sector].concat());
 }
 
 /// sim_ops (F7, a local run of the CI smoke's seeds, 2026-12-01; input
@@ -251,14 +246,9 @@ fn a_batch_with_new_bytes_in_the_torn_sector_is_damage_not_a_torn_tail() {
 /// first sector holds what was there before, so it is a torn write: cut.
 #[test]
 fn a_batch_whose_first_sector_reverted_to_zeros_is_a_torn_tail() {
-    let synced = batch_of_size(0, 504);
     let mut torn = batch_of_size(1, 73);
     torn[..8].fill(0);
-    let log = [synced.clone(), torn].concat();
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
-    assert_eq!(loaded.segment.next_offset().0, 1);
+    assert_cut_to(&[batch_of_size(0, 504), torn].concat(), 504, 1);
 }
 
 /// The same with prewritten space there before: the first sector reverted to the end of a stamp.
@@ -272,20 +262,14 @@ fn a_batch_whose_first_sector_reverted_to_prewritten_space_is_a_torn_tail() {
     log[..1016].copy_from_slice(&synced);
     let torn = batch_of_size(1, 100);
     log[1024..1116].copy_from_slice(&torn[1024 - 1016..]);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), 1016);
-    assert_eq!(loaded.segment.next_offset().0, 1);
+    assert_cut_to(&log, 1016, 1);
 }
 
 /// A batch whose first sector holds a base offset other than the next one (not zeros, not
 /// prewritten space) was written whole there: damage, refused.
 #[test]
 fn a_batch_spanning_sectors_with_a_wrong_base_offset_is_refused() {
-    let synced = batch_of_size(0, 504);
-    let wrong = batch_of_size(7, 73);
-    let log = [synced, wrong].concat();
-    assert_refused(&log);
+    assert_refused(&[batch_of_size(0, 504), batch_of_size(7, 73)].concat());
 }
 
 /// sim_ops (F9, a local CI-like run, 2026-12-01; input
@@ -297,13 +281,7 @@ fn a_batch_spanning_sectors_with_a_wrong_base_offset_is_refused() {
 /// there by a torn write: refused.
 #[test]
 fn a_batch_found_inside_the_header_of_the_invalid_one_is_damage_not_a_torn_tail() {
-    let synced = batch_of_size(0, 504);
-    let overwritten = batch_of_size(1, 73);
-    let landed = batch_of_size(2, 82);
-    let mut log = [synced, overwritten].concat();
-    log.truncate(512);
-    log.extend(&landed);
-    assert_refused(&log);
+    assert_refused(&landed_at(&[504, 73], 512, batch_of_size(2, 82)));
 }
 
 /// The same further on: the batch for offset 2 landed at 1024, inside the batch for offset 1
@@ -311,13 +289,7 @@ fn a_batch_found_inside_the_header_of_the_invalid_one_is_damage_not_a_torn_tail(
 /// extent it claims holds the batch that follows it, so it was written whole and then damaged.
 #[test]
 fn a_batch_found_inside_the_extent_a_header_across_sectors_claims_is_damage() {
-    let synced = batch_of_size(0, 504);
-    let overwritten = batch_of_size(1, 600);
-    let landed = batch_of_size(2, 82);
-    let mut log = [synced, overwritten].concat();
-    log.truncate(1024);
-    log.extend(&landed);
-    assert_refused(&log);
+    assert_refused(&landed_at(&[504, 600], 1024, batch_of_size(2, 82)));
 }
 
 /// sim_ops (F11, a local CI-like run, 2026-12-01; input
@@ -330,13 +302,7 @@ fn a_batch_found_inside_the_extent_a_header_across_sectors_claims_is_damage() {
 /// own bytes nor what a crash leaves there: refused.
 #[test]
 fn a_batch_reaching_past_the_extent_the_invalid_one_claims_is_damage() {
-    let synced = batch_of_size(0, 342);
-    let overwritten = batch_of_size(1, 211);
-    let destroyed = batch_of_size(2, 73);
-    let landed = batch_of_size(3, 73);
-    let mut log = [synced, overwritten, destroyed].concat();
-    log[512..585].copy_from_slice(&landed);
-    assert_refused(&log);
+    assert_refused(&landed_at(&[342, 211, 73], 512, batch_of_size(3, 73)));
 }
 
 /// A batch stored in a record's value lies inside its batch's extent: when that batch is torn
@@ -350,10 +316,7 @@ fn a_batch_stored_in_a_torn_batchs_value_does_not_make_it_damage() {
     let torn = batch_with_value(1, &value);
     let mut log = [synced.clone(), torn].concat();
     log[512..].fill(0);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
-    assert_eq!(loaded.segment.next_offset().0, 1);
+    assert_cut_to(&log, synced.len() as u64, 1);
 }
 
 /// sim_ops (F14, a CI-like local run, 2026-12-01; input
@@ -367,11 +330,7 @@ fn a_batch_stored_in_a_torn_batchs_value_does_not_make_it_damage() {
 fn a_batch_whose_lost_first_sector_held_only_its_base_offset_is_not_misplaced() {
     let mut torn = batch_of_size(5, 73);
     torn[..8].fill(0);
-    let log = [vec![0u8; 504], torn].concat();
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), 0);
-    assert_eq!(loaded.segment.next_offset().0, 0);
+    assert_cut_to(&[vec![0u8; 504], torn].concat(), 0, 0);
 }
 
 /// sim_ops (F15, a CI-like local run, 2026-12-01; input
@@ -383,10 +342,7 @@ fn a_batch_whose_lost_first_sector_held_only_its_base_offset_is_not_misplaced() 
 /// batch's bytes there were written whole and then damaged. Refused.
 #[test]
 fn a_batch_whose_last_sector_holds_the_next_batch_is_damage_not_a_torn_tail() {
-    let synced = batch_of_size(0, 448);
-    let damaged = batch_of_size(1, 81);
-    let next = batch_of_size(2, 85);
-    let mut log = [synced, damaged, next].concat();
+    let mut log = batches_of_sizes(&[448, 81, 85]);
     log[512..529].fill(0);
     assert_refused(&log);
 }
@@ -395,15 +351,9 @@ fn a_batch_whose_last_sector_holds_the_next_batch_is_damage_not_a_torn_tail() {
 /// own, which a crash may keep while losing the one before. A torn tail, cut.
 #[test]
 fn a_next_batch_in_a_sector_of_its_own_does_not_make_a_torn_batch_damage() {
-    let synced = batch_of_size(0, 448);
-    let torn = batch_of_size(1, 576);
-    let next = batch_of_size(2, 85);
-    let mut log = [synced.clone(), torn, next].concat();
+    let mut log = batches_of_sizes(&[448, 576, 85]);
     log[512..1024].fill(0);
-    let (_dir, loaded) = load_segment(&log, 0, seglog::segment::recovery::LoadMode::Recover);
-    let loaded = loaded.unwrap();
-    assert_eq!(loaded.segment.size_bytes(), synced.len() as u64);
-    assert_eq!(loaded.segment.next_offset().0, 1);
+    assert_cut_to(&log, 448, 1);
 }
 
 /// sim_ops (F18, a CI-like local run, 2026-12-01): the batch for offset 2 landed at 512, a byte
@@ -415,13 +365,20 @@ fn a_next_batch_in_a_sector_of_its_own_does_not_make_a_torn_batch_damage() {
 /// them: refused.
 #[test]
 fn a_batch_starting_just_before_the_invalid_one_and_reaching_into_it_is_damage() {
-    let synced = batch_of_size(0, 513);
-    let overwritten = batch_of_size(1, 73);
+    let mut log = batches_of_sizes(&[513, 73]);
     let landed = batch_of_size(2, 73);
-    let mut log = [synced.clone(), overwritten].concat();
-    assert_eq!((synced[512], landed[0]), (0, 0));
+    assert_eq!((log[512], landed[0]), (0, 0));
     log[512..585].copy_from_slice(&landed);
     assert_refused(&log);
+}
+
+/// Recovery of `log` (a segment based at 0) cuts it as a torn tail: the segment keeps its first
+/// `kept_bytes`, and its next offset is `next_offset`.
+fn assert_cut_to(log: &[u8], kept_bytes: u64, next_offset: u64) {
+    let (_dir, loaded) = load_segment(log, 0, seglog::segment::recovery::LoadMode::Recover);
+    let segment = loaded.unwrap().segment;
+    assert_eq!(segment.size_bytes(), kept_bytes);
+    assert_eq!(segment.next_offset().0, next_offset);
 }
 
 /// Recovery of `log` (a segment based at 0) refuses it as damage (`Corrupt`), cutting nothing.

@@ -19,8 +19,11 @@ use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog::io::storage_from_env;
-use seglog::log::{LogOpenOptions, PartitionLog};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::types::{Offset, TimestampMs};
+use support::batches::{T0, batch_of, record};
+use support::logs::{open_log, open_options};
+
+mod support;
 
 /// One record as the test describes it.
 struct TestRecord {
@@ -339,36 +342,22 @@ fn kafkas_bytes_decode_to_the_records_they_hold() {
 #[test]
 fn the_log_stores_a_producer_batch_unchanged_but_for_its_stamped_base_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let tp = TopicPartition {
-        topic: TopicName::parse("golden").unwrap(),
-        partition: 0,
-    };
-    let now = TimestampMs(1_700_000_000_000);
-    let options = LogOpenOptions {
-        had_clean_shutdown: false,
-        recovery_point: Offset(0),
-        log_start_offset: None,
-        now,
-    };
-    let (mut log, _) = PartitionLog::open(
+    let now = TimestampMs(T0);
+    let options = open_options(false, 0, now.0);
+    let partition_dir = dir.path().join("golden-0");
+    let config = LogConfig::default();
+    let mut log = open_log(
         storage_from_env(),
-        &dir.path().join("golden-0"),
-        tp,
-        LogConfig::default(),
+        &partition_dir,
+        "golden",
+        config,
         options,
-    )
-    .unwrap();
+    );
     // Occupy offsets 0..=2 so that the Kafka batch lands at offset 3.
-    let mut first = BatchBuilder::new(0);
-    for i in 0..3 {
-        first.push(&NewRecord {
-            timestamp_ms: now.0 + i,
-            key: None,
-            value: Some(b"x"),
-            headers: &[],
-        });
-    }
-    log.append(first.build().unwrap(), now).unwrap();
+    let first: Vec<_> = (0..3)
+        .map(|i| record(now.0 + i, None, Some(b"x")))
+        .collect();
+    log.append(batch_of(&first), now).unwrap();
     // A producer sends base offset 0; the log assigns 3.
     let producer_bytes = kafka_batch(0, &mixed_records());
     let info = log

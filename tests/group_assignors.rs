@@ -46,112 +46,71 @@ fn named(assignment: &Assignment) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-fn expected(rows: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
-    rows.iter()
-        .map(|(member_id, partitions)| {
-            let names = partitions.iter().map(|p| (*p).to_owned()).collect();
-            ((*member_id).to_owned(), names)
+/// What an assignor gives the members for the partitions of each topic.
+type Assignor = fn(&[MemberSubscription], &BTreeMap<TopicName, u32>) -> Assignment;
+
+/// Asserts that `assign` gives the seed's threads C1-0, C2-0 and C2-1, each subscribed to every
+/// topic of `topics` (name, partitions), the partitions `rows` names (space-separated, one row a
+/// thread). Returns the assignment.
+fn assert_seed_assignment(assign: Assignor, topics: &[(&str, u32)], rows: [&str; 3]) -> Assignment {
+    let partitions: BTreeMap<TopicName, u32> = topics
+        .iter()
+        .map(|(name, count)| (topic(name), *count))
+        .collect();
+    let names: Vec<&str> = topics.iter().map(|(name, _)| *name).collect();
+    let assignment = assign(&seed_members(&names), &partitions);
+    let expected: BTreeMap<String, Vec<String>> = ["C1-0", "C2-0", "C2-1"]
+        .into_iter()
+        .zip(rows)
+        .map(|(member, row)| {
+            (
+                member.to_owned(),
+                row.split(' ').map(str::to_owned).collect(),
+            )
         })
-        .collect()
+        .collect();
+    assert_eq!(named(&assignment), expected);
+    assignment
 }
 
-#[test]
-fn range_over_ten_partitions_gives_c1_0_four_and_the_others_three() {
-    let partitions = BTreeMap::from([(topic("T1"), 10)]);
-    let assignment = range(&seed_members(&["T1"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            ("C1-0", &["T1-0", "T1-1", "T1-2", "T1-3"]),
-            ("C2-0", &["T1-4", "T1-5", "T1-6"]),
-            ("C2-1", &["T1-7", "T1-8", "T1-9"]),
-        ])
-    );
+/// How many partitions each member got.
+fn loads(assignment: &Assignment) -> Vec<usize> {
+    assignment.values().map(Vec::len).collect()
 }
 
-#[test]
-fn range_over_eleven_partitions_gives_the_first_two_threads_four() {
-    let partitions = BTreeMap::from([(topic("T1"), 11)]);
-    let assignment = range(&seed_members(&["T1"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            ("C1-0", &["T1-0", "T1-1", "T1-2", "T1-3"]),
-            ("C2-0", &["T1-4", "T1-5", "T1-6", "T1-7"]),
-            ("C2-1", &["T1-8", "T1-9", "T1-10"]),
-        ])
-    );
+/// One test a row: `name: assignor over topics => each thread's partitions, its loads`.
+macro_rules! seed_example_tests {
+    ($($name:ident: $assign:ident over $topics:expr => $rows:expr, $loads:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                let assignment = assert_seed_assignment($assign, &$topics, $rows);
+                assert_eq!(loads(&assignment), $loads);
+            }
+        )*
+    };
 }
 
-#[test]
-fn range_over_two_topics_gives_c1_0_two_more_than_the_others() {
-    let partitions = BTreeMap::from([(topic("T1"), 10), (topic("T2"), 10)]);
-    let assignment = range(&seed_members(&["T1", "T2"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            (
-                "C1-0",
-                &[
-                    "T1-0", "T1-1", "T1-2", "T1-3", "T2-0", "T2-1", "T2-2", "T2-3"
-                ]
-            ),
-            ("C2-0", &["T1-4", "T1-5", "T1-6", "T2-4", "T2-5", "T2-6"]),
-            ("C2-1", &["T1-7", "T1-8", "T1-9", "T2-7", "T2-8", "T2-9"]),
-        ])
-    );
-    let loads: Vec<usize> = assignment.values().map(Vec::len).collect();
-    assert_eq!(loads, [8, 6, 6]);
-}
-
-#[test]
-fn round_robin_over_ten_partitions_deals_them_out_in_turn() {
-    let partitions = BTreeMap::from([(topic("T1"), 10)]);
-    let assignment = round_robin(&seed_members(&["T1"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            ("C1-0", &["T1-0", "T1-3", "T1-6", "T1-9"]),
-            ("C2-0", &["T1-1", "T1-4", "T1-7"]),
-            ("C2-1", &["T1-2", "T1-5", "T1-8"]),
-        ])
-    );
-}
-
-#[test]
-fn round_robin_over_eleven_partitions_deals_them_out_in_turn() {
-    let partitions = BTreeMap::from([(topic("T1"), 11)]);
-    let assignment = round_robin(&seed_members(&["T1"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            ("C1-0", &["T1-0", "T1-3", "T1-6", "T1-9"]),
-            ("C2-0", &["T1-1", "T1-4", "T1-7", "T1-10"]),
-            ("C2-1", &["T1-2", "T1-5", "T1-8"]),
-        ])
-    );
-}
-
-#[test]
-fn round_robin_over_two_topics_continues_the_turn_across_topics_and_stays_balanced() {
-    let partitions = BTreeMap::from([(topic("T1"), 10), (topic("T2"), 10)]);
-    let assignment = round_robin(&seed_members(&["T1", "T2"]), &partitions);
-    assert_eq!(
-        named(&assignment),
-        expected(&[
-            (
-                "C1-0",
-                &["T1-0", "T1-3", "T1-6", "T1-9", "T2-2", "T2-5", "T2-8"]
-            ),
-            (
-                "C2-0",
-                &["T1-1", "T1-4", "T1-7", "T2-0", "T2-3", "T2-6", "T2-9"]
-            ),
-            ("C2-1", &["T1-2", "T1-5", "T1-8", "T2-1", "T2-4", "T2-7"]),
-        ])
-    );
-    let loads: Vec<usize> = assignment.values().map(Vec::len).collect();
-    assert_eq!(loads, [7, 7, 6]);
+seed_example_tests! {
+    range_over_ten_partitions_gives_c1_0_four_and_the_others_three: range over [("T1", 10)]
+        => ["T1-0 T1-1 T1-2 T1-3", "T1-4 T1-5 T1-6", "T1-7 T1-8 T1-9"], [4, 3, 3];
+    range_over_eleven_partitions_gives_the_first_two_threads_four: range over [("T1", 11)]
+        => ["T1-0 T1-1 T1-2 T1-3", "T1-4 T1-5 T1-6 T1-7", "T1-8 T1-9 T1-10"], [4, 4, 3];
+    range_over_two_topics_gives_c1_0_two_more_than_the_others: range
+        over [("T1", 10), ("T2", 10)]
+        => ["T1-0 T1-1 T1-2 T1-3 T2-0 T2-1 T2-2 T2-3", "T1-4 T1-5 T1-6 T2-4 T2-5 T2-6",
+            "T1-7 T1-8 T1-9 T2-7 T2-8 T2-9"], [8, 6, 6];
+    round_robin_over_two_topics_continues_the_turn_across_topics_and_stays_balanced: round_robin
+        over [("T1", 10), ("T2", 10)]
+        => [
+            "T1-0 T1-3 T1-6 T1-9 T2-2 T2-5 T2-8",
+            "T1-1 T1-4 T1-7 T2-0 T2-3 T2-6 T2-9",
+            "T1-2 T1-5 T1-8 T2-1 T2-4 T2-7",
+        ], [7, 7, 6];
+    round_robin_over_ten_partitions_deals_them_out_in_turn: round_robin over [("T1", 10)]
+        => ["T1-0 T1-3 T1-6 T1-9", "T1-1 T1-4 T1-7", "T1-2 T1-5 T1-8"], [4, 3, 3];
+    round_robin_over_eleven_partitions_deals_them_out_in_turn: round_robin over [("T1", 11)]
+        => ["T1-0 T1-3 T1-6 T1-9", "T1-1 T1-4 T1-7 T1-10", "T1-2 T1-5 T1-8"], [4, 4, 3];
 }
 
 #[test]

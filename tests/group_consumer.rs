@@ -12,33 +12,32 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod group_common;
-
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use group_common::{
-    PATIENCE, by_partition, config, create_topic, fill, open_engine, poll_records, produce,
-    subscribed, tp, value,
-};
 use seglog::config::TimestampType;
 use seglog::group::{
     DeleteGroupError, DescribeError, GroupCoordinator, GroupState, OffsetAndMetadata, PollError,
     PollOptions, PositionError,
 };
 use seglog::types::{Offset, TimestampMs};
+use support::assert_matches;
+use support::batches::T0;
+use support::groups::{
+    Groups, PATIENCE, by_partition, config, config_with, open_engine, poll_records, produce, tp,
+    value, within_patience,
+};
+
+mod support;
 
 #[test]
 fn poll_returns_records_in_order_with_their_partition_offset_timestamp_key_and_value() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    produce(&engine, "t", 0, &["a", "b"]);
-    produce(&engine, "t", 0, &["c"]);
-    produce(&engine, "t", 1, &["x"]);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(2, 0);
+    produce(&groups.engine, "t", 0, &["a", "b"]);
+    produce(&groups.engine, "t", 0, &["c"]);
+    produce(&groups.engine, "t", 1, &["x"]);
+    let mut consumer = groups.consumer(config("g"));
     let records = poll_records(&mut consumer, 4);
     let values = by_partition(&records);
     assert_eq!(values[&0], ["a", "b", "c"]);
@@ -46,7 +45,7 @@ fn poll_returns_records_in_order_with_their_partition_offset_timestamp_key_and_v
     let first = records.iter().find(|r| r.partition == 0).unwrap();
     assert_eq!(first.topic.as_str(), "t");
     assert_eq!(first.offset, Offset(0));
-    assert_eq!(first.timestamp, TimestampMs(1_700_000_000_000));
+    assert_eq!(first.timestamp, TimestampMs(T0));
     assert_eq!(first.timestamp_type, TimestampType::CreateTime);
     assert_eq!(first.key.as_deref(), Some(&b"k"[..]));
     let offsets: Vec<u64> = records
@@ -61,12 +60,8 @@ fn poll_returns_records_in_order_with_their_partition_offset_timestamp_key_and_v
 
 #[test]
 fn poll_is_bounded_by_max_records_and_max_bytes_and_rotates_over_partitions() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 3);
-    fill(&engine, "t", 3, 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(3, 10);
+    let mut consumer = groups.consumer(config("g"));
     let options = PollOptions {
         max_records: 4,
         max_bytes: u64::MAX,
@@ -99,15 +94,10 @@ fn poll_is_bounded_by_max_records_and_max_bytes_and_rotates_over_partitions() {
 
 #[test]
 fn a_long_poll_returns_as_soon_as_a_record_is_appended() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut long_poll = config("g");
-    long_poll.set("fetch.max.wait.ms", "5000").unwrap();
-    let mut consumer = subscribed(&coordinator, long_poll, &["t"]);
+    let groups = Groups::new(2, 0);
+    let mut consumer = groups.consumer(config_with("g", &[("fetch.max.wait.ms", "5000")]));
     assert!(consumer.poll(Duration::ZERO).unwrap().is_empty());
-    let producer_engine = engine.clone();
+    let producer_engine = groups.engine.clone();
     let producer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(200));
         produce(&producer_engine, "t", 1, &["late"]);
@@ -126,11 +116,8 @@ fn a_long_poll_returns_as_soon_as_a_record_is_appended() {
 
 #[test]
 fn a_poll_with_nothing_to_return_waits_for_its_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(1, 0);
+    let mut consumer = groups.consumer(config("g"));
     let started = Instant::now();
     assert!(
         consumer
@@ -143,16 +130,13 @@ fn a_poll_with_nothing_to_return_waits_for_its_timeout() {
 
 #[test]
 fn pause_stops_a_partitions_records_until_resume_and_keeps_its_position() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(2, 0);
+    let mut consumer = groups.consumer(config("g"));
     consumer.poll(Duration::ZERO).unwrap();
     consumer.pause(&[tp("t", 0)]).unwrap();
     assert_eq!(consumer.paused(), [tp("t", 0)]);
-    produce(&engine, "t", 0, &["held"]);
-    produce(&engine, "t", 1, &["free"]);
+    produce(&groups.engine, "t", 0, &["held"]);
+    produce(&groups.engine, "t", 1, &["free"]);
     let records = poll_records(&mut consumer, 1);
     assert_eq!(by_partition(&records)[&1], ["free"]);
     assert!(
@@ -165,23 +149,18 @@ fn pause_stops_a_partitions_records_until_resume_and_keeps_its_position() {
     consumer.resume(&[tp("t", 0)]).unwrap();
     let records = poll_records(&mut consumer, 1);
     assert_eq!(by_partition(&records)[&0], ["held"]);
-    let error = consumer.pause(&[tp("t", 9)]).unwrap_err();
-    assert!(
-        matches!(error, PositionError::NotAssigned { .. }),
-        "{error}"
+    assert_matches!(
+        consumer.pause(&[tp("t", 9)]).unwrap_err(),
+        PositionError::NotAssigned { .. }
     );
 }
 
 #[test]
 fn seek_moves_the_position_back_and_forward() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 5);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
-    poll_records(&mut consumer, 5);
     let partition = tp("t", 0);
+    let groups = Groups::new(1, 5);
+    let mut consumer = groups.consumer(config("g"));
+    poll_records(&mut consumer, 5);
     consumer.seek(&partition, Offset(3)).unwrap();
     assert_eq!(consumer.position(&partition).unwrap(), Offset(3));
     let again: Vec<u64> = poll_records(&mut consumer, 2)
@@ -194,21 +173,16 @@ fn seek_moves_the_position_back_and_forward() {
     consumer.seek_to_end(&partition).unwrap();
     assert_eq!(consumer.position(&partition).unwrap(), Offset(5));
     assert!(consumer.poll(Duration::from_millis(50)).unwrap().is_empty());
-    let error = consumer.seek(&tp("t", 1), Offset(0)).unwrap_err();
-    assert!(
-        matches!(error, PositionError::NotAssigned { .. }),
-        "{error}"
+    assert_matches!(
+        consumer.seek(&tp("t", 1), Offset(0)).unwrap_err(),
+        PositionError::NotAssigned { .. }
     );
 }
 
 #[test]
 fn a_position_past_the_log_end_is_reset_by_auto_offset_reset() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 3);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(1, 3);
+    let mut consumer = groups.consumer(config("g"));
     consumer.poll(Duration::ZERO).unwrap();
     consumer.seek(&tp("t", 0), Offset(100)).unwrap();
     let records = poll_records(&mut consumer, 3);
@@ -221,20 +195,14 @@ fn a_position_past_the_log_end_is_reset_by_auto_offset_reset() {
 
 #[test]
 fn auto_offset_reset_earliest_reads_from_the_log_start_and_latest_from_the_log_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 5);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut earliest = subscribed(&coordinator, config("from-start"), &["t"]);
-    let mut latest_config = config("from-end");
-    latest_config.set("auto.offset.reset", "latest").unwrap();
-    let mut latest = subscribed(&coordinator, latest_config, &["t"]);
+    let groups = Groups::new(1, 5);
+    let mut earliest = groups.consumer(config("from-start"));
+    let mut latest = groups.consumer(config_with("from-end", &[("auto.offset.reset", "latest")]));
 
     assert_eq!(poll_records(&mut earliest, 5)[0].offset, Offset(0));
     assert!(latest.poll(Duration::from_millis(100)).unwrap().is_empty());
     assert_eq!(latest.position(&tp("t", 0)).unwrap(), Offset(5));
-    produce(&engine, "t", 0, &["after"]);
+    produce(&groups.engine, "t", 0, &["after"]);
     let records = poll_records(&mut latest, 1);
     assert_eq!(records[0].offset, Offset(5));
     assert_eq!(value(&records[0]), "after");
@@ -242,47 +210,31 @@ fn auto_offset_reset_earliest_reads_from_the_log_start_and_latest_from_the_log_e
 
 #[test]
 fn auto_offset_reset_none_refuses_a_partition_without_a_committed_offset() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut strict = config("g");
-    strict.set("auto.offset.reset", "none").unwrap();
-    let mut consumer = subscribed(&coordinator, strict, &["t"]);
-    let error = consumer.poll(Duration::ZERO).unwrap_err();
-    assert!(
-        matches!(error, PollError::Position(PositionError::NoOffset { .. })),
-        "{error}"
+    let groups = Groups::new(1, 0);
+    let mut consumer = groups.consumer(config_with("g", &[("auto.offset.reset", "none")]));
+    assert_matches!(
+        consumer.poll(Duration::ZERO).unwrap_err(),
+        PollError::Position(PositionError::NoOffset { .. })
     );
 }
 
 #[test]
 fn a_committed_offset_wins_over_auto_offset_reset() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 6);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut first = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(1, 6);
+    let mut first = groups.consumer(config("g"));
     poll_records(&mut first, 6);
     first.seek(&tp("t", 0), Offset(4)).unwrap();
     first.commit_sync().unwrap();
     first.close().unwrap();
-    let mut latest = config("g");
-    latest.set("auto.offset.reset", "latest").unwrap();
-    let mut second = subscribed(&coordinator, latest, &["t"]);
+    let mut second = groups.consumer(config_with("g", &[("auto.offset.reset", "latest")]));
     let records = poll_records(&mut second, 2);
     assert_eq!(records[0].offset, Offset(4));
 }
 
 #[test]
 fn commit_sync_and_commit_async_make_committed_answer_the_position() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(1, 10);
+    let mut consumer = groups.consumer(config("g"));
     let partition = tp("t", 0);
     assert_eq!(consumer.committed(&partition), None);
     poll_records(&mut consumer, 10);
@@ -306,51 +258,50 @@ fn commit_sync_and_commit_async_make_committed_answer_the_position() {
 
     consumer.seek(&partition, Offset(8)).unwrap();
     drop(consumer.commit_async());
-    let deadline = Instant::now() + PATIENCE;
-    while consumer.committed(&partition).unwrap().offset != Offset(8) {
-        assert!(
-            Instant::now() < deadline,
-            "a dropped commit is never recorded"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    within_patience("a dropped commit is never recorded", || {
+        let recorded = consumer.committed(&partition).unwrap().offset == Offset(8);
+        recorded || {
+            thread::sleep(Duration::from_millis(5));
+            false
+        }
+    });
 }
 
 #[test]
 fn auto_commit_commits_positions_at_its_interval_and_at_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 4);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut auto = config("g");
-    auto.set("enable.auto.commit", "true").unwrap();
-    auto.set("auto.commit.interval.ms", "50").unwrap();
-    let mut consumer = subscribed(&coordinator, auto, &["t"]);
+    let groups = Groups::new(1, 4);
+    let auto = [
+        ("enable.auto.commit", "true"),
+        ("auto.commit.interval.ms", "50"),
+    ];
+    let mut consumer = groups.consumer(config_with("g", &auto));
     let partition = tp("t", 0);
     poll_records(&mut consumer, 4);
-    let deadline = Instant::now() + PATIENCE;
-    while consumer.committed(&partition).map(|c| c.offset) != Some(Offset(4)) {
-        assert!(Instant::now() < deadline, "auto-commit never committed");
-        consumer.poll(Duration::from_millis(20)).unwrap();
-    }
-    produce(&engine, "t", 0, &["last"]);
+    within_patience("auto-commit never committed", || {
+        let committed = consumer.committed(&partition).map(|c| c.offset) == Some(Offset(4));
+        committed || {
+            consumer.poll(Duration::from_millis(20)).unwrap();
+            false
+        }
+    });
+    produce(&groups.engine, "t", 0, &["last"]);
     poll_records(&mut consumer, 1);
     consumer.close().unwrap();
     assert_eq!(
-        coordinator.committed("g", &partition).unwrap().offset,
+        groups
+            .coordinator
+            .committed("g", &partition)
+            .unwrap()
+            .offset,
         Offset(5)
     );
 }
 
 #[test]
 fn describe_group_shows_members_committed_offsets_log_end_offsets_and_lag() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    fill(&engine, "t", 2, 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
+    let groups = Groups::new(2, 10);
+    let coordinator = &groups.coordinator;
+    let mut consumer = groups.consumer(config("g"));
     poll_records(&mut consumer, 20);
     consumer.seek(&tp("t", 0), Offset(7)).unwrap();
     consumer.commit_sync().unwrap();
@@ -386,42 +337,30 @@ fn describe_group_shows_members_committed_offsets_log_end_offsets_and_lag() {
     assert_eq!(description.state, GroupState::Empty);
     assert!(description.members.is_empty());
     assert_eq!(description.partitions.len(), 2);
-    let error = coordinator.describe_group("nobody").unwrap_err();
-    assert!(
-        matches!(error, DescribeError::UnknownGroup { .. }),
-        "{error}"
+    assert_matches!(
+        coordinator.describe_group("nobody").unwrap_err(),
+        DescribeError::UnknownGroup { .. }
     );
 }
 
 #[test]
 fn deleting_a_group_removes_its_offsets_and_refuses_a_group_with_members() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 3);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
-    poll_records(&mut consumer, 3);
-    consumer.commit_sync().unwrap();
-    let error = coordinator.delete_group("g").unwrap_err();
-    assert!(
-        matches!(
-            error,
-            DeleteGroupError::NotEmpty {
-                member_count: 1,
-                ..
-            }
-        ),
-        "{error}"
+    let groups = Groups::new(1, 3);
+    let consumer = groups.committed_consumer("g", 3);
+    assert_matches!(
+        groups.coordinator.delete_group("g").unwrap_err(),
+        DeleteGroupError::NotEmpty {
+            member_count: 1,
+            ..
+        }
     );
     consumer.close().unwrap();
-    coordinator.delete_group("g").unwrap();
-    assert_eq!(coordinator.committed("g", &tp("t", 0)), None);
-    assert!(coordinator.list_groups().is_empty());
-    let error = coordinator.delete_group("g").unwrap_err();
-    assert!(
-        matches!(error, DeleteGroupError::UnknownGroup { .. }),
-        "{error}"
+    groups.coordinator.delete_group("g").unwrap();
+    assert_eq!(groups.coordinator.committed("g", &tp("t", 0)), None);
+    assert!(groups.coordinator.list_groups().is_empty());
+    assert_matches!(
+        groups.coordinator.delete_group("g").unwrap_err(),
+        DeleteGroupError::UnknownGroup { .. }
     );
 }
 
@@ -431,8 +370,10 @@ fn polling_before_subscribing_is_refused() {
     let engine = open_engine(dir.path());
     let coordinator = GroupCoordinator::open(&engine).unwrap();
     let mut consumer = coordinator.consumer(config("g"));
-    let error = consumer.poll(Duration::ZERO).unwrap_err();
-    assert!(matches!(error, PollError::NotSubscribed), "{error}");
+    assert_matches!(
+        consumer.poll(Duration::ZERO).unwrap_err(),
+        PollError::NotSubscribed
+    );
     let mut nameless = coordinator.consumer(config(""));
     assert!(nameless.subscribe(&["t"]).is_err());
     assert!(consumer.subscribe(&["bad/name"]).is_err());

@@ -12,23 +12,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod group_common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use group_common::{
-    PATIENCE, by_partition, config, create_topic, fill, open_engine, poll_records, produce, settle,
-    subscribed,
-};
 use seglog::group::{
-    CommitError, Consumer, CoordinatorError, Generation, GroupCoordinator, GroupState, JoinError,
-    OffsetAndMetadata, RebalanceListener,
+    CommitError, Consumer, ConsumerConfig, CoordinatorError, Generation, GroupCoordinator,
+    GroupState, JoinError, OffsetAndMetadata, RebalanceListener,
 };
 use seglog::types::{Offset, TopicPartition};
+use support::assert_matches;
+use support::groups::{
+    Groups, PATIENCE, by_partition, config, config_with, fill, poll_records, produce, settle,
+    subscribed, within_patience,
+};
+
+mod support;
 
 /// One callback: its event and partitions.
 type Event = (&'static str, Vec<String>);
@@ -80,24 +81,30 @@ fn seed_consumers(
     topics: &[&str],
 ) -> [Consumer; 3] {
     let member = |client: &str| {
-        let mut config = config("seed");
-        config.set("client.id", client).unwrap();
-        config
-            .set("partition.assignment.strategy", strategy)
-            .unwrap();
-        subscribed(coordinator, config, topics)
+        let settings = [
+            ("client.id", client),
+            ("partition.assignment.strategy", strategy),
+        ];
+        subscribed(coordinator, config_with("seed", &settings), topics)
     };
     [member("C1"), member("C2"), member("C2")]
 }
 
+/// A consumer of `t` with `config` whose rebalance callbacks a recorder keeps.
+fn recorded(groups: &Groups, config: ConsumerConfig) -> (Consumer, Recorder) {
+    let events = Recorder::default();
+    let mut consumer = groups.coordinator.consumer(config);
+    consumer.set_rebalance_listener(events.clone());
+    consumer.subscribe(&["t"]).unwrap();
+    (consumer, events)
+}
+
 #[test]
 fn seed_example_through_the_coordinator_assigns_c1_0_four_partitions_under_range() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "T1", 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let [mut c1_0, mut c2_0, mut c2_1] = seed_consumers(&coordinator, "range", &["T1"]);
-    settle(&coordinator, "seed", &mut [&mut c1_0, &mut c2_0, &mut c2_1]);
+    let groups = Groups::with_topics(&[("T1", 10)]);
+    let coordinator = &groups.coordinator;
+    let [mut c1_0, mut c2_0, mut c2_1] = seed_consumers(coordinator, "range", &["T1"]);
+    settle(coordinator, "seed", &mut [&mut c1_0, &mut c2_0, &mut c2_1]);
     assert_eq!(c1_0.member_id().unwrap().as_str(), "C1-0");
     assert_eq!(c2_0.member_id().unwrap().as_str(), "C2-0");
     assert_eq!(c2_1.member_id().unwrap().as_str(), "C2-1");
@@ -111,13 +118,10 @@ fn seed_example_through_the_coordinator_assigns_c1_0_four_partitions_under_range
 
 #[test]
 fn seed_example_over_two_topics_through_the_coordinator_deals_round_robin() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "T1", 10);
-    create_topic(&engine, "T2", 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let [mut c1_0, mut c2_0, mut c2_1] = seed_consumers(&coordinator, "roundrobin", &["T1", "T2"]);
-    settle(&coordinator, "seed", &mut [&mut c1_0, &mut c2_0, &mut c2_1]);
+    let groups = Groups::with_topics(&[("T1", 10), ("T2", 10)]);
+    let coordinator = &groups.coordinator;
+    let [mut c1_0, mut c2_0, mut c2_1] = seed_consumers(coordinator, "roundrobin", &["T1", "T2"]);
+    settle(coordinator, "seed", &mut [&mut c1_0, &mut c2_0, &mut c2_1]);
     assert_eq!(
         assignment_names(&c1_0),
         names(&["T1-0", "T1-3", "T1-6", "T1-9", "T2-2", "T2-5", "T2-8"])
@@ -134,14 +138,8 @@ fn seed_example_over_two_topics_through_the_coordinator_deals_round_robin() {
 
 #[test]
 fn a_join_revokes_from_the_old_member_before_assigning_to_the_new_one_in_a_new_generation() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 4);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let first_events = Recorder::default();
-    let mut first = coordinator.consumer(config("g"));
-    first.set_rebalance_listener(first_events.clone());
-    first.subscribe(&["t"]).unwrap();
+    let groups = Groups::new(4, 0);
+    let (mut first, first_events) = recorded(&groups, config("g"));
     first.poll(Duration::ZERO).unwrap();
     assert_eq!(
         first_events.take(),
@@ -149,17 +147,14 @@ fn a_join_revokes_from_the_old_member_before_assigning_to_the_new_one_in_a_new_g
     );
     let generation = first.generation().unwrap();
 
-    let second_events = Recorder::default();
-    let mut second = coordinator.consumer(config("g"));
-    second.set_rebalance_listener(second_events.clone());
-    second.subscribe(&["t"]).unwrap();
+    let (mut second, second_events) = recorded(&groups, config("g"));
     assert_eq!(second.generation(), Some(Generation(generation.0 + 1)));
     // The new member's partitions are still the first member's: nothing moves yet.
     second.poll(Duration::ZERO).unwrap();
     assert!(second.assignment().is_empty());
     assert!(second_events.take().is_empty());
     assert_eq!(
-        coordinator.describe_group("g").unwrap().state,
+        groups.coordinator.describe_group("g").unwrap().state,
         GroupState::PreparingRebalance
     );
 
@@ -170,23 +165,18 @@ fn a_join_revokes_from_the_old_member_before_assigning_to_the_new_one_in_a_new_g
     assert_eq!(second_events.take(), [("assigned", names(&["t-2", "t-3"]))]);
     assert_eq!(assignment_names(&first), names(&["t-0", "t-1"]));
     assert_eq!(
-        coordinator.describe_group("g").unwrap().state,
+        groups.coordinator.describe_group("g").unwrap().state,
         GroupState::Stable
     );
 }
 
 #[test]
 fn a_member_that_leaves_has_all_its_partitions_reassigned() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 5);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let events = Recorder::default();
-    let mut stays = coordinator.consumer(config("g"));
-    stays.set_rebalance_listener(events.clone());
-    stays.subscribe(&["t"]).unwrap();
-    let mut leaves = subscribed(&coordinator, config("g"), &["t"]);
-    settle(&coordinator, "g", &mut [&mut stays, &mut leaves]);
+    let groups = Groups::new(5, 0);
+    let coordinator = &groups.coordinator;
+    let (mut stays, events) = recorded(&groups, config("g"));
+    let mut leaves = groups.consumer(config("g"));
+    settle(coordinator, "g", &mut [&mut stays, &mut leaves]);
     let left_behind = assignment_names(&leaves);
     assert_eq!(left_behind.len(), 2);
     let generation = stays.generation().unwrap();
@@ -204,21 +194,15 @@ fn a_member_that_leaves_has_all_its_partitions_reassigned() {
 
 #[test]
 fn a_member_that_stops_polling_is_removed_fenced_and_rejoins_as_a_new_member() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 4);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut active = subscribed(&coordinator, config("g"), &["t"]);
-    let mut slow_config = config("g");
-    slow_config.set("max.poll.interval.ms", "200").unwrap();
-    let slow_events = Recorder::default();
-    let mut slow = coordinator.consumer(slow_config);
-    slow.set_rebalance_listener(slow_events.clone());
-    slow.subscribe(&["t"]).unwrap();
-    settle(&coordinator, "g", &mut [&mut active, &mut slow]);
+    let groups = Groups::new(4, 0);
+    let coordinator = &groups.coordinator;
+    let mut active = groups.consumer(config("g"));
+    let slow_config = config_with("g", &[("max.poll.interval.ms", "200")]);
+    let (mut slow, slow_events) = recorded(&groups, slow_config);
+    settle(coordinator, "g", &mut [&mut active, &mut slow]);
     let slow_id = slow.member_id().unwrap().clone();
     let slow_partitions = slow.assignment();
-    fill(&engine, "t", 4, 3);
+    fill(&groups.engine, "t", 4, 3);
     poll_records(&mut slow, 6);
     slow_events.take();
 
@@ -232,10 +216,9 @@ fn a_member_that_stops_polling_is_removed_fenced_and_rejoins_as_a_new_member() {
     let description = coordinator.describe_group("g").unwrap();
     assert_eq!(description.members.len(), 1);
 
-    let refused = slow.commit_sync().unwrap_err();
-    assert!(
-        matches!(&refused, CommitError::UnknownMember { member_id, .. } if *member_id == slow_id),
-        "{refused}"
+    assert_matches!(
+        slow.commit_sync().unwrap_err(),
+        CommitError::UnknownMember { member_id, .. } if member_id == slow_id
     );
     assert_eq!(coordinator.committed("g", &slow_partitions[0]), None);
 
@@ -248,25 +231,15 @@ fn a_member_that_stops_polling_is_removed_fenced_and_rejoins_as_a_new_member() {
 
 #[test]
 fn a_commit_from_a_stale_generation_is_refused_until_the_member_polls() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    fill(&engine, "t", 2, 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut first = subscribed(&coordinator, config("g"), &["t"]);
-    poll_records(&mut first, 4);
-    first.commit_sync().unwrap();
+    let groups = Groups::new(2, 2);
+    let mut first = groups.committed_consumer("g", 4);
     let stale = first.generation().unwrap();
 
-    let mut second = subscribed(&coordinator, config("g"), &["t"]);
-    let refused = first.commit_sync().unwrap_err();
-    assert!(
-        matches!(
-            refused,
-            CommitError::IllegalGeneration { generation, group_generation, .. }
-                if generation == stale && group_generation == Generation(stale.0 + 1)
-        ),
-        "{refused}"
+    let mut second = groups.consumer(config("g"));
+    assert_matches!(
+        first.commit_sync().unwrap_err(),
+        CommitError::IllegalGeneration { generation, group_generation, .. }
+            if generation == stale && group_generation == Generation(stale.0 + 1)
     );
     first.poll(Duration::ZERO).unwrap();
     first.commit_sync().unwrap();
@@ -276,38 +249,28 @@ fn a_commit_from_a_stale_generation_is_refused_until_the_member_polls() {
 
 #[test]
 fn a_commit_for_a_partition_owned_by_another_member_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut first = subscribed(&coordinator, config("g"), &["t"]);
-    let mut second = subscribed(&coordinator, config("g"), &["t"]);
-    settle(&coordinator, "g", &mut [&mut first, &mut second]);
+    let groups = Groups::new(2, 0);
+    let mut first = groups.consumer(config("g"));
+    let mut second = groups.consumer(config("g"));
+    settle(&groups.coordinator, "g", &mut [&mut first, &mut second]);
     let theirs = second.assignment()[0].clone();
     let offsets = BTreeMap::from([(theirs.clone(), OffsetAndMetadata::new(Offset(1)))]);
-    let refused = first.commit_sync_offsets(offsets).unwrap_err();
-    assert!(
-        matches!(&refused, CommitError::NotAssigned { partition, .. } if *partition == theirs),
-        "{refused}"
+    assert_matches!(
+        first.commit_sync_offsets(offsets).unwrap_err(),
+        CommitError::NotAssigned { partition, .. } if partition == theirs
     );
 }
 
 #[test]
 fn added_partitions_start_a_rebalance_and_are_consumed() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let events = Recorder::default();
-    let mut consumer = coordinator.consumer(config("g"));
-    consumer.set_rebalance_listener(events.clone());
-    consumer.subscribe(&["t"]).unwrap();
+    let groups = Groups::new(2, 0);
+    let (mut consumer, events) = recorded(&groups, config("g"));
     consumer.poll(Duration::ZERO).unwrap();
     let generation = consumer.generation().unwrap();
     events.take();
 
-    engine.add_partitions("t", 4).unwrap();
-    produce(&engine, "t", 3, &["new"]);
+    groups.engine.add_partitions("t", 4).unwrap();
+    produce(&groups.engine, "t", 3, &["new"]);
     let records = poll_records(&mut consumer, 1);
     assert_eq!(events.take(), [("assigned", names(&["t-2", "t-3"]))]);
     assert_eq!(consumer.generation(), Some(Generation(generation.0 + 1)));
@@ -317,20 +280,17 @@ fn added_partitions_start_a_rebalance_and_are_consumed() {
 
 #[test]
 fn a_member_asking_for_another_strategy_cannot_join_a_group_with_members() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let first = subscribed(&coordinator, config("g"), &["t"]);
-    let mut other = config("g");
-    other
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .unwrap();
+    let groups = Groups::new(2, 0);
+    let coordinator = &groups.coordinator;
+    let first = groups.consumer(config("g"));
+    let other = config_with(
+        "g",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    );
     let mut refused = coordinator.consumer(other.clone());
-    let error = refused.subscribe(&["t"]).unwrap_err();
-    assert!(
-        matches!(error, JoinError::InconsistentStrategy { .. }),
-        "{error}"
+    assert_matches!(
+        refused.subscribe(&["t"]).unwrap_err(),
+        JoinError::InconsistentStrategy { .. }
     );
     drop(first);
     // An empty group takes the strategy of its next member.
@@ -342,11 +302,15 @@ fn a_member_asking_for_another_strategy_cannot_join_a_group_with_members() {
 
 #[test]
 fn a_second_coordinator_on_the_same_engine_is_refused_until_the_first_is_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let error = GroupCoordinator::open(&engine).unwrap_err();
-    assert!(matches!(error, CoordinatorError::Locked { .. }), "{error}");
+    let Groups {
+        coordinator,
+        engine,
+        dir: _dir,
+    } = Groups::with_topics(&[]);
+    assert_matches!(
+        GroupCoordinator::open(&engine).unwrap_err(),
+        CoordinatorError::Locked { .. }
+    );
     drop(coordinator);
     GroupCoordinator::open(&engine).unwrap();
 }
@@ -355,10 +319,8 @@ fn a_second_coordinator_on_the_same_engine_is_refused_until_the_first_is_dropped
 fn consumers_joining_and_leaving_on_threads_consume_every_record_exactly_once() {
     const PARTITIONS: u32 = 6;
     const PER_PARTITION: usize = 300;
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", PARTITIONS);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
+    let groups = Groups::new(PARTITIONS, 0);
+    let (engine, coordinator) = (&groups.engine, &groups.coordinator);
     let total = PARTITIONS as usize * PER_PARTITION;
     let consumed = Arc::new(Mutex::new(Vec::new()));
     let consumed_count = Arc::new(AtomicUsize::new(0));
@@ -371,11 +333,12 @@ fn consumers_joining_and_leaving_on_threads_consume_every_record_exactly_once() 
         let consumed_count = consumed_count.clone();
         thread::spawn(move || {
             thread::sleep(Duration::from_millis(delay_ms));
-            let mut member_config = config("busy");
-            member_config.set("client.id", name).unwrap();
-            member_config.set("enable.auto.commit", "true").unwrap();
-            member_config.set("max.poll.records", "7").unwrap();
-            let mut consumer = subscribed(&coordinator, member_config, &["t"]);
+            let settings = [
+                ("client.id", name),
+                ("enable.auto.commit", "true"),
+                ("max.poll.records", "7"),
+            ];
+            let mut consumer = subscribed(&coordinator, config_with("busy", &settings), &["t"]);
             let mut mine = 0usize;
             let deadline = Instant::now() + PATIENCE * 3;
             while consumed_count.load(Ordering::SeqCst) < total && Instant::now() < deadline {
@@ -394,21 +357,21 @@ fn consumers_joining_and_leaving_on_threads_consume_every_record_exactly_once() 
             (name, mine)
         })
     };
-    fill(&engine, "t", PARTITIONS, PER_PARTITION / 2);
+    fill(engine, "t", PARTITIONS, PER_PARTITION / 2);
     let members = [
         spawn("early", 0, None),
         spawn("leaver", 0, Some(300)),
         spawn("late", 100, None),
     ];
-    let deadline = Instant::now() + PATIENCE;
-    while !coordinator
-        .describe_group("busy")
-        .is_ok_and(|group| group.members.iter().any(|m| m.client_id == "late"))
-    {
-        assert!(Instant::now() < deadline, "late never joined");
-        thread::sleep(Duration::from_millis(5));
-    }
-    fill(&engine, "t", PARTITIONS, PER_PARTITION / 2);
+    within_patience("late never joined", || {
+        let group = coordinator.describe_group("busy");
+        let joined = group.is_ok_and(|group| group.members.iter().any(|m| m.client_id == "late"));
+        joined || {
+            thread::sleep(Duration::from_millis(5));
+            false
+        }
+    });
+    fill(engine, "t", PARTITIONS, PER_PARTITION / 2);
     let shares: Vec<(&str, usize)> = members.into_iter().map(|m| m.join().unwrap()).collect();
     let mut consumed = consumed.lock().unwrap().clone();
     let received = consumed.len();
@@ -433,17 +396,14 @@ fn by_partition_count(records: &[(u32, Offset)]) -> BTreeMap<u32, usize> {
 
 #[test]
 fn records_of_a_partition_arrive_in_offset_order_across_a_hand_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 2);
-    fill(&engine, "t", 2, 10);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut auto = config("g");
-    auto.set("enable.auto.commit", "true").unwrap();
-    auto.set("max.poll.records", "3").unwrap();
-    let mut first = subscribed(&coordinator, auto.clone(), &["t"]);
+    let groups = Groups::new(2, 10);
+    let auto = config_with(
+        "g",
+        &[("enable.auto.commit", "true"), ("max.poll.records", "3")],
+    );
+    let mut first = groups.consumer(auto.clone());
     let mut records = poll_records(&mut first, 3);
-    let mut second = subscribed(&coordinator, auto, &["t"]);
+    let mut second = groups.consumer(auto);
     // `first` gives up partition 1 (committing its position) at its next poll.
     let deadline = Instant::now() + PATIENCE;
     while records.len() < 20 {

@@ -8,20 +8,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod group_common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use group_common::{
-    by_partition, config, create_topic, fill, open_engine, poll_records, settle, subscribed, tp,
-};
 use seglog::config::CleanupPolicy;
 use seglog::engine::FetchOptions;
 use seglog::format::batch::BatchIter;
 use seglog::group::offset_record::{CoordinatorKey, decode_key, decode_value};
 use seglog::group::{CommittedOffsets, GroupCoordinator, OFFSETS_TOPIC, PollOptions};
 use seglog::types::{Offset, TopicName, TopicPartition};
+use support::groups::{
+    Groups, PATIENCE, by_partition, config, config_with, open_engine, settle, subscribed, tp,
+};
+
+mod support;
 
 const PARTITIONS: u32 = 4;
 const PER_PARTITION: usize = 20;
@@ -61,8 +61,7 @@ fn assert_members_resume_at(
             *offset
         );
     }
-    let mut latest = config("g");
-    latest.set("auto.offset.reset", "latest").unwrap();
+    let latest = config_with("g", &[("auto.offset.reset", "latest")]);
     let mut first = subscribed(&coordinator, latest.clone(), &["t"]);
     let mut second = subscribed(&coordinator, latest, &["t"]);
     let remaining: usize = committed
@@ -75,7 +74,7 @@ fn assert_members_resume_at(
         timeout: Duration::from_millis(20),
     };
     let mut records = Vec::new();
-    let deadline = std::time::Instant::now() + group_common::PATIENCE;
+    let deadline = std::time::Instant::now() + PATIENCE;
     while records.len() < remaining {
         assert!(
             std::time::Instant::now() < deadline,
@@ -97,58 +96,54 @@ fn assert_members_resume_at(
     engine.close().unwrap();
 }
 
+/// Two members commit part of every partition of `t` ([`consume_part_and_commit`]); then the
+/// engine is closed, or dropped without `close` (all appends flushed before the commits).
+/// Returns the data directory and the committed offsets.
+fn commit_part_then(close: bool) -> (tempfile::TempDir, BTreeMap<TopicPartition, Offset>) {
+    let Groups {
+        coordinator,
+        engine,
+        dir,
+    } = Groups::new(PARTITIONS, PER_PARTITION);
+    if !close {
+        engine.flush_all().unwrap();
+    }
+    let committed = consume_part_and_commit(&coordinator);
+    assert_eq!(committed.len(), PARTITIONS as usize);
+    drop(coordinator);
+    match close {
+        true => engine.close().unwrap(),
+        false => drop(engine),
+    }
+    (dir, committed)
+}
+
 #[test]
 fn members_resume_at_their_committed_offsets_after_the_engine_is_closed_and_reopened() {
-    let dir = tempfile::tempdir().unwrap();
-    let committed = {
-        let engine = open_engine(dir.path());
-        create_topic(&engine, "t", PARTITIONS);
-        fill(&engine, "t", PARTITIONS, PER_PARTITION);
-        let coordinator = GroupCoordinator::open(&engine).unwrap();
-        let committed = consume_part_and_commit(&coordinator);
-        assert_eq!(committed.len(), PARTITIONS as usize);
-        drop(coordinator);
-        engine.close().unwrap();
-        committed
-    };
+    let (dir, committed) = commit_part_then(true);
     assert_members_resume_at(dir.path(), &committed);
 }
 
 #[test]
 fn commits_survive_an_engine_dropped_without_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let committed = {
-        let engine = open_engine(dir.path());
-        create_topic(&engine, "t", PARTITIONS);
-        fill(&engine, "t", PARTITIONS, PER_PARTITION);
-        engine.flush_all().unwrap();
-        let coordinator = GroupCoordinator::open(&engine).unwrap();
-        let committed = consume_part_and_commit(&coordinator);
-        drop(coordinator);
-        drop(engine);
-        committed
-    };
+    let (dir, committed) = commit_part_then(false);
     assert_members_resume_at(dir.path(), &committed);
 }
 
 #[test]
 fn a_deleted_group_stays_deleted_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let engine = open_engine(dir.path());
-        create_topic(&engine, "t", 1);
-        fill(&engine, "t", 1, 3);
-        let coordinator = GroupCoordinator::open(&engine).unwrap();
-        for group in ["kept", "deleted"] {
-            let mut consumer = subscribed(&coordinator, config(group), &["t"]);
-            poll_records(&mut consumer, 3);
-            consumer.commit_sync().unwrap();
-            consumer.close().unwrap();
-        }
-        coordinator.delete_group("deleted").unwrap();
-        drop(coordinator);
-        engine.close().unwrap();
+    let groups = Groups::new(1, 3);
+    for group in ["kept", "deleted"] {
+        groups.committed_consumer(group, 3).close().unwrap();
     }
+    groups.coordinator.delete_group("deleted").unwrap();
+    let Groups {
+        coordinator,
+        engine,
+        dir,
+    } = groups;
+    drop(coordinator);
+    engine.close().unwrap();
     let engine = open_engine(dir.path());
     let offsets = CommittedOffsets::load(&engine).unwrap();
     assert_eq!(offsets.groups(), ["kept"]);
@@ -159,14 +154,9 @@ fn a_deleted_group_stays_deleted_after_a_restart() {
 
 #[test]
 fn the_offsets_topic_is_compacted_and_holds_kafkas_offset_commit_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open_engine(dir.path());
-    create_topic(&engine, "t", 1);
-    fill(&engine, "t", 1, 2);
-    let coordinator = GroupCoordinator::open(&engine).unwrap();
-    let mut consumer = subscribed(&coordinator, config("g"), &["t"]);
-    poll_records(&mut consumer, 2);
-    consumer.commit_sync().unwrap();
+    let groups = Groups::new(1, 2);
+    let engine = &groups.engine;
+    let _consumer = groups.committed_consumer("g", 2);
 
     let topics = engine.list_topics();
     let (offsets_topic, metadata) = topics

@@ -7,17 +7,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod group_common;
-
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, FetchOptions, is_internal_topic};
 use seglog::error::{AppendError, DeleteRecordsError, TopicError};
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::group::{GroupCoordinator, OFFSETS_TOPIC, OffsetAndMetadata};
 use seglog::producer::{ProducerConfig, ProducerError, ProducerRecord};
 use seglog::types::{Offset, TopicName};
 
-use group_common::{config, create_topic, fill, open_engine, poll_records, subscribed, tp};
+use support::assert_matches;
+use support::batches::{T0, keyed_batch};
+use support::groups::{config, create_topic, fill, open_engine, poll_records, subscribed, tp};
+
+mod support;
 
 /// What every refusal says: the topic, and that the group coordinator manages it.
 const REFUSAL: &str = "topic __consumer_offsets is internal: the group coordinator manages it (the \
@@ -29,15 +30,8 @@ fn offsets_topic() -> TopicName {
 }
 
 /// A keyed record, the kind that used to make every group command fail once appended there.
-fn keyed_batch() -> bytes::Bytes {
-    let mut batch = BatchBuilder::new(0);
-    batch.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: Some(b"not an offset commit key"),
-        value: Some(b"v"),
-        headers: &[],
-    });
-    batch.build().unwrap()
+fn keyed_record() -> bytes::Bytes {
+    keyed_batch(Some(b"not an offset commit key"), Some(b"v"), T0)
 }
 
 /// Group `g` commits offset 3 of `t-0` through the coordinator; returns what the offsets
@@ -72,28 +66,21 @@ fn appending_to_the_offsets_topic_is_refused_directly_and_through_a_producer() {
     let log_end = commit_through_the_coordinator(&engine);
 
     let error = engine
-        .append(&offsets_topic(), 0, keyed_batch(), Durability::Durable)
+        .append(&offsets_topic(), 0, keyed_record(), Durability::Durable)
         .wait()
         .unwrap_err();
-    assert!(
-        matches!(&error, AppendError::InternalTopic { topic } if topic == OFFSETS_TOPIC),
-        "{error:?}"
-    );
+    assert_matches!(&error, AppendError::InternalTopic { topic } if topic == OFFSETS_TOPIC);
     assert_eq!(error.to_string(), REFUSAL);
 
     let producer = engine.producer(ProducerConfig::default()).unwrap();
     let topic = offsets_topic();
     let record = ProducerRecord::new(&topic, Some(b"key"), Some(b"value"));
     let sent = producer.send(&record).unwrap();
-    match sent.wait() {
-        Err(ProducerError::Append { source, .. }) => {
-            assert!(
-                matches!(*source, AppendError::InternalTopic { .. }),
-                "{source:?}"
-            );
-        }
-        other => panic!("expected the producer's append to be refused, got {other:?}"),
-    }
+    assert_matches!(
+        sent.wait(),
+        Err(ProducerError::Append { source, .. })
+            if matches!(*source, AppendError::InternalTopic { .. })
+    );
     producer.close().unwrap();
 
     let description = engine.describe_partition(OFFSETS_TOPIC, 0).unwrap();
@@ -109,41 +96,27 @@ fn appending_to_the_offsets_topic_is_refused_directly_and_through_a_producer() {
 fn creating_growing_deleting_and_deleting_records_of_the_offsets_topic_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open_engine(dir.path());
-    let error = engine
-        .create_topic(OFFSETS_TOPIC, 1, LogConfig::default())
-        .unwrap_err();
-    assert!(
-        matches!(error, TopicError::InternalTopic { .. }),
-        "{error:?}"
-    );
+    let create = || engine.create_topic(OFFSETS_TOPIC, 1, LogConfig::default());
+    let error = create().unwrap_err();
+    assert_matches!(&error, TopicError::InternalTopic { .. });
     assert_eq!(error.to_string(), REFUSAL);
     assert!(engine.list_topics().is_empty(), "nothing was created");
 
     let log_end = commit_through_the_coordinator(&engine);
-    let grown = engine.add_partitions(OFFSETS_TOPIC, 4).unwrap_err();
-    assert!(
-        matches!(grown, TopicError::InternalTopic { .. }),
-        "{grown:?}"
-    );
-    let deleted = engine.delete_topic(OFFSETS_TOPIC).unwrap_err();
-    assert!(
-        matches!(deleted, TopicError::InternalTopic { .. }),
-        "{deleted:?}"
-    );
-    let recreated = engine
-        .create_topic(OFFSETS_TOPIC, 1, LogConfig::default())
-        .unwrap_err();
-    assert!(
-        matches!(recreated, TopicError::InternalTopic { .. }),
-        "{recreated:?}"
-    );
+    for refused in [
+        engine.add_partitions(OFFSETS_TOPIC, 4).unwrap_err(),
+        engine.delete_topic(OFFSETS_TOPIC).unwrap_err(),
+        create().unwrap_err(),
+    ] {
+        assert_matches!(refused, TopicError::InternalTopic { .. });
+    }
     let records_deleted = engine
         .delete_records(&offsets_topic(), 0, log_end)
         .wait()
         .unwrap_err();
-    assert!(
-        matches!(&records_deleted, DeleteRecordsError::InternalTopic { topic } if topic == OFFSETS_TOPIC),
-        "{records_deleted:?}"
+    assert_matches!(
+        &records_deleted,
+        DeleteRecordsError::InternalTopic { topic } if topic == OFFSETS_TOPIC
     );
     assert_eq!(records_deleted.to_string(), REFUSAL);
 

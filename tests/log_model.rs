@@ -17,7 +17,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -27,7 +27,12 @@ use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, BatchHeader, NewRecord, Record};
 use seglog::io::storage_from_env;
 use seglog::log::{LogOpenOptions, PartitionLog, RecordRead, RecoveryReport};
-use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use seglog::types::{Offset, TimestampMs};
+use support::assert_out_of_range;
+use support::dirs::scratch;
+use support::logs::{open_options, try_open_log};
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 const SEGMENT_BYTES: u64 = 1024;
@@ -46,16 +51,6 @@ fn config(segment_bytes: u64) -> LogConfig {
 
 fn now() -> TimestampMs {
     TimestampMs(T0 + 5_000)
-}
-
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(dir) = tempfile::tempdir_in(shm)
-    {
-        return dir;
-    }
-    tempfile::tempdir().unwrap()
 }
 
 /// What a generated record looks like; turned into bytes by `RecordSpec::materialize`.
@@ -245,24 +240,13 @@ impl Harness {
         recovery_point: Offset,
         log_start: Option<Offset>,
     ) -> RecoveryReport {
-        let tp = TopicPartition {
-            topic: TopicName::parse("model").unwrap(),
-            partition: 0,
-        };
         let options = LogOpenOptions {
-            had_clean_shutdown: clean,
-            recovery_point,
             log_start_offset: log_start,
-            now: now(),
+            ..open_options(clean, recovery_point.0, now().0)
         };
-        let (log, report) = PartitionLog::open(
-            storage_from_env(),
-            &self.dir,
-            tp,
-            config(self.segment_bytes),
-            options,
-        )
-        .unwrap();
+        let config = config(self.segment_bytes);
+        let opened = try_open_log(storage_from_env(), &self.dir, "model", config, options);
+        let (log, report) = opened.unwrap();
         self.log = Some(log);
         report
     }
@@ -287,37 +271,14 @@ impl Harness {
                 check_read_record(log, &self.model, offset)
             }
             Op::ReadByTimestamp(delta) => {
-                let target = T0 + delta;
-                let found = self
-                    .log()
-                    .read_by_timestamp(TimestampMs(target))
-                    .unwrap()
-                    .map(|found| (found.timestamp.0, found.offset.0));
-                prop_assert_eq!(
-                    found,
-                    self.model.first_at_or_after(target),
-                    "read_by_timestamp({})",
-                    target
-                );
-                Ok(())
+                check_read_by_timestamp(self.log.as_mut().unwrap(), &self.model, T0 + delta)
             }
             Op::DeleteRecords(pick) => {
                 let (start, end) = (self.model.log_start, self.model.log_end());
                 let offset = Model::pick(*pick, start, end + 1);
                 let result = self.log().delete_records(Offset(offset));
                 if offset > end {
-                    match result {
-                        Err(DeleteRecordsError::OffsetOutOfRange {
-                            requested,
-                            log_start_offset,
-                            log_end_offset,
-                        }) => {
-                            prop_assert_eq!(requested, Offset(offset));
-                            prop_assert_eq!(log_start_offset, Offset(start));
-                            prop_assert_eq!(log_end_offset, Offset(end));
-                        }
-                        other => prop_assert!(false, "delete_records({}) gave {:?}", offset, other),
-                    }
+                    assert_out_of_range!(result, DeleteRecordsError, offset, start, end);
                 } else {
                     self.model.log_start = start.max(offset);
                     prop_assert_eq!(result.unwrap(), Offset(self.model.log_start));
@@ -491,19 +452,29 @@ impl Harness {
         targets.sort_unstable();
         targets.dedup();
         for target in targets.iter().flat_map(|ts| [ts - 1, *ts, ts + 1]) {
-            let found = log
-                .read_by_timestamp(TimestampMs(target))
-                .unwrap()
-                .map(|found| (found.timestamp.0, found.offset.0));
-            prop_assert_eq!(
-                found,
-                self.model.first_at_or_after(target),
-                "read_by_timestamp({})",
-                target
-            );
+            check_read_by_timestamp(log, &self.model, target)?;
         }
         Ok(())
     }
+}
+
+/// Checks one lookup by timestamp against the model: the first record at or after `target`.
+fn check_read_by_timestamp(
+    log: &mut PartitionLog,
+    model: &Model,
+    target: i64,
+) -> Result<(), TestCaseError> {
+    let found = log
+        .read_by_timestamp(TimestampMs(target))
+        .unwrap()
+        .map(|found| (found.timestamp.0, found.offset.0));
+    prop_assert_eq!(
+        found,
+        model.first_at_or_after(target),
+        "read_by_timestamp({})",
+        target
+    );
+    Ok(())
 }
 
 /// The model's view of `record` in the batch with `header`.
@@ -577,25 +548,7 @@ fn check_read(
     let (start, end) = (model.log_start, model.log_end());
     let result = log.read(Offset(offset), max_bytes);
     if offset < start || offset > end {
-        match result {
-            Err(ReadError::OffsetOutOfRange {
-                requested,
-                log_start_offset,
-                log_end_offset,
-            }) => {
-                prop_assert_eq!(requested, Offset(offset));
-                prop_assert_eq!(log_start_offset, Offset(start));
-                prop_assert_eq!(log_end_offset, Offset(end));
-            }
-            other => prop_assert!(
-                false,
-                "read({}) outside [{}, {}] gave {:?}",
-                offset,
-                start,
-                end,
-                other
-            ),
-        }
+        assert_out_of_range!(result, ReadError, offset, start, end);
         return Ok(());
     }
     let fetched = result.unwrap();
@@ -636,13 +589,8 @@ fn check_read(
         prop_assert_eq!(model_batch.base, base);
         prop_assert_eq!(batch.last_offset() as u64, model_batch.last());
         let header = batch.header();
-        let max_timestamp = model_batch
-            .records
-            .iter()
-            .map(|r| r.timestamp)
-            .max()
-            .unwrap();
-        prop_assert_eq!(header.max_timestamp, max_timestamp);
+        let timestamps = model_batch.records.iter().map(|r| r.timestamp);
+        prop_assert_eq!(Some(header.max_timestamp), timestamps.max());
         let records = batch.records().unwrap();
         prop_assert_eq!(records.len(), model_batch.records.len());
         for (record, want) in records.iter().zip(&model_batch.records) {

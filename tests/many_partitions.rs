@@ -10,11 +10,14 @@
 
 use std::process::Command;
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::engine::{Engine, EngineConfig, FetchOptions, PartitionDescription};
+use seglog::format::Batch;
 use seglog::types::{Offset, TopicName};
+use support::batches::{text, value_batch};
+use support::engines::{append, every_partition};
+
+mod support;
 
 const CHILD_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIR";
 /// Set in the child when it appends with `O_DIRECT` (`EngineConfig::direct_writes`).
@@ -22,31 +25,22 @@ const CHILD_DIRECT_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIRECT";
 const PARTITION_COUNT: u32 = 10_000;
 const OPEN_FILES_LIMIT: u32 = 1024;
 
-fn batch(value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
-}
-
 fn small_segments() -> LogConfig {
     let mut config = LogConfig::default();
     config.set("segment.index.bytes", "4096").unwrap();
     config
 }
 
-fn read_single_value(engine: &Engine, topic: &TopicName, partition: u32) -> String {
-    let data = engine
-        .fetch(topic, partition, Offset(0), FetchOptions::default())
-        .wait()
-        .unwrap();
-    let batch = Batch::decode(&data.records, u64::MAX).unwrap();
-    let records = batch.records().unwrap();
-    String::from_utf8(records[0].value.clone().unwrap().to_vec()).unwrap()
+/// Each of `partitions` serves its one record, `p<partition>`.
+fn assert_single_values(engine: &Engine, topic: &TopicName, partitions: impl Iterator<Item = u32>) {
+    for partition in partitions {
+        let data = engine
+            .fetch(topic, partition, Offset(0), FetchOptions::default())
+            .wait()
+            .unwrap();
+        let records = Batch::decode(&data.records, u64::MAX).unwrap().records();
+        assert_eq!(text(&records.unwrap()[0].value), format!("p{partition}"));
+    }
 }
 
 #[test]
@@ -103,37 +97,20 @@ fn child_process_body() {
         .create_topic("wide", PARTITION_COUNT, small_segments())
         .unwrap();
     for partition in 0..PARTITION_COUNT {
-        engine
-            .append(
-                &topic,
-                partition,
-                batch(&format!("p{partition}")),
-                Durability::Written,
-            )
-            .wait()
-            .unwrap();
-    }
-    for partition in 0..PARTITION_COUNT {
-        assert_eq!(
-            read_single_value(&engine, &topic, partition),
-            format!("p{partition}")
+        append(
+            &engine,
+            &topic,
+            partition,
+            value_batch(&format!("p{partition}")),
         );
     }
+    assert_single_values(&engine, &topic, 0..PARTITION_COUNT);
     engine.close().unwrap();
     let engine = Engine::open(&dir, config).unwrap();
-    for partition in (0..PARTITION_COUNT).step_by(7) {
-        assert_eq!(
-            read_single_value(&engine, &topic, partition),
-            format!("p{partition}")
-        );
-    }
+    assert_single_values(&engine, &topic, (0..PARTITION_COUNT).step_by(7));
     let description = engine.describe_topic("wide").unwrap();
     assert_eq!(description.partitions.len(), PARTITION_COUNT as usize);
-    assert!(
-        description
-            .partitions
-            .iter()
-            .all(|partition| partition.log_end_offset == Offset(1))
-    );
+    let holding_one = |partition: &PartitionDescription| partition.log_end_offset == Offset(1);
+    assert!(every_partition(&engine, "wide", holding_one));
     engine.close().unwrap();
 }

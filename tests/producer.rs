@@ -25,26 +25,46 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Durability, Engine, EngineConfig};
 use seglog::format::Batch;
-use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
-use seglog::io::pio::PositionedIo;
+use seglog::io::hooked::{StorageHooks, StorageOp};
 use seglog::producer::partition_for_key;
 use seglog::producer::{
     Partitioner, Producer, ProducerConfig, ProducerError, ProducerRecord, RecordMetadata,
+    SendFuture,
 };
 use seglog::types::{Offset, TimestampMs, TopicName};
+use support::assert_matches;
+use support::batches::owned_headers;
+use support::engines::{self, fetch_batches};
+use support::hooks::{hooked_pio, wait_every};
+
+mod support;
 
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
-        ..EngineConfig::default()
-    }
+    engines::engine_config(2)
 }
 
 fn open(dir: &Path) -> Engine {
     Engine::open(dir, engine_config()).unwrap()
+}
+
+/// An engine in a temporary directory with a topic `name` of `partitions` partitions, and a
+/// producer on it with [`config`] as `tweak` changes it.
+fn producing(
+    name: &str,
+    partitions: u32,
+    tweak: impl FnOnce(&mut ProducerConfig),
+) -> (tempfile::TempDir, Engine, TopicName, Producer) {
+    let mut config = config();
+    tweak(&mut config);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let topic = engine
+        .create_topic(name, partitions, LogConfig::default())
+        .unwrap();
+    let producer = engine.producer(config).unwrap();
+    (dir, engine, topic, producer)
 }
 
 /// A producer that answers once written and only sends full batches unless told otherwise.
@@ -65,28 +85,6 @@ struct StoredRecord {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Every batch of a partition, in offset order, read back through the engine.
-fn read_batches(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<Batch> {
-    let mut batches = Vec::new();
-    let mut offset = Offset(0);
-    loop {
-        let data = engine
-            .fetch(topic, partition, offset, FetchOptions::default())
-            .wait()
-            .unwrap();
-        if data.records.is_empty() {
-            return batches;
-        }
-        let mut position = 0;
-        while position < data.records.len() {
-            let batch = Batch::decode(&data.records.slice(position..), u64::MAX).unwrap();
-            position += batch.size_bytes() as usize;
-            offset = Offset(batch.last_offset() as u64 + 1);
-            batches.push(batch);
-        }
-    }
-}
-
 fn stored_records(batches: &[Batch]) -> Vec<StoredRecord> {
     let mut stored = Vec::new();
     for batch in batches {
@@ -94,13 +92,9 @@ fn stored_records(batches: &[Batch]) -> Vec<StoredRecord> {
             stored.push(StoredRecord {
                 offset: batch.base_offset() as u64 + record.offset_delta as u64,
                 timestamp: batch.header().base_timestamp + record.timestamp_delta,
+                headers: owned_headers(&record),
                 key: record.key.map(|key| key.to_vec()),
                 value: record.value.map(|value| value.to_vec()),
-                headers: record
-                    .headers
-                    .into_iter()
-                    .map(|header| (header.key, header.value.map(|value| value.to_vec())))
-                    .collect(),
             });
         }
     }
@@ -108,20 +102,37 @@ fn stored_records(batches: &[Batch]) -> Vec<StoredRecord> {
 }
 
 fn read_records(engine: &Engine, topic: &TopicName, partition: u32) -> Vec<StoredRecord> {
-    stored_records(&read_batches(engine, topic, partition))
+    stored_records(&fetch_batches(engine, topic, partition))
 }
 
+/// Sends a record of `key` and `value` to `topic`.
+fn try_send(
+    producer: &Producer,
+    topic: &TopicName,
+    key: Option<&[u8]>,
+    value: &[u8],
+) -> Result<SendFuture, ProducerError> {
+    producer.send(&ProducerRecord::new(topic, key, Some(value)))
+}
+
+/// [`try_send`], which must be accepted.
+fn send(producer: &Producer, topic: &TopicName, key: Option<&[u8]>, value: &[u8]) -> SendFuture {
+    try_send(producer, topic, key, value).unwrap()
+}
+
+/// [`send`], and its answer.
 fn send_value(
     producer: &Producer,
     topic: &TopicName,
     key: Option<&[u8]>,
     value: &[u8],
 ) -> RecordMetadata {
-    producer
-        .send(&ProducerRecord::new(topic, key, Some(value)))
-        .unwrap()
-        .wait()
-        .unwrap()
+    send(producer, topic, key, value).wait().unwrap()
+}
+
+/// The answers of `futures`, which must all succeed.
+fn answers(futures: Vec<SendFuture>) -> Vec<RecordMetadata> {
+    futures.into_iter().map(|f| f.wait().unwrap()).collect()
 }
 
 #[test]
@@ -150,11 +161,7 @@ fn keyed_records_land_on_kafkas_murmur2_partitions() {
     ];
     let futures: Vec<_> = kafka_cases
         .iter()
-        .map(|(topic, key, _)| {
-            producer
-                .send(&ProducerRecord::new(topic, Some(key), Some(b"v")))
-                .unwrap()
-        })
+        .map(|(topic, key, _)| send(&producer, topic, Some(key), b"v"))
         .collect();
     for ((topic, key, expected), future) in kafka_cases.iter().zip(futures) {
         let metadata = future.wait().unwrap();
@@ -175,15 +182,7 @@ fn keyed_records_land_on_kafkas_murmur2_partitions() {
     let keys: Vec<String> = (0..300).map(|index| format!("user-{index}")).collect();
     let futures: Vec<_> = keys
         .iter()
-        .map(|key| {
-            producer
-                .send(&ProducerRecord::new(
-                    &twelve,
-                    Some(key.as_bytes()),
-                    Some(b"v"),
-                ))
-                .unwrap()
-        })
+        .map(|key| send(&producer, &twelve, Some(key.as_bytes()), b"v"))
         .collect();
     producer.flush();
     for (key, future) in keys.iter().zip(futures) {
@@ -215,29 +214,17 @@ fn runs(partitions: &[u32]) -> Vec<(u32, usize)> {
 
 #[test]
 fn keyless_records_stick_to_one_partition_for_a_full_batch_then_move_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("sticky", 4, LogConfig::default())
-        .unwrap();
     // A long linger: only full batches are sent until the flush.
-    let producer = engine
-        .producer(ProducerConfig {
-            batch_size_bytes: 1024,
-            linger_ms: 60_000,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("sticky", 4, |config| {
+        config.batch_size_bytes = 1024;
+        config.linger_ms = 60_000;
+    });
     let value = [7u8; 100];
     let futures: Vec<_> = (0..95)
-        .map(|_| {
-            producer
-                .send(&ProducerRecord::new(&topic, None, Some(&value)))
-                .unwrap()
-        })
+        .map(|_| send(&producer, &topic, None, &value))
         .collect();
     producer.flush();
-    let sent: Vec<RecordMetadata> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
+    let sent = answers(futures);
 
     let partitions: Vec<u32> = sent.iter().map(|metadata| metadata.partition).collect();
     let runs = runs(&partitions);
@@ -251,7 +238,7 @@ fn keyless_records_stick_to_one_partition_for_a_full_batch_then_move_on() {
     // Each run is exactly one batch on disk, in its partition.
     let mut batch_sizes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for partition in 0..4 {
-        let batches = read_batches(&engine, &topic, partition);
+        let batches = fetch_batches(&engine, &topic, partition);
         let sizes = batches
             .iter()
             .map(|batch| batch.header().records_count as usize)
@@ -270,17 +257,7 @@ fn keyless_records_stick_to_one_partition_for_a_full_batch_then_move_on() {
 
 #[test]
 fn the_sticky_partition_moves_on_once_linger_has_sent_its_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("lingered", 3, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            linger_ms: 1,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("lingered", 3, |config| config.linger_ms = 1);
     let partitions: Vec<u32> = (0..12)
         .map(|_| send_value(&producer, &topic, None, b"alone").partition)
         .collect();
@@ -319,18 +296,10 @@ impl Partitioner for OutOfRange {
 
 #[test]
 fn a_custom_partitioner_decides_every_record_and_an_answer_out_of_range_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("custom", 5, LogConfig::default())
-        .unwrap();
     let partitioner = Arc::new(LastPartition::default());
-    let producer = engine
-        .producer(ProducerConfig {
-            partitioner: Some(partitioner.clone()),
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("custom", 5, |config| {
+        config.partitioner = Some(partitioner.clone())
+    });
     let keys: [Option<&[u8]>; 4] = [Some(b"21"), Some(b"foobar"), None, Some(b"")];
     for key in keys {
         assert_eq!(send_value(&producer, &topic, key, b"v").partition, 4);
@@ -350,19 +319,14 @@ fn a_custom_partitioner_decides_every_record_and_an_answer_out_of_range_is_refus
             ..config()
         })
         .unwrap();
-    let error = refused
-        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ProducerError::PartitionOutOfRange {
-                partition: 5,
-                partition_count: 5,
-                ..
-            }
-        ),
-        "{error}"
+    let error = try_send(&refused, &topic, None, b"v").unwrap_err();
+    assert_matches!(
+        error,
+        ProducerError::PartitionOutOfRange {
+            partition: 5,
+            partition_count: 5,
+            ..
+        }
     );
     refused.close().unwrap();
     engine.close().unwrap();
@@ -400,11 +364,7 @@ fn sample(index: usize) -> Sent {
     }
 }
 
-fn send_sample(
-    producer: &Producer,
-    topic: &TopicName,
-    sent: &Sent,
-) -> seglog::producer::SendFuture {
+fn send_sample(producer: &Producer, topic: &TopicName, sent: &Sent) -> SendFuture {
     let headers: Vec<(&str, Option<&[u8]>)> = sent
         .headers
         .iter()
@@ -449,17 +409,8 @@ fn assert_read_back(engine: &Engine, topic: &TopicName, answers: &[(Sent, Record
 
 #[test]
 fn sends_resolve_to_offsets_holding_the_same_key_value_headers_and_timestamp_in_send_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("roundtrip", 3, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            batch_size_bytes: 2048,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) =
+        producing("roundtrip", 3, |config| config.batch_size_bytes = 2048);
     let records: Vec<Sent> = (0..1000).map(sample).collect();
     let futures: Vec<_> = records
         .iter()
@@ -477,17 +428,8 @@ fn sends_resolve_to_offsets_holding_the_same_key_value_headers_and_timestamp_in_
 
 #[test]
 fn threads_sharing_a_producer_each_keep_their_send_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("shared", 3, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            batch_size_bytes: 1024,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) =
+        producing("shared", 3, |config| config.batch_size_bytes = 1024);
     let answers: Vec<(Sent, RecordMetadata)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..4)
             .map(|thread| {
@@ -529,12 +471,9 @@ fn threads_sharing_a_producer_each_keep_their_send_order() {
 
 #[test]
 fn a_send_future_is_awaited_on_tokio() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("async", 1, LogConfig::default())
-        .unwrap();
-    let producer = engine.producer(ProducerConfig::default()).unwrap();
+    let (_dir, engine, topic, producer) = producing("async", 1, |config| {
+        config.acks = ProducerConfig::default().acks
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .build()
@@ -542,9 +481,7 @@ fn a_send_future_is_awaited_on_tokio() {
     let offsets: Vec<u64> = runtime.block_on(async {
         let mut offsets = Vec::new();
         for index in 0..5u8 {
-            let future = producer
-                .send(&ProducerRecord::new(&topic, None, Some(&[index])))
-                .unwrap();
+            let future = send(&producer, &topic, None, &[index]);
             offsets.push(future.await.unwrap().offset.0);
         }
         offsets
@@ -556,26 +493,14 @@ fn a_send_future_is_awaited_on_tokio() {
 
 #[test]
 fn a_lone_record_is_sent_after_linger_without_a_flush() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("linger", 1, LogConfig::default())
-        .unwrap();
     let linger = Duration::from_millis(100);
-    let producer = engine
-        .producer(ProducerConfig {
-            linger_ms: 100,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("linger", 1, |config| config.linger_ms = 100);
     let started = Instant::now();
-    let future = producer
-        .send(&ProducerRecord::new(&topic, None, Some(b"alone")))
-        .unwrap();
-    while !future.is_complete() {
-        assert!(started.elapsed() < Duration::from_secs(30), "never sent");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let future = send(&producer, &topic, None, b"alone");
+    let sent = wait_every(Duration::from_millis(5), Duration::from_secs(30), || {
+        future.is_complete()
+    });
+    assert!(sent, "never sent");
     assert!(
         started.elapsed() >= linger,
         "sent before linger.ms: {:?}",
@@ -589,19 +514,11 @@ fn a_lone_record_is_sent_after_linger_without_a_flush() {
 
 #[test]
 fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("sizes", 1, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            batch_size_bytes: 4096,
-            // Only a full batch (or the flush) sends one: none goes early because it lingered.
-            linger_ms: 60_000,
-            ..config()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("sizes", 1, |config| {
+        config.batch_size_bytes = 4096;
+        // Only a full batch (or the flush) sends one: none goes early because it lingered.
+        config.linger_ms = 60_000;
+    });
     let values: Vec<Vec<u8>> = (0..1000)
         .map(|index| vec![b'v'; 10 + (index * 97) % 590])
         .collect();
@@ -611,16 +528,12 @@ fn batches_stay_within_batch_size_except_a_lone_oversized_record() {
         .take(500)
         .chain([&oversized])
         .chain(values.iter().skip(500))
-        .map(|value| {
-            producer
-                .send(&ProducerRecord::new(&topic, Some(b"k"), Some(value)))
-                .unwrap()
-        })
+        .map(|value| send(&producer, &topic, Some(b"k"), value))
         .collect();
     producer.flush();
-    let answers: Vec<RecordMetadata> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
+    let answers = answers(futures);
     let oversized_offset = answers[500].offset.0;
-    let batches = read_batches(&engine, &topic, 0);
+    let batches = fetch_batches(&engine, &topic, 0);
     // ~300-byte records on average: about 310 KB in 4 KiB batches.
     assert!(batches.len() >= 76, "{} batches", batches.len());
     for batch in &batches {
@@ -675,15 +588,9 @@ impl StorageGate {
 
     /// Waits until an operation is held at the gate.
     fn wait_until_held(&self) {
-        let started = Instant::now();
-        while self.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no {:?} reached the gate",
-                self.op
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let held = || self.held.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        let reached = wait_every(Duration::from_millis(1), Duration::from_secs(30), held);
+        assert!(reached, "no {:?} reached the gate", self.op);
     }
 }
 
@@ -703,19 +610,13 @@ impl StorageHooks for StorageGate {
 
 /// An engine whose durable appends stay unanswered until the gate opens, with a one-partition
 /// topic, and a producer with room for four 1 KiB batches, each filled by one 600-byte record.
-fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<StorageGate>, TopicName, Producer) {
-    let gate = Arc::new(StorageGate::new(StorageOp::SyncGroup));
-    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
+fn gated(dir: &Path, block_ms_max: u64) -> Gated {
     // Every sync through the sync threads' `sync_data_many` (the gated operation), none inline.
     let config = EngineConfig {
         sync_inline_when_idle: false,
         ..engine_config()
     };
-    let engine = Engine::open_with_storage(dir, config, storage).unwrap();
-    let topic = engine
-        .create_topic("bounded", 1, LogConfig::default())
-        .unwrap();
-    gate.set_closed(true);
+    let (engine, gate, topic) = gated_engine(dir, StorageOp::SyncGroup, config, "bounded");
     let producer = engine
         .producer(ProducerConfig {
             batch_size_bytes: 1024,
@@ -726,69 +627,58 @@ fn gated(dir: &Path, block_ms_max: u64) -> (Engine, Arc<StorageGate>, TopicName,
             ..ProducerConfig::default()
         })
         .unwrap();
-    (engine, gate, topic, producer)
+    let held = (0..4)
+        .map(|_| send(&producer, &topic, None, &GATED_VALUE))
+        .collect();
+    (engine, gate, topic, producer, held)
 }
 
 const GATED_VALUE: [u8; 600] = [1; 600];
 
+/// [`gated`]'s engine, gate, topic and producer, and the sends it holds.
+type Gated = (
+    Engine,
+    Arc<StorageGate>,
+    TopicName,
+    Producer,
+    Vec<SendFuture>,
+);
+
 #[test]
 fn a_full_buffer_memory_blocks_send_for_max_block_ms_then_fails_with_buffer_exhausted() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, storage, topic, producer) = gated(dir.path(), 200);
-    let held: Vec<_> = (0..4)
-        .map(|_| {
-            producer
-                .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
-                .unwrap()
-        })
-        .collect();
+    let (engine, storage, topic, producer, held) = gated(dir.path(), 200);
     assert_eq!(producer.buffer_used_bytes(), 4096);
 
     let started = Instant::now();
-    let error = producer
-        .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
-        .unwrap_err();
+    let error = try_send(&producer, &topic, None, &GATED_VALUE).unwrap_err();
     assert!(
         started.elapsed() >= Duration::from_millis(200),
         "{:?}",
         started.elapsed()
     );
-    assert!(
-        matches!(
-            error,
-            ProducerError::BufferExhausted {
-                requested_bytes: 1024,
-                buffer_memory_bytes: 4096,
-                block_ms_max: 200
-            }
-        ),
-        "{error}"
+    assert_matches!(
+        error,
+        ProducerError::BufferExhausted {
+            requested_bytes: 1024,
+            buffer_memory_bytes: 4096,
+            block_ms_max: 200
+        }
     );
     assert!(held.iter().all(|future| !future.is_complete()));
     assert_eq!(producer.buffer_used_bytes(), 4096);
 
     // A record that could never fit is refused at once, not after max.block.ms.
-    let huge = vec![0u8; 5000];
-    let error = producer
-        .send(&ProducerRecord::new(&topic, None, Some(&huge)))
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ProducerError::RecordTooLarge {
-                limit_name: "buffer.memory",
-                ..
-            }
-        ),
-        "{error}"
+    assert_matches!(
+        try_send(&producer, &topic, None, &[0u8; 5000]).unwrap_err(),
+        ProducerError::RecordTooLarge {
+            limit_name: "buffer.memory",
+            ..
+        }
     );
 
     storage.set_closed(false);
-    let offsets: Vec<u64> = held
-        .into_iter()
-        .map(|f| f.wait().unwrap().offset.0)
-        .collect();
-    assert_eq!(offsets, [0, 1, 2, 3]);
+    assert_eq!(offsets(held), [0, 1, 2, 3]);
     producer.close().unwrap();
     assert_eq!(producer.buffer_used_bytes(), 0);
     engine.close().unwrap();
@@ -797,14 +687,7 @@ fn a_full_buffer_memory_blocks_send_for_max_block_ms_then_fails_with_buffer_exha
 #[test]
 fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, storage, topic, producer) = gated(dir.path(), 60_000);
-    let held: Vec<_> = (0..4)
-        .map(|_| {
-            producer
-                .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
-                .unwrap()
-        })
-        .collect();
+    let (engine, storage, topic, producer, held) = gated(dir.path(), 60_000);
     let opener = std::thread::spawn({
         let storage = storage.clone();
         move || {
@@ -813,15 +696,13 @@ fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
         }
     });
     let started = Instant::now();
-    let fifth = producer
-        .send(&ProducerRecord::new(&topic, None, Some(&GATED_VALUE)))
-        .unwrap();
+    let fifth = send(&producer, &topic, None, &GATED_VALUE);
     assert!(
         started.elapsed() >= Duration::from_millis(100),
         "did not block"
     );
     // Memory is given back only after a batch's records are answered.
-    assert!(held.iter().any(seglog::producer::SendFuture::is_complete));
+    assert!(held.iter().any(SendFuture::is_complete));
     assert!(producer.buffer_used_bytes() <= 4096);
     assert_eq!(fifth.wait().unwrap().offset, Offset(4));
     opener.join().unwrap();
@@ -831,28 +712,14 @@ fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
 
 #[test]
 fn durable_acks_answer_a_record_only_once_its_partition_is_durable_past_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("durable", 2, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            acks: Durability::Durable,
-            batch_size_bytes: 512,
-            ..ProducerConfig::default()
-        })
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("durable", 2, |config| {
+        config.acks = Durability::Durable;
+        config.batch_size_bytes = 512;
+    });
     let futures: Vec<_> = (0..200)
         .map(|index| {
             let key = format!("k{index}");
-            producer
-                .send(&ProducerRecord::new(
-                    &topic,
-                    Some(key.as_bytes()),
-                    Some(b"durable value"),
-                ))
-                .unwrap()
+            send(&producer, &topic, Some(key.as_bytes()), b"durable value")
         })
         .collect();
     for future in futures {
@@ -893,64 +760,45 @@ fn unknown_topics_partitions_out_of_range_oversized_records_and_closed_producers
     let producer = engine.producer(config()).unwrap();
 
     let missing = TopicName::parse("missing").unwrap();
-    let error = producer
-        .send(&ProducerRecord::new(&missing, None, Some(b"v")))
-        .unwrap_err();
-    assert!(
-        matches!(&error, ProducerError::UnknownTopic { topic } if topic == "missing"),
-        "{error}"
-    );
+    let error = try_send(&producer, &missing, None, b"v").unwrap_err();
+    assert_matches!(&error, ProducerError::UnknownTopic { topic } if topic == "missing");
 
     let mut record = ProducerRecord::new(&topic, None, Some(b"v"));
     record.partition = Some(2);
     let error = producer.send(&record).unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ProducerError::PartitionOutOfRange {
-                partition: 2,
-                partition_count: 2,
-                ..
-            }
-        ),
-        "{error}"
+    assert_matches!(
+        error,
+        ProducerError::PartitionOutOfRange {
+            partition: 2,
+            partition_count: 2,
+            ..
+        }
     );
 
     let large = vec![0u8; 1000];
-    let error = producer
-        .send(&ProducerRecord::new(&topic, None, Some(&large)))
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ProducerError::RecordTooLarge {
-                limit_name: "max.message.bytes",
-                limit_bytes: 1000,
-                ..
-            }
-        ),
-        "{error}"
+    let error = try_send(&producer, &topic, None, &large).unwrap_err();
+    assert_matches!(
+        error,
+        ProducerError::RecordTooLarge {
+            limit_name: "max.message.bytes",
+            limit_bytes: 1000,
+            ..
+        }
     );
 
     // The producer's batches respect the topic's max.message.bytes below batch.size.
     let value = [5u8; 300];
     let futures: Vec<_> = (0..20)
-        .map(|_| {
-            producer
-                .send(&ProducerRecord::new(&topic, Some(b"same"), Some(&value)))
-                .unwrap()
-        })
+        .map(|_| send(&producer, &topic, Some(b"same"), &value))
         .collect();
     producer.close().unwrap();
     let partition = futures[0].partition();
     assert!(futures.into_iter().all(|future| future.wait().is_ok()));
-    for batch in read_batches(&engine, &topic, partition) {
+    for batch in fetch_batches(&engine, &topic, partition) {
         assert!(batch.size_bytes() <= 1000);
     }
 
-    let error = producer
-        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
-        .unwrap_err();
+    let error = try_send(&producer, &topic, None, b"v").unwrap_err();
     assert!(matches!(error, ProducerError::Closed), "{error}");
     let invalid = engine.producer(ProducerConfig {
         appends_inflight_max: 0,
@@ -962,46 +810,44 @@ fn unknown_topics_partitions_out_of_range_oversized_records_and_closed_producers
 
 #[test]
 fn records_sent_when_the_engine_is_closed_fail_with_the_engines_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = open(dir.path());
-    let topic = engine
-        .create_topic("gone", 1, LogConfig::default())
-        .unwrap();
-    let producer = engine
-        .producer(ProducerConfig {
-            linger_ms: 60_000,
-            ..config()
-        })
-        .unwrap();
-    let future = producer
-        .send(&ProducerRecord::new(&topic, None, Some(b"v")))
-        .unwrap();
+    let (_dir, engine, topic, producer) = producing("gone", 1, |config| config.linger_ms = 60_000);
+    let future = send(&producer, &topic, None, b"v");
     engine.close().unwrap();
     producer.flush();
     let error = future.wait().unwrap_err();
-    assert!(
-        matches!(&error, ProducerError::Append { partition: 0, .. }),
-        "{error}"
-    );
+    assert_matches!(&error, ProducerError::Append { partition: 0, .. });
     producer.close().unwrap();
 }
 
 /// An engine with one shard whose request queue holds one request, blocked in a gated write: a
 /// third append in a row is refused with `QueueFull` before it reaches the shard.
 fn one_slot_queue(dir: &Path) -> (Engine, Arc<StorageGate>, TopicName) {
-    let gate = Arc::new(StorageGate::new(StorageOp::Write));
-    let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), gate.clone()));
     let config = EngineConfig {
         shard_count: 1,
         queue_requests_max: 1,
         ..engine_config()
     };
-    let engine = Engine::open_with_storage(dir, config, storage).unwrap();
-    let topic = engine
-        .create_topic("queue", 1, LogConfig::default())
-        .unwrap();
+    gated_engine(dir, StorageOp::Write, config, "queue")
+}
+
+/// An engine with `config` in `dir` over storage whose `op`s wait at a gate, closed once the topic
+/// `name` of one partition is created.
+fn gated_engine(
+    dir: &Path,
+    op: StorageOp,
+    config: EngineConfig,
+    name: &str,
+) -> (Engine, Arc<StorageGate>, TopicName) {
+    let gate = Arc::new(StorageGate::new(op));
+    let engine = Engine::open_with_storage(dir, config, hooked_pio(gate.clone())).unwrap();
+    let topic = engine.create_topic(name, 1, LogConfig::default()).unwrap();
     gate.set_closed(true);
     (engine, gate, topic)
+}
+
+/// The offsets `futures` are answered with, each of which must succeed.
+fn offsets(futures: Vec<SendFuture>) -> Vec<u64> {
+    answers(futures).iter().map(|m| m.offset.0).collect()
 }
 
 /// Sends `count` records (record i holds value byte i), the first alone: once it holds the shard
@@ -1012,18 +858,37 @@ fn send_behind_a_held_write(
     topic: &TopicName,
     gate: &StorageGate,
     count: u8,
-) -> Vec<seglog::producer::SendFuture> {
+) -> Vec<SendFuture> {
     let send = |index: u8| {
         let value = [index; 600];
-        producer
-            .send(&ProducerRecord::new(topic, None, Some(&value)))
-            .unwrap()
+        send(producer, topic, None, &value)
     };
     let mut futures = vec![send(0)];
     gate.wait_until_held();
     futures.extend((1..count).map(send));
     futures
 }
+
+/// [`one_slot_queue`] in a temporary directory, and `count` records sent behind its held write
+/// ([`send_behind_a_held_write`]) by a producer timing out after `delivery_timeout_ms`.
+fn held_in_a_full_queue(delivery_timeout_ms: u64, count: u8) -> HeldInAFullQueue {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, gate, topic) = one_slot_queue(dir.path());
+    let producer = engine
+        .producer(one_append_per_record(delivery_timeout_ms))
+        .unwrap();
+    let futures = send_behind_a_held_write(&producer, &topic, &gate, count);
+    (dir, engine, gate, topic, producer, futures)
+}
+
+type HeldInAFullQueue = (
+    tempfile::TempDir,
+    Engine,
+    Arc<StorageGate>,
+    TopicName,
+    Producer,
+    Vec<SendFuture>,
+);
 
 /// One 600-byte record per 1 KiB batch, so each send is its own append.
 fn one_append_per_record(delivery_timeout_ms: u64) -> ProducerConfig {
@@ -1039,18 +904,11 @@ fn one_append_per_record(delivery_timeout_ms: u64) -> ProducerConfig {
 
 #[test]
 fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let (engine, storage, topic) = one_slot_queue(dir.path());
-    let producer = engine.producer(one_append_per_record(120_000)).unwrap();
-    let futures = send_behind_a_held_write(&producer, &topic, &storage, 20);
+    let (_dir, engine, storage, topic, producer, futures) = held_in_a_full_queue(120_000, 20);
     std::thread::sleep(Duration::from_millis(200));
     assert!(futures.iter().all(|future| !future.is_complete()));
     storage.set_closed(false);
-    let offsets: Vec<u64> = futures
-        .into_iter()
-        .map(|f| f.wait().unwrap().offset.0)
-        .collect();
-    assert_eq!(offsets, (0..20).collect::<Vec<u64>>());
+    assert_eq!(offsets(futures), (0..20).collect::<Vec<u64>>());
     // Stored in send order: record i holds value byte i.
     let values: Vec<u8> = read_records(&engine, &topic, 0)
         .iter()
@@ -1063,24 +921,13 @@ fn appends_refused_for_a_full_shard_queue_are_retried_in_order_until_they_get_th
 
 #[test]
 fn appends_still_refused_after_delivery_timeout_fail_with_the_engines_refusal() {
-    let dir = tempfile::tempdir().unwrap();
-    let (engine, storage, topic) = one_slot_queue(dir.path());
-    let producer = engine.producer(one_append_per_record(100)).unwrap();
-    let futures = send_behind_a_held_write(&producer, &topic, &storage, 10);
+    let (_dir, engine, storage, topic, producer, futures) = held_in_a_full_queue(100, 10);
     // Every batch refused for 100 ms fails; then the shard may take the rest again.
-    let started = Instant::now();
-    while !futures.iter().any(|future| future.is_complete()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no batch timed out"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let timed_out = || futures.iter().any(|future| future.is_complete());
+    let timed_out = wait_every(Duration::from_millis(5), Duration::from_secs(30), timed_out);
+    assert!(timed_out, "no batch timed out");
     storage.set_closed(false);
-    let outcomes: Vec<_> = futures
-        .into_iter()
-        .map(seglog::producer::SendFuture::wait)
-        .collect();
+    let outcomes: Vec<_> = futures.into_iter().map(SendFuture::wait).collect();
     let failed: Vec<&ProducerError> = outcomes
         .iter()
         .filter_map(|outcome| outcome.as_ref().err())

@@ -14,20 +14,22 @@ use std::path::Path;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig};
+use seglog::engine::{Durability, Engine};
 use seglog::format::batch::BatchIter;
 use seglog::format::{Batch, Compression};
 use seglog::limits::BATCH_HEADER_BYTES;
 use seglog::producer::{ProducerConfig, ProducerRecord};
 use seglog::types::TimestampMs;
+use support::engines::engine_config;
 
-const CODECS: [Compression; 5] = [
-    Compression::None,
-    Compression::Gzip,
-    Compression::Snappy,
-    Compression::Lz4,
-    Compression::Zstd,
-];
+mod support;
+
+/// Every codec, by its attribute bits 0 to 4: none, gzip, snappy, lz4 and zstd.
+fn codecs() -> Vec<Compression> {
+    (0..5)
+        .map(|bits| Compression::from_attribute_bits(bits).unwrap())
+        .collect()
+}
 
 /// The first bytes of each codec's stream as Kafka's Java producer writes it.
 fn stream_magic(codec: Compression) -> &'static [u8] {
@@ -46,12 +48,7 @@ type Sent = BTreeMap<u64, (Vec<u8>, Vec<u8>, Vec<u8>, i64)>;
 /// Produces 300 keyed records with a header to a one-partition topic with `codec`, closes the
 /// engine, and returns what was sent by offset.
 fn produce(dir: &Path, codec: Compression) -> Sent {
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(dir, config).unwrap();
+    let engine = Engine::open(dir, engine_config(1)).unwrap();
     let topic = engine
         .create_topic("codec", 1, LogConfig::default())
         .unwrap();
@@ -136,7 +133,7 @@ fn assert_batches_hold(batches: &[Batch], codec: Compression, sent: &Sent) {
 #[test]
 fn each_codec_writes_kafka_format_batches_that_decode_to_the_records_sent() {
     let mut log_bytes = BTreeMap::new();
-    for codec in CODECS {
+    for codec in codecs() {
         let dir = tempfile::tempdir().unwrap();
         let sent = produce(dir.path(), codec);
         assert_eq!(sent.len(), 300);
@@ -151,7 +148,7 @@ fn each_codec_writes_kafka_format_batches_that_decode_to_the_records_sent() {
         log_bytes.insert(codec.name(), bytes);
     }
     let uncompressed = log_bytes["none"];
-    for codec in &CODECS[1..] {
+    for codec in &codecs()[1..] {
         assert!(
             log_bytes[codec.name()] * 2 < uncompressed,
             "{codec} stores repetitive records in under half the bytes: {log_bytes:?}"

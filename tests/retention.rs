@@ -9,52 +9,47 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::error::{ReadError, StorageError};
-use seglog::format::{Batch, BatchBuilder, NewRecord};
-use seglog::io::storage_from_env;
+use seglog::format::Batch;
+use seglog::io::{Storage, storage_from_env};
 use seglog::log::PartitionLog;
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
+use support::assert_matches;
+use support::batches::{T0, keyed_batch};
+use support::configs::{DELAY_MS, retention_config};
+use support::dirs::count_ending;
+use support::engines::{append, engine_config, every_partition, temp_engine};
+use support::hooks::{hooked, wait_every, wait_until};
 
-const T0: i64 = 1_700_000_000_000;
+mod support;
+
 const HOUR: i64 = 3_600_000;
-const DELAY_MS: i64 = 60_000;
 
 fn config(settings: &[(&str, &str)]) -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 1100,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
-    config
-        .set("file.delete.delay.ms", &DELAY_MS.to_string())
-        .unwrap();
-    for (key, value) in settings {
-        config.set(key, value).unwrap();
-    }
-    config
+    retention_config(settings)
 }
 
 /// One batch of one 200-byte record stamped `timestamp_ms`.
 fn batch(timestamp_ms: i64) -> Bytes {
-    let value = [9u8; 200];
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms,
-        key: Some(b"k"),
-        value: Some(&value),
-        headers: &[],
-    });
-    builder.build().unwrap()
+    keyed_batch(Some(b"k"), Some(&[9u8; 200]), timestamp_ms)
 }
 
-/// A log of `count` batches, the one at offset `i` stamped `T0 + i hours`, four batches (of
-/// 275 bytes) per 1100-byte segment.
-fn populated(root: &Path, config: LogConfig, count: i64) -> LogDir {
-    let mut log_dir = LogDir::open(root, storage_from_env(), config).unwrap();
+/// A data directory in a temporary directory with `events-0` on `storage`: `count` batches, the
+/// one at offset `i` stamped `T0 + i hours`, four batches (of 275 bytes) per 1100-byte segment.
+fn populated_on(
+    storage: Arc<dyn Storage>,
+    config: LogConfig,
+    count: i64,
+) -> (tempfile::TempDir, LogDir) {
+    let root = tempfile::tempdir().unwrap();
+    let mut log_dir = LogDir::open(root.path(), storage, config).unwrap();
     let topic = TopicName::parse("events").unwrap();
     log_dir.create_topic(&topic, 1).unwrap();
     let log = log_dir.partition(&topic, 0).unwrap();
@@ -62,7 +57,12 @@ fn populated(root: &Path, config: LogConfig, count: i64) -> LogDir {
         log.append(batch(T0 + offset * HOUR), TimestampMs(T0 + offset * HOUR))
             .unwrap();
     }
-    log_dir
+    (root, log_dir)
+}
+
+/// [`populated_on`] the backend `SEGLOG_IO_BACKEND` names, with `settings`.
+fn populated(settings: &[(&str, &str)], count: i64) -> (tempfile::TempDir, LogDir) {
+    populated_on(storage_from_env(), config(settings), count)
 }
 
 fn log(log_dir: &mut LogDir) -> &mut PartitionLog {
@@ -72,23 +72,33 @@ fn log(log_dir: &mut LogDir) -> &mut PartitionLog {
 }
 
 fn deleted_files(root: &Path) -> usize {
-    std::fs::read_dir(root.join("events-0"))
-        .unwrap()
-        .filter(|entry| {
-            entry
-                .as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".deleted")
-        })
-        .count()
+    count_ending(&root.join("events-0"), ".deleted")
+}
+
+/// Creates the topic `name` of `partitions` partitions with `settings` and appends `count`
+/// batches stamped in 2023 (`T0 + n` ms) to each partition of `filled`.
+fn aging_topic(
+    engine: &Engine,
+    name: &str,
+    partitions: u32,
+    settings: &[(&str, &str)],
+    filled: std::ops::Range<u32>,
+    count: i64,
+) -> TopicName {
+    let topic = engine
+        .create_topic(name, partitions, config(settings))
+        .unwrap();
+    for partition in filled {
+        for offset in 0..count {
+            append(engine, &topic, partition, batch(T0 + offset));
+        }
+    }
+    topic
 }
 
 #[test]
 fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_ms() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = populated(root.path(), config(&[("retention.hours", "10")]), 20);
+    let (_root, mut log_dir) = populated(&[("retention.hours", "10")], 20);
     let log = log(&mut log_dir);
     let bases: Vec<u64> = log
         .segments()
@@ -101,13 +111,13 @@ fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_m
     assert_eq!(outcome.segments_deleted, 3);
     assert_eq!(outcome.log_start_offset, Offset(12));
     assert_eq!(log.log_start_offset(), Offset(12));
-    assert!(matches!(
+    assert_matches!(
         log.read(Offset(11), 1),
         Err(ReadError::OffsetOutOfRange {
             log_start_offset: Offset(12),
             ..
         })
-    ));
+    );
     assert_eq!(
         log.read(Offset(12), 1).unwrap().records.len(),
         batch(0).len()
@@ -121,14 +131,9 @@ fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_m
 
 #[test]
 fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
-    let root = tempfile::tempdir().unwrap();
     let batch_bytes = batch(0).len() as i64;
     let limit = 9 * batch_bytes;
-    let mut log_dir = populated(
-        root.path(),
-        config(&[("retention.bytes", &limit.to_string())]),
-        20,
-    );
+    let (_root, mut log_dir) = populated(&[("retention.bytes", &limit.to_string())], 20);
     let log = log(&mut log_dir);
     let outcome = log.apply_retention(TimestampMs(T0)).unwrap();
     // 20 batches in segments of 4: deleting two segments leaves 12 ≥ 9; a third would leave 8.
@@ -139,8 +144,7 @@ fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
 
 #[test]
 fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = populated(root.path(), config(&[("cleanup.policy", "compact")]), 20);
+    let (_root, mut log_dir) = populated(&[("cleanup.policy", "compact")], 20);
     let log = log(&mut log_dir);
     log.delete_records(Offset(9)).unwrap();
     assert_eq!(
@@ -158,8 +162,7 @@ fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
 
 #[test]
 fn when_every_segment_expires_a_new_empty_active_segment_is_rolled_first() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let (_root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
     let log = log(&mut log_dir);
     let outcome = log.apply_retention(TimestampMs(T0 + 100 * HOUR)).unwrap();
     assert!(outcome.rolled);
@@ -191,8 +194,7 @@ fn when_every_segment_expires_a_new_empty_active_segment_is_rolled_first() {
 
 #[test]
 fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let (root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
     let log = log(&mut log_dir);
     let before = log.read(Offset(0), 4096).unwrap().records;
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
@@ -232,8 +234,7 @@ fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
 
 #[test]
 fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = populated(root.path(), config(&[("retention.ms", "1000")]), 10);
+    let (root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
     let log = log(&mut log_dir);
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
     assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
@@ -272,13 +273,12 @@ fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
 
 #[test]
 fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
-    let root = tempfile::tempdir().unwrap();
     let settings = [("retention.ms", "1000"), ("file.delete.delay.ms", "0")];
     let config = LogConfig {
         deferred_seal_syncs: true,
         ..config(&settings)
     };
-    let mut log_dir = populated(root.path(), config, 10);
+    let (root, mut log_dir) = populated_on(storage_from_env(), config, 10);
     let log = log(&mut log_dir);
     let storage = storage_from_env();
     for seal in log.take_unsynced_seals() {
@@ -335,16 +335,8 @@ fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
 
 #[test]
 fn a_far_future_timestamp_does_not_pin_a_segment() {
-    let root = tempfile::tempdir().unwrap();
-    let mut log_dir = LogDir::open(
-        root.path(),
-        storage_from_env(),
-        config(&[("retention.hours", "1")]),
-    )
-    .unwrap();
-    let topic = TopicName::parse("events").unwrap();
-    log_dir.create_topic(&topic, 1).unwrap();
-    let log = log_dir.partition(&topic, 0).unwrap();
+    let (_root, mut log_dir) = populated(&[("retention.hours", "1")], 0);
+    let log = log(&mut log_dir);
     let year_2200 = T0 + 175 * 365 * 24 * HOUR;
     for _ in 0..6 {
         log.append(batch(year_2200), TimestampMs::now()).unwrap();
@@ -361,27 +353,8 @@ fn a_far_future_timestamp_does_not_pin_a_segment() {
 
 #[test]
 fn the_engine_applies_retention_to_every_partition_on_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(
-        dir.path(),
-        EngineConfig {
-            shard_count: 2,
-            pin_shards: false,
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
-    let topic = engine
-        .create_topic("old", 3, config(&[("retention.ms", "60000")]))
-        .unwrap();
-    for partition in 0..3 {
-        for offset in 0..8 {
-            engine
-                .append(&topic, partition, batch(T0 + offset), Durability::Written)
-                .wait()
-                .unwrap();
-        }
-    }
+    let (dir, engine) = temp_engine(engine_config(2));
+    let topic = aging_topic(&engine, "old", 3, &[("retention.ms", "60000")], 0..3, 8);
     let reports = engine.apply_retention(Some("old")).unwrap();
     assert_eq!(reports.len(), 3);
     for report in &reports {
@@ -395,30 +368,18 @@ fn the_engine_applies_retention_to_every_partition_on_request() {
     let fetched = engine
         .fetch(&topic, 1, Offset(0), FetchOptions::default())
         .wait();
-    assert!(matches!(
+    assert_matches!(
         fetched,
         Err(ReadError::OffsetOutOfRange {
             log_start_offset: Offset(8),
             ..
         })
-    ));
-    let description = engine.describe_topic("old").unwrap();
-    assert!(
-        description
-            .partitions
-            .iter()
-            .all(|partition| partition.log_start_offset == Offset(8))
     );
+    assert!(every_partition(&engine, "old", |partition| {
+        partition.log_start_offset == Offset(8)
+    }));
     engine.close().unwrap();
-    let engine = Engine::open(
-        dir.path(),
-        EngineConfig {
-            shard_count: 2,
-            pin_shards: false,
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
+    let engine = Engine::open(dir.path(), engine_config(2)).unwrap();
     assert_eq!(
         engine
             .describe_partition("old", 2)
@@ -432,36 +393,22 @@ fn the_engine_applies_retention_to_every_partition_on_request() {
 
 #[test]
 fn shards_apply_retention_on_their_own_schedule() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine_config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
+    let every_20_ms = EngineConfig {
         retention_check_interval_ms: 20,
-        ..EngineConfig::default()
+        ..engine_config(1)
     };
-    let engine = Engine::open(dir.path(), engine_config).unwrap();
-    let topic = engine
-        .create_topic("aging", 40, config(&[("retention.ms", "60000")]))
-        .unwrap();
-    for partition in 0..40 {
-        for offset in 0..6 {
-            engine
-                .append(&topic, partition, batch(T0 + offset), Durability::Written)
-                .wait()
-                .unwrap();
-        }
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (_dir, engine) = temp_engine(every_20_ms);
+    aging_topic(&engine, "aging", 40, &[("retention.ms", "60000")], 0..40, 6);
     let all_expired = || {
-        let description = engine.describe_topic("aging").unwrap();
-        description
-            .partitions
-            .iter()
-            .all(|partition| partition.log_start_offset == Offset(6))
+        every_partition(&engine, "aging", |partition| {
+            partition.log_start_offset == Offset(6)
+        })
     };
-    while !all_expired() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_every(
+        Duration::from_millis(20),
+        Duration::from_secs(20),
+        all_expired,
+    );
     assert!(
         all_expired(),
         "every partition's records from 2023 were deleted without being asked"
@@ -530,26 +477,14 @@ fn sync_of_aging_0(op: seglog::io::hooked::StorageOp, path: &Path) -> bool {
 /// Opens an engine (one shard) on `hold`'s storage with topic `aging` of two partitions, whose
 /// records from 2023 retention deletes at once, appends six of them to partition 0, and arms
 /// `hold`.
-fn engine_with_expired_records(dir: &Path, hold: &std::sync::Arc<Hold>) -> (Engine, TopicName) {
-    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
-        storage_from_env(),
-        hold.clone(),
-    ));
-    let engine_config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
+fn engine_with_expired_records(dir: &Path, hold: &Arc<Hold>) -> (Engine, TopicName) {
+    let config = EngineConfig {
         retention_check_interval_ms: 20,
-        ..EngineConfig::default()
+        ..engine_config(1)
     };
-    let engine = Engine::open_with_storage(dir, engine_config, storage).unwrap();
+    let engine = Engine::open_with_storage(dir, config, hooked(hold.clone())).unwrap();
     let settings = [("retention.ms", "60000"), ("file.delete.delay.ms", "0")];
-    let topic = engine.create_topic("aging", 2, config(&settings)).unwrap();
-    for offset in 0..6 {
-        engine
-            .append(&topic, 0, batch(T0 + offset), Durability::Written)
-            .wait()
-            .unwrap();
-    }
+    let topic = aging_topic(&engine, "aging", 2, &settings, 0..1, 6);
     hold.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     (engine, topic)
 }
@@ -564,12 +499,8 @@ fn assert_the_shard_answers_while_held(
     hold: &Hold,
     dir: &Path,
 ) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let reached = || !hold.holding_threads().is_empty() && deleted_files_of_aging_0(dir) > 0;
-    while !reached() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    if !reached() {
+    if !wait_until(Duration::from_secs(20), reached) {
         hold.release();
         panic!("retention did not delete the records from 2023 or reach the held operation");
     }
@@ -589,20 +520,13 @@ fn assert_the_shard_answers_while_held(
 }
 
 fn deleted_files_of_aging_0(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("aging-0"))
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().ends_with(".deleted")
-        })
-        .count()
+    count_ending(&dir.join("aging-0"), ".deleted")
 }
 
 fn wait_for_no_deleted_files(dir: &Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while deleted_files_of_aging_0(dir) > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(20), || {
+        deleted_files_of_aging_0(dir) == 0
+    });
     assert_eq!(deleted_files_of_aging_0(dir), 0, "every .deleted file went");
 }
 
@@ -614,7 +538,7 @@ fn assert_held_off_the_shard(
     thread_prefix: &str,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let hold = std::sync::Arc::new(Hold::new(holds));
+    let hold = Arc::new(Hold::new(holds));
     let (engine, topic) = engine_with_expired_records(dir.path(), &hold);
     assert_the_shard_answers_while_held(&engine, &topic, &hold, dir.path());
     wait_for_no_deleted_files(dir.path());
@@ -640,13 +564,7 @@ fn a_shard_serves_its_partitions_while_the_deleted_segments_directory_syncs() {
 
 #[test]
 fn leftover_deleted_files_found_at_open_are_unlinked_off_the_shard() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine_config = || EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(dir.path(), engine_config()).unwrap();
+    let (dir, engine) = temp_engine(engine_config(1));
     let topic = engine.create_topic("aging", 2, config(&[])).unwrap();
     engine
         .append(&topic, 0, batch(T0), Durability::Durable)
@@ -660,13 +578,10 @@ fn leftover_deleted_files_found_at_open_are_unlinked_off_the_shard() {
         .join("00000000000000000100.log.deleted");
     std::fs::write(&leftover, [7u8; 4096]).unwrap();
 
-    let hold = std::sync::Arc::new(Hold::new(unlink_of_deleted_file));
+    let hold = Arc::new(Hold::new(unlink_of_deleted_file));
     hold.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
-        storage_from_env(),
-        hold.clone(),
-    ));
-    let engine = Engine::open_with_storage(dir.path(), engine_config(), storage).unwrap();
+    let storage = hooked(hold.clone());
+    let engine = Engine::open_with_storage(dir.path(), engine_config(1), storage).unwrap();
     // Opens partition 0, from a thread of its own: a shard stuck in the unlink would hold it.
     let opener = engine.clone();
     let opened_topic = topic.clone();
@@ -687,32 +602,20 @@ fn leftover_deleted_files_found_at_open_are_unlinked_off_the_shard() {
 
 #[test]
 fn the_engine_unlinks_what_delete_records_removed_without_waiting_for_a_retention_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine_config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::open(dir.path(), engine_config).unwrap();
-    let settings = [("file.delete.delay.ms", "0")];
-    let topic = engine.create_topic("aging", 1, config(&settings)).unwrap();
-    for offset in 0..10 {
-        engine
-            .append(&topic, 0, batch(T0 + offset), Durability::Written)
-            .wait()
-            .unwrap();
-    }
+    let (dir, engine) = temp_engine(engine_config(1));
+    let topic = aging_topic(
+        &engine,
+        "aging",
+        1,
+        &[("file.delete.delay.ms", "0")],
+        0..1,
+        10,
+    );
     let log_start = engine.delete_records(&topic, 0, Offset(8)).wait().unwrap();
     assert_eq!(log_start, Offset(8));
     // The periodic retention pass is 5 minutes away: the deletion alone must lead to the unlink.
     wait_for_no_deleted_files(dir.path());
-    let logs = std::fs::read_dir(dir.path().join("aging-0"))
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().ends_with(".log")
-        })
-        .count();
+    let logs = count_ending(&dir.path().join("aging-0"), ".log");
     assert_eq!(logs, 1, "only the segment holding offset 8 is left");
     engine.close().unwrap();
 }
@@ -733,20 +636,9 @@ impl seglog::io::hooked::StorageHooks for FailSyncs {
 
 #[test]
 fn delete_records_on_a_failed_log_changes_nothing_until_it_is_reopened() {
-    let dir = tempfile::tempdir().unwrap();
-    let hooks = std::sync::Arc::new(FailSyncs::default());
-    let storage = std::sync::Arc::new(seglog::io::hooked::HookedStorage::new(
-        storage_from_env(),
-        hooks.clone(),
-    ));
-    let mut log_dir = LogDir::open(dir.path(), storage, config(&[])).unwrap();
-    let topic = TopicName::parse("events").unwrap();
-    log_dir.create_topic(&topic, 1).unwrap();
+    let hooks = Arc::new(FailSyncs::default());
+    let (dir, mut log_dir) = populated_on(hooked(hooks.clone()), config(&[]), 12);
     let log = log(&mut log_dir);
-    for offset in 0..12 {
-        log.append(batch(T0 + offset * HOUR), TimestampMs(T0))
-            .unwrap();
-    }
     let segments = log.segment_count();
     hooks.0.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(

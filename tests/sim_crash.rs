@@ -38,6 +38,9 @@ use seglog::io::sim::{CrashMode, Fault, SimRng, SimStorage};
 use seglog::log::PartitionLog;
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
+use support::dirs::scratch;
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 const TOPIC: &str = "sim";
@@ -92,16 +95,6 @@ fn config_for_seed(regime: Regime, seed: u64) -> LogConfig {
     config.preallocate = seed % 3 == 2;
     config.prewrite_synced = seed.is_multiple_of(3);
     config
-}
-
-fn scratch() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(dir) = tempfile::tempdir_in(shm)
-    {
-        return dir;
-    }
-    tempfile::tempdir().unwrap()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -740,14 +733,21 @@ fn failed_directory_fsyncs_fail_the_partition_and_lose_nothing_acknowledged() {
     run_many(4_000..4_040, 40, Regime::Delete, Faults::DirSyncErrors);
 }
 
-/// A log directory with one partition on a fresh simulated disk.
-fn fresh(seed: u64) -> (tempfile::TempDir, SimStorage, LogDir) {
+/// A log directory with one partition on a fresh simulated disk, holding `records` records
+/// (values from 0) flushed.
+fn fresh(seed: u64, records: u8) -> (tempfile::TempDir, SimStorage, LogDir) {
     let dir = scratch();
     let sim = SimStorage::new(dir.path(), seed).unwrap();
-    let mut log_dir =
-        LogDir::open(dir.path(), Arc::new(sim.clone()), config(Regime::Delete)).unwrap();
+    let mut log_dir = reopen(dir.path(), &sim);
     log_dir.create_topic(&topic(), 1).unwrap();
+    let log = log_dir.partition(&topic(), 0).unwrap();
+    assert!(append_and_flush(log, 0, records), "a small sync");
     (dir, sim, log_dir)
+}
+
+/// The data directory `dir` on `sim`, `cleanup.policy=delete`.
+fn reopen(dir: &Path, sim: &SimStorage) -> LogDir {
+    LogDir::open(dir, Arc::new(sim.clone()), config(Regime::Delete)).unwrap()
 }
 
 fn one_record(value: u8) -> Bytes {
@@ -783,16 +783,14 @@ fn values(log: &mut PartitionLog) -> Result<Vec<u8>, String> {
 /// name durable. Either no later flush succeeds, or what it acknowledged survives a power cut.
 #[test]
 fn a_failed_directory_fsync_in_a_roll_never_loses_acknowledged_records() {
-    let (dir, sim, mut log_dir) = fresh(1);
+    let (dir, sim, mut log_dir) = fresh(1, 3);
     let log = log_dir.partition(&topic(), 0).unwrap();
-    assert!(append_and_flush(log, 0, 3));
     sim.schedule(Fault::DirSyncError, 1);
     assert!(log.roll(TimestampMs(T0)).is_err());
     let acknowledged = append_and_flush(log, 3, 3);
     drop(log_dir);
     sim.crash_with(CrashMode::DropVolatile).unwrap();
-    let mut log_dir =
-        LogDir::open(dir.path(), Arc::new(sim.clone()), config(Regime::Delete)).unwrap();
+    let mut log_dir = reopen(dir.path(), &sim);
     let served = values(log_dir.partition(&topic(), 0).unwrap()).unwrap();
     let expected: Vec<u8> = if acknowledged {
         (0..6).collect()
@@ -811,10 +809,9 @@ fn a_failed_directory_fsync_in_a_roll_never_loses_acknowledged_records() {
 /// later power cut, and the log has no hole.
 #[test]
 fn restart_after_a_failed_fsync_reads_the_device_not_the_page_cache() {
-    let (dir, sim, mut log_dir) = fresh(2);
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert!(append_and_flush(log, 0, 2));
+    let (dir, sim, mut log_dir) = fresh(2, 2);
     sim.schedule(Fault::SyncError, 1);
+    let log = log_dir.partition(&topic(), 0).unwrap();
     assert!(!append_and_flush(log, 2, 2), "the flush fails");
     drop(log_dir);
     // A new process on the same kernel: no power cut, so the page cache still holds the bytes.
@@ -850,9 +847,8 @@ fn restart_after_a_failed_fsync_reads_the_device_not_the_page_cache() {
 /// ends in stamps, which no recovery may cut.
 #[test]
 fn restart_after_a_failed_fsync_of_a_seal_cuts_the_prewritten_space_again() {
-    let (dir, sim, mut log_dir) = fresh(3);
+    let (dir, sim, mut log_dir) = fresh(3, 2);
     let log = log_dir.partition(&topic(), 0).unwrap();
-    assert!(append_and_flush(log, 0, 2), "a small sync");
     assert!(
         append_and_flush(log, 2, 1),
         "a small sync after a small sync"

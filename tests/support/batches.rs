@@ -103,3 +103,16 @@ pub fn rows_from(batches: &[Batch], from: u64) -> Vec<Row> {
         })
         .collect()
 }
+
+/// A record's headers as owned (key, value) pairs.
+pub fn owned_headers(record: &Record) -> Vec<(String, Option<Vec<u8>>)> {
+    let headers = record.headers.iter();
+    headers
+        .map(|header| {
+            (
+                header.key.clone(),
+                header.value.as_deref().map(<[u8]>::to_vec),
+            )
+        })
+        .collect()
+}

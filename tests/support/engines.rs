@@ -73,3 +73,13 @@ pub fn engine_with_topic(
         .unwrap();
     (dir, engine, topic)
 }
+
+/// Whether every partition of `topic`, as `describe_topic` reports it, is as `is` says.
+pub fn every_partition(
+    engine: &Engine,
+    topic: &str,
+    is: impl Fn(&seglog::engine::PartitionDescription) -> bool,
+) -> bool {
+    let description = engine.describe_topic(topic).unwrap();
+    description.partitions.iter().all(is)
+}

@@ -10,5 +10,45 @@ pub mod configs;
 pub mod crash;
 pub mod dirs;
 pub mod engines;
+pub mod groups;
 pub mod hooks;
 pub mod logs;
+
+/// Asserts that `$value` matches `$pattern` (with an optional `if` guard), showing the value
+/// when it does not.
+#[allow(unused_macros)]
+macro_rules! assert_matches {
+    ($value:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
+        match $value {
+            $pattern $(if $guard)? => {}
+            ref other => panic!("{other:?} does not match {}", stringify!($pattern)),
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use assert_matches;
+
+/// Asserts that `$result` is the error `$error::OffsetOutOfRange` for offset `$requested` of a
+/// log whose offsets run from `$start` to `$end`.
+#[allow(unused_macros)]
+macro_rules! assert_out_of_range {
+    ($result:expr, $error:ident, $requested:expr, $start:expr, $end:expr) => {
+        match $result {
+            Err($error::OffsetOutOfRange {
+                requested,
+                log_start_offset,
+                log_end_offset,
+            }) => assert_eq!(
+                (requested, log_start_offset, log_end_offset),
+                (
+                    seglog::types::Offset($requested),
+                    seglog::types::Offset($start),
+                    seglog::types::Offset($end),
+                )
+            ),
+            other => panic!("offset {} gave {other:?}", $requested),
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use assert_out_of_range;
