@@ -13,6 +13,7 @@ pub mod engines;
 pub mod groups;
 pub mod hooks;
 pub mod logs;
+pub mod recovery;
 
 /// Asserts that `$value` matches `$pattern` (with an optional `if` guard), showing the value
 /// when it does not.
