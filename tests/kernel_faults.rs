@@ -29,12 +29,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
-use seglog::format::{Batch, BatchBuilder, NewRecord};
+use seglog::format::Batch;
 use seglog::testing::skip;
 use seglog::types::{Offset, TopicName};
+use support::batches::value_batch;
+
+mod support;
 
 const ENABLE_ENV: &str = "SEGLOG_KERNEL_TESTS";
 const ROLE_ENV: &str = "SEGLOG_KERNEL_ROLE";
@@ -337,6 +339,17 @@ impl WriterSpec {
             .unwrap()
     }
 
+    /// A writer of `tag` into `data_dir` whose acknowledgement log is `<work>/<tag>.acks`.
+    fn in_work(data_dir: &Path, work: &Path, tag: &str) -> WriterSpec {
+        WriterSpec::new(data_dir, &work.join(format!("{tag}.acks")), tag)
+    }
+
+    /// Runs the writer to its end, its output in `<work>/<tag>.out`; what it acknowledged.
+    fn run_in(&self, work: &Path, wrapper: &[&str], extra_env: &[(&str, &str)]) -> AckLog {
+        self.run_to_end(wrapper, extra_env, &work.join(format!("{}.out", self.tag)));
+        AckLog::of(&self.ack_log)
+    }
+
     /// Runs the writer to its end; panics (showing its output) if it did not exit cleanly.
     fn run_to_end(&self, wrapper: &[&str], extra_env: &[(&str, &str)], log: &Path) {
         let status = self.spawn(wrapper, extra_env, log).wait().unwrap();
@@ -395,7 +408,7 @@ fn write_until_done(spec: &WriterSpec) {
     while spec.records == 0 || sequence < spec.records {
         let partition = (sequence % u64::from(spec.partitions)) as u32;
         let value = record_value(&spec.tag, sequence, spec.value_bytes);
-        let pending = engine.append(&topic, partition, batch(&value), Durability::Durable);
+        let pending = engine.append(&topic, partition, value_batch(&value), Durability::Durable);
         in_flight.push_back((partition, value, pending));
         sequence += 1;
         if in_flight.len() >= spec.inflight {
@@ -487,17 +500,6 @@ fn padded(prefix: &str, value_bytes: usize) -> String {
     value
 }
 
-fn batch(value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_700_000_000_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
-}
-
 // ---------------------------------------------------------------------------------------------
 // The acknowledgement log and the oracle.
 
@@ -515,6 +517,13 @@ struct AckLog {
 }
 
 impl AckLog {
+    /// The acknowledgements of one writer's log.
+    fn of(path: &Path) -> AckLog {
+        let mut acks = AckLog::default();
+        acks.add_writer(path);
+        acks
+    }
+
     /// Adds the complete lines of one writer's log.
     fn add_writer(&mut self, path: &Path) {
         let text = fs::read_to_string(path).unwrap_or_default();
@@ -696,14 +705,7 @@ fn check_promise(scenario: &str, acks: &AckLog, readback: &Readback, iterations:
         readback.bad_crc, 0,
         "{scenario}: a batch failing its CRC was served"
     );
-    assert_eq!(
-        readback.discontinuities, 0,
-        "{scenario}: offsets not continuous"
-    );
-    assert_eq!(
-        readback.duplicate_values, 0,
-        "{scenario}: a record was written twice"
-    );
+    assert_dense_and_once(scenario, readback);
     assert!(
         acks.duplicate_acks.is_empty(),
         "{scenario}: an offset was acknowledged twice: {:?}",
@@ -718,6 +720,30 @@ fn assert_no_ack_after_error(scenario: &str, acks: &AckLog) {
         "{scenario}: acknowledged after a failed append on the same partition: {:?}",
         &acks.acks_after_error[..acks.acks_after_error.len().min(10)]
     );
+}
+
+/// When the test is enabled and `tools` are there: the test's name again (for its messages), a
+/// work directory named after the test's scenario (`r16` of `r16_…`), and the data directory in
+/// it.
+fn prepared(
+    test: &'static str,
+    tools: &[&str],
+) -> Option<(&'static str, tempfile::TempDir, PathBuf)> {
+    if !enabled(test, tools) {
+        return None;
+    }
+    let work = work_dir(test.split('_').next().unwrap());
+    let data_dir = work.path().join("data");
+    Some((test, work, data_dir))
+}
+
+/// `strace` wrapping a writer: the calls of `syscall` logged to `log`, `inject` as it says.
+fn strace(log: &Path, syscall: &str, inject: &str) -> Vec<String> {
+    let log = log.to_str().unwrap();
+    let trace = format!("trace={syscall}");
+    ["strace", "-f", "-qq", "-o", log, "-e", &trace, "-e", inject]
+        .map(str::to_owned)
+        .to_vec()
 }
 
 fn work_dir(name: &str) -> tempfile::TempDir {
@@ -977,14 +1003,14 @@ fn check_quietly(scenario: &str, acks: &AckLog, readback: &Readback) {
         &lost[..lost.len().min(10)],
         readback.bad_crc
     );
-    assert_eq!(
-        readback.discontinuities, 0,
-        "{scenario}: offsets not continuous"
-    );
-    assert_eq!(
-        readback.duplicate_values, 0,
-        "{scenario}: a record was written twice"
-    );
+    assert_dense_and_once(scenario, readback);
+}
+
+/// Offsets read back are continuous and no record was written twice.
+fn assert_dense_and_once(scenario: &str, readback: &Readback) {
+    let (discontinuities, duplicates) = (readback.discontinuities, readback.duplicate_values);
+    assert_eq!(discontinuities, 0, "{scenario}: offsets not continuous");
+    assert_eq!(duplicates, 0, "{scenario}: a record was written twice");
 }
 
 /// SIGSTOP, then wait until the kernel reports the process stopped (not running, not in a
@@ -1019,26 +1045,18 @@ fn all_threads_stopped(pid: u32) -> bool {
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r15_disk_full_fails_appends_keeps_acknowledged_records_and_resumes() {
     let test = "r15_disk_full";
-    let Some((work, mount)) = small_ext4(test) else {
+    let Some((work, mount, ballast, mut acks, enospc)) = full_ext4(test) else {
         return;
     };
-    let ballast = fill_with_ballast_left(&mount);
-    let (mut acks, enospc) = fill_until_enospc(work.path(), &mount);
     // Reopening on the still-full file system crashes the process (see the next test): give the
     // space back first.
     fs::remove_file(&ballast).unwrap();
     check_quietly("R15 full", &acks, &read_back(&mount.data_dir()));
     let resume = WriterSpec {
         records: 100,
-        ..WriterSpec::new(
-            &mount.data_dir(),
-            &work.path().join("resume.acks"),
-            "resume",
-        )
+        ..WriterSpec::in_work(&mount.data_dir(), work.path(), "resume")
     };
-    resume.run_to_end(&[], &[], &work.path().join("resume.out"));
-    let mut resumed = AckLog::default();
-    resumed.add_writer(&resume.ack_log);
+    let resumed = resume.run_in(work.path(), &[], &[]);
     assert_eq!(
         resumed.acked.len(),
         100,
@@ -1054,19 +1072,13 @@ fn r15_disk_full_fails_appends_keeps_acknowledged_records_and_resumes() {
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r15_reopen_on_a_full_file_system_reports_instead_of_crashing() {
     let test = "r15_reopen_when_full";
-    let Some((work, mount)) = small_ext4(test) else {
+    let Some((work, mount, _, acks, _)) = full_ext4(test) else {
         return;
     };
-    fill_with_ballast_left(&mount);
-    let (acks, _) = fill_until_enospc(work.path(), &mount);
     let log = work.path().join("reopen.out");
     let status = WriterSpec {
         records: 1,
-        ..WriterSpec::new(
-            &mount.data_dir(),
-            &work.path().join("reopen.acks"),
-            "reopen",
-        )
+        ..WriterSpec::in_work(&mount.data_dir(), work.path(), "reopen")
     }
     .spawn(&[], &[], &log)
     .wait()
@@ -1081,6 +1093,15 @@ fn r15_reopen_on_a_full_file_system_reports_instead_of_crashing() {
          expected instead; output:\n{}",
         fs::read_to_string(&log).unwrap_or_default()
     );
+}
+
+/// [`small_ext4`] filled to ENOSPC: the ballast left to free, what the filling writer
+/// acknowledged, and how many ENOSPC errors it met.
+fn full_ext4(test: &str) -> Option<(tempfile::TempDir, LoopMount, PathBuf, AckLog, usize)> {
+    let (work, mount) = small_ext4(test)?;
+    let ballast = fill_with_ballast_left(&mount);
+    let (acks, enospc) = fill_until_enospc(work.path(), &mount);
+    Some((work, mount, ballast, acks, enospc))
 }
 
 /// A 16 MiB ext4 on a loop device, or `None` (printed) if it cannot be made.
@@ -1114,11 +1135,9 @@ fn fill_until_enospc(work: &Path, mount: &LoopMount) -> (AckLog, usize) {
         value_bytes: 4000,
         segment_bytes: 1 << 20,
         errors_max: 30,
-        ..WriterSpec::new(&mount.data_dir(), &work.join("fill.acks"), "fill")
+        ..WriterSpec::in_work(&mount.data_dir(), work, "fill")
     };
-    fill.run_to_end(&[], &[], &work.join("fill.out"));
-    let mut acks = AckLog::default();
-    acks.add_writer(&fill.ack_log);
+    let acks = fill.run_in(work, &[], &[]);
     let enospc = acks.errors_with("os error 28");
     assert!(enospc > 0, "no ENOSPC surfaced: {:?}", acks.errors);
     (acks, enospc)
@@ -1130,26 +1149,17 @@ fn fill_until_enospc(work: &Path, mount: &LoopMount) -> (AckLog, usize) {
 #[test]
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r16_open_file_limit_surfaces_emfile_without_corruption() {
-    let test = "r16_open_file_limit";
-    if !enabled(test, &["prlimit"]) {
+    let Some((test, work, data_dir)) = prepared("r16_open_file_limit", &["prlimit"]) else {
         return;
-    }
-    let work = work_dir("r16");
-    let data_dir = work.path().join("data");
+    };
     let limited = WriterSpec {
         partitions: 200,
         records: 1000,
         errors_max: u64::MAX,
-        ..WriterSpec::new(&data_dir, &work.path().join("limited.acks"), "limited")
+        ..WriterSpec::in_work(&data_dir, work.path(), "limited")
     };
     let limit = format!("--nofile={OPEN_FILES_LIMIT}:{OPEN_FILES_LIMIT}");
-    limited.run_to_end(
-        &["prlimit", &limit, "--"],
-        &[],
-        &work.path().join("limited.out"),
-    );
-    let mut acks = AckLog::default();
-    acks.add_writer(&limited.ack_log);
+    let mut acks = limited.run_in(work.path(), &["prlimit", &limit, "--"], &[]);
     let emfile = acks.errors_with("os error 24");
     println!(
         "{test}: nofile={OPEN_FILES_LIMIT}: acked {} of 1000, EMFILE errors {emfile}, other errors {}",
@@ -1170,17 +1180,14 @@ const OPEN_FILES_LIMIT: u32 = 40;
 #[test]
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r17_file_size_limit_surfaces_efbig_without_corruption() {
-    let test = "r17_file_size_limit";
-    if !enabled(test, &["prlimit", "bash"]) {
+    let Some((test, work, data_dir)) = prepared("r17_file_size_limit", &["prlimit", "bash"]) else {
         return;
-    }
-    let work = work_dir("r17");
-    let data_dir = work.path().join("data");
+    };
     let limited = WriterSpec {
         partitions: 1,
         segment_bytes: 1 << 20,
         errors_max: 20,
-        ..WriterSpec::new(&data_dir, &work.path().join("limited.acks"), "limited")
+        ..WriterSpec::in_work(&data_dir, work.path(), "limited")
     };
     // SIGXFSZ ignored (inherited through exec), so a write past the limit fails with EFBIG.
     let limit = format!("--fsize={FILE_SIZE_LIMIT_BYTES}");
@@ -1193,9 +1200,7 @@ fn r17_file_size_limit_surfaces_efbig_without_corruption() {
         &limit,
         "--",
     ];
-    limited.run_to_end(&wrapper, &[], &work.path().join("limited.out"));
-    let mut acks = AckLog::default();
-    acks.add_writer(&limited.ack_log);
+    let mut acks = limited.run_in(work.path(), &wrapper, &[]);
     let efbig = acks.errors_with("os error 27");
     println!("{test}: acked {}, EFBIG errors {efbig}", acks.acked.len());
     assert!(efbig > 0, "no EFBIG surfaced: {:?}", acks.errors);
@@ -1226,11 +1231,9 @@ fn resume_and_check(
     let resume = WriterSpec {
         partitions,
         records: u64::from(partitions) * 2,
-        ..WriterSpec::new(data_dir, &work.join("resume.acks"), "resume")
+        ..WriterSpec::in_work(data_dir, work, "resume")
     };
-    resume.run_to_end(&[], &[], &work.join("resume.out"));
-    let mut resumed = AckLog::default();
-    resumed.add_writer(&resume.ack_log);
+    let resumed = resume.run_in(work, &[], &[]);
     assert!(
         resumed.errors.is_empty() && resumed.acked.len() as u64 == resume.records,
         "{scenario}: appends did not resume without the fault: {:?}",
@@ -1246,24 +1249,13 @@ fn resume_and_check(
 #[test]
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r18_io_uring_setup_refused_falls_back_on_auto_and_fails_clearly_on_uring() {
-    let test = "r18_io_uring_unavailable";
-    if !enabled(test, &["strace"]) {
+    let Some((test, work, data_dir)) = prepared("r18_io_uring_unavailable", &["strace"]) else {
         return;
-    }
-    let work = work_dir("r18");
-    let data_dir = work.path().join("data");
+    };
     let strace_log = work.path().join("strace.out");
-    let strace = [
-        "strace",
-        "-f",
-        "-qq",
-        "-o",
-        strace_log.to_str().unwrap(),
-        "-e",
-        "trace=io_uring_setup",
-        "-e",
-        "inject=io_uring_setup:error=EPERM",
-    ];
+    let inject = "inject=io_uring_setup:error=EPERM";
+    let strace = strace(&strace_log, "io_uring_setup", inject);
+    let strace: Vec<&str> = strace.iter().map(String::as_str).collect();
     let mut acks = AckLog::default();
     let mut runs = 0;
     for (label, wrapper) in [("strace", &strace[..]), ("sysctl", &[][..])] {
@@ -1293,16 +1285,9 @@ fn expect_fallback(
 ) -> PathBuf {
     let auto = WriterSpec {
         records: 300,
-        ..WriterSpec::new(
-            data_dir,
-            &work.join(format!("{label}-auto.acks")),
-            &format!("{label}-auto"),
-        )
+        ..WriterSpec::in_work(data_dir, work, &format!("{label}-auto"))
     };
-    let log = work.join(format!("{label}-auto.out"));
-    auto.run_to_end(wrapper, &[("SEGLOG_IO_BACKEND", "auto")], &log);
-    let mut acks = AckLog::default();
-    acks.add_writer(&auto.ack_log);
+    let acks = auto.run_in(work, wrapper, &[("SEGLOG_IO_BACKEND", "auto")]);
     assert!(
         acks.errors.is_empty() && acks.acked.len() == 300,
         "{test} ({label}): auto did not fall back: {:?}",
@@ -1316,19 +1301,9 @@ fn expect_fallback(
 fn expect_open_error(test: &str, label: &str, wrapper: &[&str], data_dir: &Path, work: &Path) {
     let uring = WriterSpec {
         records: 10,
-        ..WriterSpec::new(
-            data_dir,
-            &work.join(format!("{label}-uring.acks")),
-            &format!("{label}-uring"),
-        )
+        ..WriterSpec::in_work(data_dir, work, &format!("{label}-uring"))
     };
-    uring.run_to_end(
-        wrapper,
-        &[("SEGLOG_IO_BACKEND", "uring")],
-        &work.join(format!("{label}-uring.out")),
-    );
-    let mut acks = AckLog::default();
-    acks.add_writer(&uring.ack_log);
+    let acks = uring.run_in(work, wrapper, &[("SEGLOG_IO_BACKEND", "uring")]);
     assert!(
         acks.acked.is_empty()
             && acks.errors_with("OPEN_ERROR") == 1
@@ -1374,27 +1349,15 @@ impl Drop for IoUringDisabled {
 #[test]
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
-    let test = "r19_io_uring_enter_errors";
-    if !enabled(test, &["strace"]) {
+    let Some((test, work, data_dir)) = prepared("r19_io_uring_enter_errors", &["strace"]) else {
         return;
-    }
-    let work = work_dir("r19");
-    let data_dir = work.path().join("data");
+    };
     let mut acks = AckLog::default();
     for errno in ["EINTR", "EAGAIN", "EBUSY"] {
         let strace_log = work.path().join(format!("{errno}.strace"));
         let inject = format!("inject=io_uring_enter:error={errno}:when=3+5");
-        let wrapper = [
-            "strace",
-            "-f",
-            "-qq",
-            "-o",
-            strace_log.to_str().unwrap(),
-            "-e",
-            "trace=io_uring_enter",
-            "-e",
-            &inject,
-        ];
+        let wrapper = strace(&strace_log, "io_uring_enter", &inject);
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
         // Writes are plain `pwrite`s and a lone file's sync a plain `fdatasync`: what goes
         // through the ring is a sync thread's syncs of several files at once. Sixteen partitions
         // on a shard's four sync threads, and small segments whose seals are synced with the
@@ -1405,13 +1368,10 @@ fn r19_interrupted_io_uring_enter_loses_and_duplicates_no_acknowledgement() {
             errors_max: u64::MAX,
             partitions: 16,
             segment_bytes: 16 * 1024,
-            ..WriterSpec::new(&data_dir, &work.path().join(format!("{errno}.acks")), errno)
+            ..WriterSpec::in_work(&data_dir, work.path(), errno)
         };
-        let log = work.path().join(format!("{errno}.out"));
         let env = [("SEGLOG_IO_BACKEND", "uring"), (DIRECT_WRITES_ENV, "1")];
-        writer.run_to_end(&wrapper, &env, &log);
-        let mut run_acks = AckLog::default();
-        run_acks.add_writer(&writer.ack_log);
+        let run_acks = writer.run_in(work.path(), &wrapper, &env);
         let injected = fs::read_to_string(&strace_log)
             .unwrap_or_default()
             .matches("(INJECTED)")
@@ -1568,6 +1528,22 @@ fn r11_short_write_leaves_no_hole_and_no_acknowledged_loss() {
     );
 }
 
+/// When the test is enabled and `fusermount3` is there: a work directory and the fault file
+/// system mounted in it; `None` after a `SKIP:` line when it cannot start.
+fn started_faultfs(test: &str) -> Option<(tempfile::TempDir, FaultFs)> {
+    if !enabled(test, &["fusermount3"]) {
+        return None;
+    }
+    let work = work_dir("fuse");
+    match FaultFs::start(work.path()) {
+        Ok(faultfs) => Some((work, faultfs)),
+        Err(error) => {
+            skip(test, error);
+            None
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AppendsFail {
     Yes,
@@ -1578,28 +1554,16 @@ enum AppendsFail {
 /// failure; with the rules cleared the engine reopens, serves every acknowledged record, and
 /// appends again.
 fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: AppendsFail) {
-    if !enabled(test, &["fusermount3"]) {
+    let Some((work, faultfs)) = started_faultfs(test) else {
         return;
-    }
-    let work = work_dir("fuse");
-    let faultfs = match FaultFs::start(work.path()) {
-        Ok(faultfs) => faultfs,
-        Err(error) => {
-            skip(test, error);
-            return;
-        }
     };
     faultfs.set_rules(rules);
     let writer = WriterSpec {
         records: 600,
         errors_max: u64::MAX,
-        ..WriterSpec::new(
-            &faultfs.data_dir(),
-            &work.path().join("fault.acks"),
-            "fault",
-        )
+        ..WriterSpec::in_work(&faultfs.data_dir(), work.path(), "fault")
     };
-    writer.run_to_end(&[], &[], &work.path().join("fault.out"));
+    let mut acks = writer.run_in(work.path(), &[], &[]);
     faultfs.set_rules("[]");
     if faultfs.fired() == 0 {
         let acks = std::fs::read_to_string(&writer.ack_log).unwrap_or_default();
@@ -1611,8 +1575,6 @@ fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: Ap
             tail(&out)
         );
     }
-    let mut acks = AckLog::default();
-    acks.add_writer(&writer.ack_log);
     let failed: std::collections::BTreeSet<&str> = acks
         .errors
         .iter()
@@ -1640,25 +1602,15 @@ fn fuse_fault_scenario(test: &str, scenario: &str, rules: &str, appends_fail: Ap
 #[ignore = "real kernel: root, mounts, a sysctl; run by .ci/kernel-faults (--ignored, SEGLOG_KERNEL_TESTS=1)"]
 fn r12_read_error_on_a_sealed_segment_is_reported_and_truncates_nothing() {
     let test = "r12_read_eio";
-    if !enabled(test, &["fusermount3"]) {
+    let Some((work, faultfs)) = started_faultfs(test) else {
         return;
-    }
-    let work = work_dir("fuse");
-    let faultfs = match FaultFs::start(work.path()) {
-        Ok(faultfs) => faultfs,
-        Err(error) => {
-            skip(test, error);
-            return;
-        }
     };
     let data_dir = faultfs.data_dir();
     let writer = WriterSpec {
         records: 1500,
-        ..WriterSpec::new(&data_dir, &work.path().join("write.acks"), "write")
+        ..WriterSpec::in_work(&data_dir, work.path(), "write")
     };
-    writer.run_to_end(&[], &[], &work.path().join("write.out"));
-    let mut acks = AckLog::default();
-    acks.add_writer(&writer.ack_log);
+    let mut acks = writer.run_in(work.path(), &[], &[]);
     assert!(acks.errors.is_empty(), "writer failed: {:?}", acks.errors);
     // A fresh mount, so that reads reach the daemon instead of the page cache.
     drop(faultfs);
