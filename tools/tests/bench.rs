@@ -6,8 +6,35 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 use serde_json::Value;
-use support::{assert_success, path_arg, run};
+use support::{assert_success, assert_usage_error, path_arg, run, verify, words};
+
+/// `seglog bench --json FILE`, FILE in a fresh temporary directory; with FILE and the directory.
+fn bench_command() -> (Command, PathBuf, tempfile::TempDir) {
+    let temporary = tempfile::tempdir().unwrap();
+    let json = temporary.path().join("bench.json");
+    let mut command = support::seglog();
+    command.args(["bench", "--json"]).arg(&json);
+    (command, json, temporary)
+}
+
+/// Runs `command`, a `seglog bench` writing its JSON to `json`, which succeeds; returns the JSON
+/// and the table it printed.
+fn report_of(command: &mut Command, json: &Path) -> (Value, String) {
+    let output = command.output().unwrap();
+    assert_success(&output);
+    let table = String::from_utf8(output.stdout).unwrap();
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (report, table)
+}
+
+/// Runs `seglog bench --json FILE ARGS...` (`args` split at spaces) and returns the JSON it wrote.
+fn bench(args: &str) -> Value {
+    bench_json(&words(args))
+}
 
 /// Runs `seglog bench --json FILE args...` and returns the JSON it wrote.
 fn bench_json(args: &[&str]) -> Value {
@@ -16,17 +43,29 @@ fn bench_json(args: &[&str]) -> Value {
 
 /// Runs `seglog bench --json FILE args...` and returns the JSON it wrote and the table it printed.
 fn bench_json_and_table(args: &[&str]) -> (Value, String) {
-    let temporary = tempfile::tempdir().unwrap();
-    let json = temporary.path().join("bench.json");
+    let (mut command, json, _temporary) = bench_command();
     // The ruler's fio jobs (`--vs-disk`) run a second each here, not the default five.
-    let mut all = vec!["bench", "--ruler-seconds", "1", "--json", path_arg(&json)];
-    all.extend_from_slice(args);
-    let output = run(&all);
-    assert_success(&output);
-    let table = String::from_utf8(output.stdout).unwrap();
+    command.args(["--ruler-seconds", "1"]).args(args);
+    let (report, table) = report_of(&mut command, &json);
     assert!(table.contains("records/s"), "{table}");
-    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     (report, table)
+}
+
+/// Runs `seglog bench --dir DIR args...` (DIR fresh, kept) and returns the JSON and the
+/// directory.
+fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {
+    let (mut command, json, temporary) = bench_command();
+    command
+        .arg("--dir")
+        .arg(temporary.path().join("data"))
+        .args(args);
+    (report_of(&mut command, &json).0, temporary)
+}
+
+/// A phase's throughput and latency figures are there, positive and ordered.
+fn assert_phase(report: &Value, phase: &str) {
+    assert_throughput(report, phase);
+    assert_latency(report, phase);
 }
 
 fn number(report: &Value, path: &[&str]) -> f64 {
@@ -63,9 +102,8 @@ fn assert_machine(report: &Value) {
 
 #[test]
 fn append_by_duration_reports_append_throughput_and_latency() {
-    let report = bench_json(&["--workload", "append", "--duration", "0.5"]);
-    assert_throughput(&report, "append");
-    assert_latency(&report, "append");
+    let report = bench("--workload append --duration 0.5");
+    assert_phase(&report, "append");
     assert!(report.get("durable").is_none(), "{report:#}");
     assert!(report.get("disk").is_none(), "{report:#}");
     assert_eq!(report["config"]["workload"], "append");
@@ -76,27 +114,17 @@ fn append_by_duration_reports_append_throughput_and_latency() {
 
 #[test]
 fn direct_io_alone_is_on_and_off_stays_off() {
-    let report = bench_json(&["--records", "1000", "--direct-io"]);
+    let report = bench("--records 1000 --direct-io");
     assert_eq!(report["config"]["direct_io"], true);
-    let report = bench_json(&["--records", "1000", "--direct-io", "off", "--vs-disk"]);
+    let report = bench("--records 1000 --direct-io off --vs-disk");
     assert_eq!(report["config"]["direct_io"], false);
 }
 
 #[test]
 fn append_by_record_count_with_vs_disk_reports_disk_rates() {
-    let report = bench_json(&[
-        "--records",
-        "2000",
-        "--partitions",
-        "2",
-        "--record-size",
-        "100",
-        "--batch-bytes",
-        "8192",
-        "--vs-disk",
-    ]);
-    assert_throughput(&report, "append");
-    assert_latency(&report, "append");
+    let report =
+        bench("--records 2000 --partitions 2 --record-size 100 --batch-bytes 8192 --vs-disk");
+    assert_phase(&report, "append");
     assert!(
         number(&report, &["disk", "write_mb_per_s"]) > 0.0,
         "{report:#}"
@@ -134,37 +162,17 @@ fn append_by_record_count_with_vs_disk_reports_disk_rates() {
 
 #[test]
 fn group_commit_reports_durable_latency() {
-    let report = bench_json(&[
-        "--workload",
-        "group-commit",
-        "--producers",
-        "4",
-        "--records",
-        "500",
-        "--batch-bytes",
-        "4096",
-    ]);
-    assert_latency(&report, "durable");
-    assert_throughput(&report, "durable");
+    let report = bench("--workload group-commit --producers 4 --records 500 --batch-bytes 4096");
+    assert_phase(&report, "durable");
     assert_throughput(&report, "append");
     assert_eq!(report["config"]["producers"], 4);
 }
 
 #[test]
 fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
-    let (report, table) = bench_json_and_table(&[
-        "--workload",
-        "group-commit",
-        "--producers",
-        "4",
-        "--partitions",
-        "2",
-        "--records",
-        "500",
-        "--batch-bytes",
-        "4096",
-        "--vs-disk",
-    ]);
+    let (report, table) = bench_json_and_table(&words(
+        "--workload group-commit --producers 4 --partitions 2 --records 500 --batch-bytes 4096 --vs-disk",
+    ));
     let producers = &report["disk"]["producers"];
     assert_eq!(producers["producers"], 4, "{report:#}");
     assert_eq!(producers["files"], 2);
@@ -206,23 +214,14 @@ fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
 
 #[test]
 fn fetch_hot_reports_append_and_fetch() {
-    let report = bench_json(&["--workload", "fetch-hot", "--duration", "1"]);
+    let report = bench("--workload fetch-hot --duration 1");
     assert_throughput(&report, "append");
-    assert_throughput(&report, "fetch");
-    assert_latency(&report, "fetch");
+    assert_phase(&report, "fetch");
 }
 
 #[test]
 fn vs_disk_writes_buffered_for_as_long_as_the_phase_runs() {
-    let report = bench_json(&[
-        "--duration",
-        "2",
-        "--partitions",
-        "1",
-        "--producers",
-        "1",
-        "--vs-disk",
-    ]);
+    let report = bench("--duration 2 --partitions 1 --producers 1 --vs-disk");
     assert_eq!(report["disk"]["write_buffered_seconds"], 2, "{report:#}");
     assert!(number(&report, &["append", "vs_disk"]) > 0.0, "{report:#}");
 }
@@ -230,7 +229,7 @@ fn vs_disk_writes_buffered_for_as_long_as_the_phase_runs() {
 #[test]
 fn fetch_hot_with_vs_disk_is_compared_with_memcpy() {
     let (report, table) =
-        bench_json_and_table(&["--workload", "fetch-hot", "--duration", "1", "--vs-disk"]);
+        bench_json_and_table(&words("--workload fetch-hot --duration 1 --vs-disk"));
     assert!(table.contains("x single-core memcpy"), "{table}");
     let memcpy = number(&report, &["disk", "memcpy_mb_per_s"]);
     let fetch = number(&report, &["fetch", "mb_per_s"]);
@@ -243,34 +242,15 @@ fn fetch_hot_with_vs_disk_is_compared_with_memcpy() {
 
 #[test]
 fn fetch_hot_by_record_count_reads_the_data_set_once() {
-    let report = bench_json(&[
-        "--workload",
-        "fetch-hot",
-        "--records",
-        "3000",
-        "--consumers",
-        "3",
-        "--record-size",
-        "200",
-    ]);
-    assert_throughput(&report, "fetch");
-    assert_latency(&report, "fetch");
+    let report = bench("--workload fetch-hot --records 3000 --consumers 3 --record-size 200");
+    assert_phase(&report, "fetch");
     let count = number(&report, &["fetch", "latency_us", "count"]);
     assert!(count >= 1.0, "{report:#}");
 }
 
 #[test]
 fn tail_reports_end_to_end_latency() {
-    let report = bench_json(&[
-        "--workload",
-        "tail",
-        "--duration",
-        "0.5",
-        "--flush",
-        "batch",
-        "--backend",
-        "pio",
-    ]);
+    let report = bench("--workload tail --duration 0.5 --flush batch --backend pio");
     assert_throughput(&report, "durable");
     assert_latency(&report, "end_to_end");
     assert!(number(&report, &["end_to_end", "latency_us", "count"]) > 0.0);
@@ -280,18 +260,15 @@ fn tail_reports_end_to_end_latency() {
 #[test]
 fn bad_arguments_are_usage_errors() {
     for args in [
-        &["bench", "--workload", "sideways"][..],
-        &["bench", "--duration", "0"][..],
-        &["bench", "--duration", "1", "--records", "10"][..],
-        &["bench", "--partitions", "0"][..],
-        &["bench", "--flush", "sometimes"][..],
-        &["bench", "--flush", "interval:0"][..],
-        &["bench", "--flush", "interval:soon"][..],
+        "bench --workload sideways",
+        "bench --duration 0",
+        "bench --duration 1 --records 10",
+        "bench --partitions 0",
+        "bench --flush sometimes",
+        "bench --flush interval:0",
+        "bench --flush interval:soon",
     ] {
-        let output = run(args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(output.stdout.is_empty(), "{args:?}");
-        assert!(!output.stderr.is_empty(), "{args:?}");
+        assert_usage_error(&run(&words(args)));
     }
 }
 
@@ -312,7 +289,7 @@ fn an_explicit_dir_is_used_and_kept() {
 
 #[test]
 fn flush_interval_sets_the_topics_flush_ms() {
-    let (report, temporary) = bench_json_in_dir(&["--records", "2000", "--flush", "interval:50"]);
+    let (report, temporary) = bench_json_in_dir(&words("--records 2000 --flush interval:50"));
     assert_eq!(report["config"]["flush"], "interval:50", "{report:#}");
     assert_throughput(&report, "append");
     let registry = std::fs::read_to_string(temporary.path().join("data/seglog-topics")).unwrap();
@@ -321,16 +298,9 @@ fn flush_interval_sets_the_topics_flush_ms() {
 
 #[test]
 fn retention_bytes_deletes_segments_during_the_run() {
-    let (report, temporary) = bench_json_in_dir(&[
-        "--duration",
-        "2.5",
-        "--partitions",
-        "1",
-        "--segment-bytes",
-        "1048576",
-        "--retention-bytes",
-        "2097152",
-    ]);
+    let (report, temporary) = bench_json_in_dir(&words(
+        "--duration 2.5 --partitions 1 --segment-bytes 1048576 --retention-bytes 2097152",
+    ));
     assert_eq!(report["config"]["segment_bytes"], 1_048_576, "{report:#}");
     assert_eq!(report["config"]["retention_bytes"], 2_097_152, "{report:#}");
     assert_throughput(&report, "append");
@@ -352,34 +322,10 @@ fn retention_bytes_deletes_segments_during_the_run() {
     );
 }
 
-/// Runs `seglog bench --dir DIR args...` (DIR fresh, kept) and returns the JSON and the
-/// directory.
-fn bench_json_in_dir(args: &[&str]) -> (Value, tempfile::TempDir) {
-    let temporary = tempfile::tempdir().unwrap();
-    let data = temporary.path().join("data");
-    let json = temporary.path().join("bench.json");
-    let mut all = vec!["bench", "--json", path_arg(&json), "--dir", path_arg(&data)];
-    all.extend_from_slice(args);
-    let output = run(&all);
-    assert_success(&output);
-    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    (report, temporary)
-}
-
 #[test]
 fn fetch_cold_drops_the_page_cache_and_reads_every_record_once() {
-    let report = bench_json(&[
-        "--workload",
-        "fetch-cold",
-        "--records",
-        "3000",
-        "--record-size",
-        "200",
-        "--batch-bytes",
-        "4096",
-    ]);
-    assert_throughput(&report, "fetch");
-    assert_latency(&report, "fetch");
+    let report = bench("--workload fetch-cold --records 3000 --record-size 200 --batch-bytes 4096");
+    assert_phase(&report, "fetch");
     assert_eq!(report["fetch"]["records"], report["append"]["records"]);
     assert!(number(&report, &["append", "records"]) >= 3000.0);
     let method = report["fetch"]["cache_drop"].as_str().unwrap();
@@ -391,13 +337,7 @@ fn fetch_cold_drops_the_page_cache_and_reads_every_record_once() {
 fn fetch_cold_with_direct_reads_reads_every_record_once() {
     // 16 MiB over 4 partitions: each consumer's 1 MiB fetches find nothing cached, so on io_uring
     // they are read with O_DIRECT (the engine's `io::uring` tests check that they were).
-    let report = bench_json(&[
-        "--workload",
-        "fetch-cold",
-        "--records",
-        "16000",
-        "--direct-reads",
-    ]);
+    let report = bench("--workload fetch-cold --records 16000 --direct-reads");
     assert_throughput(&report, "fetch");
     assert_eq!(report["fetch"]["records"], report["append"]["records"]);
     assert_eq!(report["config"]["direct_cold_reads"], true);
@@ -405,16 +345,7 @@ fn fetch_cold_with_direct_reads_reads_every_record_once() {
 
 #[test]
 fn random_fetch_fetches_as_many_single_records_as_asked() {
-    let report = bench_json(&[
-        "--workload",
-        "random-fetch",
-        "--records",
-        "400",
-        "--consumers",
-        "4",
-        "--record-size",
-        "100",
-    ]);
+    let report = bench("--workload random-fetch --records 400 --consumers 4 --record-size 100");
     // One record per batch by default: every append and every fetch is one record.
     assert_eq!(report["config"]["batch_bytes"], 164);
     assert_eq!(report["append"]["records"], 400);
@@ -428,18 +359,9 @@ fn random_fetch_fetches_as_many_single_records_as_asked() {
 #[test]
 fn many_partitions_spreads_appends_over_every_partition() {
     // 500 partitions: the preset's 10,000 take minutes to create in a debug build.
-    let (report, temporary) = bench_json_in_dir(&[
-        "--workload",
-        "many-partitions",
-        "--partitions",
-        "500",
-        "--records",
-        "1000",
-        "--record-size",
-        "100",
-        "--batch-bytes",
-        "164",
-    ]);
+    let (report, temporary) = bench_json_in_dir(&words(
+        "--workload many-partitions --partitions 500 --records 1000 --record-size 100 --batch-bytes 164",
+    ));
     assert_eq!(report["config"]["workload"], "many-partitions");
     assert_eq!(report["config"]["partitions"], 500);
     assert_eq!(report["append"]["records"], 1000);
@@ -464,18 +386,9 @@ fn many_partitions_spreads_appends_over_every_partition() {
 
 #[test]
 fn compaction_reports_append_latency_without_and_with_compaction_running() {
-    let report = bench_json(&[
-        "--workload",
-        "compaction",
-        "--records",
-        "6000",
-        "--partitions",
-        "1",
-        "--record-size",
-        "1000",
-        "--key-space",
-        "50",
-    ]);
+    let report = bench(
+        "--workload compaction --records 6000 --partitions 1 --record-size 1000 --key-space 50",
+    );
     assert_eq!(report["config"]["key_space"], 50);
     assert_latency(&report, "append");
     assert_latency(&report, "append_during_compaction");
@@ -498,20 +411,9 @@ fn compaction_reports_append_latency_without_and_with_compaction_running() {
 
 #[test]
 fn linger_sends_records_through_the_producer_with_keys_and_compression() {
-    let report = bench_json(&[
-        "--linger-ms",
-        "1",
-        "--key-space",
-        "100",
-        "--compression",
-        "lz4",
-        "--records",
-        "2000",
-        "--record-size",
-        "100",
-        "--batch-bytes",
-        "8192",
-    ]);
+    let report = bench(
+        "--linger-ms 1 --key-space 100 --compression lz4 --records 2000 --record-size 100 --batch-bytes 8192",
+    );
     // Records go one at a time: exactly as many as asked, one latency each.
     assert_eq!(report["append"]["records"], 2000);
     assert_eq!(number(&report, &["append", "latency_us", "count"]), 2000.0);
@@ -523,35 +425,21 @@ fn linger_sends_records_through_the_producer_with_keys_and_compression() {
 #[test]
 fn every_codec_writes_batches_that_verify() {
     for codec in ["gzip", "snappy", "lz4", "zstd"] {
-        let (report, temporary) = bench_json_in_dir(&[
-            "--compression",
-            codec,
-            "--records",
-            "500",
-            "--record-size",
-            "100",
-            "--batch-bytes",
-            "4096",
-        ]);
+        let args = words("--records 500 --record-size 100 --batch-bytes 4096");
+        let (report, temporary) =
+            bench_json_in_dir(&[&["--compression", codec][..], &args].concat());
         assert_eq!(report["config"]["compression"], codec);
         assert_throughput(&report, "append");
         let data = temporary.path().join("data");
-        assert_success(&run(&["verify", "--dir", path_arg(&data)]));
+        assert_success(&verify(&data));
     }
 }
 
 #[test]
 fn key_space_keys_are_drawn_from_that_many_keys() {
-    let (_, temporary) = bench_json_in_dir(&[
-        "--key-space",
-        "3",
-        "--records",
-        "300",
-        "--record-size",
-        "16",
-        "--partitions",
-        "1",
-    ]);
+    let (_, temporary) = bench_json_in_dir(&words(
+        "--key-space 3 --records 300 --record-size 16 --partitions 1",
+    ));
     let data = temporary.path().join("data");
     let output = run(&[
         "consume",
@@ -584,16 +472,8 @@ fn key_space_keys_are_drawn_from_that_many_keys() {
 fn histogram_file_is_a_percentile_distribution_of_every_append() {
     let temporary = tempfile::tempdir().unwrap();
     let histogram = temporary.path().join("append.hgrm");
-    let report = bench_json(&[
-        "--records",
-        "3000",
-        "--record-size",
-        "100",
-        "--batch-bytes",
-        "1024",
-        "--histogram",
-        path_arg(&histogram),
-    ]);
+    let args = words("--records 3000 --record-size 100 --batch-bytes 1024");
+    let report = bench_json(&[&args[..], &["--histogram", path_arg(&histogram)]].concat());
     let text = std::fs::read_to_string(&histogram).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -633,16 +513,8 @@ fn histogram_file_is_a_percentile_distribution_of_every_append() {
 fn plot_is_a_well_formed_svg_with_a_line_per_phase() {
     let temporary = tempfile::tempdir().unwrap();
     let plot = temporary.path().join("latency.svg");
-    bench_json(&[
-        "--workload",
-        "fetch-hot",
-        "--records",
-        "1000",
-        "--record-size",
-        "100",
-        "--plot",
-        path_arg(&plot),
-    ]);
+    let args = words("--workload fetch-hot --records 1000 --record-size 100");
+    bench_json(&[&args[..], &["--plot", path_arg(&plot)]].concat());
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<?xml"), "{svg}");
     assert!(svg.contains("<svg"), "{svg}");
@@ -674,32 +546,19 @@ fn assert_well_formed(xml: &str) {
 #[test]
 fn new_options_refuse_bad_values() {
     for args in [
-        &["bench", "--compression", "brotli"][..],
-        &["bench", "--key-space", "0"][..],
-        &["bench", "--linger-ms", "soon"][..],
-        &["bench", "--workload", "fetch-lukewarm"][..],
+        "bench --compression brotli",
+        "bench --key-space 0",
+        "bench --linger-ms soon",
+        "bench --workload fetch-lukewarm",
     ] {
-        let output = run(args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(!output.stderr.is_empty(), "{args:?}");
+        assert_usage_error(&run(&words(args)));
     }
 }
 
 #[test]
 fn with_settle_the_engine_waits_for_freed_memory_to_be_reported_where_the_machine_reports_it() {
-    let temporary = tempfile::tempdir().unwrap();
-    let json = temporary.path().join("bench.json");
-    let output = run(&[
-        "bench",
-        "--settle",
-        "--records",
-        "100",
-        "--json",
-        path_arg(&json),
-    ]);
-    assert_success(&output);
-    let table = String::from_utf8(output.stdout).unwrap();
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (mut command, json, _temporary) = bench_command();
+    let (report, table) = report_of(command.args(["--settle", "--records", "100"]), &json);
     let waits = report["machine"]["page_reporting_waits"]
         .as_array()
         .unwrap();
@@ -736,7 +595,7 @@ fn vs_disk_holds_appends_to_the_disks_best_sequential_write_measured_by_fio() {
         );
         return;
     }
-    let (report, table) = bench_json_and_table(&["--records", "2000", "--vs-disk"]);
+    let (report, table) = bench_json_and_table(&words("--records 2000 --vs-disk"));
     let limits = &report["disk"]["limits"];
     assert_eq!(limits["tool"], "fio", "{report:#}");
     assert_eq!(limits["seconds"], 1, "{report:#}");
@@ -781,17 +640,9 @@ fn vs_disk_holds_appends_to_the_disks_best_sequential_write_measured_by_fio() {
 /// disk's limit.
 #[test]
 fn without_fio_the_append_ratio_is_not_called_the_disks_limit() {
-    let temporary = tempfile::tempdir().unwrap();
-    let json = temporary.path().join("bench.json");
-    let output = support::seglog()
-        .args(["bench", "--records", "1000", "--vs-disk", "--json"])
-        .arg(&json)
-        .env("PATH", temporary.path())
-        .output()
-        .unwrap();
-    assert_success(&output);
-    let table = String::from_utf8(output.stdout).unwrap();
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (mut command, json, temporary) = bench_command();
+    command.args(["--records", "1000", "--vs-disk"]);
+    let (report, table) = report_of(command.env("PATH", temporary.path()), &json);
     assert_eq!(report["disk"]["tool"], "built-in", "{report:#}");
     assert!(report["disk"]["limits"].is_null(), "{report:#}");
     assert_eq!(report["disk"]["write_is_the_disk_limit"], false);
@@ -809,9 +660,9 @@ fn without_fio_the_append_ratio_is_not_called_the_disks_limit() {
 /// A durable phase's appends were synced before they were answered: no final flush.
 #[test]
 fn only_a_non_durable_append_phase_ends_with_a_final_flush() {
-    let written = bench_json(&["--records", "1000"]);
+    let written = bench("--records 1000");
     assert!(number(&written, &["append", "final_flush_seconds"]) >= 0.0);
-    let durable = bench_json(&["--records", "1000", "--flush", "batch"]);
+    let durable = bench("--records 1000 --flush batch");
     assert!(
         durable["durable"]["final_flush_seconds"].is_null(),
         "{durable:#}"
@@ -820,7 +671,7 @@ fn only_a_non_durable_append_phase_ends_with_a_final_flush() {
 
 #[test]
 fn without_settle_nothing_waits_for_freed_memory() {
-    let report = bench_json(&["--records", "100"]);
+    let report = bench("--records 100");
     let waits = report["machine"]["page_reporting_waits"]
         .as_array()
         .unwrap();

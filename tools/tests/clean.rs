@@ -6,23 +6,9 @@
 
 mod support;
 
-use support::{assert_success, consumed_values, path_arg, run, run_with_stdin, stdout_lines};
-
-fn create(data: &std::path::Path, topic: &str, configs: &[&str]) {
-    let mut args = vec![
-        "topics",
-        "create",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-    ];
-    for config in configs {
-        args.push("--config");
-        args.push(config);
-    }
-    assert_success(&run(&args));
-}
+use support::{
+    assert_success, consumed_values, create_topic as create, path_arg, produce, run, stdout_lines,
+};
 
 #[test]
 fn clean_compacts_a_compacted_topic_to_the_latest_value_per_key() {
@@ -36,18 +22,7 @@ fn clean_compacts_a_compacted_topic_to_the_latest_value_per_key() {
     let input: String = (0..200)
         .map(|i| format!("key-{}:value-{i:04}\n", i % 5))
         .collect();
-    let produced = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&data),
-            "--topic",
-            "latest",
-            "--key-separator",
-            ":",
-        ],
-        input.as_bytes(),
-    );
+    let produced = produce(&data, "latest", &["--key-separator", ":"], input.as_bytes());
     assert_success(&produced);
     let before = consumed_values(&data, "latest", 0);
     assert_eq!(before.len(), 200);
@@ -83,10 +58,7 @@ fn clean_applies_retention_to_expired_segments() {
     let data = dir.path().join("data");
     create(&data, "short", &["retention.ms=1", "segment.bytes=1024"]);
     let input: String = (0..50).map(|i| format!("value-{i:04}\n")).collect();
-    assert_success(&run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "short"],
-        input.as_bytes(),
-    ));
+    assert_success(&produce(&data, "short", &[], input.as_bytes()));
     std::thread::sleep(std::time::Duration::from_millis(20));
     let output = run(&["clean", "--dir", path_arg(&data), "--topic", "short"]);
     assert_success(&output);

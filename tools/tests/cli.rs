@@ -15,12 +15,8 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+use std::process::Output;
 
 use seglog::format::batch::{field, set_log_append_time};
 use seglog::format::compression::compress;
@@ -31,8 +27,10 @@ use seglog::producer::partition_for_key;
 mod support;
 
 use support::{
-    assert_success, parse_text_ack, path_arg, run, run_with_stdin, seglog, stderr_text,
-    stdout_lines,
+    RunningSeglog, assert_exit_code, assert_fails_with, assert_prints_line_starting,
+    assert_success, assert_usage_error, assert_verify_finds_incomplete_batch, consume, dump,
+    json_lines, parse_text_ack, produce, run, segment_logs, stdout_lines, text_field, verify,
+    words,
 };
 
 const FIRST_LOG: &str = "00000000000000000000.log";
@@ -47,20 +45,8 @@ fn produce_large_records(dir: &Path, record_count: usize, value_bytes: usize) ->
     for index in 0..record_count {
         input.push_str(&format!("k{index}:{}\n", "v".repeat(value_bytes)));
     }
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&data),
-            "--topic",
-            "big",
-            "--key-separator",
-            ":",
-            "--config",
-            "segment.index.bytes=64",
-        ],
-        input.as_bytes(),
-    );
+    let extra = words("--key-separator : --config segment.index.bytes=64");
+    let output = produce(&data, "big", &extra, input.as_bytes());
     assert_success(&output);
     assert_eq!(stdout_lines(&output).len(), record_count);
     data
@@ -83,14 +69,6 @@ fn batch_positions(dump: &[String]) -> Vec<(u64, i64)> {
             )
         })
         .collect()
-}
-
-fn dump(files: &[&Path], extra: &[&str]) -> Output {
-    let mut args = vec!["dump"];
-    args.extend_from_slice(extra);
-    args.push("--files");
-    args.extend(files.iter().map(|file| path_arg(file)));
-    run(&args)
 }
 
 /// What a consumer must find at (partition, offset): key and value.
@@ -129,19 +107,9 @@ fn expected_placements(
 
 /// `consume` of `partition` prints exactly the expected records, in order, in text and in JSON.
 fn assert_partition_holds(data: &Path, topic: &str, partition: u32, expected: &ExpectedRecords) {
-    let partition_arg = partition.to_string();
-    let base = [
-        "consume",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-        "--partition",
-        &partition_arg,
-    ];
     let (text, json) = (
-        run(&base),
-        run(&[&base[..], &["--format", "json"]].concat()),
+        consume(data, topic, partition, &[]),
+        consume(data, topic, partition, &["--format", "json"]),
     );
     assert_success(&text);
     assert_success(&json);
@@ -182,19 +150,8 @@ fn assert_partition_holds(data: &Path, topic: &str, partition: u32, expected: &E
 /// Appends `alpha:6` to the existing 3-partition topic `orders` with `--format json --durable`
 /// and checks the acknowledgement names alpha's partition and its next offset.
 fn append_alpha_durably_as_json(data: &Path, expected: &mut ExpectedRecords) {
-    let args = [
-        "produce",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        "orders",
-        "--key-separator",
-        ":",
-        "--format",
-        "json",
-        "--durable",
-    ];
-    let output = run_with_stdin(&args, b"alpha:6\n");
+    let extra = words("--key-separator : --format json --durable");
+    let output = produce(data, "orders", &extra, b"alpha:6\n");
     assert_success(&output);
     let ack: serde_json::Value = serde_json::from_str(&stdout_lines(&output)[0]).unwrap();
     let alpha = partition_for_key(b"alpha", 3).unwrap();
@@ -227,18 +184,8 @@ fn produce_then_consume_round_trips_keyed_and_null_keyed_records_in_text_and_jso
         "delta:5",
     ];
     let input = lines.join("\n") + "\n";
-    let args = [
-        "produce",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "orders",
-        "--partitions",
-        "3",
-        "--key-separator",
-        ":",
-    ];
-    let output = run_with_stdin(&args, input.as_bytes());
+    let extra = words("--partitions 3 --key-separator :");
+    let output = produce(&data, "orders", &extra, input.as_bytes());
     assert_success(&output);
     let acks: Vec<(u32, u64)> = stdout_lines(&output)
         .iter()
@@ -262,36 +209,9 @@ fn produce_then_consume_round_trips_keyed_and_null_keyed_records_in_text_and_jso
 fn produce_acknowledges_a_line_before_stdin_is_closed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = seglog()
-        .args(["produce", "--dir", path_arg(&data), "--topic", "stream"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (sender, acks) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if sender.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    let mut stdin = child.stdin.take().unwrap();
-    for (offset, line) in ["first\n", "second\n"].iter().enumerate() {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        match acks.recv_timeout(Duration::from_secs(30)) {
-            Ok(ack) => assert_eq!(ack, format!("partition=0 offset={offset}")),
-            Err(error) => {
-                child.kill().unwrap();
-                panic!("no acknowledgement for {line:?} while stdin is open: {error}");
-            }
-        }
-    }
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    let mut producer = RunningSeglog::producer(&data, "stream");
+    producer.produce_one_at_a_time(&["first", "second"], 0);
+    assert!(producer.finish().success());
 }
 
 /// Kafka's batch-line field names, in Kafka's order, with the values every batch the CLI writes
@@ -326,20 +246,6 @@ fn assert_in_order(line: &str, parts: &[&str]) {
     }
 }
 
-fn count_logs(partition: &Path) -> usize {
-    fs::read_dir(partition)
-        .unwrap()
-        .filter(|entry| {
-            entry
-                .as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
-}
-
 /// The (position, offset) of each entry of an `.index` dump.
 fn index_dump_entries(output: &Output) -> Vec<(u64, i64)> {
     stdout_lines(output)[1..]
@@ -359,7 +265,7 @@ fn dump_prints_log_index_and_timeindex_with_kafkas_field_names() {
     let data = produce_large_records(dir.path(), 120, 2000);
     let partition = data.join("big-0");
     assert!(
-        count_logs(&partition) >= 2,
+        segment_logs(&partition).len() >= 2,
         "64-byte indexes fill up and roll the segment"
     );
     let (log, index, time_index) = (
@@ -411,12 +317,18 @@ fn dump_prints_log_index_and_timeindex_with_kafkas_field_names() {
     }
 }
 
+/// The first `.index` of a partition of 40 records of 2,000 bytes, and its bytes.
+fn first_index(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let data = produce_large_records(dir, 40, 2000);
+    let index = data.join("big-0").join(FIRST_INDEX);
+    let bytes = fs::read(&index).unwrap();
+    (index, bytes)
+}
+
 #[test]
 fn dump_flags_a_corrupted_index_entry() {
     let dir = tempfile::tempdir().unwrap();
-    let data = produce_large_records(dir.path(), 40, 2000);
-    let index = data.join("big-0").join(FIRST_INDEX);
-    let mut bytes = fs::read(&index).unwrap();
+    let (index, mut bytes) = first_index(dir.path());
     assert!(bytes.len() >= 8);
     let position = u32::from_be_bytes(bytes[4..8].try_into().unwrap());
     let offset = u32::from_be_bytes(bytes[0..4].try_into().unwrap());
@@ -424,7 +336,7 @@ fn dump_flags_a_corrupted_index_entry() {
     fs::write(&index, bytes).unwrap();
 
     let output = dump(&[&index], &[]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_exit_code(&output, 1);
     let lines = stdout_lines(&output);
     let flagged = format!(
         "Index entry offset: {offset} position: {} does not match: no batch starts at position {}",
@@ -444,9 +356,7 @@ fn dump_flags_a_corrupted_index_entry() {
 #[test]
 fn dump_summarises_a_zero_filled_index_tail_instead_of_flagging_each_entry() {
     let dir = tempfile::tempdir().unwrap();
-    let data = produce_large_records(dir.path(), 40, 2000);
-    let index = data.join("big-0").join(FIRST_INDEX);
-    let mut bytes = fs::read(&index).unwrap();
+    let (index, mut bytes) = first_index(dir.path());
     let entry_count = bytes.len() / 8;
     bytes.extend(std::iter::repeat_n(0u8, 8 * 400));
     fs::write(&index, bytes).unwrap();
@@ -478,21 +388,10 @@ fn dump_summarises_a_zero_filled_index_tail_instead_of_flagging_each_entry() {
 fn verify_passes_a_clean_directory_and_names_file_and_position_after_a_flipped_log_byte() {
     let dir = tempfile::tempdir().unwrap();
     let data = produce_large_records(dir.path(), 120, 2000);
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&data),
-            "--topic",
-            "small",
-            "--partitions",
-            "2",
-        ],
-        b"a\nb\nc\n",
-    );
+    let output = produce(&data, "small", &["--partitions", "2"], b"a\nb\nc\n");
     assert_success(&output);
 
-    let output = run(&["verify", "--dir", path_arg(&data)]);
+    let output = verify(&data);
     assert_success(&output);
     let lines = stdout_lines(&output);
     let ok_line = lines.last().unwrap();
@@ -508,26 +407,28 @@ fn verify_passes_a_clean_directory_and_names_file_and_position_after_a_flipped_l
     bytes[position as usize + 100] ^= 0x40;
     fs::write(&log, bytes).unwrap();
 
-    let output = run(&["verify", "--dir", path_arg(&data)]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = stdout_lines(&output);
+    let output = verify(&data);
+    assert_exit_code(&output, 1);
     let problem = format!("{}: position {position}: CRC-32C mismatch", log.display());
-    assert!(
-        lines.iter().any(|line| line.starts_with(&problem)),
-        "{lines:#?}"
-    );
+    assert_prints_line_starting(&output, &problem);
+    let lines = stdout_lines(&output);
     assert!(
         lines.last().unwrap().starts_with("FAILED 1 problems in "),
         "{lines:#?}"
     );
 }
 
+/// A partition of 12 records of 2,000 bytes, and its first segment's `.log`.
+fn small_partition(dir: &Path) -> (PathBuf, PathBuf) {
+    let partition = produce_large_records(dir, 12, 2000).join("big-0");
+    let log = partition.join(FIRST_LOG);
+    (partition, log)
+}
+
 #[test]
 fn verify_and_dump_stop_at_a_torn_last_batch_naming_its_position() {
     let dir = tempfile::tempdir().unwrap();
-    let data = produce_large_records(dir.path(), 12, 2000);
-    let partition = data.join("big-0");
-    let log = partition.join(FIRST_LOG);
+    let (partition, log) = small_partition(dir.path());
     let batches = batch_positions(&stdout_lines(&dump(&[&log], &[])));
     let (last_position, _) = *batches.last().unwrap();
     let length = fs::metadata(&log).unwrap().len();
@@ -539,40 +440,23 @@ fn verify_and_dump_stop_at_a_torn_last_batch_naming_its_position() {
         .unwrap();
 
     let output = dump(&[&log], &[]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = stdout_lines(&output);
+    assert_exit_code(&output, 1);
     let stop = format!("Invalid batch at position {last_position}: incomplete batch");
-    assert!(
-        lines.iter().any(|line| line.starts_with(&stop)),
-        "{lines:#?}"
-    );
+    assert_prints_line_starting(&output, &stop);
+    let lines = stdout_lines(&output);
     let unread = length - 10 - last_position;
     assert_eq!(
         lines.last().unwrap(),
         &format!("Found {unread} invalid bytes at the end of {FIRST_LOG}")
     );
 
-    let output = run(&["verify", "--dir", path_arg(&partition)]);
-    assert_eq!(output.status.code(), Some(1));
-    let problem = format!(
-        "{}: position {last_position}: incomplete batch",
-        log.display()
-    );
-    assert!(
-        stdout_lines(&output)
-            .iter()
-            .any(|line| line.starts_with(&problem)),
-        "{:#?}",
-        stdout_lines(&output)
-    );
+    assert_verify_finds_incomplete_batch(&partition, &log, last_position);
 }
 
 #[test]
 fn verify_and_dump_note_space_prewritten_past_the_batches_and_flag_it_misplaced() {
     let dir = tempfile::tempdir().unwrap();
-    let data = produce_large_records(dir.path(), 12, 2000);
-    let partition = data.join("big-0");
-    let log = partition.join(FIRST_LOG);
+    let (partition, log) = small_partition(dir.path());
     let length = fs::metadata(&log).unwrap().len();
     let append = |bytes: &[u8]| {
         use std::os::unix::fs::FileExt;
@@ -583,20 +467,14 @@ fn verify_and_dump_note_space_prewritten_past_the_batches_and_flag_it_misplaced(
 
     // A crash of a log synced in small steps leaves its prewritten space past the batches.
     append(&prewrite_bytes(length, 64 * 1024));
-    let output = run(&["verify", "--dir", path_arg(&partition)]);
+    let output = verify(&partition);
     assert_success(&output);
     let note = format!(
         "note: {}: the last {} bytes are space prewritten",
         log.display(),
         64 * 1024
     );
-    assert!(
-        stdout_lines(&output)
-            .iter()
-            .any(|line| line.starts_with(&note)),
-        "{:#?}",
-        stdout_lines(&output)
-    );
+    assert_prints_line_starting(&output, &note);
     let output = dump(&[&log], &[]);
     assert_success(&output);
     assert_eq!(
@@ -610,15 +488,9 @@ fn verify_and_dump_note_space_prewritten_past_the_batches_and_flag_it_misplaced(
 
     // Stamped for another position: a misdirected write, a problem.
     append(&prewrite_bytes(length + 512, 64 * 1024));
-    let output = run(&["verify", "--dir", path_arg(&partition)]);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "{:#?}",
-        stdout_lines(&output)
-    );
+    assert_exit_code(&verify(&partition), 1);
     let output = dump(&[&log], &[]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_exit_code(&output, 1);
     assert!(
         stdout_lines(&output)
             .last()
@@ -633,27 +505,11 @@ fn verify_and_dump_note_space_prewritten_past_the_batches_and_flag_it_misplaced(
 fn consume_of_an_out_of_range_offset_prints_the_valid_range() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    assert_success(&run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "t"],
-        b"a\nb\nc\n",
-    ));
-    let output = run(&[
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-        "--offset",
-        "10",
-    ]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(output.stdout.is_empty());
-    let message = stderr_text(&output);
-    assert!(
-        message.contains("offset 10 is out of range: valid offsets are 0 to 3"),
-        "{message}"
+    assert_success(&produce(&data, "t", &[], b"a\nb\nc\n"));
+    let output = consume(&data, "t", 0, &["--offset", "10"]);
+    assert_fails_with(
+        &output,
+        "offset 10 is out of range: valid offsets are 0 to 3",
     );
 }
 
@@ -661,70 +517,25 @@ fn consume_of_an_out_of_range_offset_prints_the_valid_range() {
 fn consume_starts_at_the_requested_offset_and_stops_after_max_records() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    assert_success(&run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "t"],
-        b"a\nb\nc\nd\n",
-    ));
-    let base = [
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-    ];
-    let output = run(&[&base[..], &["--offset", "1", "--max-records", "2"]].concat());
+    assert_success(&produce(&data, "t", &[], b"a\nb\nc\nd\n"));
+    let output = consume(&data, "t", 0, &words("--offset 1 --max-records 2"));
     assert_success(&output);
-    let values: Vec<String> = stdout_lines(&output)
-        .iter()
-        .map(|line| field_eq(line, "value"))
-        .collect();
-    assert_eq!(values, ["b", "c"]);
-    let offsets: Vec<String> = stdout_lines(&output)
-        .iter()
-        .map(|line| field_eq(line, "offset"))
-        .collect();
-    assert_eq!(offsets, ["1", "2"]);
-}
-
-/// The value of `name=value` in a consume text line.
-fn field_eq(line: &str, name: &str) -> String {
-    let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
-    line[start..].split(' ').next().unwrap().to_owned()
+    let lines = stdout_lines(&output);
+    let fields =
+        |name| -> Vec<String> { lines.iter().map(|line| text_field(line, name)).collect() };
+    assert_eq!(fields("value"), ["b", "c"]);
+    assert_eq!(fields("offset"), ["1", "2"]);
 }
 
 #[test]
 fn produce_and_consume_reject_an_invalid_topic_name() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "../escape"],
-        b"x\n",
-    );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr_text(&output).contains("invalid topic name \"../escape\""),
-        "{}",
-        stderr_text(&output)
-    );
-    assert!(output.stdout.is_empty());
+    let output = produce(&data, "../escape", &[], b"x\n");
+    assert_fails_with(&output, "invalid topic name \"../escape\"");
     assert!(!dir.path().join("escape-0").exists());
-    let output = run(&[
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "a b",
-        "--partition",
-        "0",
-    ]);
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr_text(&output).contains("invalid topic name \"a b\""),
-        "{}",
-        stderr_text(&output)
-    );
+    let output = consume(&data, "a b", 0, &[]);
+    assert_fails_with(&output, "invalid topic name \"a b\"");
 }
 
 /// A gzip-compressed batch as Kafka's producer writes one: the records section of `builder`'s
@@ -789,37 +600,31 @@ fn assert_kafka_log_dumps_and_verifies(data: &Path, log: &Path) {
     let output = dump(&[log], &["--deep-iteration"]);
     assert_success(&output);
     let lines = stdout_lines(&output);
-    assert!(
-        lines[2].contains(" position: 0 CreateTime: 1700000000002 "),
-        "{}",
-        lines[2]
-    );
-    assert!(
-        lines[4].ends_with(" sequence: -1 headerKeys: [h1,h2]"),
-        "{}",
-        lines[4]
-    );
-    assert!(
-        lines[6].contains(" LogAppendTime: 1700000009999 "),
-        "{}",
-        lines[6]
-    );
-    assert!(
-        lines[7].starts_with("| offset: 3 LogAppendTime: 1700000009999 keySize: 2"),
-        "{}",
-        lines[7]
-    );
-    assert!(
-        lines[9].contains(" compresscodec: gzip crc: "),
-        "{}",
-        lines[9]
-    );
-    assert!(
-        lines[11].starts_with("| offset: 6 CreateTime: 1700000000011 keySize: 2 valueSize: 2"),
-        "{}",
-        lines[11]
-    );
-    let verified = run(&["verify", "--dir", path_arg(data)]);
+    for (index, at, part) in [
+        (2, "contains", " position: 0 CreateTime: 1700000000002 "),
+        (4, "ends", " sequence: -1 headerKeys: [h1,h2]"),
+        (6, "contains", " LogAppendTime: 1700000009999 "),
+        (
+            7,
+            "starts",
+            "| offset: 3 LogAppendTime: 1700000009999 keySize: 2",
+        ),
+        (9, "contains", " compresscodec: gzip crc: "),
+        (
+            11,
+            "starts",
+            "| offset: 6 CreateTime: 1700000000011 keySize: 2 valueSize: 2",
+        ),
+    ] {
+        let line = &lines[index];
+        let found = match at {
+            "starts" => line.starts_with(part),
+            "ends" => line.ends_with(part),
+            _ => line.contains(part),
+        };
+        assert!(found, "line {index} {at} {part:?}: {line}");
+    }
+    let verified = verify(data);
     assert_success(&verified);
     assert_eq!(
         stdout_lines(&verified).last().unwrap(),
@@ -835,16 +640,7 @@ fn consume_reads_a_partition_directory_written_by_kafka() {
 
     assert_kafka_log_dumps_and_verifies(&data, &log);
 
-    let base = [
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "kafka-topic",
-        "--partition",
-        "0",
-    ];
-    let output = run(&[&base[..], &["--from-beginning"]].concat());
+    let output = consume(&data, "kafka-topic", 0, &["--from-beginning"]);
     assert_success(&output);
     assert_eq!(
         stdout_lines(&output),
@@ -859,12 +655,8 @@ fn consume_reads_a_partition_directory_written_by_kafka() {
         ]
     );
 
-    let output = run(&[&base[..], &["--offset", "1", "--format", "json"]].concat());
-    assert_success(&output);
-    let records: Vec<serde_json::Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let output = consume(&data, "kafka-topic", 0, &words("--offset 1 --format json"));
+    let records = json_lines(&output);
     assert_eq!(
         records.len(),
         6,
@@ -881,31 +673,13 @@ fn consume_reads_a_partition_directory_written_by_kafka() {
 
 #[test]
 fn usage_errors_exit_with_code_2() {
-    let output = run(&["consume", "--dir", "/nonexistent"]);
-    assert_eq!(output.status.code(), Some(2));
-    let output = run(&[
-        "produce",
-        "--dir",
-        "/nonexistent",
-        "--topic",
-        "t",
-        "--partitions",
-        "0",
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    let output = run(&[
-        "consume",
-        "--dir",
-        "d",
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-        "--offset",
-        "1",
-        "--from-beginning",
-    ]);
-    assert_eq!(output.status.code(), Some(2));
+    for args in [
+        "consume --dir /nonexistent",
+        "produce --dir /nonexistent --topic t --partitions 0",
+        "consume --dir d --topic t --partition 0 --offset 1 --from-beginning",
+    ] {
+        assert_usage_error(&run(&words(args)));
+    }
     let output = run(&["--help"]);
     assert_success(&output);
     let help = String::from_utf8(output.stdout).unwrap();

@@ -12,13 +12,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
 use rustix::process::{Pid, Signal, kill_process};
-use support::{RunningSeglog, assert_success, path_arg, run_with_stdin, stdout_lines};
+use support::{RunningSeglog, assert_success, path_arg, stdout_lines, text_field};
 
 fn produce(data: &Path, input: &str) {
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(data), "--topic", "t"],
-        input.as_bytes(),
-    );
+    let output = support::produce(data, "t", &[], input.as_bytes());
     assert_success(&output);
     assert_eq!(stdout_lines(&output).len(), input.lines().count());
 }
@@ -31,27 +28,16 @@ fn data_directory(parent: &Path, input: &str) -> PathBuf {
 }
 
 fn follow(data: &Path, extra: &[&str]) -> RunningSeglog {
-    let mut args = vec![
-        "consume",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-        "--follow",
-    ];
-    args.extend_from_slice(extra);
-    RunningSeglog::spawn(&args)
+    let base = ["consume", "--dir", path_arg(data), "--topic", "t"];
+    RunningSeglog::spawn(&[&base[..], &["--partition", "0", "--follow"], extra].concat())
 }
 
 /// `offset=O ... value=V ...` -> (O, V).
 fn offset_and_value(line: &str) -> (u64, String) {
-    let field = |name: &str| {
-        let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
-        line[start..].split(' ').next().unwrap().to_owned()
-    };
-    (field("offset").parse().unwrap(), field("value"))
+    (
+        text_field(line, "offset").parse().unwrap(),
+        text_field(line, "value"),
+    )
 }
 
 #[test]

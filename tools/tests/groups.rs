@@ -17,29 +17,26 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use support::{assert_fails_with, assert_success, path_arg, run, run_with_stdin, stdout_lines};
+use support::{
+    assert_fails_with, assert_success, groups, json_lines, path_arg, run, stdout_lines,
+    sum_over_partitions, text_field as field, words,
+};
 
 /// A topic of `partitions` partitions holding `lines` (unkeyed, so spread round-robin).
 fn produce(data: &Path, topic: &str, partitions: u32, lines: &[String]) {
     let partitions = partitions.to_string();
     let input = lines.join("\n") + "\n";
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(data),
-            "--topic",
-            topic,
-            "--partitions",
-            &partitions,
-        ],
+    let output = support::produce(
+        data,
+        topic,
+        &["--partitions", &partitions],
         input.as_bytes(),
     );
     assert_success(&output);
 }
 
 fn consume_group(data: &Path, group: &str, extra: &[&str]) -> Vec<String> {
-    let mut args = vec![
+    let base = [
         "consume",
         "--dir",
         path_arg(data),
@@ -48,19 +45,9 @@ fn consume_group(data: &Path, group: &str, extra: &[&str]) -> Vec<String> {
         "--group",
         group,
     ];
-    args.extend_from_slice(extra);
-    let output = run(&args);
+    let output = run(&[&base[..], extra].concat());
     assert_success(&output);
     stdout_lines(&output)
-}
-
-/// The value of `name=value` in a text line.
-fn field(line: &str, name: &str) -> String {
-    let prefix = format!("{name}=");
-    line.split(' ')
-        .find_map(|part| part.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("{name} in {line:?}"))
-        .to_owned()
 }
 
 fn values(lines: &[String]) -> Vec<String> {
@@ -156,38 +143,33 @@ fn groups_list_and_describe_show_committed_offsets_log_end_offsets_and_lag() {
     consume_group(&data, "alpha", &["--max-records", "3"]);
     produce(&data, "t", 2, &numbered("w", 2));
 
-    let output = run(&["groups", "list", "--dir", path_arg(&data)]);
+    let output = groups("list", &data, &[]);
     assert_success(&output);
     assert_eq!(stdout_lines(&output), ["alpha", "beta"]);
+    assert_describes_beta(&groups("describe", &data, &["--group", "beta"]));
 
-    let output = run(&[
-        "groups",
-        "describe",
-        "--dir",
-        path_arg(&data),
-        "--group",
-        "beta",
-    ]);
-    assert_success(&output);
-    let lines = stdout_lines(&output);
+    let described = json_lines(&groups("describe", &data, &["--format", "json"]));
+    assert_eq!(described.len(), 2);
+    let alpha = &described[0];
+    assert_eq!(alpha["group"], "alpha");
+    assert_eq!(alpha["state"], "Empty");
+    assert_eq!(alpha["members"], 0);
+    assert_eq!(sum_over_partitions(alpha, "current_offset"), 3);
+    assert_eq!(sum_over_partitions(alpha, "lag"), 10 - 3);
+}
+
+/// `groups describe --group beta` printed Kafka's table: beta committed 4 of the 5 records of
+/// each of `t`'s two partitions.
+fn assert_describes_beta(output: &std::process::Output) {
+    assert_success(output);
+    let lines = stdout_lines(output);
     assert_eq!(lines[0], "");
     assert_eq!(lines[1], "Consumer group 'beta' has no active members.");
     assert_eq!(lines[2], "");
     let columns: Vec<&str> = lines[3].split_whitespace().collect();
-    assert_eq!(
-        columns,
-        [
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "CURRENT-OFFSET",
-            "LOG-END-OFFSET",
-            "LAG",
-            "CONSUMER-ID",
-            "HOST",
-            "CLIENT-ID"
-        ]
-    );
+    let header =
+        "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID";
+    assert_eq!(columns, words(header));
     let rows: Vec<Vec<&str>> = lines[4..]
         .iter()
         .map(|line| line.split_whitespace().collect())
@@ -199,39 +181,6 @@ fn groups_list_and_describe_show_committed_offsets_log_end_offsets_and_lag() {
             ["beta", "t", "1", "4", "5", "1", "-", "-", "-"],
         ]
     );
-
-    let output = run(&[
-        "groups",
-        "describe",
-        "--dir",
-        path_arg(&data),
-        "--format",
-        "json",
-    ]);
-    assert_success(&output);
-    let described: Vec<serde_json::Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    assert_eq!(described.len(), 2);
-    let alpha = &described[0];
-    assert_eq!(alpha["group"], "alpha");
-    assert_eq!(alpha["state"], "Empty");
-    assert_eq!(alpha["members"], 0);
-    let committed: u64 = alpha["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["current_offset"].as_u64().unwrap())
-        .sum();
-    let lag: u64 = alpha["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["lag"].as_u64().unwrap())
-        .sum();
-    assert_eq!(committed, 3);
-    assert_eq!(lag, 10 - 3);
 }
 
 #[test]
@@ -239,17 +188,10 @@ fn a_directory_without_groups_lists_none_and_gains_no_offsets_topic() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     produce(&data, "t", 1, &numbered("v", 1));
-    let output = run(&["groups", "list", "--dir", path_arg(&data)]);
+    let output = groups("list", &data, &[]);
     assert_success(&output);
     assert!(output.stdout.is_empty());
-    let output = run(&[
-        "groups",
-        "describe",
-        "--dir",
-        path_arg(&data),
-        "--group",
-        "missing",
-    ]);
+    let output = groups("describe", &data, &["--group", "missing"]);
     assert_fails_with(&output, "consumer group missing does not exist");
     assert!(!data.join("__consumer_offsets-0").exists());
 }

@@ -11,7 +11,10 @@ mod support;
 
 use std::path::Path;
 
-use support::{assert_success, path_arg, run, run_with_stdin, snapshot, stderr_text, stdout_lines};
+use support::{
+    assert_fails_with_line as assert_refused_with, assert_success, consume, groups, path_arg,
+    produce, run, snapshot, stdout_lines, with_dir,
+};
 
 const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -22,50 +25,17 @@ const REFUSAL: &str = "topic __consumer_offsets is internal: the group coordinat
 
 /// A data directory where group `g` committed offsets of topic `t` (2 partitions, 4 records).
 fn directory_with_a_group(data: &Path) {
-    let produced = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(data),
-            "--topic",
-            "t",
-            "--partitions",
-            "2",
-        ],
-        b"a\nb\nc\nd\n",
-    );
+    let produced = produce(data, "t", &["--partitions", "2"], b"a\nb\nc\nd\n");
     assert_success(&produced);
-    let consumed = run(&[
-        "consume",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        "t",
-        "--group",
-        "g",
-    ]);
+    let consumed = support::run_args(&with_dir("consume", data, "--topic t --group g"));
     assert_success(&consumed);
     assert_eq!(stdout_lines(&consumed).len(), 4);
 }
 
 fn groups_describe(data: &Path) -> Vec<String> {
-    let output = run(&[
-        "groups",
-        "describe",
-        "--dir",
-        path_arg(data),
-        "--group",
-        "g",
-    ]);
+    let output = groups("describe", data, &["--group", "g"]);
     assert_success(&output);
     stdout_lines(&output)
-}
-
-/// The command failed with exit code 1, printed nothing on stdout and exactly `line` on stderr.
-fn assert_refused_with(output: &std::process::Output, line: &str) {
-    assert_eq!(output.status.code(), Some(1), "{}", stderr_text(output));
-    assert!(output.stdout.is_empty(), "{:?}", stdout_lines(output));
-    assert_eq!(stderr_text(output), format!("{line}\n"));
 }
 
 #[test]
@@ -81,16 +51,10 @@ fn producing_to_creating_altering_or_deleting_the_offsets_topic_is_refused_and_c
     let before = snapshot(&data);
     let dir_arg = path_arg(&data);
 
-    let produced = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            dir_arg,
-            "--topic",
-            OFFSETS_TOPIC,
-            "--key-separator",
-            ":",
-        ],
+    let produced = produce(
+        &data,
+        OFFSETS_TOPIC,
+        &["--key-separator", ":"],
         b"a key:a value\n",
     );
     assert_refused_with(
@@ -113,15 +77,7 @@ fn producing_to_creating_altering_or_deleting_the_offsets_topic_is_refused_and_c
 
     assert_eq!(snapshot(&data), before, "the refusals changed nothing");
     assert_eq!(groups_describe(&data), described);
-    let read = run(&[
-        "consume",
-        "--dir",
-        dir_arg,
-        "--topic",
-        OFFSETS_TOPIC,
-        "--partition",
-        "0",
-    ]);
+    let read = consume(&data, OFFSETS_TOPIC, 0, &[]);
     assert_success(&read);
     assert!(!stdout_lines(&read).is_empty(), "reading it is allowed");
 }
@@ -130,16 +86,7 @@ fn producing_to_creating_altering_or_deleting_the_offsets_topic_is_refused_and_c
 fn producing_to_the_offsets_topic_in_a_new_directory_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("fresh");
-    let produced = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&data),
-            "--topic",
-            OFFSETS_TOPIC,
-        ],
-        b"v\n",
-    );
+    let produced = produce(&data, OFFSETS_TOPIC, &[], b"v\n");
     assert_refused_with(
         &produced,
         &format!("seglog: error: cannot produce to topic {OFFSETS_TOPIC}: {REFUSAL}"),

@@ -11,18 +11,11 @@
 mod support;
 
 use std::fs;
-use std::process::Output;
 
 use support::{
-    assert_success, damaged_partition, path_arg, run, run_with_stdin, stderr_text, stdout_lines,
+    assert_exit_code, assert_fails_with_line, assert_success, damaged_partition, produce,
+    run_args_with_stdin, stderr_text, topics, with_dir,
 };
-
-/// The command failed with exit code 1, printed nothing on stdout and exactly `line` on stderr.
-fn assert_fails_with_line(output: &Output, line: &str) {
-    assert_eq!(output.status.code(), Some(1), "{}", stderr_text(output));
-    assert!(output.stdout.is_empty(), "{:?}", stdout_lines(output));
-    assert_eq!(stderr_text(output), format!("{line}\n"));
-}
 
 #[test]
 fn a_dir_that_is_a_file_or_lies_under_one_is_named_a_file_not_a_directory() {
@@ -33,25 +26,15 @@ fn a_dir_that_is_a_file_or_lies_under_one_is_named_a_file_not_a_directory() {
         "seglog: error: {} is a file, not a directory",
         file.display()
     );
-    for dir_arg in [file.clone(), file.join("sub")] {
-        let dir_arg = path_arg(&dir_arg);
-        let commands: [&[&str]; 5] = [
-            &["produce", "--dir", dir_arg, "--topic", "t"],
-            &["topics", "create", "--dir", dir_arg, "--topic", "t"],
-            &["topics", "list", "--dir", dir_arg],
-            &[
-                "consume",
-                "--dir",
-                dir_arg,
-                "--topic",
-                "t",
-                "--partition",
-                "0",
-            ],
-            &["verify", "--dir", dir_arg],
-        ];
-        for args in commands {
-            assert_fails_with_line(&run_with_stdin(args, b"v\n"), &expected);
+    for dir in [file.clone(), file.join("sub")] {
+        for args in [
+            with_dir("produce", &dir, "--topic t"),
+            with_dir("topics create", &dir, "--topic t"),
+            with_dir("topics list", &dir, ""),
+            with_dir("consume", &dir, "--topic t --partition 0"),
+            with_dir("verify", &dir, ""),
+        ] {
+            assert_fails_with_line(&run_args_with_stdin(&args, b"v\n"), &expected);
         }
     }
     assert_eq!(fs::read(&file).unwrap(), b"not a data directory");
@@ -61,13 +44,10 @@ fn a_dir_that_is_a_file_or_lies_under_one_is_named_a_file_not_a_directory() {
 fn a_partition_directory_that_is_a_file_is_named_a_file_not_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    assert_success(&run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "a"],
-        b"v\n",
-    ));
+    assert_success(&produce(&data, "a", &[], b"v\n"));
     let in_the_way = data.join("t-0");
     fs::write(&in_the_way, b"").unwrap();
-    let output = run(&["topics", "create", "--dir", path_arg(&data), "--topic", "t"]);
+    let output = topics("create", &data, "t", &[]);
     assert_fails_with_line(
         &output,
         &format!(
@@ -81,18 +61,12 @@ fn a_partition_directory_that_is_a_file_is_named_a_file_not_a_directory() {
 fn an_os_error_opening_a_partition_is_printed_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    assert_success(&run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "a"],
-        b"v\n",
-    ));
+    assert_success(&produce(&data, "a", &[], b"v\n"));
     let segment = data.join("a-0").join("00000000000000000000.log");
     let moved = dir.path().join("moved.log");
     fs::rename(&segment, &moved).unwrap();
     std::os::unix::fs::symlink(&moved, &segment).unwrap();
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "a"],
-        b"w\n",
-    );
+    let output = produce(&data, "a", &[], b"w\n");
     assert_fails_with_line(
         &output,
         &format!(
@@ -107,19 +81,8 @@ fn an_os_error_opening_a_partition_is_printed_once() {
 fn a_partition_refused_for_damage_says_so_once_and_names_the_recover_command() {
     let dir = tempfile::tempdir().unwrap();
     let damaged = damaged_partition(&dir.path().join("data"));
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&damaged.data),
-            "--topic",
-            "t",
-            "--key-separator",
-            ":",
-        ],
-        b"k:v\n",
-    );
-    assert_eq!(output.status.code(), Some(1), "{}", stderr_text(&output));
+    let output = produce(&damaged.data, "t", &["--key-separator", ":"], b"k:v\n");
+    assert_exit_code(&output, 1);
     assert!(output.stdout.is_empty());
     let stderr = stderr_text(&output);
     let lines: Vec<&str> = stderr.lines().collect();

@@ -13,93 +13,45 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::thread;
-use std::time::Duration;
+use std::path::Path;
 
 use seglog::producer::partition_for_key;
 use support::{
-    assert_success, consumed_values, describe_json, path_arg, run_with_stdin, seglog, stdout_lines,
+    RunningSeglog, consumed_values, describe_json, json_lines, path_arg, produce, words,
 };
 
-/// A `produce --durable` child with its stdin open and its stdout read line by line.
-struct LiveProducer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    acks: Receiver<String>,
-}
-
-impl LiveProducer {
-    fn spawn(args: &[&str]) -> LiveProducer {
-        let mut child = seglog()
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, acks) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if sender.send(line.unwrap()).is_err() {
-                    return;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        LiveProducer { child, stdin, acks }
-    }
-
-    fn write(&mut self, input: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(input.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn next_ack(&mut self, waiting_for: &str) -> String {
-        match self.acks.recv_timeout(Duration::from_secs(30)) {
-            Ok(ack) => ack,
-            Err(error) => {
-                self.child.kill().unwrap();
-                panic!("no acknowledgement for {waiting_for:?} while stdin is open: {error}");
-            }
-        }
-    }
+/// A `produce --durable` of `topic` in `data`, with `extra` arguments, its stdin open.
+fn durable_producer(data: &Path, topic: &str, extra: &str) -> RunningSeglog {
+    let base = [
+        "produce",
+        "--dir",
+        path_arg(data),
+        "--topic",
+        topic,
+        "--durable",
+    ];
+    RunningSeglog::spawn_quiet(&[&base[..], &words(extra)].concat())
 }
 
 #[test]
 fn durable_produce_acknowledges_a_typed_line_before_the_next_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut producer = LiveProducer::spawn(&[
-        "produce",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "typed",
-        "--partitions",
-        "2",
-        "--key-separator",
-        ":",
-        "--durable",
-    ]);
+    let mut producer = durable_producer(&data, "typed", "--partitions 2 --key-separator :");
     let mut next_offset = [0u64; 2];
     for line in ["alpha:1", "beta:2", "alpha:3", "gamma:4"] {
-        producer.write(&format!("{line}\n"));
+        producer.write_line(line);
         let key = line.split(':').next().unwrap();
         let partition = partition_for_key(key.as_bytes(), 2).unwrap();
         let offset = next_offset[partition as usize];
         next_offset[partition as usize] += 1;
         assert_eq!(
-            producer.next_ack(line),
-            format!("partition={partition} offset={offset}")
+            producer.next_line(),
+            format!("partition={partition} offset={offset}"),
+            "{line}"
         );
     }
-    producer.stdin.take();
-    assert!(producer.child.wait().unwrap().success());
+    assert!(producer.finish().success());
 }
 
 #[test]
@@ -122,28 +74,8 @@ fn durable_produce_of_a_piped_file_acknowledges_every_line_in_input_order() {
         expected_acks.push(serde_json::json!({"partition": partition, "offset": values.len()}));
         values.push(value);
     }
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(&data),
-            "--topic",
-            "piped",
-            "--partitions",
-            "4",
-            "--key-separator",
-            ":",
-            "--format",
-            "json",
-            "--durable",
-        ],
-        input.as_bytes(),
-    );
-    assert_success(&output);
-    let acks: Vec<serde_json::Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let extra = words("--partitions 4 --key-separator : --format json --durable");
+    let acks = json_lines(&produce(&data, "piped", &extra, input.as_bytes()));
     assert_eq!(acks.len(), record_count);
     assert!(
         acks == expected_acks,
@@ -158,21 +90,11 @@ fn durable_produce_of_a_piped_file_acknowledges_every_line_in_input_order() {
 fn records_acknowledged_durably_are_kept_when_the_producer_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut producer = LiveProducer::spawn(&[
-        "produce",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "crash",
-        "--durable",
-    ]);
+    let mut producer = durable_producer(&data, "crash", "");
     let input: String = (0..200).map(|index| format!("record-{index}\n")).collect();
     producer.write(&input);
     for offset in 0..200 {
-        assert_eq!(
-            producer.next_ack("record"),
-            format!("partition=0 offset={offset}")
-        );
+        assert_eq!(producer.next_line(), format!("partition=0 offset={offset}"));
     }
     // No clean shutdown: the engine is never closed.
     producer.child.kill().unwrap();

@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use support::{
-    RunningSeglog, assert_fails_with, assert_success, path_arg, run, run_with_stdin, snapshot,
-    stdout_lines,
+    RunningSeglog, assert_exit_code, assert_fails_with, assert_prints_line_starting,
+    assert_success, assert_verify_finds_incomplete_batch, consume, dump, groups, json_lines,
+    path_arg, produce, run, run_args, run_args_with_stdin, snapshot, stdout_lines,
+    sum_over_partitions, text_values as values, topics, verify, with_dir, words,
 };
 
 const STRAY_LOG: &str = "00000000000000000000.log";
@@ -43,33 +45,30 @@ fn add_stray_segment(dir: &Path, bytes: &[u8]) {
 
 /// Every read command that takes `--dir`, reading topic `topic`.
 fn read_commands(dir: &Path, topic: &str, group: &str) -> Vec<Vec<String>> {
-    let dir = path_arg(dir);
     [
-        vec!["topics", "list", "--dir", dir],
-        vec!["topics", "describe", "--dir", dir],
-        vec!["topics", "describe", "--dir", dir, "--topic", topic],
-        vec![
-            "consume",
-            "--dir",
-            dir,
-            "--topic",
-            topic,
-            "--partition",
-            "0",
-        ],
-        vec!["groups", "list", "--dir", dir],
-        vec!["groups", "describe", "--dir", dir],
-        vec!["groups", "describe", "--dir", dir, "--group", group],
-        vec!["verify", "--dir", dir],
+        ("topics list", String::new()),
+        ("topics describe", String::new()),
+        ("topics describe", format!("--topic {topic}")),
+        ("consume", format!("--topic {topic} --partition 0")),
+        ("groups list", String::new()),
+        ("groups describe", String::new()),
+        ("groups describe", format!("--group {group}")),
+        ("verify", String::new()),
     ]
-    .into_iter()
-    .map(|args| args.into_iter().map(str::to_owned).collect())
+    .iter()
+    .map(|(command, rest)| with_dir(command, dir, rest))
     .collect()
 }
 
-fn run_owned(args: &[String]) -> Output {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run(&args)
+/// Each of `commands`, with `input` on stdin, fails saying `junk` is not a seglog data directory,
+/// and changes nothing in it.
+fn assert_each_refused_changing_nothing(junk: &Path, commands: &[Vec<String>], input: &[u8]) {
+    let before = snapshot(junk);
+    let refusal = format!("{} is not a seglog data directory", junk.display());
+    for args in commands {
+        assert_fails_with(&run_args_with_stdin(args, input), &refusal);
+        assert_eq!(snapshot(junk), before, "{args:?} changed the directory");
+    }
 }
 
 #[test]
@@ -77,15 +76,11 @@ fn read_commands_refuse_a_directory_of_other_files_and_create_truncate_or_adopt_
     let dir = tempfile::tempdir().unwrap();
     let (junk, stray) = directory_of_other_files(dir.path());
     let before = snapshot(&junk);
-    let refusal = format!("{} is not a seglog data directory", junk.display());
-    for args in read_commands(&junk, "zz", "g") {
-        assert_fails_with(&run_owned(&args), &refusal);
-        assert_eq!(snapshot(&junk), before, "{args:?} changed the directory");
-    }
+    assert_each_refused_changing_nothing(&junk, &read_commands(&junk, "zz", "g"), b"");
     let stray_path = junk.join("zz-0").join(STRAY_LOG);
     let readme = junk.join("foo-1").join("readme.txt");
-    let output = run(&["dump", "--files", path_arg(&stray_path), path_arg(&readme)]);
-    assert_eq!(output.status.code(), Some(1), "the stray holds no batch");
+    let output = dump(&[&stray_path, &readme], &[]);
+    assert_exit_code(&output, 1); // the stray holds no batch
     let lines = stdout_lines(&output);
     assert!(
         lines.contains(&format!(
@@ -102,32 +97,15 @@ fn read_commands_refuse_a_directory_of_other_files_and_create_truncate_or_adopt_
 fn writing_commands_refuse_a_directory_of_other_files_before_writing_anything() {
     let dir = tempfile::tempdir().unwrap();
     let (junk, _) = directory_of_other_files(dir.path());
-    let before = snapshot(&junk);
-    let refusal = format!("{} is not a seglog data directory", junk.display());
-    let junk_arg = path_arg(&junk);
-    let commands: [&[&str]; 6] = [
-        &["produce", "--dir", junk_arg, "--topic", "zz"],
-        &["topics", "create", "--dir", junk_arg, "--topic", "new"],
-        &[
-            "topics",
-            "alter",
-            "--dir",
-            junk_arg,
-            "--topic",
-            "zz",
-            "--partitions",
-            "2",
-        ],
-        &["topics", "delete", "--dir", junk_arg, "--topic", "foo"],
-        &["clean", "--dir", junk_arg],
-        &[
-            "consume", "--dir", junk_arg, "--topic", "zz", "--group", "g",
-        ],
+    let commands = [
+        with_dir("produce", &junk, "--topic zz"),
+        with_dir("topics create", &junk, "--topic new"),
+        with_dir("topics alter", &junk, "--topic zz --partitions 2"),
+        with_dir("topics delete", &junk, "--topic foo"),
+        with_dir("clean", &junk, ""),
+        with_dir("consume", &junk, "--topic zz --group g"),
     ];
-    for args in commands {
-        assert_fails_with(&run_with_stdin(args, b"a record\n"), &refusal);
-        assert_eq!(snapshot(&junk), before, "{args:?} changed the directory");
-    }
+    assert_each_refused_changing_nothing(&junk, &commands, b"a record\n");
 }
 
 #[test]
@@ -136,24 +114,21 @@ fn read_commands_on_a_missing_or_an_empty_directory_fail_clearly_and_create_noth
     let missing = dir.path().join("missing");
     for args in read_commands(&missing, "t", "g") {
         let message = format!("data directory {} does not exist", missing.display());
-        assert_fails_with(&run_owned(&args), &message);
+        assert_fails_with(&run_args(&args), &message);
         assert!(!missing.exists(), "{args:?} created the directory");
     }
     let empty = dir.path().join("empty");
     fs::create_dir(&empty).unwrap();
     for args in read_commands(&empty, "t", "g") {
         let message = format!("data directory {} is empty", empty.display());
-        assert_fails_with(&run_owned(&args), &message);
+        assert_fails_with(&run_args(&args), &message);
         assert!(
             snapshot(&empty).is_empty(),
             "{args:?} wrote in the directory"
         );
     }
     // An empty directory is new to a writing command.
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(&empty), "--topic", "t"],
-        b"a\n",
-    );
+    let output = produce(&empty, "t", &[], b"a\n");
     assert_success(&output);
     assert_eq!(stdout_lines(&output), ["partition=0 offset=0"]);
 }
@@ -163,42 +138,11 @@ fn read_commands_on_a_missing_or_an_empty_directory_fail_clearly_and_create_noth
 fn data_directory_with_a_group(parent: &Path) -> PathBuf {
     let data = parent.join("data");
     let input: String = (0..40).map(|i| format!("value-{i:02}\n")).collect();
-    let args = [
-        "produce",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--partitions",
-        "2",
-        "--config",
-        "segment.bytes=1024",
-    ];
-    assert_success(&run_with_stdin(&args, input.as_bytes()));
-    let args = [
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--group",
-        "g",
-        "--max-records",
-        "5",
-    ];
-    assert_success(&run(&args));
+    let extra = words("--partitions 2 --config segment.bytes=1024");
+    assert_success(&produce(&data, "t", &extra, input.as_bytes()));
+    let args = with_dir("consume", &data, "--topic t --group g --max-records 5");
+    assert_success(&run_args(&args));
     data
-}
-
-/// The values `consume` printed, in order.
-fn values(output: &Output) -> Vec<String> {
-    stdout_lines(output)
-        .iter()
-        .map(|line| {
-            let start = line.find(" value=").unwrap() + " value=".len();
-            line[start..].split(' ').next().unwrap().to_owned()
-        })
-        .collect()
 }
 
 #[test]
@@ -209,18 +153,15 @@ fn read_commands_on_a_data_directory_change_nothing_on_disk_and_leave_a_stray_se
     add_stray_segment(&data, &stray);
     let before = snapshot(&data);
     for args in read_commands(&data, "t", "g") {
-        let output = run_owned(&args);
+        let output = run_args(&args);
         assert_eq!(snapshot(&data), before, "{args:?} changed the directory");
         if args[0] == "verify" {
-            assert_eq!(output.status.code(), Some(1), "the stray is not a segment");
+            // The stray is not a segment.
+            assert_exit_code(&output, 1);
             let stray_path = data.join("zz-0").join(STRAY_LOG);
-            let named = format!("{}: position 0: ", stray_path.display());
-            assert!(
-                stdout_lines(&output)
-                    .iter()
-                    .any(|line| line.starts_with(&named)),
-                "{:?}",
-                stdout_lines(&output)
+            assert_prints_line_starting(
+                &output,
+                &format!("{}: position 0: ", stray_path.display()),
             );
         } else {
             assert_success(&output);
@@ -231,21 +172,12 @@ fn read_commands_on_a_data_directory_change_nothing_on_disk_and_leave_a_stray_se
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    let mut args = vec!["dump", "--files"];
-    args.extend(files.iter().map(|file| path_arg(file)));
-    assert_success(&run(&args));
+    let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    assert_success(&dump(&files, &[]));
     assert_eq!(snapshot(&data), before, "dump changed the directory");
     assert_eq!(fs::read(data.join("zz-0").join(STRAY_LOG)).unwrap(), stray);
 
-    let consumed = run(&[
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--partition",
-        "1",
-    ]);
+    let consumed = consume(&data, "t", 1, &[]);
     let expected: Vec<String> = (0..40)
         .filter(|i| i % 2 == 1)
         .map(|i| format!("value-{i:02}"))
@@ -304,7 +236,7 @@ fn read_commands_work_on_a_data_directory_mounted_read_only() {
     let data = data_directory_with_a_group(dir.path());
     let expected: Vec<Output> = read_commands(&data, "t", "g")
         .iter()
-        .map(|args| run_owned(args))
+        .map(|args| run_args(args))
         .collect();
     let point = dir.path().join("read-only");
     let Some(_mount) = ReadOnlyMount::new(&data, &point) else {
@@ -314,7 +246,7 @@ fn read_commands_work_on_a_data_directory_mounted_read_only() {
     assert_eq!(probe.kind(), std::io::ErrorKind::ReadOnlyFilesystem);
 
     for (args, expected) in read_commands(&point, "t", "g").iter().zip(&expected) {
-        let output = run_owned(args);
+        let output = run_args(args);
         assert_success(&output);
         assert_success(expected);
         if args[0] == "verify" {
@@ -327,94 +259,64 @@ fn read_commands_work_on_a_data_directory_mounted_read_only() {
             assert_eq!(output.stdout, expected.stdout, "{args:?}");
         }
     }
-    let consumed = run(&[
-        "consume",
-        "--dir",
-        path_arg(&point),
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-    ]);
-    assert_eq!(values(&consumed).len(), 20);
+    assert_eq!(values(&consume(&point, "t", 0, &[])).len(), 20);
     let log = point.join("t-0").join("00000000000000000000.log");
-    assert_success(&run(&["dump", "--files", path_arg(&log)]));
+    assert_success(&dump(&[&log], &[]));
 }
 
 #[test]
 fn read_commands_read_a_data_directory_while_a_running_producer_holds_its_lock() {
     let dir = tempfile::tempdir().unwrap();
     let data = data_directory_with_a_group(dir.path());
-    let data_arg = path_arg(&data);
-    let mut producer = RunningSeglog::spawn(&["produce", "--dir", data_arg, "--topic", "live"]);
-    for (offset, value) in ["a", "b", "c"].iter().enumerate() {
-        producer.write_line(value);
-        assert_eq!(producer.next_line(), format!("partition=0 offset={offset}"));
-    }
-    let output = run(&["topics", "create", "--dir", data_arg, "--topic", "other"]);
+    let mut producer = RunningSeglog::producer(&data, "live");
+    producer.produce_one_at_a_time(&["a", "b", "c"], 0);
+    let output = topics("create", &data, "other", &[]);
     assert_fails_with(&output, "is locked by another seglog instance");
 
-    let output = run(&["topics", "list", "--dir", data_arg]);
+    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
     assert_success(&output);
-    let topics: Vec<String> = stdout_lines(&output)
+    let topic_lines: Vec<String> = stdout_lines(&output)
         .iter()
         .map(|line| line.split('\t').take(2).collect::<Vec<_>>().join("\t"))
         .collect();
     assert_eq!(
-        topics,
+        topic_lines,
         [
             "__consumer_offsets\tPartitionCount: 1",
             "live\tPartitionCount: 1",
             "t\tPartitionCount: 2"
         ]
     );
-    let output = run(&["topics", "describe", "--dir", data_arg, "--topic", "live"]);
+    let output = topics("describe", &data, "live", &[]);
     assert_success(&output);
     assert!(
         stdout_lines(&output)[1].contains("\tLogStartOffset: 0\tLogEndOffset: 3\t"),
         "{:?}",
         stdout_lines(&output)
     );
-    let output = run(&[
-        "consume",
-        "--dir",
-        data_arg,
-        "--topic",
-        "live",
-        "--partition",
-        "0",
-    ]);
+    let output = consume(&data, "live", 0, &[]);
     assert_success(&output);
     assert_eq!(values(&output), ["a", "b", "c"]);
-    let output = run(&["groups", "list", "--dir", data_arg]);
-    assert_success(&output);
-    assert_eq!(stdout_lines(&output), ["g"]);
-    let output = run(&[
-        "groups", "describe", "--dir", data_arg, "--group", "g", "--format", "json",
-    ]);
-    assert_success(&output);
-    let described: serde_json::Value = serde_json::from_str(&stdout_lines(&output)[0]).unwrap();
-    let committed: u64 = described["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|partition| partition["current_offset"].as_u64().unwrap())
-        .sum();
-    assert_eq!(committed, 5);
-    let output = run(&["verify", "--dir", data_arg]);
-    assert_success(&output);
+    assert_groups_readable(&data);
+    assert_success(&verify(&data));
 
     assert!(producer.finish().success());
+}
+
+/// `groups list` and `describe` read group `g`, which committed 5 offsets.
+fn assert_groups_readable(data: &Path) {
+    let output = groups("list", data, &[]);
+    assert_success(&output);
+    assert_eq!(stdout_lines(&output), ["g"]);
+    let described = json_lines(&groups("describe", data, &words("--group g --format json")));
+    assert_eq!(sum_over_partitions(&described[0], "current_offset"), 5);
 }
 
 #[test]
 fn read_commands_stop_at_the_last_whole_batch_of_a_torn_active_segment_and_leave_it_torn() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(&data), "--topic", "t"],
-        b"a\nb\nc\n",
-    );
+    let output = produce(&data, "t", &[], b"a\nb\nc\n");
     assert_success(&output);
     // A crash in the middle of the next append: no clean-shutdown marker, half a batch at the end.
     fs::remove_file(data.join(".kafka_cleanshutdown")).unwrap();
@@ -426,46 +328,16 @@ fn read_commands_stop_at_the_last_whole_batch_of_a_torn_active_segment_and_leave
     fs::write(&log, &bytes).unwrap();
     let before = snapshot(&data);
 
-    let output = run(&[
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-        "--partition",
-        "0",
-    ]);
+    let output = consume(&data, "t", 0, &[]);
     assert_success(&output);
     assert_eq!(values(&output), ["a", "b", "c"]);
-    let output = run(&[
-        "topics",
-        "describe",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "t",
-    ]);
+    let output = topics("describe", &data, "t", &[]);
     assert_success(&output);
     let partition_line = &stdout_lines(&output)[1];
     let expected = format!("\tLogEndOffset: 3\tDurableOffset: 3\tSizeBytes: {whole_bytes}\t");
     assert!(partition_line.contains(&expected), "{partition_line}");
-    let output = run(&["verify", "--dir", path_arg(&data)]);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "verify reports the torn tail"
-    );
-    let torn_at = format!(
-        "{}: position {whole_bytes}: incomplete batch",
-        log.display()
-    );
-    assert!(
-        stdout_lines(&output)
-            .iter()
-            .any(|line| line.starts_with(&torn_at)),
-        "{torn_at:?} in {:?}",
-        stdout_lines(&output)
-    );
+    // verify reports the torn tail.
+    assert_verify_finds_incomplete_batch(&data, &log, whole_bytes as u64);
     assert_eq!(
         snapshot(&data),
         before,

@@ -14,38 +14,22 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Stdio;
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
 
 use support::{
-    assert_fails_with, assert_success, consumed_values, describe_json, parse_text_ack, path_arg,
-    run, run_with_stdin, seglog, stdout_lines,
+    RunningSeglog, assert_fails_with, assert_success, consume, consumed_values, describe_json,
+    dump, json_lines, parse_text_ack, path_arg, run, stderr_text, stdout_lines, topics, verify,
+    words,
 };
 
 fn create(data: &Path, topic: &str, extra: &[&str]) {
-    let mut args = vec![
-        "topics",
-        "create",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-    ];
-    args.extend_from_slice(extra);
-    let output = run(&args);
+    let output = topics("create", data, topic, extra);
     assert_success(&output);
     assert_eq!(stdout_lines(&output), [format!("Created topic {topic}.")]);
 }
 
 fn produce(data: &Path, topic: &str, input: &str) -> Vec<(u32, u64)> {
-    let output = run_with_stdin(
-        &["produce", "--dir", path_arg(data), "--topic", topic],
-        input.as_bytes(),
-    );
+    let output = support::produce(data, topic, &[], input.as_bytes());
     assert_success(&output);
     stdout_lines(&output)
         .iter()
@@ -66,30 +50,16 @@ fn topic_names(data: &Path) -> Vec<String> {
 fn create_then_describe_shows_partitions_and_configs_after_reopening_and_appends_obey_them() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let configs = "--config segment.bytes=1024 --config retention.ms=60000 \
+                   --config max.message.bytes=2000";
     create(
         &data,
         "orders",
-        &[
-            "--partitions",
-            "3",
-            "--config",
-            "segment.bytes=1024",
-            "--config",
-            "retention.ms=60000",
-            "--config",
-            "max.message.bytes=2000",
-        ],
+        &words(&format!("--partitions 3 {configs}")),
     );
 
     // A new process: the topic and its settings come back from the registry.
-    let output = run(&[
-        "topics",
-        "describe",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "orders",
-    ]);
+    let output = topics("describe", &data, "orders", &[]);
     assert_success(&output);
     let mut expected = vec![
         "Topic: orders\tPartitionCount: 3\t\
@@ -144,21 +114,11 @@ fn list_prints_one_line_per_topic_with_partition_count_and_non_default_configs()
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     create(&data, "plain", &[]);
-    create(
-        &data,
-        "tuned",
-        &[
-            "--partitions",
-            "4",
-            "--config",
-            "retention.bytes=1000000",
-            "--config",
-            "segment.bytes=1073741824",
-            "--config",
-            "flush.messages=1",
-        ],
-    );
-    let output = run(&["topics", "list", "--dir", path_arg(&data)]);
+    let configs = "--config retention.bytes=1000000 --config segment.bytes=1073741824 \
+                   --config flush.messages=1";
+    create(&data, "tuned", &words(&format!("--partitions 4 {configs}")));
+    let list = ["topics", "list", "--dir", path_arg(&data)];
+    let output = run(&list);
     assert_success(&output);
     assert_eq!(
         stdout_lines(&output),
@@ -168,19 +128,8 @@ fn list_prints_one_line_per_topic_with_partition_count_and_non_default_configs()
             "tuned\tPartitionCount: 4\tConfigs: retention.bytes=1000000,flush.messages=1",
         ]
     );
-    let output = run(&[
-        "topics",
-        "list",
-        "--dir",
-        path_arg(&data),
-        "--format",
-        "json",
-    ]);
-    assert_success(&output);
-    let topics: Vec<serde_json::Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let output = run(&[&list[..], &["--format", "json"]].concat());
+    let topics = json_lines(&output);
     assert_eq!(
         topics,
         [
@@ -198,16 +147,7 @@ fn alter_adds_partitions_that_produce_then_routes_to_and_never_shrinks() {
     create(&data, "grow", &[]);
     assert_eq!(produce(&data, "grow", "a\n"), [(0, 0)]);
 
-    let output = run(&[
-        "topics",
-        "alter",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "grow",
-        "--partitions",
-        "4",
-    ]);
+    let output = topics("alter", &data, "grow", &["--partitions", "4"]);
     assert_success(&output);
     assert_eq!(
         stdout_lines(&output),
@@ -230,16 +170,7 @@ fn alter_adds_partitions_that_produce_then_routes_to_and_never_shrinks() {
     assert_eq!(partitions, [0, 1, 2, 3]);
     assert_eq!(ends.len(), 4);
 
-    let output = run(&[
-        "topics",
-        "alter",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "grow",
-        "--partitions",
-        "2",
-    ]);
+    let output = topics("alter", &data, "grow", &["--partitions", "2"]);
     assert_fails_with(
         &output,
         "cannot grow topic grow to 2 partitions: topic grow has 4 partitions; cannot change to 2",
@@ -256,29 +187,14 @@ fn delete_removes_the_topic_and_its_directories_and_the_name_can_be_created_agai
     produce(&data, "doomed", "x\ny\n");
     produce(&data, "kept", "k\n");
 
-    let output = run(&[
-        "topics",
-        "delete",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "doomed",
-    ]);
+    let output = topics("delete", &data, "doomed", &[]);
     assert_success(&output);
     assert_eq!(stdout_lines(&output), ["Deleted topic doomed."]);
     assert_eq!(topic_names(&data), ["kept"]);
     assert!(!data.join("doomed-0").exists());
     assert!(!data.join("doomed-1").exists());
     assert_eq!(consumed_values(&data, "kept", 0), ["k"]);
-    let output = run(&[
-        "consume",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "doomed",
-        "--partition",
-        "0",
-    ]);
+    let output = consume(&data, "doomed", 0, &[]);
     assert_fails_with(&output, "topic doomed does not exist");
 
     create(&data, "doomed", &[]);
@@ -331,42 +247,32 @@ fn errors_exit_1_with_a_clear_message_and_leave_nothing_behind() {
     assert!(!data.exists(), "only create makes a data directory");
 
     create(&data, "t", &[]);
-    let output = run(&["topics", "create", "--dir", dir_arg, "--topic", "t"]);
-    assert_fails_with(&output, "cannot create topic t: topic t already exists");
-    let output = run(&["topics", "describe", "--dir", dir_arg, "--topic", "nope"]);
-    assert_fails_with(
-        &output,
-        "cannot describe topic nope: topic nope does not exist",
-    );
-    let output = run(&[
-        "topics",
-        "alter",
-        "--dir",
-        dir_arg,
-        "--topic",
-        "nope",
-        "--partitions",
-        "3",
-    ]);
-    assert_fails_with(&output, "topic nope does not exist");
-    let output = run(&["topics", "delete", "--dir", dir_arg, "--topic", "nope"]);
-    assert_fails_with(
-        &output,
-        "cannot delete topic nope: topic nope does not exist",
-    );
+    for (args, message) in [
+        (
+            "create --topic t",
+            "cannot create topic t: topic t already exists",
+        ),
+        (
+            "describe --topic nope",
+            "cannot describe topic nope: topic nope does not exist",
+        ),
+        (
+            "alter --topic nope --partitions 3",
+            "topic nope does not exist",
+        ),
+        (
+            "delete --topic nope",
+            "cannot delete topic nope: topic nope does not exist",
+        ),
+    ] {
+        let (command, rest) = args.split_once(' ').unwrap();
+        let args = [&["topics", command, "--dir", dir_arg][..], &words(rest)].concat();
+        assert_fails_with(&run(&args), message);
+    }
     assert_eq!(topic_names(&data), ["t"]);
 
     // A zero partition count is a usage error (exit 2), caught by the argument parser.
-    let output = run(&[
-        "topics",
-        "create",
-        "--dir",
-        dir_arg,
-        "--topic",
-        "z",
-        "--partitions",
-        "0",
-    ]);
+    let output = topics("create", &data, "z", &["--partitions", "0"]);
     assert_eq!(output.status.code(), Some(2));
 }
 
@@ -375,53 +281,29 @@ fn read_commands_read_a_directory_a_running_producer_holds_locked_which_topics_c
 {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = seglog()
-        .args(["produce", "--dir", path_arg(&data), "--topic", "live"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (sender, acks) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if sender.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    let mut stdin = child.stdin.take().unwrap();
+    let args = ["produce", "--dir", path_arg(&data), "--topic", "live"];
+    let mut producer = RunningSeglog::spawn_quiet(&args);
     // One line at a time: each is its own batch.
-    for (offset, line) in ["one\n", "two\n"].iter().enumerate() {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        let ack = acks.recv_timeout(Duration::from_secs(30)).unwrap();
-        assert_eq!(ack, format!("partition=0 offset={offset}"));
+    for (offset, line) in ["one", "two"].iter().enumerate() {
+        producer.write_line(line);
+        assert_eq!(producer.next_line(), format!("partition=0 offset={offset}"));
     }
 
     // The producer is still running, with the directory locked: a writing command cannot open it,
     // the read commands read it without the lock.
-    let output = run(&[
-        "topics",
-        "create",
-        "--dir",
-        path_arg(&data),
-        "--topic",
-        "other",
-    ]);
+    let output = topics("create", &data, "other", &[]);
     assert_fails_with(&output, "is locked by another seglog instance");
     let output = run(&["topics", "list", "--dir", path_arg(&data)]);
     assert_success(&output);
     assert_eq!(topic_names(&data), ["live"]);
-    let output = run(&["verify", "--dir", path_arg(&data)]);
+    let output = verify(&data);
     assert_success(&output);
     assert_eq!(
         stdout_lines(&output).last().unwrap(),
         "OK 1 segments, 2 batches, 2 records"
     );
     let log = data.join("live-0").join("00000000000000000000.log");
-    let output = run(&["dump", "--files", path_arg(&log)]);
+    let output = dump(&[&log], &[]);
     assert_success(&output);
     let lines = stdout_lines(&output);
     assert!(
@@ -433,8 +315,7 @@ fn read_commands_read_a_directory_a_running_producer_holds_locked_which_topics_c
         "{lines:?}"
     );
 
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    assert!(producer.finish().success());
     assert_eq!(topic_names(&data), ["live"]);
 }
 
@@ -442,45 +323,19 @@ fn read_commands_read_a_directory_a_running_producer_holds_locked_which_topics_c
 fn produce_creates_a_missing_topic_with_partitions_and_config_and_an_existing_one_keeps_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let dir_arg = path_arg(&data);
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            dir_arg,
-            "--topic",
-            "auto",
-            "--partitions",
-            "2",
-            "--config",
-            "retention.ms=1000",
-        ],
+    let output = support::produce(
+        &data,
+        "auto",
+        &words("--partitions 2 --config retention.ms=1000"),
         b"a\nb\n",
     );
     assert_success(&output);
-    let description = describe_json(&data, "auto");
-    assert_eq!(description["partition_count"], 2);
-    assert_eq!(
-        description["configs"],
-        serde_json::json!({"retention.ms": "1000"})
-    );
+    assert_keeps_its_first_settings(&data);
 
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            dir_arg,
-            "--topic",
-            "auto",
-            "--partitions",
-            "5",
-            "--config",
-            "retention.ms=2000",
-        ],
-        b"c\n",
-    );
+    let extra = words("--partitions 5 --config retention.ms=2000");
+    let output = support::produce(&data, "auto", &extra, b"c\n");
     assert_success(&output);
-    let warnings = support::stderr_text(&output);
+    let warnings = stderr_text(&output);
     assert!(
         warnings.contains("topic auto exists with 2 partitions; --partitions 5 is ignored"),
         "{warnings}"
@@ -489,7 +344,12 @@ fn produce_creates_a_missing_topic_with_partitions_and_config_and_an_existing_on
         warnings.contains("topic auto exists with its own settings; --config is ignored"),
         "{warnings}"
     );
-    let description = describe_json(&data, "auto");
+    assert_keeps_its_first_settings(&data);
+}
+
+/// Topic `auto` has 2 partitions and `retention.ms=1000`.
+fn assert_keeps_its_first_settings(data: &Path) {
+    let description = describe_json(data, "auto");
     assert_eq!(description["partition_count"], 2);
     assert_eq!(
         description["configs"],

@@ -12,43 +12,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use seglog::engine::{Engine, EngineConfig};
-use support::{assert_success, path_arg, run, run_with_stdin, stdout_lines};
+use support::{
+    assert_exit_code, assert_prints_line_starting, assert_success, create_topic, path_arg, run,
+    segment_logs as logs, stdout_lines, verify,
+};
 
 /// Produces `input` to a new topic created with `configs`.
 fn produce(data: &Path, topic: &str, configs: &[&str], input: &str) {
-    let mut args = vec![
-        "topics",
-        "create",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-    ];
-    for config in configs {
-        args.extend(["--config", config]);
-    }
-    assert_success(&run(&args));
-    let args = [
-        "produce",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-        "--key-separator",
-        ":",
-    ];
-    assert_success(&run_with_stdin(&args, input.as_bytes()));
-}
-
-/// The `.log` files of a partition directory, in base offset order.
-fn logs(partition: &Path) -> Vec<PathBuf> {
-    let mut logs: Vec<PathBuf> = fs::read_dir(partition)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
-        .collect();
-    logs.sort();
-    logs
+    create_topic(data, topic, configs);
+    let output = support::produce(data, topic, &["--key-separator", ":"], input.as_bytes());
+    assert_success(&output);
 }
 
 fn base_offset(log: &Path) -> u64 {
@@ -63,12 +36,8 @@ fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_
     produce(&data, "t", &["segment.bytes=1024"], &values);
     // A compacted topic whose cleaning leaves gaps between segments, which are not findings.
     let keyed: String = (0..200).map(|i| format!("key-{}:v{i}\n", i % 5)).collect();
-    produce(
-        &data,
-        "latest",
-        &["cleanup.policy=compact", "segment.bytes=1024"],
-        &keyed,
-    );
+    let configs = ["cleanup.policy=compact", "segment.bytes=1024"];
+    produce(&data, "latest", &configs, &keyed);
     assert_success(&run(&[
         "clean",
         "--dir",
@@ -76,7 +45,7 @@ fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_
         "--topic",
         "latest",
     ]));
-    let output = run(&["verify", "--dir", path_arg(&data)]);
+    let output = verify(&data);
     assert_success(&output);
     assert!(stdout_lines(&output).last().unwrap().starts_with("OK "));
 
@@ -86,34 +55,33 @@ fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_
     for extension in ["log", "index", "timeindex"] {
         fs::remove_file(missing.with_extension(extension)).unwrap();
     }
-    let output = run(&["verify", "--dir", path_arg(&data)]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = stdout_lines(&output);
+    let output = verify(&data);
+    assert_exit_code(&output, 1);
     let gap = format!(
         "{}: position 0: offset gap: offsets {} to {} are in no segment",
         next.display(),
         base_offset(missing),
         base_offset(next) - 1
     );
-    assert!(
-        lines.iter().any(|line| line.starts_with(&gap)),
-        "{gap:?} in {lines:?}"
-    );
+    assert_prints_line_starting(&output, &gap);
+    let lines = stdout_lines(&output);
     assert!(
         lines.last().unwrap().starts_with("FAILED 1 problems"),
         "{lines:?}"
     );
 
+    assert_engine_refuses_t0(&data, "leaves an offset gap");
+}
+
+/// The engine opens `data` but refuses to open partition `t-0`, saying `reason`.
+fn assert_engine_refuses_t0(data: &Path, reason: &str) {
     let config = EngineConfig {
         pin_shards: false,
         ..EngineConfig::default()
     };
-    let engine = Engine::open(&data, config).unwrap();
+    let engine = Engine::open(data, config).unwrap();
     let refused = engine.describe_partition("t", 0).unwrap_err();
-    assert!(
-        refused.to_string().contains("leaves an offset gap"),
-        "{refused}"
-    );
+    assert!(refused.to_string().contains(reason), "{refused}");
     engine.close().unwrap();
 }
 
@@ -132,16 +100,15 @@ fn verify_reports_each_misnamed_segment_file() {
     for name in &misnamed {
         fs::copy(&log, name).unwrap();
     }
-    let output = run(&["verify", "--dir", path_arg(&data)]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = stdout_lines(&output);
+    let output = verify(&data);
+    assert_exit_code(&output, 1);
     for name in &misnamed {
-        let reported = format!("{}: misnamed segment file", name.display());
-        assert!(
-            lines.iter().any(|line| line.starts_with(&reported)),
-            "{reported:?} in {lines:?}"
+        assert_prints_line_starting(
+            &output,
+            &format!("{}: misnamed segment file", name.display()),
         );
     }
+    let lines = stdout_lines(&output);
     let summary = lines.last().unwrap();
     assert!(
         summary.starts_with("FAILED 3 problems in 1 segments, "),
@@ -165,22 +132,16 @@ fn verify_reports_a_checkpoint_with_no_valid_copy_and_accepts_one_valid_copy() {
     assert!(!present.is_empty(), "the engine writes checkpoint copies");
     fs::write(present[0], b"seglog-checkpoint 1 7 00000000\n0\n0\n").unwrap();
     if present.len() == 1 {
-        let output = run(&["verify", "--dir", path_arg(&data)]);
-        assert_eq!(output.status.code(), Some(1), "{:?}", stdout_lines(&output));
+        assert_exit_code(&verify(&data), 1);
     } else {
-        let output = run(&["verify", "--dir", path_arg(&data)]);
-        assert_success(&output);
+        assert_success(&verify(&data));
         fs::write(present[1], b"torn").unwrap();
     }
-    let output = run(&["verify", "--dir", path_arg(&data)]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = stdout_lines(&output);
+    let output = verify(&data);
+    assert_exit_code(&output, 1);
     let reported = format!(
         "{}: no valid copy (",
         data.join("recovery-point-offset-checkpoint").display()
     );
-    assert!(
-        lines.iter().any(|line| line.starts_with(&reported)),
-        "{reported:?} in {lines:?}"
-    );
+    assert_prints_line_starting(&output, &reported);
 }

@@ -1,5 +1,6 @@
-//! Helpers shared by the `seglog` binary's test files: run the binary with arguments and stdin,
-//! and read what it printed. (`cli.rs` keeps its own copies.)
+//! Helpers shared by the `seglog` binary's test files: run the binary with arguments and stdin
+//! (its common commands spelled once: `produce`, `consume`, `topics`, `verify`, `dump`), read
+//! what it printed, and check it.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -82,8 +83,172 @@ pub fn assert_fails_with(output: &Output, message: &str) {
     );
 }
 
+/// `args` split at spaces: a command line's arguments written as one string.
+pub fn words(args: &str) -> Vec<&str> {
+    args.split_whitespace().collect()
+}
+
+/// The arguments `COMMAND... --dir DIR REST...`, each of `command` and `rest` split at spaces.
+pub fn with_dir(command: &str, dir: &Path, rest: &str) -> Vec<String> {
+    [words(command), vec!["--dir", path_arg(dir)], words(rest)]
+        .concat()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs `seglog args...`.
+pub fn run_args(args: &[String]) -> Output {
+    run_args_with_stdin(args, b"")
+}
+
+/// Runs `seglog args...` with `input` on stdin.
+pub fn run_args_with_stdin(args: &[String], input: &[u8]) -> Output {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_with_stdin(&args, input)
+}
+
 pub fn path_arg(path: &Path) -> &str {
     path.to_str().unwrap()
+}
+
+/// `seglog produce --dir DATA --topic TOPIC EXTRA...` with `input` on stdin.
+pub fn produce(data: &Path, topic: &str, extra: &[&str], input: &[u8]) -> Output {
+    let mut args = vec!["produce", "--dir", path_arg(data), "--topic", topic];
+    args.extend_from_slice(extra);
+    run_with_stdin(&args, input)
+}
+
+/// `seglog consume --dir DATA --topic TOPIC --partition PARTITION EXTRA...`.
+pub fn consume(data: &Path, topic: &str, partition: u32, extra: &[&str]) -> Output {
+    let partition = partition.to_string();
+    let base = ["consume", "--dir", path_arg(data), "--topic", topic];
+    run(&[&base[..], &["--partition", &partition], extra].concat())
+}
+
+/// `seglog topics COMMAND --dir DATA --topic TOPIC EXTRA...`.
+pub fn topics(command: &str, data: &Path, topic: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["topics", command, "--dir", path_arg(data), "--topic", topic];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// `seglog topics create` of `topic` with a `--config` for each of `configs`, which succeeds.
+pub fn create_topic(data: &Path, topic: &str, configs: &[&str]) {
+    let configs: Vec<&str> = configs
+        .iter()
+        .flat_map(|config| ["--config", config])
+        .collect();
+    assert_success(&topics("create", data, topic, &configs));
+}
+
+/// `seglog verify --dir DIR`.
+pub fn verify(dir: &Path) -> Output {
+    run(&["verify", "--dir", path_arg(dir)])
+}
+
+/// `seglog dump EXTRA... --files FILES...`.
+pub fn dump(files: &[&Path], extra: &[&str]) -> Output {
+    let mut args = vec!["dump"];
+    args.extend_from_slice(extra);
+    args.push("--files");
+    args.extend(files.iter().map(|file| path_arg(file)));
+    run(&args)
+}
+
+/// The value of `name=value` in a line `consume` printed as text.
+pub fn text_field(line: &str, name: &str) -> String {
+    let prefix = format!("{name}=");
+    line.split(' ')
+        .find_map(|part| part.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("{name} in {line:?}"))
+        .to_owned()
+}
+
+/// The values `consume` printed as text, in order.
+pub fn text_values(output: &Output) -> Vec<String> {
+    stdout_lines(output)
+        .iter()
+        .map(|line| text_field(line, "value"))
+        .collect()
+}
+
+/// Asserts that the command exited with `code`.
+pub fn assert_exit_code(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        stderr_text(output)
+    );
+}
+
+/// Asserts that a line the command printed on stdout starts with `prefix`.
+pub fn assert_prints_line_starting(output: &Output, prefix: &str) {
+    let lines = stdout_lines(output);
+    assert!(
+        lines.iter().any(|line| line.starts_with(prefix)),
+        "{prefix:?} in {lines:#?}"
+    );
+}
+
+/// Asserts that `seglog verify` of `dir` fails naming an incomplete batch at `position` of `log`.
+pub fn assert_verify_finds_incomplete_batch(dir: &Path, log: &Path, position: u64) {
+    let output = verify(dir);
+    assert_exit_code(&output, 1);
+    let problem = format!("{}: position {position}: incomplete batch", log.display());
+    assert_prints_line_starting(&output, &problem);
+}
+
+/// Asserts that the command failed with exit code 1, printed nothing on stdout and exactly `line`
+/// on stderr.
+pub fn assert_fails_with_line(output: &Output, line: &str) {
+    assert_exit_code(output, 1);
+    assert!(output.stdout.is_empty(), "{:?}", stdout_lines(output));
+    assert_eq!(stderr_text(output), format!("{line}\n"));
+}
+
+/// Asserts a usage error: exit code 2, nothing on stdout, a message on stderr.
+pub fn assert_usage_error(output: &Output) {
+    assert_exit_code(output, 2);
+    assert!(output.stdout.is_empty(), "{:?}", stdout_lines(output));
+    assert!(!output.stderr.is_empty());
+}
+
+/// The `.log` files of a partition directory, in base offset order.
+pub fn segment_logs(partition: &Path) -> Vec<std::path::PathBuf> {
+    let mut logs: Vec<std::path::PathBuf> = std::fs::read_dir(partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+/// The JSON objects a command that succeeded printed, one a line.
+pub fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    assert_success(output);
+    stdout_lines(output)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// `seglog groups COMMAND --dir DATA EXTRA...`.
+pub fn groups(command: &str, data: &Path, extra: &[&str]) -> Output {
+    run(&[&["groups", command, "--dir", path_arg(data)][..], extra].concat())
+}
+
+/// The sum of `field` over the partitions of a group `groups describe --format json` printed.
+pub fn sum_over_partitions(group: &serde_json::Value, field: &str) -> u64 {
+    group["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|partition| partition[field].as_u64().unwrap())
+        .sum()
 }
 
 /// `partition=P offset=O` -> (P, O).
@@ -101,16 +266,7 @@ pub fn parse_text_ack(line: &str) -> (u32, u64) {
 
 /// `seglog topics describe --format json` of one topic, parsed.
 pub fn describe_json(data: &Path, topic: &str) -> serde_json::Value {
-    let output = run(&[
-        "topics",
-        "describe",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-        "--format",
-        "json",
-    ]);
+    let output = topics("describe", data, topic, &["--format", "json"]);
     assert_success(&output);
     let lines = stdout_lines(&output);
     assert_eq!(lines.len(), 1, "one JSON object per topic: {lines:?}");
@@ -119,18 +275,7 @@ pub fn describe_json(data: &Path, topic: &str) -> serde_json::Value {
 
 /// The values `consume` prints for a partition, in offset order.
 pub fn consumed_values(data: &Path, topic: &str, partition: u32) -> Vec<String> {
-    let partition = partition.to_string();
-    let output = run(&[
-        "consume",
-        "--dir",
-        path_arg(data),
-        "--topic",
-        topic,
-        "--partition",
-        &partition,
-        "--format",
-        "json",
-    ]);
+    let output = consume(data, topic, partition, &["--format", "json"]);
     assert_success(&output);
     stdout_lines(&output)
         .iter()
@@ -194,11 +339,20 @@ pub struct RunningSeglog {
 
 impl RunningSeglog {
     pub fn spawn(args: &[&str]) -> RunningSeglog {
+        RunningSeglog::spawn_with_stderr(args, Stdio::inherit())
+    }
+
+    /// Like `spawn`, with its stderr discarded.
+    pub fn spawn_quiet(args: &[&str]) -> RunningSeglog {
+        RunningSeglog::spawn_with_stderr(args, Stdio::null())
+    }
+
+    fn spawn_with_stderr(args: &[&str], stderr: Stdio) -> RunningSeglog {
         let mut child = seglog()
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -216,6 +370,22 @@ impl RunningSeglog {
             child,
             stdin,
             lines,
+        }
+    }
+
+    /// `seglog produce --dir DATA --topic TOPIC`, its stderr discarded.
+    pub fn producer(data: &Path, topic: &str) -> RunningSeglog {
+        RunningSeglog::spawn_quiet(&["produce", "--dir", path_arg(data), "--topic", topic])
+    }
+
+    /// Writes each of `values` as a line, one at a time, and checks that each is acknowledged
+    /// in partition 0, at the offsets from `first_offset` on, before it writes the next: the
+    /// acknowledgement comes while stdin is still open. (`next_line` gives up, and the child is
+    /// killed, if none comes.)
+    pub fn produce_one_at_a_time(&mut self, values: &[&str], first_offset: u64) {
+        for (offset, value) in (first_offset..).zip(values) {
+            self.write_line(value);
+            assert_eq!(self.next_line(), format!("partition=0 offset={offset}"));
         }
     }
 
@@ -240,8 +410,13 @@ impl RunningSeglog {
 
     /// Writes `line` and a newline to its stdin.
     pub fn write_line(&mut self, line: &str) {
+        self.write(&format!("{line}\n"));
+    }
+
+    /// Writes `text` to its stdin.
+    pub fn write(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
         stdin.flush().unwrap();
     }
 
@@ -284,32 +459,9 @@ pub struct DamagedPartition {
 pub fn damaged_partition(data: &Path) -> DamagedPartition {
     let records = 30u64;
     let input: String = (0..records).map(|n| format!("k{n}:value-{n}\n")).collect();
-    let output = run_with_stdin(
-        &[
-            "produce",
-            "--dir",
-            path_arg(data),
-            "--topic",
-            "t",
-            "--key-separator",
-            ":",
-            "--config",
-            "segment.bytes=600",
-            "--linger-ms",
-            "0",
-            "--batch-size",
-            "1",
-        ],
-        input.as_bytes(),
-    );
-    assert_success(&output);
-    let partition = data.join("t-0");
-    let mut logs: Vec<std::path::PathBuf> = std::fs::read_dir(&partition)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "log"))
-        .collect();
-    logs.sort();
+    let extra = words("--key-separator : --config segment.bytes=600 --linger-ms 0 --batch-size 1");
+    assert_success(&produce(data, "t", &extra, input.as_bytes()));
+    let logs = segment_logs(&data.join("t-0"));
     assert!(logs.len() >= 3, "several segments: {logs:?}");
     let file = logs[1].clone();
     let mut bytes = std::fs::read(&file).unwrap();
