@@ -14,7 +14,7 @@ use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::pio::PositionedIo;
-use seglog::log::{LogOpenOptions, PartitionLog};
+use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog};
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 const RECORDS: u64 = 8 * 1024;
@@ -36,6 +36,7 @@ fn build_log(dir: &std::path::Path) -> Option<PartitionLog> {
         recovery_point: Offset(0),
         log_start_offset: None,
         now: TimestampMs(0),
+        mode: LogWriteMode::default(),
     };
     let (mut log, _) = PartitionLog::open(Arc::new(PositionedIo), dir, tp, config, options).ok()?;
     let value = vec![7u8; 1024];

@@ -98,23 +98,6 @@ pub struct LogConfig {
     /// unwritten extents that each write still converts, and appends measured no faster with
     /// them (BENCHMARKS.md § Tried and not kept).
     pub preallocate: bool,
-    /// Not a topic setting: the engine's `EngineConfig::direct_writes`, copied in when a
-    /// partition opens (never saved with the topic). The active segment's `.log` is then written
-    /// with `O_DIRECT` where the file system allows it.
-    pub direct_writes: bool,
-    /// Not a topic setting: the engine's `EngineConfig::prewrite_synced_logs`, copied in when a
-    /// partition opens. A log whose syncs each cover little prewrites the space ahead of its
-    /// appends (stamped zeros, `format::prewrite`), so that its `fdatasync`s rewrite allocated
-    /// blocks instead of growing the file.
-    pub prewrite_synced: bool,
-    /// Not a topic setting: set by the engine's shards, which sync what a roll seals on their
-    /// sync threads (`log/seal_sync.rs`). A roll then leaves the sealed segment's sync to the
-    /// log's owner, and recovery accepts a torn or cut-short tail in a sealed segment that the
-    /// cleaner never rewrote, at or above the recovery point (a crash before that sync). Off, a
-    /// roll syncs in place and such a tail is damage: the open fails. On, the owner also runs
-    /// the directory sync after retention's `.deleted` renames (`log/retention.rs`), and the
-    /// open leaves `.deleted` leftovers to it (pending, due at once) instead of unlinking them.
-    pub deferred_seal_syncs: bool,
 }
 
 /// Two configurations are equal when every setting is; how `retention_ms` was given is not a
@@ -174,9 +157,6 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             retention_precedence: RetentionPrecedence::Default,
             preallocate: false,
-            direct_writes: false,
-            prewrite_synced: true,
-            deferred_seal_syncs: false,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::engine::data_dir::{DataDir, PartitionOffsets};
 use crate::error::{OpenError, PartitionError, StorageError};
 use crate::format::file_name::{parse_partition_dir_name, partition_dir_name};
 use crate::io::{Storage, sync_dir};
-use crate::log::{LogOpenOptions, PartitionLog, RecoveryReport};
+use crate::log::{LogOpenOptions, LogWriteMode, PartitionLog, RecoveryReport};
 use crate::types::{PartitionId, TimestampMs, TopicName, TopicPartition};
 
 /// An open data directory.
@@ -24,6 +24,7 @@ pub struct LogDir {
     storage: Arc<dyn Storage>,
     dir: DataDir,
     default_config: LogConfig,
+    mode: LogWriteMode,
     had_clean_shutdown: bool,
     recovery_points: PartitionOffsets,
     log_start_offsets: PartitionOffsets,
@@ -32,11 +33,22 @@ pub struct LogDir {
 }
 
 impl LogDir {
-    /// Opens (creating if needed) the data directory at `root`, taking its lock.
+    /// Opens (creating if needed) the data directory at `root`, taking its lock; its logs are
+    /// written as standalone logs are ([`LogWriteMode::default`]).
     pub fn open(
         root: &Path,
         storage: Arc<dyn Storage>,
         default_config: LogConfig,
+    ) -> Result<LogDir, OpenError> {
+        LogDir::open_with(root, storage, default_config, LogWriteMode::default())
+    }
+
+    /// [`LogDir::open`], its logs written as `mode` says.
+    pub fn open_with(
+        root: &Path,
+        storage: Arc<dyn Storage>,
+        default_config: LogConfig,
+        mode: LogWriteMode,
     ) -> Result<LogDir, OpenError> {
         default_config.validate()?;
         let (dir, at_open) = DataDir::open(root, storage.clone())?;
@@ -45,6 +57,7 @@ impl LogDir {
             storage,
             dir,
             default_config,
+            mode,
             had_clean_shutdown: at_open.had_clean_shutdown,
             recovery_points: at_open.recovery_points,
             log_start_offsets: at_open.log_start_offsets,
@@ -139,6 +152,7 @@ impl LogDir {
                 recovery_point: self.recovery_points.get(tp).copied().unwrap_or_default(),
                 log_start_offset: self.log_start_offsets.get(tp).copied(),
                 now: TimestampMs::now(),
+                mode: self.mode,
             };
             let (log, report) = PartitionLog::open(
                 self.storage.clone(),

@@ -673,8 +673,15 @@ fn a_segment_refuses_a_write_that_breaks_its_invariants_and_writes_nothing() {
 
     let dir = scratch();
     let storage = storage_from_env();
-    let mut segment =
-        ActiveSegment::create(storage.as_ref(), dir.path(), Offset(0), &config(), now()).unwrap();
+    let mut segment = ActiveSegment::create(
+        storage.as_ref(),
+        dir.path(),
+        Offset(0),
+        &config(),
+        false,
+        now(),
+    )
+    .unwrap();
     let batch = valid_batch(2, 10);
     let appended = |last_offset: u64, size_bytes: u64| AppendedBatch {
         position_in_write: 0,

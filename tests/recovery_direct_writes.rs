@@ -1,4 +1,4 @@
-//! Recovery of logs written with `O_DIRECT` (`LogConfig::direct_writes`) and of preallocated
+//! Recovery of logs written with `O_DIRECT` (`LogWriteMode::direct_writes`) and of preallocated
 //! logs: every batch is served and no padding is left after a close; a crash cuts only the last
 //! block's padding and the space reserved ahead; a consumer reading past the page cache while
 //! the writer appends reads every record; data found in the reserved space past the log end is
@@ -25,7 +25,7 @@ use seglog::config::LogConfig;
 use seglog::error::{AppendError, StorageError};
 use seglog::format::Batch;
 use seglog::io::{IoBackend, ring_tests_must_run};
-use seglog::log::{PartitionLog, RecoveryReport};
+use seglog::log::{LogWriteMode, PartitionLog, RecoveryReport};
 use seglog::testing::{current_test, skip};
 use seglog::types::Offset;
 use support::assert_matches;
@@ -38,10 +38,16 @@ mod support;
 fn direct_config() -> LogConfig {
     LogConfig {
         segment_bytes: 16 * 1024,
-        direct_writes: true,
         ..config()
     }
 }
+
+/// Appends written with `O_DIRECT`.
+const DIRECT: LogWriteMode = LogWriteMode {
+    direct_writes: true,
+    prewrite_synced: true,
+    deferred_seal_syncs: false,
+};
 
 /// A scratch directory on a disk (tmpfs before Linux 6.6 has no `O_DIRECT`): `/var/tmp` when it
 /// can, else the system's temporary directory. `None`, after a `SKIP:` line (a failure under
@@ -68,7 +74,7 @@ fn direct_scratch() -> Option<tempfile::TempDir> {
 }
 
 fn open_direct(dir: &Path, clean: bool, recovery_point: Offset) -> (PartitionLog, RecoveryReport) {
-    open_partition_log(dir, direct_config(), clean, recovery_point.0)
+    open_partition_log_with(dir, direct_config(), DIRECT, clean, recovery_point.0)
 }
 
 /// A log written with `O_DIRECT` in a scratch directory, opened uncleanly from offset 0, holding
@@ -165,10 +171,9 @@ fn a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_
     let config = LogConfig {
         segment_bytes: 64 * 1024 * 1024,
         index_interval_bytes: 4096,
-        direct_writes: true,
         ..config()
     };
-    let (mut log, _) = open_partition(&dir, config, false, 0, storage).unwrap();
+    let (mut log, _) = open_partition_on(&dir, (config, DIRECT), false, 0, storage).unwrap();
     let append = |log: &mut PartitionLog, batches: usize| {
         for _ in 0..batches {
             let first = log.log_end_offset().0;

@@ -1,4 +1,4 @@
-//! Recovery of logs that prewrite the space past their end (`LogConfig::prewrite_synced`, on by
+//! Recovery of logs that prewrite the space past their end (`LogWriteMode::prewrite_synced`, on by
 //! default): a log synced in small steps prewrites stamped zeros ahead and holds only its batches
 //! after a crash and after a close; nothing is prewritten with large syncs or when told not to;
 //! a prewrite that landed over synced batches, data written into or past the prewritten space,
@@ -27,7 +27,7 @@ use seglog::format::Batch;
 use seglog::io::Storage;
 use seglog::io::hooked::StorageHooks;
 use seglog::io::storage_from_env;
-use seglog::log::{PartitionLog, RecoveryReport};
+use seglog::log::{LogWriteMode, PartitionLog, RecoveryReport};
 use seglog::types::Offset;
 use support::batches::keyed_batch;
 use support::hooks::hooked;
@@ -47,7 +47,7 @@ fn populate_synced(log: &mut PartitionLog, batches: usize) {
 fn a_log_synced_in_small_steps_prewrites_ahead_and_holds_only_its_batches_after_a_crash_and_close()
 {
     let (_root, dir) = scratch_partition();
-    assert!(LogConfig::default().prewrite_synced, "on by default");
+    assert!(LogWriteMode::default().prewrite_synced, "on by default");
     let open = |clean: bool| try_open_plain(&dir, clean).unwrap();
     let (mut log, _) = open(false);
     populate_synced(&mut log, 50);
@@ -85,27 +85,28 @@ fn a_log_prewrites_nothing_unsynced_with_large_syncs_or_when_told_not_to() {
         segment_bytes: 64 * 1024 * 1024,
         ..config()
     };
-    type Case = (&'static str, LogConfig, fn(&mut PartitionLog));
+    type Case = (&'static str, LogWriteMode, fn(&mut PartitionLog));
+    let prewrite_off = LogWriteMode {
+        prewrite_synced: false,
+        ..LogWriteMode::default()
+    };
     let cases: [Case; 3] = [
-        ("never synced", large.clone(), |log| populate(log, 200)),
-        ("syncs of 200 KiB", large.clone(), |log| {
+        ("never synced", LogWriteMode::default(), |log| {
+            populate(log, 200)
+        }),
+        ("syncs of 200 KiB", LogWriteMode::default(), |log| {
             for _ in 0..4 {
                 append_bytes(log, 200 * 1024);
                 log.flush().unwrap();
             }
         }),
-        (
-            "prewrite_synced off",
-            LogConfig {
-                prewrite_synced: false,
-                ..large
-            },
-            |log| populate_synced(log, 50),
-        ),
+        ("prewrite_synced off", prewrite_off, |log| {
+            populate_synced(log, 50)
+        }),
     ];
-    for (case, config, fill) in cases {
+    for (case, mode, fill) in cases {
         let (_root, dir) = scratch_partition();
-        let (mut log, _) = open_partition_log(&dir, config, false, 0);
+        let (mut log, _) = open_partition_log_with(&dir, large.clone(), mode, false, 0);
         fill(&mut log);
         let payload = payload_bytes(&served_batches(&mut log));
         assert_eq!(

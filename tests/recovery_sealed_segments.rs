@@ -17,36 +17,33 @@
 use std::fs;
 use std::path::PathBuf;
 
-use seglog::config::LogConfig;
 use seglog::io::storage_from_env;
-use seglog::log::PartitionLog;
+use seglog::log::{LogWriteMode, PartitionLog};
 use seglog::log_dir::LogDir;
 use seglog::types::Offset;
 use support::dirs::flip_byte;
-use support::logs;
 use support::recovery::*;
 
 mod support;
 
-/// The configuration of a log whose owner syncs what rolls seal (the engine's shards).
-fn deferred_config() -> LogConfig {
-    LogConfig {
-        deferred_seal_syncs: true,
-        ..config()
-    }
+/// How a log whose owner syncs what rolls seal (the engine's shards) is written.
+const DEFERRED: LogWriteMode = LogWriteMode {
+    direct_writes: false,
+    prewrite_synced: true,
+    deferred_seal_syncs: true,
+};
+
+fn open_dir_with(root: &std::path::Path, mode: LogWriteMode) -> LogDir {
+    LogDir::open_with(root, storage_from_env(), config(), mode).unwrap()
 }
 
-fn open_dir_with(root: &std::path::Path, config: LogConfig) -> LogDir {
-    logs::open_dir(root, config)
-}
-
-/// With `LogConfig::deferred_seal_syncs` a roll leaves the recovery point where it was and hands
+/// With `LogWriteMode::deferred_seal_syncs` a roll leaves the recovery point where it was and hands
 /// the sealed segment's sync to the owner; reporting it moves the recovery point to the segment's
 /// end, and a flush syncs any seal the owner has not taken before the active segment.
 #[test]
 fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
     let (root, _) = scratch_partition();
-    let mut log_dir = open_dir_with(root.path(), deferred_config());
+    let mut log_dir = open_dir_with(root.path(), DEFERRED);
     log_dir.create_topic(&topic(), 1).unwrap();
     let log = log_dir.partition(&topic(), 0).unwrap();
     let rolls_until = |log: &mut PartitionLog| {
@@ -129,7 +126,7 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
         let (work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut, None);
-        let mut log_dir = open_dir_with(work.path(), deferred_config());
+        let mut log_dir = open_dir_with(work.path(), DEFERRED);
         let log = log_dir.partition(&topic(), 0).unwrap();
         assert_eq!(log.log_end_offset(), Offset(cut_at), "{cut:?}");
         assert_serves(log, &kept);
@@ -152,10 +149,10 @@ fn a_sealed_segment_cut_below_the_recovery_point_or_in_a_log_that_syncs_its_seal
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
         // With the checkpoint the clean close wrote, the recovery point is at the log end.
-        for (recovery_point, config) in [(Some(0), deferred_config()), (None, config())] {
+        for (recovery_point, mode) in [(Some(0), DEFERRED), (None, LogWriteMode::default())] {
             let (work, dir, _, _) = cut_sealed_segment(&closed, cut, recovery_point);
             let before = segment_logs(&dir);
-            let mut log_dir = open_dir_with(work.path(), config);
+            let mut log_dir = open_dir_with(work.path(), mode);
             let opened = log_dir.partition(&topic(), 0).map(|_| ());
             assert!(opened.is_err(), "{cut:?}, {recovery_point:?}: {opened:?}");
             assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");

@@ -18,7 +18,7 @@ use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::error::{ReadError, StorageError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
-use seglog::log::PartitionLog;
+use seglog::log::{LogWriteMode, PartitionLog};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 use support::assert_matches;
@@ -45,11 +45,11 @@ fn batch(timestamp_ms: i64) -> Bytes {
 /// one at offset `i` stamped `T0 + i hours`, four batches (of 275 bytes) per 1100-byte segment.
 fn populated_on(
     storage: Arc<dyn Storage>,
-    config: LogConfig,
+    (config, mode): (LogConfig, LogWriteMode),
     count: i64,
 ) -> (tempfile::TempDir, LogDir) {
     let root = tempfile::tempdir().unwrap();
-    let mut log_dir = LogDir::open(root.path(), storage, config).unwrap();
+    let mut log_dir = LogDir::open_with(root.path(), storage, config, mode).unwrap();
     let topic = TopicName::parse("events").unwrap();
     log_dir.create_topic(&topic, 1).unwrap();
     let log = log_dir.partition(&topic, 0).unwrap();
@@ -62,7 +62,11 @@ fn populated_on(
 
 /// [`populated_on`] the backend `SEGLOG_IO_BACKEND` names, with `settings`.
 fn populated(settings: &[(&str, &str)], count: i64) -> (tempfile::TempDir, LogDir) {
-    populated_on(storage_from_env(), config(settings), count)
+    populated_on(
+        storage_from_env(),
+        (config(settings), LogWriteMode::default()),
+        count,
+    )
 }
 
 fn log(log_dir: &mut LogDir) -> &mut PartitionLog {
@@ -274,11 +278,11 @@ fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
 #[test]
 fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
     let settings = [("retention.ms", "1000"), ("file.delete.delay.ms", "0")];
-    let config = LogConfig {
+    let mode = LogWriteMode {
         deferred_seal_syncs: true,
-        ..config(&settings)
+        ..LogWriteMode::default()
     };
-    let (root, mut log_dir) = populated_on(storage_from_env(), config, 10);
+    let (root, mut log_dir) = populated_on(storage_from_env(), (config(&settings), mode), 10);
     let log = log(&mut log_dir);
     let storage = storage_from_env();
     for seal in log.take_unsynced_seals() {
@@ -637,7 +641,11 @@ impl seglog::io::hooked::StorageHooks for FailSyncs {
 #[test]
 fn delete_records_on_a_failed_log_changes_nothing_until_it_is_reopened() {
     let hooks = Arc::new(FailSyncs::default());
-    let (dir, mut log_dir) = populated_on(hooked(hooks.clone()), config(&[]), 12);
+    let (dir, mut log_dir) = populated_on(
+        hooked(hooks.clone()),
+        (config(&[]), LogWriteMode::default()),
+        12,
+    );
     let log = log(&mut log_dir);
     let segments = log.segment_count();
     hooks.0.store(true, std::sync::atomic::Ordering::SeqCst);

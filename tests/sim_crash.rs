@@ -35,7 +35,7 @@ use seglog::format::file_name::{SegmentFileKind, segment_path};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::Storage;
 use seglog::io::sim::{CrashMode, Fault, SimRng, SimStorage};
-use seglog::log::PartitionLog;
+use seglog::log::{LogWriteMode, PartitionLog};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 use support::dirs::scratch;
@@ -91,10 +91,17 @@ fn config(regime: Regime) -> LogConfig {
 /// are cut, so a misdirected write that landed there is reported, not cut away.
 fn config_for_seed(regime: Regime, seed: u64) -> LogConfig {
     let mut config = config(regime);
-    config.direct_writes = seed % 3 == 1;
     config.preallocate = seed % 3 == 2;
-    config.prewrite_synced = seed.is_multiple_of(3);
     config
+}
+
+/// A run's write mode, by seed (see [`config_for_seed`]), with or without deferred seal syncs.
+fn mode_for_seed(seed: u64, deferred_seal_syncs: bool) -> LogWriteMode {
+    LogWriteMode {
+        direct_writes: seed % 3 == 1,
+        prewrite_synced: seed.is_multiple_of(3),
+        deferred_seal_syncs,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +144,7 @@ struct Run {
     map: OffsetMap,
     trace: bool,
     /// Rolls leave their seal's sync to the test, as the engine's shard takes it
-    /// (`LogConfig::deferred_seal_syncs`): the test syncs taken seals at random later steps.
+    /// (`LogWriteMode::deferred_seal_syncs`): the test syncs taken seals at random later steps.
     deferred_seals: bool,
 }
 
@@ -170,10 +177,7 @@ impl Run {
     }
 
     fn config(&self) -> LogConfig {
-        LogConfig {
-            deferred_seal_syncs: self.deferred_seals,
-            ..config_for_seed(self.regime, self.seed)
-        }
+        config_for_seed(self.regime, self.seed)
     }
 
     fn storage(&self) -> Arc<dyn Storage> {
@@ -194,7 +198,9 @@ impl Run {
     }
 
     fn open(&self) -> Result<LogDir, String> {
-        LogDir::open(self.root(), self.storage(), self.config()).map_err(|e| e.to_string())
+        let mode = mode_for_seed(self.seed, self.deferred_seals);
+        LogDir::open_with(self.root(), self.storage(), self.config(), mode)
+            .map_err(|e| e.to_string())
     }
 
     /// One crash point: a workload until the process dies (or a budget ends), a power cut, a
@@ -893,7 +899,7 @@ fn restarted_after_a_failed_deferred_seal_sync(
     let dir = scratch();
     let sim = SimStorage::new(dir.path(), seed).unwrap();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let mut log_dir = LogDir::open(dir.path(), storage.clone(), deferred_config()).unwrap();
+    let mut log_dir = open_deferred(dir.path(), storage.clone());
     log_dir.create_topic(&topic(), 1).unwrap();
     let log = log_dir.partition(&topic(), 0).unwrap();
     assert!(append_and_flush(log, 0, 2), "a small sync");
@@ -915,21 +921,25 @@ fn restarted_after_a_failed_deferred_seal_sync(
         log_dir.close().is_err(),
         "the failed log does not close cleanly"
     );
-    let log_dir = LogDir::open(dir.path(), storage, deferred_config()).unwrap();
+    let log_dir = open_deferred(dir.path(), storage);
     (dir, sim, log_dir)
 }
 
-fn deferred_config() -> LogConfig {
-    LogConfig {
-        deferred_seal_syncs: true,
-        ..config(Regime::Delete)
-    }
+/// Seal syncs left to the owner, as the engine's shards take them.
+const DEFERRED: LogWriteMode = LogWriteMode {
+    direct_writes: false,
+    prewrite_synced: true,
+    deferred_seal_syncs: true,
+};
+
+fn open_deferred(dir: &Path, storage: Arc<dyn Storage>) -> LogDir {
+    LogDir::open_with(dir, storage, config(Regime::Delete), DEFERRED).unwrap()
 }
 
 /// What a power cut leaves of the log in `dir`, read back in full.
 fn values_after_a_power_cut(dir: &Path, sim: &SimStorage) -> Result<Vec<u8>, String> {
     sim.crash_with(CrashMode::DropVolatile).unwrap();
-    let mut log_dir = LogDir::open(dir, Arc::new(sim.clone()), deferred_config()).unwrap();
+    let mut log_dir = open_deferred(dir, Arc::new(sim.clone()));
     let log = log_dir
         .partition(&topic(), 0)
         .map_err(|error| error.to_string())?;
@@ -1010,11 +1020,9 @@ fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
     let dir = scratch();
     let sim = SimStorage::new(dir.path(), 6).unwrap();
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    let config = LogConfig {
-        deferred_seal_syncs: true,
-        ..config(Regime::Compact)
-    };
-    let mut log_dir = LogDir::open(dir.path(), storage.clone(), config.clone()).unwrap();
+    let config = config(Regime::Compact);
+    let mut log_dir =
+        LogDir::open_with(dir.path(), storage.clone(), config.clone(), DEFERRED).unwrap();
     log_dir.create_topic(&topic(), 1).unwrap();
     let log = log_dir.partition(&topic(), 0).unwrap();
     append_flush_roll(log, &sim, keyed_record(b"z", Some(b"0")), T0);
@@ -1034,7 +1042,7 @@ fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
     drop(log_dir);
     sim.crash_with(CrashMode::DropVolatile).unwrap();
 
-    let mut log_dir = LogDir::open(dir.path(), storage, config).unwrap();
+    let mut log_dir = LogDir::open_with(dir.path(), storage, config, DEFERRED).unwrap();
     let served = read_all(log_dir.partition(&topic(), 0).unwrap(), Regime::Compact).unwrap();
     assert!(
         served.iter().all(|(_, record)| record.key != b"k"),

@@ -55,7 +55,7 @@ use seglog::error::{AppendError, PartitionError, StorageError};
 use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord, Record};
 use seglog::io::sim::{Fault, SimStorage};
-use seglog::log::{PartitionLog, RecordRead};
+use seglog::log::{LogWriteMode, PartitionLog, RecordRead};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 
@@ -461,11 +461,12 @@ impl Run {
     }
 
     fn open(&self) -> Result<LogDir, String> {
-        let config = LogConfig {
+        let mode = LogWriteMode {
             deferred_seal_syncs: self.deferred_seal_syncs,
-            ..config(self.policy)
+            ..LogWriteMode::default()
         };
-        LogDir::open(&self.root, Arc::new(self.sim.clone()), config)
+        let storage = Arc::new(self.sim.clone());
+        LogDir::open_with(&self.root, storage, config(self.policy), mode)
             .map_err(|error| error.to_string())
     }
 

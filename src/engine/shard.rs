@@ -35,8 +35,8 @@ use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
-    AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, PartitionLog,
-    RecordRead, RetentionOutcome, ValidatedBatches,
+    AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, LogWriteMode,
+    PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -793,7 +793,7 @@ impl Shard {
     }
 
     fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
-        let mut config = {
+        let config = {
             let topics = self
                 .context
                 .topics
@@ -804,10 +804,6 @@ impl Shard {
                 .cloned()
                 .ok_or(LookupError::Unknown)?
         };
-        config.direct_writes = self.context.direct_writes;
-        config.prewrite_synced = self.context.prewrite_synced_logs;
-        // A roll's sync of the segment it seals runs on the sync threads, not in the append.
-        config.deferred_seal_syncs = true;
         let evicted = self.evicted.get(tp);
         let options = LogOpenOptions {
             had_clean_shutdown: self.context.had_clean_shutdown || self.opened.contains(tp),
@@ -819,6 +815,13 @@ impl Shard {
                 .map(|checkpoint| checkpoint.log_start_offset)
                 .or_else(|| self.context.log_start_offsets.get(tp).copied()),
             now: TimestampMs::now(),
+            mode: LogWriteMode {
+                direct_writes: self.context.direct_writes,
+                prewrite_synced: self.context.prewrite_synced_logs,
+                // A roll's sync of the segment it seals runs on the sync threads, not in the
+                // append.
+                deferred_seal_syncs: true,
+            },
         };
         let dir = self.context.root.join(partition_dir_name(tp));
         let storage = self.context.storage.clone();

@@ -273,7 +273,7 @@ impl PartitionLog {
 
     /// Seals the active segment and starts a new, empty one at the log end offset. The old
     /// segment and the directory are synced here, which moves the recovery point to the old
-    /// segment's end, unless `LogConfig::deferred_seal_syncs` leaves that sync to the owner
+    /// segment's end, unless `LogWriteMode::deferred_seal_syncs` leaves that sync to the owner
     /// (`seal_sync.rs`).
     pub fn roll(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         self.check_not_failed()?;
@@ -281,7 +281,7 @@ impl PartitionLog {
         if self.active().is_empty() {
             return Ok(());
         }
-        let deferred = self.config.deferred_seal_syncs;
+        let deferred = self.mode.deferred_seal_syncs;
         let sealed = match deferred {
             true => self.active_mut().finish_appends(),
             false => self.active_mut().seal(),
@@ -301,6 +301,7 @@ impl PartitionLog {
             &self.dir,
             new_base_offset,
             &self.config,
+            self.mode.direct_writes,
             now,
         );
         let segment = self.fail_on(segment)?;

@@ -33,6 +33,36 @@ use crate::types::{Offset, TimestampMs, TopicPartition};
 pub use segments::SEALED_OPEN_MAX;
 
 pub use crate::cleaner::log_cleaner::CompactionOutcome;
+
+/// How a log's owner writes it: the engine's settings, the same for every partition it opens,
+/// never a topic's (`LogConfig`) and never saved. The defaults are a standalone log's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogWriteMode {
+    /// Write the active segment's `.log` with `O_DIRECT` where the file system allows it
+    /// (`EngineConfig::direct_writes`).
+    pub direct_writes: bool,
+    /// While syncs each cover little, prewrite the space ahead of the appends (stamped zeros,
+    /// `format::prewrite`), so that `fdatasync`s rewrite allocated blocks instead of growing the
+    /// file (`EngineConfig::prewrite_synced_logs`).
+    pub prewrite_synced: bool,
+    /// A roll leaves the sealed segment's sync to the owner, which syncs it on its sync threads
+    /// (`seal_sync.rs`; the engine's shards). Recovery then accepts a torn or cut-short tail in a
+    /// sealed segment the cleaner never rewrote, at or above the recovery point (a crash before
+    /// that sync); the owner also runs the directory sync after retention's `.deleted` renames
+    /// (`retention.rs`), and the open leaves `.deleted` leftovers to it. Off, a roll syncs in
+    /// place and such a tail is damage: the open fails.
+    pub deferred_seal_syncs: bool,
+}
+
+impl Default for LogWriteMode {
+    fn default() -> LogWriteMode {
+        LogWriteMode {
+            direct_writes: false,
+            prewrite_synced: true,
+            deferred_seal_syncs: false,
+        }
+    }
+}
 pub use append::{AppendInfo, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
@@ -90,6 +120,7 @@ pub struct PartitionLog {
     dir: PathBuf,
     topic_partition: TopicPartition,
     config: LogConfig,
+    mode: LogWriteMode,
     storage: Arc<dyn Storage>,
     /// Sorted by base offset; the last one is active. Never empty.
     segments: SegmentList,
@@ -121,7 +152,7 @@ pub struct PartitionLog {
     /// What point lookups' batch digests may take (`segment/lookup.rs`): unlimited unless the
     /// owner sets one it shares with other logs (`set_digest_budget`).
     digest_budget: DigestBudget,
-    /// Sealed segments whose sync the owner has not taken yet (`LogConfig::deferred_seal_syncs`,
+    /// Sealed segments whose sync the owner has not taken yet (`LogWriteMode::deferred_seal_syncs`,
     /// `seal_sync.rs`).
     unsynced_seals: Vec<UnsyncedSeal>,
     /// The ends of the sealed segments whose seal sync has not been reported yet, oldest first
@@ -369,9 +400,10 @@ impl PartitionLog {
         }
         let config = self.config.clone();
         let storage = self.storage.clone();
+        let direct_writes = self.mode.direct_writes;
         let active = self.active_mut();
         active.truncate_to(offset)?;
-        active.prepare_appends(storage.as_ref(), &config)?;
+        active.prepare_appends(storage.as_ref(), &config, direct_writes)?;
         let log_end_offset = self.log_end_offset();
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);
@@ -415,7 +447,7 @@ impl PartitionLog {
             0 => synced_bytes,
             average => (average * 3 + synced_bytes) / 4,
         };
-        self.prewrite_bytes = match self.config.prewrite_synced {
+        self.prewrite_bytes = match self.mode.prewrite_synced {
             true => prewrite_bytes_for(self.sync_bytes_average, self.config.segment_bytes),
             false => 0,
         };

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::cleaned_end;
 use super::segments::SegmentList;
-use super::{DigestBudget, PartitionLog};
+use super::{DigestBudget, LogWriteMode, PartitionLog};
 use crate::config::LogConfig;
 use crate::error::{OpenError, StorageError};
 use crate::format::file_name::{FileState, SegmentFileKind, SegmentFileName};
@@ -33,7 +33,10 @@ pub struct LogOpenOptions {
     pub recovery_point: Offset,
     /// From `log-start-offset-checkpoint`, if present.
     pub log_start_offset: Option<Offset>,
+    /// The clock at open.
     pub now: TimestampMs,
+    /// How the owner writes the log.
+    pub mode: LogWriteMode,
 }
 
 /// What opening a log repaired.
@@ -63,7 +66,7 @@ impl PartitionLog {
         config.validate()?;
         crate::segment::create_dir_all(storage.as_ref(), dir)?;
         // An owner with threads of its own (the engine) unlinks `.deleted` leftovers there.
-        let keep_deleted = config.deferred_seal_syncs;
+        let keep_deleted = options.mode.deferred_seal_syncs;
         let names = list_names(storage.as_ref(), dir)?;
         let (leftovers_swept, leftover_deletions) =
             sweep_leftovers(storage.as_ref(), dir, &names, keep_deleted)?;
@@ -99,6 +102,7 @@ impl PartitionLog {
                     dir,
                     log_start_checkpoint,
                     &config,
+                    options.mode.direct_writes,
                     options.now,
                 )?;
                 // The new files' names must be durable before an append to them is acknowledged.
@@ -113,6 +117,7 @@ impl PartitionLog {
             dir: dir.to_owned(),
             topic_partition,
             config,
+            mode: options.mode,
             storage,
             segments: SegmentList::new(sealed, active),
             log_start_offset: Offset(0),
@@ -164,6 +169,7 @@ impl PartitionLog {
                 &self.dir,
                 self.log_start_offset,
                 &self.config,
+                self.mode.direct_writes,
                 options.now,
             )?;
             for slot in self.segments.replace_all(segment) {
@@ -172,8 +178,9 @@ impl PartitionLog {
         }
         let config = self.config.clone();
         let storage = self.storage.clone();
+        let direct_writes = self.mode.direct_writes;
         let active = self.active_mut();
-        active.prepare_appends(storage.as_ref(), &config)?;
+        active.prepare_appends(storage.as_ref(), &config, direct_writes)?;
         if repaired {
             // Recovery validated every byte from the recovery point on; syncing it (and the
             // directory, after any deletion) makes all of it durable. (After an unclean shutdown
@@ -242,7 +249,7 @@ fn load_segments(
         let dense = is_last || never_cleaned(*base_offset);
         // A sealed segment may have a torn tail only if its roll left the sync for later and the
         // cleaner never rewrote it (a cleaned segment is synced before its swap).
-        let invalid_tail = match is_last || (config.deferred_seal_syncs && dense) {
+        let invalid_tail = match is_last || (options.mode.deferred_seal_syncs && dense) {
             true => InvalidTail::TruncateFrom(options.recovery_point),
             false => InvalidTail::Refuse,
         };
@@ -259,7 +266,7 @@ fn load_segments(
         if !recover
             && !options.had_clean_shutdown
             && !is_last
-            && config.deferred_seal_syncs
+            && options.mode.deferred_seal_syncs
             && loaded.segment.next_offset() == options.recovery_point
         {
             // Its batches were synced, but the roll that sealed it left the sync of its cut to
@@ -278,7 +285,7 @@ fn load_segments(
             let previous_dense = never_cleaned(previous.base_offset());
             let previous_end = previous.next_offset();
             if previous_recovered
-                && config.deferred_seal_syncs
+                && options.mode.deferred_seal_syncs
                 && previous_dense
                 && previous_end < loaded.segment.base_offset()
                 && previous_end >= options.recovery_point

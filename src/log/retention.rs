@@ -11,7 +11,7 @@
 //! earlier rename's directory sync is outstanding, so that a power cut cannot keep a later
 //! rename and lose an earlier one.
 //!
-//! With `LogConfig::deferred_seal_syncs` that directory sync is the owner's, as a roll's seal
+//! With `LogWriteMode::deferred_seal_syncs` that directory sync is the owner's, as a roll's seal
 //! sync is (`seal_sync.rs`): the renames leave it due, the owner takes it
 //! ([`PartitionLog::take_renames_sync`]), syncs the directory off its request path and reports
 //! ([`PartitionLog::mark_renames_synced`]); a failure fails the log.
@@ -66,7 +66,7 @@ enum DeletionState {
 }
 
 /// The directory sync that makes `.deleted` renames durable, when the owner runs it
-/// (`LogConfig::deferred_seal_syncs`).
+/// (`LogWriteMode::deferred_seal_syncs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum RenamesSync {
     /// No rename waits for a directory sync.
@@ -231,7 +231,7 @@ impl PartitionLog {
 
     /// Syncs the directory after renames, or leaves that sync due to the owner.
     fn make_renames_durable(&mut self) -> Result<(), StorageError> {
-        if self.config.deferred_seal_syncs {
+        if self.mode.deferred_seal_syncs {
             self.renames_sync = RenamesSync::Due;
             return Ok(());
         }
@@ -255,7 +255,7 @@ impl PartitionLog {
     }
 
     /// The directory whose sync `.deleted` renames wait for, if its sync is due and the owner
-    /// has not taken it yet (`LogConfig::deferred_seal_syncs`). Report the outcome with
+    /// has not taken it yet (`LogWriteMode::deferred_seal_syncs`). Report the outcome with
     /// [`PartitionLog::mark_renames_synced`].
     pub fn take_renames_sync(&mut self) -> Option<PathBuf> {
         if self.renames_sync != RenamesSync::Due {

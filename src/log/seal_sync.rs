@@ -5,7 +5,7 @@
 //! every dirty page of the sealed segment at once — up to a whole segment of them without a sync
 //! policy — and the log's owner waits for it (long, for a 1 GiB segment). An owner with
 //! its own sync threads (the engine's shard) opens the log with
-//! `LogConfig::deferred_seal_syncs`, as Kafka schedules the flush of a rolled segment instead of
+//! `LogWriteMode::deferred_seal_syncs`, as Kafka schedules the flush of a rolled segment instead of
 //! running it in the append: the roll then only trims the indexes and records an
 //! [`UnsyncedSeal`], which the owner takes, syncs off the append path and reports with
 //! [`PartitionLog::mark_seal_synced`].
@@ -89,7 +89,7 @@ impl UnsyncedSeal {
 
 impl PartitionLog {
     /// The seals rolls left unsynced since the last call, oldest first
-    /// (`LogConfig::deferred_seal_syncs`).
+    /// (`LogWriteMode::deferred_seal_syncs`).
     pub fn take_unsynced_seals(&mut self) -> Vec<UnsyncedSeal> {
         std::mem::take(&mut self.unsynced_seals)
     }

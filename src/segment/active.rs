@@ -58,6 +58,7 @@ impl ActiveSegment {
         dir: &Path,
         base_offset: Offset,
         config: &LogConfig,
+        direct_writes: bool,
         now: TimestampMs,
     ) -> Result<ActiveSegment, StorageError> {
         let log_path = segment_path(dir, base_offset, SegmentFileKind::Log);
@@ -67,7 +68,7 @@ impl ActiveSegment {
             .map(Arc::<dyn StorageFile>::from)?;
         log.set_length_bytes(0)
             .map_err(|source| StorageError::io("truncate", &log_path, source))?;
-        let direct = match config.direct_writes {
+        let direct = match direct_writes {
             true => DirectWriter::open(storage, &log_path, log.as_ref(), 0)?,
             false => None,
         };
@@ -92,7 +93,7 @@ impl ActiveSegment {
         };
         Ok(ActiveSegment {
             direct,
-            preallocate_max_bytes: preallocate_max_bytes(config),
+            preallocate_max_bytes: preallocate_max_bytes(config, direct_writes),
             ..ActiveSegment::from_sealed(segment)
         })
     }
@@ -111,15 +112,16 @@ impl ActiveSegment {
     }
 
     /// Grows the indexes back to their preallocated size so appends can continue, and opens the
-    /// direct write side when the configuration asks for it.
+    /// `O_DIRECT` write side with `direct_writes`.
     pub fn prepare_appends(
         &mut self,
         storage: &dyn Storage,
         config: &LogConfig,
+        direct_writes: bool,
     ) -> Result<(), StorageError> {
-        self.preallocate_max_bytes = preallocate_max_bytes(config);
+        self.preallocate_max_bytes = preallocate_max_bytes(config, direct_writes);
         let segment = &mut self.segment;
-        if config.direct_writes && self.direct.is_none() {
+        if direct_writes && self.direct.is_none() {
             self.direct =
                 DirectWriter::open(storage, &segment.log_path, segment.log.as_ref(), segment.size_bytes)?;
         }
@@ -534,8 +536,8 @@ impl ActiveSegment {
 /// `preallocate`, and every `O_DIRECT` writer: an `O_DIRECT` write that would grow the file (or
 /// fill a hole) cannot be issued without blocking, so io_uring hands it to a worker thread, while
 /// one into reserved blocks below the file's length goes to the device at once.
-fn preallocate_max_bytes(config: &LogConfig) -> u64 {
-    if config.preallocate || config.direct_writes {
+fn preallocate_max_bytes(config: &LogConfig, direct_writes: bool) -> u64 {
+    if config.preallocate || direct_writes {
         config.segment_bytes
     } else {
         0

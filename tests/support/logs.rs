@@ -8,7 +8,7 @@ use seglog::config::LogConfig;
 use seglog::error::OpenError;
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
-use seglog::log::{LogOpenOptions, PartitionLog, RecoveryReport};
+use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -30,6 +30,7 @@ pub fn open_options(clean: bool, recovery_point: u64, now_ms: i64) -> LogOpenOpt
         recovery_point: Offset(recovery_point),
         log_start_offset: None,
         now: TimestampMs(now_ms),
+        mode: LogWriteMode::default(),
     }
 }
 

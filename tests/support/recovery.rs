@@ -14,7 +14,7 @@ use seglog::config::LogConfig;
 use seglog::error::{OpenError, ReadError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
-use seglog::log::{PartitionLog, RecoveryReport};
+use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog, RecoveryReport};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -528,8 +528,35 @@ pub fn open_partition(
     recovery_point: u64,
     storage: Arc<dyn Storage>,
 ) -> Result<(PartitionLog, RecoveryReport), OpenError> {
-    let options = open_options(clean, recovery_point, now().0);
+    let mode = LogWriteMode::default();
+    open_partition_on(dir, (config, mode), clean, recovery_point, storage)
+}
+
+/// [`open_partition`], the log written as `mode` says.
+pub fn open_partition_on(
+    dir: &Path,
+    (config, mode): (LogConfig, LogWriteMode),
+    clean: bool,
+    recovery_point: u64,
+    storage: Arc<dyn Storage>,
+) -> Result<(PartitionLog, RecoveryReport), OpenError> {
+    let options = LogOpenOptions {
+        mode,
+        ..open_options(clean, recovery_point, now().0)
+    };
     logs::try_open_log(storage, dir, TOPIC, config, options)
+}
+
+/// [`open_partition_log`], the log written as `mode` says.
+pub fn open_partition_log_with(
+    dir: &Path,
+    config: LogConfig,
+    mode: LogWriteMode,
+    clean: bool,
+    recovery_point: u64,
+) -> (PartitionLog, RecoveryReport) {
+    let storage = storage_from_env();
+    open_partition_on(dir, (config, mode), clean, recovery_point, storage).unwrap()
 }
 
 /// [`open_partition`] through `storage_from_env()`, which must succeed.

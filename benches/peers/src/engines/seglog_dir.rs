@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use seglog::config::LogConfig;
 use seglog::io::storage_from_env;
-use seglog::log::{PartitionLog, RecordRead};
+use seglog::log::{LogWriteMode, PartitionLog, RecordRead};
 use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName};
 
@@ -32,11 +32,12 @@ pub struct SeglogDir {
 }
 
 fn open_log_dir(dir: &Path, direct_writes: bool) -> PeerResult<LogDir> {
-    let config = LogConfig {
+    let mode = LogWriteMode {
         direct_writes,
-        ..LogConfig::default()
+        ..LogWriteMode::default()
     };
-    LogDir::open(dir, storage_from_env(), config).map_err(context("LogDir::open"))
+    LogDir::open_with(dir, storage_from_env(), LogConfig::default(), mode)
+        .map_err(context("LogDir::open"))
 }
 
 impl SeglogDir {
