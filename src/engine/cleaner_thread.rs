@@ -178,15 +178,15 @@ pub(crate) struct CleanerHandle {
 }
 
 impl CleanerHandle {
-    /// Starts the cleaner thread.
     /// Starts the cleaner thread with `map` as its dedupe buffer (one for the thread's life, as
-    /// Kafka's cleaner threads keep theirs).
-    pub(crate) fn spawn(
+    /// Kafka's cleaner threads keep theirs). `inline` (an inline engine's): no thread; `compact`
+    /// and `scrub` run on their caller's thread, and nothing runs in the background.
+    pub(crate) fn start(
         map: OffsetMap,
         settings: CleanerSettings,
         storage: Arc<dyn Storage>,
         (view, shards): (CleanerView, Vec<ShardLink>),
-        first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
+        (first_dirty_offsets, inline): (BTreeMap<TopicPartition, Offset>, bool),
     ) -> std::io::Result<CleanerHandle> {
         let (sender, requests) = crossbeam_channel::unbounded();
         let (cleaner, handle) = CleanerHandle::new(
@@ -196,33 +196,16 @@ impl CleanerHandle {
             first_dirty_offsets,
             requests,
         );
+        if inline {
+            *handle.inline.lock().unwrap_or_else(PoisonError::into_inner) = Some((cleaner, map));
+            return Ok(handle);
+        }
         let thread = std::thread::Builder::new()
             .name("seglog-cleaner".to_owned())
             .spawn(move || cleaner.run(map))?;
         *handle.sender.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
         *handle.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
         Ok(handle)
-    }
-
-    /// An inline engine's cleaner: no thread; `compact` and `scrub` run on their caller's
-    /// thread, and nothing runs in the background.
-    pub(crate) fn inline(
-        map: OffsetMap,
-        settings: CleanerSettings,
-        storage: Arc<dyn Storage>,
-        (view, shards): (CleanerView, Vec<ShardLink>),
-        first_dirty_offsets: BTreeMap<TopicPartition, Offset>,
-    ) -> CleanerHandle {
-        let (_, requests) = crossbeam_channel::unbounded();
-        let (cleaner, handle) = CleanerHandle::new(
-            settings,
-            storage,
-            (view, shards),
-            first_dirty_offsets,
-            requests,
-        );
-        *handle.inline.lock().unwrap_or_else(PoisonError::into_inner) = Some((cleaner, map));
-        handle
     }
 
     fn new(

@@ -1563,11 +1563,7 @@ fn spawn_cleaner(
         core,
         retention_interval: std::time::Duration::from_millis(config.retention_check_interval_ms),
     };
-    if config.inline {
-        let cleaner =
-            CleanerHandle::inline(map, settings, storage, (view, links), first_dirty_offsets);
-        return Ok(cleaner);
-    }
-    CleanerHandle::spawn(map, settings, storage, (view, links), first_dirty_offsets)
+    let first_dirty = (first_dirty_offsets, config.inline);
+    CleanerHandle::start(map, settings, storage, (view, links), first_dirty)
         .map_err(|source| OpenError::CleanerThread { source })
 }
