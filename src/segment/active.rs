@@ -250,7 +250,7 @@ impl ActiveSegment {
 
     /// Reserves the `.log` ahead of an append ending at `end`, so that the write fills blocks
     /// the file already has, below its length: by prewriting when the log asks for it
-    /// ([`Segment::set_prewrite_bytes`]), else by `fallocate` when `preallocate` is set.
+    /// ([`ActiveSegment::set_prewrite_bytes`]), else by `fallocate` when `preallocate` is set.
     fn preallocate_for(&mut self, end: u64) -> Result<(), StorageError> {
         if end <= self.preallocated_bytes {
             return Ok(());
