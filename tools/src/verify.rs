@@ -1,5 +1,5 @@
 //! `seglog verify`: checks a data directory (or one partition directory) read-only, without
-//! opening it through `LogDir` (which would recover and repair it).
+//! opening it through the engine (which would recover and repair it).
 //!
 //! For every partition: every batch of every `.log` (framing, magic, CRC-32C, records), offsets
 //! increasing across batches and segments, no offset gap between segments where the engine
