@@ -2,7 +2,7 @@
 //! garbage and inconsistent batches, reads and deletions outside the log, a data directory that
 //! is already open; and no input makes the batch decoder panic.
 //!
-//! How: each case calls the public API (`TopicName`, `LogDir`, `PartitionLog`, `Batch`) on a
+//! How: each case calls the public API (`TopicName`, the inline `Engine`, `PartitionLog`, `Batch`) on a
 //! temporary directory and matches the exact error variant and the values it carries, then
 //! checks that the log's offsets and files are as before. Inconsistent batches are assembled in
 //! the test from records encoded with `NewRecord::encode` and a header written field by field,
@@ -22,18 +22,18 @@ use std::path::Path;
 use bytes::Bytes;
 use proptest::prelude::*;
 use seglog::config::LogConfig;
-use seglog::error::{AppendError, DeleteRecordsError, OpenError, PartitionError, ReadError};
+use seglog::engine::{Engine, EngineConfig, FetchOptions};
+use seglog::error::{AppendError, DeleteRecordsError, OpenError, ReadError, TopicError};
 use seglog::format::batch::BatchIter;
 use seglog::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use seglog::io::storage_from_env;
 use seglog::log::PartitionLog;
-use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicNameError};
 use support::assert_out_of_range;
 use support::batches::{T0, batch_of, record};
 use support::configs::compacted;
 use support::dirs::scratch;
-use support::logs::{self, open_dir, open_options};
+use support::logs::{self, open_options};
 
 mod support;
 
@@ -150,17 +150,9 @@ fn assert_invalid_batch(
 #[test]
 fn illegal_topic_names_are_typed_errors_and_create_nothing() {
     let root = scratch();
-    let mut log_dir = open_dir(root.path(), config());
-    let before: Vec<_> = fs::read_dir(root.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    // The only way to LogDir is through `TopicName`; a caller's `?` turns the error into a
-    // `PartitionError`.
-    let create = |log_dir: &mut LogDir, name: &str| -> Result<(), PartitionError> {
-        let topic = TopicName::parse(name)?;
-        log_dir.create_topic(&topic, 1)
-    };
+    let engine = inline_engine(root.path());
+    let before = names_in(root.path());
+    let create = |engine: &Engine, name: &str| engine.create_topic(name, 1, config()).map(drop);
     let long = "x".repeat(250);
     type Expected = fn(&TopicNameError) -> bool;
     let cases: Vec<(&str, Expected)> = vec![
@@ -201,42 +193,64 @@ fn illegal_topic_names_are_typed_errors_and_create_nothing() {
         }),
     ];
     for (name, expected) in cases {
-        match create(&mut log_dir, name) {
-            Err(PartitionError::TopicName(error)) => {
+        match create(&engine, name) {
+            Err(TopicError::TopicName(error)) => {
                 assert!(expected(&error), "{name:?}: {error:?}")
             }
             other => panic!("{name:?}: {other:?}"),
         }
     }
-    let after: Vec<_> = fs::read_dir(root.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(after, before, "no directory created");
-    assert!(log_dir.list_partitions().unwrap().is_empty());
+    assert_eq!(names_in(root.path()), before, "no directory created");
+    assert!(engine.list_topics().is_empty());
     // The longest legal name works.
-    create(&mut log_dir, &"x".repeat(249)).unwrap();
-    assert_eq!(log_dir.list_partitions().unwrap().len(), 1);
+    create(&engine, &"x".repeat(249)).unwrap();
+    assert_eq!(engine.list_topics().len(), 1);
+    engine.close().unwrap();
+}
+
+/// An inline engine (`EngineConfig::inline`) on `root`, with the tests' default topic config.
+fn inline_engine(root: &Path) -> Engine {
+    let config = EngineConfig {
+        inline: true,
+        default_topic_config: config(),
+        ..EngineConfig::default()
+    };
+    Engine::open(root, config).unwrap()
+}
+
+/// The names in directory `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]
 fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
     let root = scratch();
-    let mut log_dir = open_dir(root.path(), config());
+    let engine = inline_engine(root.path());
     let topic = TopicName::parse("absent").unwrap();
-    match log_dir.partition(&topic, 3) {
-        Err(PartitionError::UnknownPartition { topic, partition }) => {
+    let fetched = engine.fetch(&topic, 3, Offset(0), FetchOptions::default());
+    match fetched.wait() {
+        Err(ReadError::UnknownPartition { topic, partition }) => {
             assert_eq!(topic, "absent");
             assert_eq!(partition, 3);
         }
         other => panic!("{other:?}"),
     }
     assert!(!root.path().join("absent-3").exists());
-    // Directories with names that are not `<legal topic>-<partition>` are not partitions.
+    engine.close().unwrap();
+    // Directories with names that are not `<legal topic>-<partition>` are not partitions: a
+    // reopen adopts none of them.
     for name in ["a b-0", "..-1", "topic", "topic-x", "-2"] {
         fs::create_dir(root.path().join(name)).unwrap();
     }
-    assert!(log_dir.list_partitions().unwrap().is_empty());
+    let engine = inline_engine(root.path());
+    assert!(engine.list_topics().is_empty());
+    engine.close().unwrap();
 }
 
 #[test]
@@ -512,13 +526,17 @@ fn delete_records_beyond_the_log_end_is_rejected() {
 #[test]
 fn a_second_open_of_the_same_directory_is_locked() {
     let root = scratch();
-    let first = open_dir(root.path(), config());
-    match LogDir::open(root.path(), storage_from_env(), config()) {
+    let first = inline_engine(root.path());
+    let config = EngineConfig {
+        inline: true,
+        ..EngineConfig::default()
+    };
+    match Engine::open(root.path(), config) {
         Err(OpenError::Locked { dir }) => assert_eq!(dir, root.path()),
         other => panic!("{other:?}"),
     }
     drop(first);
-    let again = open_dir(root.path(), config());
+    let again = inline_engine(root.path());
     again.close().unwrap();
 }
 
