@@ -8,7 +8,7 @@
 //! crash at any later point leaves a directory that the next open recovers.
 
 use std::collections::BTreeMap;
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use crate::format::file_name::{
     CHECKPOINT_TMP_SUFFIX, CLEAN_SHUTDOWN_MARKER, CLEANER_OFFSET_CHECKPOINT, LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
 };
-use crate::io::{Storage, read_small_file, sync_dir, write_durably};
+use crate::io::{Storage, lock_exclusive, read_small_file, sync_dir, write_durably};
 use crate::types::{Offset, TopicPartition};
 
 /// Contents of the clean-shutdown marker (Kafka's `CleanShutdownFileHandler` JSON).
@@ -126,21 +126,9 @@ impl DataDir {
 
 /// Takes the data directory's exclusive lock (`.lock`, `flock`), held while the file is open.
 pub(crate) fn lock_dir(root: &Path) -> Result<File, OpenError> {
-    let path = root.join(LOCK_FILE);
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|source| StorageError::io("open", &path, source))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(OpenError::Locked {
-            dir: root.to_owned(),
-        }),
-        Err(TryLockError::Error(source)) => Err(StorageError::io("lock", &path, source).into()),
-    }
+    lock_exclusive(&root.join(LOCK_FILE))?.ok_or_else(|| OpenError::Locked {
+        dir: root.to_owned(),
+    })
 }
 
 /// Notes whether the last shutdown was clean and removes the marker, so that any crash from now

@@ -32,14 +32,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::future::Future as _;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::engine::{Durability, Engine, TopicMetadata};
-use crate::error::StorageError;
+use crate::io::lock_exclusive;
 use crate::log::AppendInfo;
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -567,20 +567,9 @@ fn check_committer(
 
 fn lock_coordinator(engine: &Engine) -> Result<File, CoordinatorError> {
     let path = engine.root().join(COORDINATOR_LOCK_FILE);
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|source| StorageError::io("open", &path, source))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(CoordinatorError::Locked {
-            dir: engine.root().to_owned(),
-        }),
-        Err(TryLockError::Error(source)) => Err(StorageError::io("lock", &path, source).into()),
-    }
+    lock_exclusive(&path)?.ok_or_else(|| CoordinatorError::Locked {
+        dir: engine.root().to_owned(),
+    })
 }
 
 impl Shared {

@@ -1,6 +1,7 @@
 //! Small metadata files (checkpoints, the topic registry, the cleaner's `.cleaned` end): read
 //! whole, written durably, and the directory syncs that make their names durable.
 
+use std::fs::{File, TryLockError};
 use std::path::Path;
 
 use super::{OpenMode, Storage};
@@ -38,6 +39,23 @@ pub(crate) fn write_durably(
         .and_then(|()| file.write_all_at(bytes, 0))
         .and_then(|()| file.sync_all())
         .map_err(|source| StorageError::io("write", path, source))
+}
+
+/// Takes an exclusive `flock` on the lock file `path` (created if needed), held while the returned
+/// file is open; `None` while another opener holds it.
+pub(crate) fn lock_exclusive(path: &Path) -> Result<Option<File>, StorageError> {
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| StorageError::io("open", path, source))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(source)) => Err(StorageError::io("lock", path, source)),
+    }
 }
 
 /// Syncs directory `dir`, making the names created, renamed or removed in it durable.

@@ -24,7 +24,7 @@ mod from_env;
 pub mod uring;
 mod write_progress;
 
-pub(crate) use metadata_files::{read_small_file, sync_dir, write_durably};
+pub(crate) use metadata_files::{lock_exclusive, read_small_file, sync_dir, write_durably};
 pub use write_progress::WriteMark;
 #[cfg(any(test, feature = "testing"))]
 pub use from_env::{NO_IO_URING_ENV, ring_tests_must_run, storage_from_env};
