@@ -496,7 +496,7 @@ fn reads_outside_the_log_are_out_of_range_with_the_range() {
     for _ in 0..5 {
         log.append(valid_batch(2, 10), now()).unwrap();
     }
-    assert_eq!(log.delete_records(Offset(4)).unwrap(), Offset(4));
+    assert_eq!(log.delete_records(Offset(4), now()).unwrap(), Offset(4));
     for requested in [0u64, 3, 11, 12, u64::MAX] {
         let read = log.read(Offset(requested), u64::MAX);
         assert_out_of_range!(read, ReadError, requested, 4, 10);
@@ -514,13 +514,13 @@ fn delete_records_beyond_the_log_end_is_rejected() {
     let (_root, mut log) = new_log(config());
     log.append(valid_batch(3, 10), now()).unwrap();
     for requested in [4u64, 1000, u64::MAX] {
-        let deleted = log.delete_records(Offset(requested));
+        let deleted = log.delete_records(Offset(requested), now());
         assert_out_of_range!(deleted, DeleteRecordsError, requested, 0, 3);
         assert_eq!(log.log_start_offset(), Offset(0));
     }
     // Up to and including the log end is allowed; moving backwards is a no-op.
-    assert_eq!(log.delete_records(Offset(3)).unwrap(), Offset(3));
-    assert_eq!(log.delete_records(Offset(1)).unwrap(), Offset(3));
+    assert_eq!(log.delete_records(Offset(3), now()).unwrap(), Offset(3));
+    assert_eq!(log.delete_records(Offset(1), now()).unwrap(), Offset(3));
 }
 
 #[test]

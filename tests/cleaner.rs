@@ -522,7 +522,8 @@ fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
         records_kept: 0,
     };
     // Retention takes the first segment away before the swap arrives.
-    log.delete_records(snapshot.sealed[1].base_offset).unwrap();
+    log.delete_records(snapshot.sealed[1].base_offset, now)
+        .unwrap();
     log.apply_retention(now).unwrap();
     let segments_before = log.segment_count();
     assert_eq!(

@@ -139,7 +139,7 @@ fn a_tombstone_below_the_log_start_still_removes_older_values_of_its_key() {
     for value in 0..12 {
         append(&mut log, value % 3, Some(value.into()));
     }
-    log.delete_records(Offset(2)).unwrap();
+    log.delete_records(Offset(2), TimestampMs(T0)).unwrap();
     let mut map = OffsetMap::new(64 * 1024).unwrap();
     log.compact(&mut map, Offset(0), 0, TimestampMs(T0))
         .unwrap();

@@ -74,7 +74,7 @@ fn workload(root: &Path, acks: &Path) -> Result<(), String> {
         acks.flush().unwrap();
         if round == 1 {
             log.roll(now).map_err(|e| format!("{e:?}"))?;
-            log.delete_records(Offset(10))
+            log.delete_records(Offset(10), now)
                 .map_err(|e| format!("{e:?}"))?;
             log.apply_retention(now).map_err(|e| format!("{e:?}"))?;
             log.delete_expired_files(now)

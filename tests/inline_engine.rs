@@ -14,14 +14,15 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll, Waker};
 
-use seglog::engine::{Durability, Engine, EngineConfig, Pending};
+use seglog::engine::{Clock, Durability, Engine, EngineConfig, Pending};
 use seglog::io::sim::SimStorage;
-use seglog::types::{Offset, TopicName};
+use seglog::types::{Offset, TimestampMs, TopicName};
 
-use support::batches::{keyed_batch, value_batch};
-use support::configs::{compacted, small_segments};
+use support::batches::{T0, keyed_batch, value_batch};
+use support::configs::{compacted, small_segments, with_settings};
 use support::dirs::scratch;
 use support::engines::fetch_values;
 
@@ -102,6 +103,41 @@ fn an_inline_engine_compacts_in_the_call() {
         values.len() < 30,
         "compaction removed superseded keys: {values:?}"
     );
+    engine.close().unwrap();
+}
+
+#[test]
+fn an_inline_engine_reads_the_time_from_its_clock() {
+    let dir = scratch();
+    let time_ms = Arc::new(AtomicI64::new(T0 + 1_000));
+    let reading = time_ms.clone();
+    let config = EngineConfig {
+        clock: Clock::from_fn(move || TimestampMs(reading.load(Ordering::Relaxed))),
+        ..inline_config()
+    };
+    let engine = Engine::open(dir.path(), config).unwrap();
+    let retained = with_settings(
+        small_segments(1024, 256),
+        &[("retention.ms", "3600000"), ("file.delete.delay.ms", "0")],
+    );
+    let topic = engine.create_topic("timed", 1, retained).unwrap();
+    for index in 0..30 {
+        let value = format!("record-{index:02}-{}", "t".repeat(100));
+        let batch = keyed_batch(None, Some(value.as_bytes()), T0 + index);
+        answered(engine.append(&topic, 0, batch, Durability::Written));
+    }
+    let deleted = |engine: &Engine| -> usize {
+        let passes = engine.apply_retention(Some("timed")).unwrap();
+        passes
+            .into_iter()
+            .map(|pass| pass.outcome.unwrap().segments_deleted)
+            .sum()
+    };
+    assert_eq!(deleted(&engine), 0, "an hour has not passed on the clock");
+    time_ms.store(T0 + 2 * 3_600_000, Ordering::Relaxed);
+    assert!(deleted(&engine) > 0, "two hours later the records expired");
+    let description = engine.describe_topic("timed").unwrap();
+    assert!(description.partitions[0].log_start_offset > Offset(0));
     engine.close().unwrap();
 }
 

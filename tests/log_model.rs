@@ -276,7 +276,7 @@ impl Harness {
             Op::DeleteRecords(pick) => {
                 let (start, end) = (self.model.log_start, self.model.log_end());
                 let offset = Model::pick(*pick, start, end + 1);
-                let result = self.log().delete_records(Offset(offset));
+                let result = self.log().delete_records(Offset(offset), now());
                 if offset > end {
                     assert_out_of_range!(result, DeleteRecordsError, offset, start, end);
                 } else {
@@ -696,7 +696,10 @@ fn read_by_timestamp_looks_past_a_batch_whose_late_records_are_below_the_log_sta
     harness
         .append(&[vec![spec(147, 134)], vec![spec(989, 14), spec(317, 121)]])
         .unwrap();
-    assert_eq!(harness.log().delete_records(Offset(4)).unwrap(), Offset(4));
+    assert_eq!(
+        harness.log().delete_records(Offset(4), now()).unwrap(),
+        Offset(4)
+    );
     assert_eq!(find(harness.log(), T0 + 473), Some((T0 + 599, 5)));
     assert_eq!(find(harness.log(), T0 + 472), Some((T0 + 472, 4)));
     assert_eq!(find(harness.log(), T0 + 600), Some((T0 + 989, 7)));

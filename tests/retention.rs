@@ -150,7 +150,7 @@ fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
 fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
     let (_root, mut log_dir) = populated(&[("cleanup.policy", "compact")], 20);
     let log = log(&mut log_dir);
-    log.delete_records(Offset(9)).unwrap();
+    log.delete_records(Offset(9), TimestampMs(T0)).unwrap();
     assert_eq!(
         log.segments().next().unwrap().base_offset,
         Offset(8),
@@ -306,7 +306,7 @@ fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
         .expect("the renames' directory sync is due");
     assert_eq!(log.take_renames_sync(), None, "taken once");
 
-    assert_eq!(log.delete_records(Offset(8)).unwrap(), Offset(8));
+    assert_eq!(log.delete_records(Offset(8), now).unwrap(), Offset(8));
     assert_eq!(log.log_start_offset(), Offset(8), "deleted at once");
     assert_eq!(
         deleted_files(root.path()),
@@ -655,7 +655,7 @@ fn delete_records_on_a_failed_log_changes_nothing_until_it_is_reopened() {
     );
     assert!(log.is_failed());
     assert!(
-        log.delete_records(Offset(8)).is_err(),
+        log.delete_records(Offset(8), TimestampMs(T0)).is_err(),
         "a failed log refuses to delete records"
     );
     assert_eq!(log.log_start_offset(), Offset(0));

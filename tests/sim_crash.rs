@@ -382,7 +382,9 @@ impl Run {
             74..77 if self.regime == Regime::Delete => {
                 let (start, end) = (log.log_start_offset().0, log.log_end_offset().0);
                 let target = self.rng.between(start, end);
-                log.delete_records(Offset(target)).map(drop).map_err(drop)
+                log.delete_records(Offset(target), now)
+                    .map(drop)
+                    .map_err(drop)
             }
             _ => {
                 self.fetch(log, cycle);
@@ -1029,8 +1031,8 @@ fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
     append_flush_roll(log, &sim, keyed_record(b"k", Some(b"deleted")), T0);
     append_flush_roll(log, &sim, keyed_record(b"k", None), T0);
     append_flush_roll(log, &sim, keyed_record(b"y", Some(b"3")), T0);
-    log.delete_records(Offset(1)).unwrap();
-    log.delete_records(Offset(2)).unwrap();
+    log.delete_records(Offset(1), TimestampMs(T0)).unwrap();
+    log.delete_records(Offset(2), TimestampMs(T0)).unwrap();
     assert_eq!(log.log_start_offset(), Offset(2));
     // Two rounds: the first starts the tombstone's `delete.retention.ms` (0), the second removes
     // it.

@@ -554,7 +554,7 @@ impl Run {
             Operation::Roll => log.roll(now).map_err(drop),
             Operation::DeleteRecords { point } => {
                 let target = between(log.log_start_offset().0, log.log_end_offset().0, point);
-                log.delete_records(Offset(target)).map(drop).map_err(drop)
+                log.delete_records(Offset(target), now).map(drop).map_err(drop)
             }
             Operation::ApplyRetention => log.apply_retention(now).map(drop).map_err(drop),
             // A `cleanup.policy=delete` log is never compacted (recovery then holds its offsets

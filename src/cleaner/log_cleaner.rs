@@ -289,7 +289,7 @@ impl LogCleaner<'_> {
         }
         let bytes_after = writer.finish()?;
         // Checked and indexed here, off the owner's thread: the swap then reads nothing.
-        let now = TimestampMs::now();
+        let now = TimestampMs(rules.now_ms);
         Segment::prepare_cleaned(self.storage, &log.dir, first.base_offset, &log.config, now)?;
         failpoint!("compaction.after_cleaned_written");
         Ok(Some(CleanedGroup {

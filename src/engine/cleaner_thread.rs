@@ -23,6 +23,7 @@
 //! that doubles with each failure; the other partitions are cleaned meanwhile. Progress (each
 //! log's first dirty offset) is kept in a map the engine writes to `cleaner-offset-checkpoint`.
 
+use super::clock::Clock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,7 +46,7 @@ use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::{EngineUnavailable, FlushError, StorageError};
 use crate::format::file_name::partition_dir_name;
 use crate::io::Storage;
-use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
+use crate::types::{Offset, TopicName, TopicPartition};
 
 /// The longest wait before a failed partition is tried again.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(600);
@@ -66,6 +67,8 @@ pub(crate) struct CleanerSettings {
     /// `log.retention.check.interval.ms`: how often every partition's files are checked for
     /// segments retention would delete.
     pub retention_interval: Duration,
+    /// `EngineConfig::clock`.
+    pub clock: Clock,
 }
 
 /// The data directory as the cleaner reads it: where the partitions are, and their configs.
@@ -421,7 +424,7 @@ impl Cleaner {
     /// Sends the shards the partitions whose files show segments retention would delete: the
     /// shards open only those.
     fn find_retention_due(&self) {
-        let now = TimestampMs::now();
+        let now = self.settings.clock.now();
         let due: Vec<TopicPartition> = self
             .partitions_where(|config| config.cleanup_policy != CleanupPolicy::Compact)
             .into_iter()
@@ -503,7 +506,7 @@ impl Cleaner {
             };
             logs.extend(reopened);
         }
-        let now = TimestampMs::now();
+        let now = self.settings.clock.now();
         let mut candidates: Vec<(TopicPartition, CleanableLog, f64)> = logs
             .into_iter()
             .filter_map(|(tp, log)| log.ok().map(|log| (tp, log)))
@@ -643,7 +646,7 @@ impl Cleaner {
             map,
             throttle: &mut count_bytes,
         };
-        cleaner.clean(log, first_dirty, TimestampMs::now(), |group| {
+        cleaner.clean(log, first_dirty, self.settings.clock.now(), |group| {
             if self.stopping() {
                 return Ok(SwapOutcome::Stale);
             }

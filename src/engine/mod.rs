@@ -13,6 +13,7 @@
 
 mod checkpointer;
 mod cleaner_thread;
+mod clock;
 mod consumer_record;
 pub(crate) mod data_dir;
 mod deleter;
@@ -52,6 +53,7 @@ pub use crate::io::IoBackend;
 pub use crate::log::{AppendInfo, FetchData, RetentionOutcome};
 use cleaner_thread::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
 pub use cleaner_thread::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
+pub use clock::Clock;
 pub use consumer_record::ConsumerRecord;
 pub(crate) use consumer_record::consumer_record;
 use data_dir::{DataDir, PartitionOffsets};
@@ -178,6 +180,10 @@ pub struct EngineConfig {
     /// one, so 64 MiB covers 2-2.7 GB of looked-up batches). Past it, lookups read undigested
     /// batches whole.
     pub lookup_digest_bytes_max: usize,
+    /// Where the shards and the cleaner read the time (default: the system clock). A simulation
+    /// gives an inline engine a clock of its own, so that time-dependent steps (deletion delays,
+    /// retention, compaction's horizons) run the same way every time.
+    pub clock: Clock,
 }
 
 /// File descriptors kept for everything else in the host process (and for directory syncs).
@@ -248,6 +254,7 @@ impl Default for EngineConfig {
             prewrite_synced_logs: true,
             background_sync_bytes: 0,
             lookup_digest_bytes_max: 64 * 1024 * 1024,
+            clock: Clock::system(),
         }
     }
 }
@@ -482,6 +489,7 @@ impl Engine {
                 prewrite_synced_logs: config.prewrite_synced_logs,
                 background_sync_bytes: config.background_sync_bytes,
                 digest_budget: DigestBudget::new(config.lookup_digest_bytes_max),
+                clock: config.clock.clone(),
             };
             shards.push(match config.inline {
                 true => inline_shard(context, &config)?,
@@ -1562,6 +1570,7 @@ fn spawn_cleaner(
             .then(|| std::time::Duration::from_millis(config.scrub_interval_ms)),
         core,
         retention_interval: std::time::Duration::from_millis(config.retention_check_interval_ms),
+        clock: config.clock.clone(),
     };
     let first_dirty = (first_dirty_offsets, config.inline);
     CleanerHandle::start(map, settings, storage, (view, links), first_dirty)

@@ -9,6 +9,7 @@
 //! commit). Fetches that asked to wait for data are parked and answered when an append (or, for
 //! durable data, a sync) gives them enough bytes or their deadline passes.
 
+use super::clock::Clock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -231,6 +232,8 @@ pub(crate) struct ShardContext {
     pub background_sync_bytes: u64,
     /// `EngineConfig::lookup_digest_bytes_max`, shared by every partition this shard opens.
     pub digest_budget: DigestBudget,
+    /// `EngineConfig::clock`.
+    pub clock: Clock,
 }
 
 struct PendingAppend {
@@ -465,7 +468,7 @@ impl Shard {
             touched.insert(outcome.tp);
         }
         for tp in renames_synced {
-            self.advance_file_deletions(tp, TimestampMs::now());
+            self.advance_file_deletions(tp, self.context.clock.now());
         }
         if !touched.is_empty() {
             self.serve_parked(&touched, false);
@@ -570,9 +573,9 @@ impl Shard {
 
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
-        let wall_clock_now = TimestampMs::now();
+        let clock_now = self.context.clock.now();
         let at = |due: &TimestampMs| {
-            let wait_ms = due.0.saturating_sub(wall_clock_now.0).max(0);
+            let wait_ms = due.0.saturating_sub(clock_now.0).max(0);
             now + Duration::from_millis(wait_ms as u64)
         };
         let fetch_deadline = self.parked.iter().map(|fetch| fetch.deadline).min();
@@ -814,7 +817,7 @@ impl Shard {
             log_start_offset: evicted
                 .map(|checkpoint| checkpoint.log_start_offset)
                 .or_else(|| self.context.log_start_offsets.get(tp).copied()),
-            now: TimestampMs::now(),
+            now: self.context.clock.now(),
             mode: LogWriteMode {
                 direct_writes: self.context.direct_writes,
                 prewrite_synced: self.context.prewrite_synced_logs,
@@ -849,7 +852,7 @@ impl Shard {
         if appends.is_empty() {
             return;
         }
-        let now = TimestampMs::now();
+        let now = self.context.clock.now();
         let mut groups: BTreeMap<TopicPartition, Vec<PendingAppend>> = BTreeMap::new();
         for append in appends {
             self.release_inflight(append.batches.size_bytes());
@@ -1179,7 +1182,7 @@ impl Shard {
 
     /// Flushes partitions whose `flush.ms` came due and expires parked fetches.
     fn run_timers(&mut self) {
-        let now = TimestampMs::now();
+        let now = self.context.clock.now();
         if self.next_timeout() == Some(Duration::ZERO) {
             // A timer is due: what it does sees the log with every write landed.
             self.complete_writing();
@@ -1251,8 +1254,9 @@ impl Shard {
     }
 
     fn retain_partition(&mut self, tp: TopicPartition) -> PartitionRetention {
+        let now = self.context.clock.now();
         let outcome = match self.partition(&tp) {
-            Ok(log) => log.apply_retention(TimestampMs::now()),
+            Ok(log) => log.apply_retention(now),
             Err(LookupError::Open(error)) => Err(open_error_into_storage(&tp, error)),
             Err(LookupError::Offline { dir, cause }) => Err(StorageError::Offline { dir, cause }),
             Err(LookupError::Unknown) => Ok(RetentionOutcome::default()),
@@ -1294,10 +1298,11 @@ impl Shard {
         tp: &TopicPartition,
         offset: Offset,
     ) -> Result<Offset, DeleteRecordsError> {
+        let now = self.context.clock.now();
         let log = self
             .partition(tp)
             .map_err(|error| lookup_error_into::<DeleteRecordsError>(tp, error))?;
-        let deleted = log.delete_records(offset);
+        let deleted = log.delete_records(offset, now);
         self.after_segments_deleted(tp);
         deleted
     }
@@ -1469,7 +1474,7 @@ impl Shard {
         let Some(log) = self.partitions.get_mut(tp) else {
             return Ok(SwapOutcome::Stale);
         };
-        let outcome = log.swap_in_cleaned(group, TimestampMs::now());
+        let outcome = log.swap_in_cleaned(group, self.context.clock.now());
         if let Some(due) = log.next_file_deletion() {
             self.file_deletion_deadlines.insert(tp.clone(), due);
         }

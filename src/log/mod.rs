@@ -352,8 +352,13 @@ impl PartitionLog {
     }
 
     /// Moves the log start offset to `offset` (Kafka's DeleteRecords) and deletes the sealed
-    /// segments that hold only offsets below it. Returns the new log start offset.
-    pub fn delete_records(&mut self, offset: Offset) -> Result<Offset, DeleteRecordsError> {
+    /// segments that hold only offsets below it (their files due for unlinking
+    /// `file.delete.delay.ms` after `now`). Returns the new log start offset.
+    pub fn delete_records(
+        &mut self,
+        offset: Offset,
+        now: TimestampMs,
+    ) -> Result<Offset, DeleteRecordsError> {
         self.check_not_failed()?;
         let log_end_offset = self.log_end_offset();
         if offset > log_end_offset {
@@ -365,12 +370,12 @@ impl PartitionLog {
         }
         if offset > self.log_start_offset {
             self.log_start_offset = offset;
-            self.delete_segments_below_log_start()?;
+            self.delete_segments_below_log_start(now)?;
         }
         Ok(self.log_start_offset)
     }
 
-    fn delete_segments_below_log_start(&mut self) -> Result<(), StorageError> {
+    fn delete_segments_below_log_start(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         let deletable = self
             .segments
             .slots()
@@ -378,7 +383,7 @@ impl PartitionLog {
             .take_while(|pair| pair[1].base_offset() <= self.log_start_offset)
             .count();
         if deletable > 0 {
-            self.delete_leading_segments(deletable, TimestampMs::now())?;
+            self.delete_leading_segments(deletable, now)?;
         }
         Ok(())
     }
