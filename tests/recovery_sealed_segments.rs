@@ -7,19 +7,18 @@
 //!
 //! How: a log closed cleanly over the backend `SEGLOG_IO_BACKEND` names
 //! (`support::recovery::ClosedLog`: `segment.bytes` = 1024, so the log has several segments),
-//! copied for every case, its second segment cut or corrupted, and reopened as after a crash:
-//! what is served, what is left on disk, and what the open says are checked against the case.
+//! copied for every case, its second segment cut or corrupted, and the partition log reopened
+//! directly as after a crash (no clean shutdown), from the recovery point the case names: what is
+//! served, what is left on disk, and what the open says are checked against the case.
 //!
 //! Issue 2: storage core.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
-use std::fs;
 use std::path::PathBuf;
 
 use seglog::io::storage_from_env;
 use seglog::log::{LogWriteMode, PartitionLog};
-use seglog::log_dir::LogDir;
 use seglog::types::Offset;
 use support::dirs::flip_byte;
 use support::recovery::*;
@@ -33,19 +32,14 @@ const DEFERRED: LogWriteMode = LogWriteMode {
     deferred_seal_syncs: true,
 };
 
-fn open_dir_with(root: &std::path::Path, mode: LogWriteMode) -> LogDir {
-    LogDir::open_with(root, storage_from_env(), config(), mode).unwrap()
-}
-
 /// With `LogWriteMode::deferred_seal_syncs` a roll leaves the recovery point where it was and hands
 /// the sealed segment's sync to the owner; reporting it moves the recovery point to the segment's
 /// end, and a flush syncs any seal the owner has not taken before the active segment.
 #[test]
 fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
-    let (root, _) = scratch_partition();
-    let mut log_dir = open_dir_with(root.path(), DEFERRED);
-    log_dir.create_topic(&topic(), 1).unwrap();
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (_root, dir) = scratch_partition();
+    let (mut opened, _) = open_partition_log_with(&dir, config(), DEFERRED, false, 0);
+    let log = &mut opened;
     let rolls_until = |log: &mut PartitionLog| {
         let segments = log.segments().count();
         while log.segments().count() == segments {
@@ -69,7 +63,7 @@ fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
     log.flush().unwrap();
     assert!(log.take_unsynced_seals().is_empty(), "the flush synced it");
     assert_eq!(log.recovery_point(), log.log_end_offset());
-    log_dir.close().unwrap();
+    opened.close().unwrap();
 }
 
 /// How a crash before a roll's deferred seal sync can leave a sealed segment.
@@ -81,19 +75,13 @@ enum SealCut {
     LostBatch,
 }
 
-/// The closed log's second segment cut as `cut`, with recovery from `recovery_point` (the rest of
-/// the directory as the crash left it); returns the work directory, the partition directory,
-/// the batches the cut segment keeps and the last one it had.
+/// A copy of the closed log with its second segment cut as `cut`; returns the work directory,
+/// the partition directory, the batches the cut segment keeps and the last one it had.
 fn cut_sealed_segment(
     closed: &ClosedLog,
     cut: SealCut,
-    recovery_point: Option<u64>,
 ) -> (tempfile::TempDir, PathBuf, Vec<StoredBatch>, u64) {
     let (work, dir) = closed.copy();
-    fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
-    if recovery_point.is_none() {
-        remove_recovery_point_checkpoint(work.path());
-    }
     let logs = segment_logs(&dir);
     let (victim_base, next_base) = (base_of(&logs[1]), base_of(&logs[2]));
     let in_victim = closed.batches_in(victim_base, next_base);
@@ -125,9 +113,9 @@ fn cut_sealed_segment(
 fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_ones_deleted() {
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
-        let (work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut, None);
-        let mut log_dir = open_dir_with(work.path(), DEFERRED);
-        let log = log_dir.partition(&topic(), 0).unwrap();
+        let (_work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut);
+        let (mut opened, _) = open_partition_log_with(&dir, config(), DEFERRED, false, 0);
+        let log = &mut opened;
         assert_eq!(log.log_end_offset(), Offset(cut_at), "{cut:?}");
         assert_serves(log, &kept);
         assert_eq!(
@@ -137,7 +125,7 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
         );
         populate(log, 3);
         assert_eq!(served_batches(log).len(), kept.len() + 3);
-        log_dir.close().unwrap();
+        opened.close().unwrap();
     }
 }
 
@@ -148,13 +136,15 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
 fn a_sealed_segment_cut_below_the_recovery_point_or_in_a_log_that_syncs_its_seals_fails() {
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
-        // With the checkpoint the clean close wrote, the recovery point is at the log end.
-        for (recovery_point, mode) in [(Some(0), DEFERRED), (None, LogWriteMode::default())] {
-            let (work, dir, _, _) = cut_sealed_segment(&closed, cut, recovery_point);
+        // The recovery point of the checkpoint the clean close wrote (the log end), in a
+        // deferred-seal log; none (offset 0) in a log that syncs its seals.
+        for (recovery_point, mode) in [(closed.end(), DEFERRED), (0, LogWriteMode::default())] {
+            let (_work, dir, _, _) = cut_sealed_segment(&closed, cut);
             let before = segment_logs(&dir);
-            let mut log_dir = open_dir_with(work.path(), mode);
-            let opened = log_dir.partition(&topic(), 0).map(|_| ());
-            assert!(opened.is_err(), "{cut:?}, {recovery_point:?}: {opened:?}");
+            let storage = storage_from_env();
+            let opened = open_partition_on(&dir, (config(), mode), false, recovery_point, storage);
+            let opened = opened.map(|_| ());
+            assert!(opened.is_err(), "{cut:?}, {recovery_point}: {opened:?}");
             assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
         }
     }
@@ -166,8 +156,8 @@ fn a_sealed_segment_cut_below_the_recovery_point_or_in_a_log_that_syncs_its_seal
 #[test]
 fn a_corrupt_middle_segment_fails_the_partition_and_nothing_is_truncated() {
     let closed = ClosedLog::new();
-    // Recovery must start at offset 0: no clean-shutdown marker, no recovery point.
-    let (work, dir) = closed.unclean_copy();
+    // Recovery must start at offset 0: no clean shutdown, no recovery point.
+    let (_work, dir) = closed.copy();
     let logs = segment_logs(&dir);
     assert_eq!(logs.len(), closed.segment_count);
     let victim = &logs[1];
@@ -178,8 +168,7 @@ fn a_corrupt_middle_segment_fails_the_partition_and_nothing_is_truncated() {
     flip_byte(victim, bad_position as u64 + 70, 0xff);
     let before = file_contents(&dir);
 
-    let mut log_dir = open_dir(work.path());
-    let error = match log_dir.partition(&topic(), 0) {
+    let error = match open_partition(&dir, config(), false, 0, storage_from_env()) {
         Ok(_) => panic!("a corrupt sealed segment must not open"),
         Err(error) => error.to_string(),
     };

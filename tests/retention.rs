@@ -1,9 +1,10 @@
-//! Retention (issue 5): each rule with an injected clock — time (`retention.ms`, and the rule
-//! that a far-future timestamp cannot pin a segment), size (`retention.bytes`), log start offset
-//! (`delete_records`) — the active-segment rule (roll first, never delete an empty active one),
-//! `cleanup.policy=compact` turning off time and size, delayed deletion through `.deleted` files
-//! (`file.delete.delay.ms`), bytes already read staying valid after their segment is deleted, and
-//! the engine applying retention to every partition on request.
+//! Retention (issue 5): each rule with an injected clock, on a partition log opened directly —
+//! time (`retention.ms`, and the rule that a far-future timestamp cannot pin a segment), size
+//! (`retention.bytes`), log start offset (`delete_records`) — the active-segment rule (roll first,
+//! never delete an empty active one), `cleanup.policy=compact` turning off time and size, delayed
+//! deletion through `.deleted` files (`file.delete.delay.ms`), bytes already read staying valid
+//! after their segment is deleted, and the engine applying retention to every partition on
+//! request.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,8 +19,7 @@ use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
 use seglog::error::{ReadError, StorageError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
-use seglog::log::{LogWriteMode, PartitionLog};
-use seglog::log_dir::LogDir;
+use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog};
 use seglog::types::{Offset, TimestampMs, TopicName};
 use support::assert_matches;
 use support::batches::{T0, keyed_batch};
@@ -27,6 +27,7 @@ use support::configs::{DELAY_MS, retention_config};
 use support::dirs::count_ending;
 use support::engines::{append, engine_config, every_partition, temp_engine};
 use support::hooks::{hooked, wait_every, wait_until};
+use support::logs::{open_log, open_options};
 
 mod support;
 
@@ -41,38 +42,35 @@ fn batch(timestamp_ms: i64) -> Bytes {
     keyed_batch(Some(b"k"), Some(&[9u8; 200]), timestamp_ms)
 }
 
-/// A data directory in a temporary directory with `events-0` on `storage`: `count` batches, the
-/// one at offset `i` stamped `T0 + i hours`, four batches (of 275 bytes) per 1100-byte segment.
+/// The partition log `events-0` in a temporary directory on `storage`, opened as a fresh log
+/// at the wall clock's time: `count` batches, the one at offset `i` stamped `T0 + i hours`, four
+/// batches (of 275 bytes) per 1100-byte segment.
 fn populated_on(
     storage: Arc<dyn Storage>,
     (config, mode): (LogConfig, LogWriteMode),
     count: i64,
-) -> (tempfile::TempDir, LogDir) {
+) -> (tempfile::TempDir, PartitionLog) {
     let root = tempfile::tempdir().unwrap();
-    let mut log_dir = LogDir::open_with(root.path(), storage, config, mode).unwrap();
-    let topic = TopicName::parse("events").unwrap();
-    log_dir.create_topic(&topic, 1).unwrap();
-    let log = log_dir.partition(&topic, 0).unwrap();
+    let options = LogOpenOptions {
+        mode,
+        ..open_options(false, 0, TimestampMs::now().0)
+    };
+    let dir = root.path().join("events-0");
+    let mut log = open_log(storage, &dir, "events", config, options);
     for offset in 0..count {
         log.append(batch(T0 + offset * HOUR), TimestampMs(T0 + offset * HOUR))
             .unwrap();
     }
-    (root, log_dir)
+    (root, log)
 }
 
 /// [`populated_on`] the backend `SEGLOG_IO_BACKEND` names, with `settings`.
-fn populated(settings: &[(&str, &str)], count: i64) -> (tempfile::TempDir, LogDir) {
+fn populated(settings: &[(&str, &str)], count: i64) -> (tempfile::TempDir, PartitionLog) {
     populated_on(
         storage_from_env(),
         (config(settings), LogWriteMode::default()),
         count,
     )
-}
-
-fn log(log_dir: &mut LogDir) -> &mut PartitionLog {
-    log_dir
-        .partition(&TopicName::parse("events").unwrap(), 0)
-        .unwrap()
 }
 
 fn deleted_files(root: &Path) -> usize {
@@ -102,8 +100,7 @@ fn aging_topic(
 
 #[test]
 fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_ms() {
-    let (_root, mut log_dir) = populated(&[("retention.hours", "10")], 20);
-    let log = log(&mut log_dir);
+    let (_root, mut log) = populated(&[("retention.hours", "10")], 20);
     let bases: Vec<u64> = log
         .segments()
         .map(|segment| segment.base_offset.0)
@@ -137,8 +134,7 @@ fn time_retention_deletes_segments_whose_newest_record_is_older_than_retention_m
 fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
     let batch_bytes = batch(0).len() as i64;
     let limit = 9 * batch_bytes;
-    let (_root, mut log_dir) = populated(&[("retention.bytes", &limit.to_string())], 20);
-    let log = log(&mut log_dir);
+    let (_root, mut log) = populated(&[("retention.bytes", &limit.to_string())], 20);
     let outcome = log.apply_retention(TimestampMs(T0)).unwrap();
     // 20 batches in segments of 4: deleting two segments leaves 12 ≥ 9; a third would leave 8.
     assert_eq!(outcome.segments_deleted, 2);
@@ -148,8 +144,7 @@ fn size_retention_keeps_the_log_at_or_above_retention_bytes() {
 
 #[test]
 fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
-    let (_root, mut log_dir) = populated(&[("cleanup.policy", "compact")], 20);
-    let log = log(&mut log_dir);
+    let (_root, mut log) = populated(&[("cleanup.policy", "compact")], 20);
     log.delete_records(Offset(9), TimestampMs(T0)).unwrap();
     assert_eq!(
         log.segments().next().unwrap().base_offset,
@@ -166,8 +161,7 @@ fn delete_records_moves_the_log_start_and_retention_removes_what_lies_below() {
 
 #[test]
 fn when_every_segment_expires_a_new_empty_active_segment_is_rolled_first() {
-    let (_root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
-    let log = log(&mut log_dir);
+    let (_root, mut log) = populated(&[("retention.ms", "1000")], 10);
     let outcome = log.apply_retention(TimestampMs(T0 + 100 * HOUR)).unwrap();
     assert!(outcome.rolled);
     assert_eq!(outcome.segments_deleted, 3);
@@ -198,8 +192,7 @@ fn when_every_segment_expires_a_new_empty_active_segment_is_rolled_first() {
 
 #[test]
 fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
-    let (root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
-    let log = log(&mut log_dir);
+    let (root, mut log) = populated(&[("retention.ms", "1000")], 10);
     let before = log.read(Offset(0), 4096).unwrap().records;
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
     let outcome = log.apply_retention(now).unwrap();
@@ -238,8 +231,7 @@ fn deleted_segments_wait_as_deleted_files_and_bytes_already_read_stay_valid() {
 
 #[test]
 fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
-    let (root, mut log_dir) = populated(&[("retention.ms", "1000")], 10);
-    let log = log(&mut log_dir);
+    let (root, mut log) = populated(&[("retention.ms", "1000")], 10);
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
     assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
     assert!(
@@ -282,8 +274,7 @@ fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
         deferred_seal_syncs: true,
         ..LogWriteMode::default()
     };
-    let (root, mut log_dir) = populated_on(storage_from_env(), (config(&settings), mode), 10);
-    let log = log(&mut log_dir);
+    let (root, mut log) = populated_on(storage_from_env(), (config(&settings), mode), 10);
     let storage = storage_from_env();
     for seal in log.take_unsynced_seals() {
         let synced = seal.sync(storage.as_ref());
@@ -339,8 +330,7 @@ fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
 
 #[test]
 fn a_far_future_timestamp_does_not_pin_a_segment() {
-    let (_root, mut log_dir) = populated(&[("retention.hours", "1")], 0);
-    let log = log(&mut log_dir);
+    let (_root, mut log) = populated(&[("retention.hours", "1")], 0);
     let year_2200 = T0 + 175 * 365 * 24 * HOUR;
     for _ in 0..6 {
         log.append(batch(year_2200), TimestampMs::now()).unwrap();
@@ -641,12 +631,11 @@ impl seglog::io::hooked::StorageHooks for FailSyncs {
 #[test]
 fn delete_records_on_a_failed_log_changes_nothing_until_it_is_reopened() {
     let hooks = Arc::new(FailSyncs::default());
-    let (dir, mut log_dir) = populated_on(
+    let (dir, mut log) = populated_on(
         hooked(hooks.clone()),
         (config(&[]), LogWriteMode::default()),
         12,
     );
-    let log = log(&mut log_dir);
     let segments = log.segment_count();
     hooks.0.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(

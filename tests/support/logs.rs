@@ -1,5 +1,5 @@
-//! Partition logs and data directories opened over the backend `SEGLOG_IO_BACKEND` names
-//! (`storage_from_env`), or over a test's own storage, and what they serve.
+//! Partition logs opened over a storage (the backend `SEGLOG_IO_BACKEND` names,
+//! `storage_from_env`, or a test's own), and what they serve.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,9 +7,8 @@ use std::sync::Arc;
 use seglog::config::LogConfig;
 use seglog::error::OpenError;
 use seglog::format::Batch;
-use seglog::io::{Storage, storage_from_env};
+use seglog::io::Storage;
 use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog, RecoveryReport};
-use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 use super::batches::batches_from;
@@ -56,11 +55,6 @@ pub fn open_log(
     try_open_log(storage, dir, topic, config, options)
         .unwrap()
         .0
-}
-
-/// The data directory at `root` over `storage_from_env()`.
-pub fn open_dir(root: &Path, config: LogConfig) -> LogDir {
-    LogDir::open(root, storage_from_env(), config).unwrap()
 }
 
 /// Every batch the log serves from its log start on, read 1 MiB at a time. Every offset below

@@ -62,8 +62,9 @@ pub fn partition_dir(root: &Path) -> PathBuf {
     root.join(format!("{TOPIC}-0"))
 }
 
+/// The data directory at `root` over `storage_from_env()`.
 pub fn open_dir(root: &Path) -> LogDir {
-    logs::open_dir(root, config())
+    LogDir::open(root, storage_from_env(), config()).unwrap()
 }
 
 /// The wall clock the tests pretend it is: a minute after the first record, so `segment.ms`

@@ -36,7 +36,7 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     volume_mb: u64,
     /// Engines to run, comma-separated (default: all):
-    /// seglog, seglog-gc16, seglog-logdir, rocksdb, fjall, raft-engine, naive-bufwriter.
+    /// seglog, seglog-gc16, seglog-inline, rocksdb, fjall, raft-engine, naive-bufwriter.
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
     /// Cells to run, comma-separated (default: all): 100-nosync, 100-sync, 1024-nosync, 1024-sync.

@@ -413,7 +413,7 @@ impl Report {
                     .filter_map(|peer| Some((*peer, measure(in_cell(peer)?)?)))
                     .max_by(|a, b| a.1.total_cmp(&b.1));
                 let naive = in_cell(NAIVE).and_then(measure).map(|value| (NAIVE, value));
-                for engine in ["seglog", "seglog-gc16", "seglog-logdir"] {
+                for engine in ["seglog", "seglog-gc16", "seglog-inline"] {
                     let Some(value) = in_cell(engine).and_then(measure) else {
                         continue;
                     };

@@ -6,7 +6,7 @@ mod naive;
 mod raft_log;
 #[cfg(feature = "rocksdb")]
 mod rocksdb_log;
-mod seglog_dir;
+mod seglog_inline;
 mod seglog_log;
 
 use std::path::Path;
@@ -18,7 +18,7 @@ use crate::workload::{BATCH_RECORDS, Payloads, PeerError, PeerResult, ScanTotals
 pub const ENGINE_NAMES: [&str; 7] = [
     "seglog",
     "seglog-gc16",
-    "seglog-logdir",
+    "seglog-inline",
     "rocksdb",
     "fjall",
     "raft-engine",
@@ -70,7 +70,7 @@ pub trait LogStore {
 pub struct SeglogOptions {
     /// Appends the single writer keeps in flight without sync.
     pub in_flight: usize,
-    /// Appends written with `O_DIRECT` (`EngineConfig::direct_writes`, `LogConfig::direct_writes`).
+    /// Appends written with `O_DIRECT` (`EngineConfig::direct_writes`).
     pub direct_writes: bool,
 }
 
@@ -85,7 +85,7 @@ pub fn open(name: &str, dir: &Path, seglog: SeglogOptions) -> PeerResult<Box<dyn
             direct,
         )?),
         "seglog-gc16" => Box::new(seglog_log::SeglogLog::open(dir, 1, 16, direct)?),
-        "seglog-logdir" => Box::new(seglog_dir::SeglogDir::open(dir, direct)?),
+        "seglog-inline" => Box::new(seglog_inline::SeglogInline::open(dir, direct)?),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Box::new(rocksdb_log::RocksLog::open(dir)?),
         #[cfg(not(feature = "rocksdb"))]

@@ -26,15 +26,11 @@ const TIMESTAMP_MS: i64 = 1_700_000_000_000;
 const SCAN_FETCH_BYTES: u64 = 1024 * 1024;
 
 pub struct SeglogLog {
-    dir: PathBuf,
-    engine: Engine,
-    topic: TopicName,
+    seglog: SeglogEngine,
     /// Appends a single writer keeps in flight without sync (with sync it waits for each).
     in_flight_max: usize,
     /// Producer threads appending to the one partition (group commit when > 1).
     producers: usize,
-    batches: PrebuiltBatches,
-    direct_writes: bool,
 }
 
 fn engine_config(direct_writes: bool) -> EngineConfig {
@@ -53,25 +49,12 @@ impl SeglogLog {
         producers: usize,
         direct_writes: bool,
     ) -> PeerResult<SeglogLog> {
-        let dir = dir.join("seglog");
-        let engine =
-            Engine::open(&dir, engine_config(direct_writes)).map_err(context("Engine::open"))?;
-        let topic = engine
-            .create_topic(TOPIC, 1, LogConfig::default())
-            .map_err(context("create_topic"))?;
+        let seglog = SeglogEngine::open(dir.join("seglog"), engine_config(direct_writes))?;
         Ok(SeglogLog {
-            dir,
-            engine,
-            topic,
+            seglog,
             in_flight_max: in_flight_max.max(1),
             producers: producers.max(1),
-            batches: PrebuiltBatches::default(),
-            direct_writes,
         })
-    }
-
-    fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
-        self.batches.batch(payloads, first_offset)
     }
 
     fn append_pipelined(&mut self, payloads: &Payloads, sync: bool) -> PeerResult<Vec<u64>> {
@@ -88,8 +71,9 @@ impl SeglogLog {
                 wait_one(&mut in_flight, &mut latencies_us)?;
             }
             let first_offset = batch_index * BATCH_RECORDS as u64;
-            let batch = self.batch(payloads, first_offset)?;
-            let pending = self.engine.append(&self.topic, 0, batch, durability);
+            let batch = self.seglog.batch(payloads, first_offset)?;
+            let seglog = &self.seglog;
+            let pending = seglog.engine.append(&seglog.topic, 0, batch, durability);
             in_flight.push_back((Instant::now(), first_offset, pending));
         }
         while !in_flight.is_empty() {
@@ -107,7 +91,7 @@ impl SeglogLog {
         };
         let distinct = payloads.distinct_batches();
         let batches: Vec<Bytes> = (0..distinct)
-            .map(|index| self.batch(payloads, index * BATCH_RECORDS as u64))
+            .map(|index| self.seglog.batch(payloads, index * BATCH_RECORDS as u64))
             .collect::<PeerResult<_>>()?;
         let next_batch = AtomicU64::new(0);
         let total = payloads.batch_count();
@@ -123,8 +107,9 @@ impl SeglogLog {
                             }
                             let batch = batches[(index % distinct) as usize].clone();
                             let started = Instant::now();
-                            self.engine
-                                .append(&self.topic, 0, batch, durability)
+                            self.seglog
+                                .engine
+                                .append(&self.seglog.topic, 0, batch, durability)
                                 .wait()
                                 .map_err(context("append"))?;
                             latencies_us.push(started.elapsed().as_micros() as u64);
@@ -153,7 +138,67 @@ impl SeglogLog {
             max_bytes: SCAN_FETCH_BYTES,
             ..FetchOptions::default()
         };
-        self.engine.fetch(&self.topic, 0, Offset(offset), options)
+        let seglog = &self.seglog;
+        seglog
+            .engine
+            .fetch(&seglog.topic, 0, Offset(offset), options)
+    }
+}
+
+/// A seglog engine in a directory of its own, with its topic of one partition (default
+/// `LogConfig`) and the prebuilt batches appended to it; closed when dropped.
+pub(super) struct SeglogEngine {
+    dir: PathBuf,
+    config: EngineConfig,
+    pub(super) engine: Engine,
+    pub(super) topic: TopicName,
+    batches: PrebuiltBatches,
+}
+
+impl SeglogEngine {
+    pub(super) fn open(dir: PathBuf, config: EngineConfig) -> PeerResult<SeglogEngine> {
+        let engine = Engine::open(&dir, config.clone()).map_err(context("Engine::open"))?;
+        let topic = engine
+            .create_topic(TOPIC, 1, LogConfig::default())
+            .map_err(context("create_topic"))?;
+        Ok(SeglogEngine {
+            dir,
+            config,
+            engine,
+            topic,
+            batches: PrebuiltBatches::default(),
+        })
+    }
+
+    /// The prebuilt batch holding offsets `first_offset..first_offset + 100`.
+    pub(super) fn batch(&mut self, payloads: &Payloads, first_offset: u64) -> PeerResult<Bytes> {
+        self.batches.batch(payloads, first_offset)
+    }
+
+    /// Closes the engine and opens it again on the same directory, configured as before.
+    pub(super) fn reopen(&mut self) -> PeerResult<()> {
+        self.engine.close().map_err(context("Engine::close"))?;
+        self.engine =
+            Engine::open(&self.dir, self.config.clone()).map_err(context("Engine::open"))?;
+        Ok(())
+    }
+
+    /// The engine's point lookup (`Engine::fetch_record`) of `offset`, checked against what was
+    /// written.
+    pub(super) fn look_up(&self, payloads: &Payloads, offset: u64) -> PeerResult<()> {
+        let record = self
+            .engine
+            .fetch_record(&self.topic, 0, Offset(offset))
+            .wait()
+            .map_err(context("fetch_record"))?
+            .ok_or_else(|| PeerError(format!("record {offset} missing")))?;
+        payloads.check(offset, record.value.as_deref().unwrap_or_default())
+    }
+}
+
+impl Drop for SeglogEngine {
+    fn drop(&mut self) {
+        let _ = self.engine.close();
     }
 }
 
@@ -163,6 +208,24 @@ fn next_offset(data: &FetchData) -> PeerResult<Option<u64>> {
     for batch in data.batches() {
         let batch = batch.map_err(context("decoding a fetched batch"))?;
         after = Some(batch.last_offset() as u64 + 1);
+    }
+    Ok(after)
+}
+
+/// Reads every record of `data` (decoded in place) into `totals`; returns the offset after its
+/// last batch, `None` if it is empty.
+pub(super) fn read_records(data: &FetchData, totals: &mut ScanTotals) -> PeerResult<Option<u64>> {
+    let mut after = None;
+    for batch in data.batches() {
+        let batch = batch.map_err(context("decoding a fetched batch"))?;
+        after = Some(batch.last_offset() as u64 + 1);
+        let section = batch
+            .record_section()
+            .map_err(context("decoding records"))?;
+        for record in section.iter() {
+            let record = record.map_err(context("decoding a record"))?;
+            totals.add(record.value.map_or(0, <[u8]>::len));
+        }
     }
     Ok(after)
 }
@@ -239,9 +302,11 @@ impl LogStore for SeglogLog {
         } else {
             Durability::Written
         };
-        let batch = self.batch(payloads, first_offset)?;
-        self.engine
-            .append(&self.topic, 0, batch, durability)
+        let batch = self.seglog.batch(payloads, first_offset)?;
+        let seglog = &self.seglog;
+        seglog
+            .engine
+            .append(&seglog.topic, 0, batch, durability)
             .wait()
             .map_err(context("append"))?;
         Ok(())
@@ -268,45 +333,21 @@ impl LogStore for SeglogLog {
             if let Some(after) = after.filter(|after| *after < payloads.record_count) {
                 next = Some(self.fetch_async(after));
             }
-            for batch in data.batches() {
-                let batch = batch.map_err(context("decoding a fetched batch"))?;
-                let section = batch
-                    .record_section()
-                    .map_err(context("decoding records"))?;
-                for record in section.iter() {
-                    let record = record.map_err(context("decoding a record"))?;
-                    totals.add(record.value.map_or(0, <[u8]>::len));
-                }
-            }
+            read_records(&data, &mut totals)?;
         }
         Ok(totals)
     }
 
     fn lookup(&mut self, payloads: &Payloads, offset: u64) -> PeerResult<()> {
         // The engine's point lookup: the shard decodes the one record out of its batch.
-        let record = self
-            .engine
-            .fetch_record(&self.topic, 0, Offset(offset))
-            .wait()
-            .map_err(context("fetch_record"))?
-            .ok_or_else(|| PeerError(format!("record {offset} missing")))?;
-        payloads.check(offset, record.value.as_deref().unwrap_or_default())
+        self.seglog.look_up(payloads, offset)
     }
 
     fn reopen(&mut self) -> PeerResult<()> {
-        self.engine.close().map_err(context("Engine::close"))?;
-        self.engine = Engine::open(&self.dir, engine_config(self.direct_writes))
-            .map_err(context("Engine::open"))?;
-        Ok(())
+        self.seglog.reopen()
     }
 
     fn measures_reads(&self) -> bool {
         self.producers == 1
-    }
-}
-
-impl Drop for SeglogLog {
-    fn drop(&mut self) {
-        let _ = self.engine.close();
     }
 }
