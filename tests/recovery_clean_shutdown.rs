@@ -3,34 +3,116 @@
 //! as unclean), `PartitionLog::open` reports nothing for a clean log, and a crashed partition
 //! left unopened through a clean session is still recovered, whatever the marker says.
 //!
-//! How: a log over the backend `SEGLOG_IO_BACKEND` names (`support::recovery`:
-//! `segment.bytes` = 1024, `index.interval.bytes` = 64), closed cleanly or left as a crash
-//! leaves it, then reopened: what it serves, what recovery reports, and what changed on disk.
+//! How: the data directory's own files (the marker, the checkpoints) are the engine's, so the
+//! directory cases run the inline engine (`support::recovery::open_engine`: the engine's shard
+//! code on the test's thread, over the backend `SEGLOG_IO_BACKEND` names, `segment.bytes` =
+//! 1024, `index.interval.bytes` = 64): a log it wrote and closed, or one left as a crash leaves
+//! it (`support::recovery::CrashedLog`) that it adopts, is reopened, and what it serves, whether
+//! the marker is there, and what changed on disk are checked. Whether an open recovered is seen
+//! through damage only a recovery finds: with a record byte flipped in the active segment's
+//! first batch, which a valid batch follows in its sector, an open that trusts the files
+//! succeeds (only a read of that batch fails its CRC check) and one that re-validates them
+//! refuses the partition. The partition-log case opens
+//! `PartitionLog` directly and reads its recovery report.
 //!
 //! Issue 2: storage core.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 
 use std::fs;
+use std::path::{Path, PathBuf};
 
+use seglog::engine::{Durability, Engine, FetchOptions};
+use seglog::error::{OpenError, ReadError, StorageError};
 use seglog::log::RecoveryReport;
+use seglog::types::Offset;
+use support::dirs::flip_byte;
 use support::recovery::*;
 
 mod support;
 
+/// A data directory the inline engine wrote and closed cleanly: the topic `events` of one
+/// partition, in several segments, the active one holding at least three batches. Returns the
+/// directory and the batches served before the close.
+fn closed_by_the_engine() -> (tempfile::TempDir, Vec<StoredBatch>) {
+    let (root, dir) = scratch_partition();
+    let engine = open_engine(root.path());
+    let topic = engine.create_topic(TOPIC, 1, config()).unwrap();
+    let mut end = 0;
+    for n in 0u64.. {
+        let count = 1 + n * 7 % 4;
+        let info = engine.append(&topic, 0, batch(end, count), Durability::Written);
+        assert_eq!(info.wait().unwrap().first_offset.0, end);
+        end += count;
+        let active_base = base_of(segment_logs(&dir).last().unwrap());
+        if n >= 30 && end - active_base >= 6 && segment_logs(&dir).len() >= 4 {
+            break;
+        }
+    }
+    let batches = engine_batches(&engine).unwrap();
+    let active_base = base_of(segment_logs(&dir).last().unwrap());
+    assert!(batches.iter().filter(|b| b.base >= active_base).count() >= 3);
+    engine.close().unwrap();
+    assert!(root.path().join(CLEAN_SHUTDOWN_MARKER).exists());
+    (root, batches)
+}
+
+/// Flips a record byte of the first batch of the active segment in `dir`, which a valid batch
+/// follows in its sector; returns the active `.log` and the index of that batch in `batches`.
+fn damage_the_active_segment(dir: &Path, batches: &[StoredBatch]) -> (PathBuf, usize) {
+    let active_log = segment_logs(dir).pop().unwrap();
+    let active_base = base_of(&active_log);
+    let first = batches.iter().position(|b| b.base == active_base).unwrap();
+    let two_batches = batches[first].bytes.len() + batches[first + 1].bytes.len();
+    assert!(
+        two_batches < 512,
+        "the next batch starts in the same sector"
+    );
+    flip_byte(&active_log, 70, 0xff);
+    (active_log, first)
+}
+
+/// The engine's partition refuses to open: recovery found the corrupt batch in `log_path`.
+fn assert_refused_by_recovery(engine: &Engine, log_path: &Path) {
+    let fetched = engine.fetch(&topic(), 0, Offset(0), FetchOptions::default());
+    match fetched.wait() {
+        Err(ReadError::PartitionOpen { source, .. }) => match *source {
+            OpenError::Storage(StorageError::Corrupt { file, .. }) => assert_eq!(file, log_path),
+            other => panic!("the open failed otherwise: {other:?}"),
+        },
+        other => panic!("the damaged partition served {other:?}"),
+    }
+}
+
 #[test]
 fn a_clean_close_then_reopen_does_no_recovery() {
-    let closed = ClosedLog::new();
-    let dir = closed.dir();
+    let (root, batches) = closed_by_the_engine();
+    let dir = partition_dir(root.path());
+    let segment_count = segment_logs(&dir).len();
+    let (active_log, damaged) = damage_the_active_segment(&dir, &batches);
     let before = file_contents(&dir);
-    let mut log_dir = reopen_serving(closed.root.path(), &closed.batches);
-    assert!(log_dir.had_clean_shutdown());
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert_eq!(log.segment_count(), closed.segment_count);
-    assert!(log_dir.recovery_reports().is_empty());
+    let marker = root.path().join(CLEAN_SHUTDOWN_MARKER);
+
+    let engine = open_engine(root.path());
+    assert!(!marker.exists(), "the marker is consumed at open");
+    // The files are trusted, not re-validated: the partition opens with its log end where it
+    // was, and only a read of the damaged batch finds the damage (the engine checks CRCs on
+    // reads); every other batch is served with identical bytes.
+    let end = batches.last().unwrap().last + 1;
+    let description = engine.describe_partition(TOPIC, 0).unwrap();
+    assert_eq!(description.log_end_offset.0, end);
+    assert_eq!(description.segment_count, segment_count);
+    assert_eq!(description.offline, None);
+    for (index, batch) in batches.iter().enumerate() {
+        match engine_batch_at(&engine, batch.base) {
+            Err(ReadError::Storage(StorageError::Corrupt { file, .. })) if index == damaged => {
+                assert_eq!(file, active_log);
+            }
+            served => assert_eq!(served.unwrap().as_ref(), Some(batch)),
+        }
+    }
     // Sealed segments are untouched; the active `.log` too (its indexes are grown for appends).
-    let active = segment_logs(&dir).pop().unwrap();
-    let active_stem = active.file_stem().unwrap().to_str().unwrap().to_owned();
+    let active_stem = active_log.file_stem().unwrap().to_str().unwrap().to_owned();
     for (name, content) in &before {
         if name.starts_with(&active_stem) && !name.ends_with(".log") {
             continue;
@@ -41,15 +123,19 @@ fn a_clean_close_then_reopen_does_no_recovery() {
             "{name} changed"
         );
     }
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert_appends_at(log, closed.end());
-    log_dir.close().unwrap();
-    // The marker is consumed at open: a crash now would be seen as unclean.
-    let log_dir = open_dir(closed.root.path());
-    assert!(log_dir.had_clean_shutdown());
-    drop(log_dir);
-    let log_dir = open_dir(closed.root.path());
-    assert!(!log_dir.had_clean_shutdown());
+    assert_engine_appends_at(&engine, end);
+    assert_eq!(segment_logs(&dir).len(), segment_count, "the append rolled");
+    engine.close().unwrap();
+    assert!(marker.exists());
+
+    // The marker is consumed at open: a crash now is seen as unclean, and the next open
+    // re-validates the active segment, which holds the recovery point the close checkpointed.
+    let engine = open_engine(root.path());
+    assert!(!marker.exists(), "the marker is consumed at open");
+    drop(engine);
+    assert!(!marker.exists());
+    let engine = open_engine(root.path());
+    assert_refused_by_recovery(&engine, &active_log);
 }
 
 #[test]
@@ -75,14 +161,17 @@ fn a_crashed_partition_left_unopened_through_a_clean_session_is_still_recovered(
     // trust the partition's damaged tail because of that marker.
     let crashed = CrashedLog::new();
     let (work, _) = crashed.copy_flipping(70, 0x01);
-    let log_dir = open_dir(work.path());
-    assert!(!log_dir.had_clean_shutdown());
-    log_dir.close().unwrap();
-    // (What saves it today: the untrimmed, preallocated index of its active segment fails the
-    // index check, so the segment is re-validated.)
-    let mut log_dir = open_dir(work.path());
-    assert!(log_dir.had_clean_shutdown());
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert_serves(log, &crashed.batches[..crashed.batches.len() - 1]);
-    assert_appends_at(log, crashed.last().base);
+    let marker = work.path().join(CLEAN_SHUTDOWN_MARKER);
+    assert!(!marker.exists());
+    let engine = open_engine(work.path());
+    engine.close().unwrap();
+    assert!(marker.exists(), "session 2 closed cleanly");
+    // (What saves it today: session 2's close opens, and so recovers, every partition an
+    // unclean shutdown left unopened; and were it not to, the untrimmed, preallocated index of
+    // the crashed active segment fails the index check, so the segment would be re-validated.)
+    let engine = open_engine(work.path());
+    assert!(!marker.exists(), "session 3 took the marker");
+    assert_engine_serves(&engine, &crashed.batches[..crashed.batches.len() - 1]);
+    assert_engine_appends_at(&engine, crashed.last().base);
+    engine.close().unwrap();
 }

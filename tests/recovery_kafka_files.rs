@@ -5,9 +5,14 @@
 //! bad CRC, or a torn tail that looks like one, after seglog's batches is cut.
 //!
 //! How: the `.log` files are written byte by byte in the test (batches of
-//! `support::recovery::batch` with leader epoch 0, or legacy messages built field by field), in a
-//! data directory opened over the backend `SEGLOG_IO_BACKEND` names with `segment.bytes` = 1024
-//! and `index.interval.bytes` = 64.
+//! `support::recovery::batch` with leader epoch 0, or legacy messages built field by field) in
+//! the partition directory `events-0` of a data directory, with Kafka's marker where the case
+//! says, and opened by the inline engine (`support::recovery::open_engine`, over the backend
+//! `SEGLOG_IO_BACKEND` names, `segment.bytes` = 1024 and `index.interval.bytes` = 64), which
+//! adopts the directory and reads the marker as its own: what it serves, what its open of the
+//! partition answers, and the files afterwards are checked. The tails after seglog's own batch
+//! are a partition log's recovery: that log is written and reopened directly (`PartitionLog`),
+//! as after a crash.
 //!
 //! Issue 2: storage core.
 
@@ -17,7 +22,8 @@ use std::fs;
 use std::path::Path;
 
 use bytes::Bytes;
-use seglog::error::{OpenError, PartitionError, StorageError};
+use seglog::engine::{Engine, FetchOptions};
+use seglog::error::{OpenError, ReadError, StorageError};
 use seglog::types::Offset;
 use support::assert_matches;
 use support::dirs::segment_file;
@@ -64,25 +70,18 @@ fn segments_written_by_kafka_open_and_serve() {
             )
             .unwrap();
         }
-        let mut log_dir = reopen_serving(root.path(), &written);
-        assert_eq!(log_dir.had_clean_shutdown(), kafka_marker);
-        let log = log_dir.partition(&topic(), 0).unwrap();
-        assert_eq!(log.log_start_offset(), Offset(100));
-        assert_eq!(log.segment_count(), 2);
-        for info in log.segments() {
-            assert!(info.offset_index_entries > 0, "index rebuilt for {info:?}");
-            assert!(
-                info.time_index_entries > 0,
-                "time index rebuilt for {info:?}"
-            );
-        }
+        let engine = open_engine(root.path());
+        let marker = root.path().join(CLEAN_SHUTDOWN_MARKER);
+        assert!(!marker.exists(), "the engine takes the marker at open");
+        assert_engine_serves(&engine, &written);
+        let description = engine.describe_partition(TOPIC, 0).unwrap();
+        assert_eq!(description.log_start_offset, Offset(100));
+        assert_eq!(description.segment_count, 2);
         let end = written.last().unwrap().last + 1;
-        assert_appends_at(log, end);
-        let report = report(&log_dir);
-        assert_eq!(report.segments_recovered, 2);
-        assert_eq!(report.bytes_truncated, 0);
-        log_dir.close().unwrap();
-        // The two segments Kafka wrote now have index files with entries.
+        assert_engine_appends_at(&engine, end);
+        engine.close().unwrap();
+        // The two segments Kafka wrote now have index files with entries: rebuilt, as nothing
+        // else writes entries for the batches Kafka wrote.
         for log_path in &segment_logs(&dir)[..2] {
             for extension in ["index", "timeindex"] {
                 let index = log_path.with_extension(extension);
@@ -115,13 +114,22 @@ fn overlapping_segments_are_a_typed_error_not_a_panic() {
         if clean {
             fs::write(root.path().join(CLEAN_SHUTDOWN_MARKER), "{}").unwrap();
         }
-        let mut log_dir = open_dir(root.path());
+        let engine = open_engine(root.path());
         let overlapping_file = segment_file(&dir, overlapping.base, ".log");
+        let error = *open_error(&engine);
         assert_matches!(
-            log_dir.partition(&topic(), 0).map(|_| ()),
-            Err(PartitionError::Open(OpenError::Storage(StorageError::Corrupt { file, .. })))
-                if file == overlapping_file
+            error,
+            OpenError::Storage(StorageError::Corrupt { file, .. }) if file == overlapping_file
         );
+    }
+}
+
+/// Why the engine's partition does not open: the error of a fetch from its first offset.
+fn open_error(engine: &Engine) -> Box<OpenError> {
+    let fetched = engine.fetch(&topic(), 0, Offset(0), FetchOptions::default());
+    match fetched.wait() {
+        Err(ReadError::PartitionOpen { source, .. }) => source,
+        other => panic!("the partition opened: {other:?}"),
     }
 }
 
@@ -148,9 +156,8 @@ fn a_log_in_kafkas_legacy_format_is_refused_not_truncated() {
     let mut bytes = legacy_message(0, b"old message");
     bytes.extend_from_slice(&legacy_message(1, b"another"));
     fs::write(&log_path, &bytes).unwrap();
-    let mut log_dir = open_dir(root.path());
-    let error = log_dir.partition(&topic(), 0).unwrap_err();
-    let message = error.to_string();
+    let engine = open_engine(root.path());
+    let message = open_error(&engine).to_string();
     assert!(message.contains("legacy format (magic 0)"), "{message}");
     assert_eq!(
         fs::read(&log_path).unwrap(),
@@ -159,14 +166,12 @@ fn a_log_in_kafkas_legacy_format_is_refused_not_truncated() {
     );
 }
 
-/// A data directory holding three records of seglog's in one batch, `tail` appended to the
-/// `.log` after it, and the length the `.log` had before.
+/// A partition log holding three records of seglog's in one batch, dropped as a crash leaves
+/// it, with `tail` appended to the `.log` after the batch; and the length the `.log` had before.
 fn batch_then(tail: &[u8], flush: bool) -> (tempfile::TempDir, std::path::PathBuf, u64) {
     let (root, dir) = scratch_partition();
     {
-        let mut log_dir = open_dir(root.path());
-        log_dir.create_topic(&topic(), 1).unwrap();
-        let log = log_dir.partition(&topic(), 0).unwrap();
+        let (mut log, _) = open_partition_log(&dir, config(), false, 0);
         log.append(batch(0, 3), now()).unwrap();
         if flush {
             log.flush().unwrap();
@@ -178,10 +183,11 @@ fn batch_then(tail: &[u8], flush: bool) -> (tempfile::TempDir, std::path::PathBu
     (root, log_path, valid_length)
 }
 
-/// The partition in `root` opens with the tail after its batch of three records cut.
-fn assert_cut_after_the_batch(root: &Path, log_path: &Path, valid_length: u64) {
-    let mut log_dir = open_dir(root);
-    let log = log_dir.partition(&topic(), 0).unwrap();
+/// The partition log holding `log_path`, reopened as after a crash that left no recovery point,
+/// opens with the tail after its batch of three records cut.
+fn assert_cut_after_the_batch(log_path: &Path, valid_length: u64) {
+    let dir = log_path.parent().unwrap();
+    let (log, _) = open_partition_log(dir, config(), false, 0);
     assert_eq!(log.log_end_offset(), Offset(3));
     assert_eq!(fs::metadata(log_path).unwrap().len(), valid_length);
 }
@@ -191,13 +197,13 @@ fn a_legacy_message_with_a_bad_crc_is_damage_and_truncated() {
     let mut damaged = legacy_message(3, b"looks old");
     let last = damaged.len() - 1;
     damaged[last] ^= 0x10;
-    let (root, log_path, valid_length) = batch_then(&damaged, false);
-    assert_cut_after_the_batch(root.path(), &log_path, valid_length);
+    let (_root, log_path, valid_length) = batch_then(&damaged, false);
+    assert_cut_after_the_batch(&log_path, valid_length);
 }
 
 #[test]
 fn a_torn_tail_that_looks_like_a_legacy_message_is_still_truncated() {
     let torn = legacy_message(3, &[7u8; 200]);
-    let (root, log_path, valid_length) = batch_then(&torn[..100], true);
-    assert_cut_after_the_batch(root.path(), &log_path, valid_length);
+    let (_root, log_path, valid_length) = batch_then(&torn[..100], true);
+    assert_cut_after_the_batch(&log_path, valid_length);
 }

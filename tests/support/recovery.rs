@@ -3,7 +3,7 @@
 //! that every log has several segments and every index has entries; records whose key, value
 //! and timestamp are functions of their offset; a log left as a crash leaves it and one closed
 //! cleanly, each copied for every case; and the checks that a reopened log serves exactly what
-//! it should.
+//! it should, read from the partition log or through the inline engine.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
+use seglog::engine::{Durability, Engine, FetchOptions};
 use seglog::error::{OpenError, ReadError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
@@ -21,6 +22,7 @@ use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 pub use super::batches::T0;
 use super::batches::{batch_at, record};
 use super::dirs::{copy_dir, flip_byte, names_ending, scratch};
+use super::engines::inline_config;
 use super::logs::{self, open_options};
 
 pub const TOPIC: &str = "events";
@@ -65,6 +67,13 @@ pub fn partition_dir(root: &Path) -> PathBuf {
 /// The data directory at `root` over `storage_from_env()`.
 pub fn open_dir(root: &Path) -> LogDir {
     LogDir::open(root, storage_from_env(), config()).unwrap()
+}
+
+/// The inline engine (`support::engines::inline_config`) on the data directory at `root`, on the
+/// backend `SEGLOG_IO_BACKEND` names; the partition directories it adopts are configured as
+/// [`config`].
+pub fn open_engine(root: &Path) -> Engine {
+    Engine::open(root, inline_config(config())).unwrap()
 }
 
 /// The wall clock the tests pretend it is: a minute after the first record, so `segment.ms`
@@ -194,17 +203,38 @@ pub fn assert_serves(log: &mut PartitionLog, expected: &[StoredBatch]) {
 /// (from the log start) whose record has a timestamp `>=` the target.
 pub fn assert_time_lookups(log: &mut PartitionLog) {
     let (start, end) = (log.log_start_offset().0, log.log_end_offset().0);
-    let max = (start..end).map(timestamp).max().unwrap_or(T0);
+    assert_time_lookups_by(start..end, |target| {
+        let found = log.read_by_timestamp(target).unwrap();
+        found.map(|found| (found.timestamp.0, found.offset.0))
+    });
+}
+
+/// [`assert_time_lookups`] through the engine, of its partition 0 of `events`.
+pub fn assert_engine_time_lookups(engine: &Engine) {
+    let description = engine.describe_partition(TOPIC, 0).unwrap();
+    let offsets = description.log_start_offset.0..description.log_end_offset.0;
+    assert_time_lookups_by(offsets, |target| {
+        let found = engine.fetch_by_timestamp(&topic(), 0, target).wait();
+        let found = found.unwrap();
+        found.map(|found| (found.timestamp.0, found.offset.0))
+    });
+}
+
+/// Asks `lookup` for timestamps from before the first record's to after the last one's, and
+/// checks each answer (timestamp, offset) against the records at `offsets`.
+fn assert_time_lookups_by(
+    offsets: std::ops::Range<u64>,
+    mut lookup: impl FnMut(TimestampMs) -> Option<(i64, u64)>,
+) {
+    let max = offsets.clone().map(timestamp).max().unwrap_or(T0);
     let mut target = T0 - 30;
     while target <= max + 30 {
-        let expected = (start..end)
+        let expected = offsets
+            .clone()
             .find(|offset| timestamp(*offset) >= target)
             .map(|offset| (timestamp(offset), offset));
-        let found = log
-            .read_by_timestamp(TimestampMs(target))
-            .unwrap()
-            .map(|found| (found.timestamp.0, found.offset.0));
-        assert_eq!(found, expected, "read_by_timestamp({target})");
+        let found = lookup(TimestampMs(target));
+        assert_eq!(found, expected, "lookup by timestamp {target}");
         target += 3;
     }
 }
@@ -511,6 +541,76 @@ pub fn reopen_serving(root: &Path, batches: &[StoredBatch]) -> LogDir {
     assert_serves(log, batches);
     assert_time_lookups(log);
     log_dir
+}
+
+/// One batch partition 0 of `events` serves through `engine` from `offset` (`max_bytes` = 1
+/// still returns one whole batch), if there is one: the engine checks its CRC; its records are
+/// checked against the offsets they were written at.
+pub fn engine_batch_at(engine: &Engine, offset: u64) -> Result<Option<StoredBatch>, ReadError> {
+    let one_batch = FetchOptions {
+        max_bytes: 1,
+        ..FetchOptions::default()
+    };
+    let fetched = engine
+        .fetch(&topic(), 0, Offset(offset), one_batch)
+        .wait()?;
+    if fetched.records.is_empty() {
+        return Ok(None);
+    }
+    let batch = Batch::decode(&fetched.records, u64::MAX).unwrap();
+    let size = batch.size_bytes() as usize;
+    assert_eq!(size, fetched.records.len(), "one whole batch");
+    assert!(batch.base_offset() as u64 <= offset && offset <= batch.last_offset() as u64);
+    check_records(&batch);
+    Ok(Some(StoredBatch {
+        base: batch.base_offset() as u64,
+        last: batch.last_offset() as u64,
+        bytes: fetched.records,
+    }))
+}
+
+/// Every batch partition 0 of `events` serves through `engine`, from its log start, one at a
+/// time ([`engine_batch_at`]).
+pub fn engine_batches(engine: &Engine) -> Result<Vec<StoredBatch>, ReadError> {
+    let description = engine.describe_partition(TOPIC, 0).unwrap();
+    let mut offset = description.log_start_offset.0;
+    let mut batches = Vec::new();
+    while let Some(batch) = engine_batch_at(engine, offset)? {
+        offset = batch.last + 1;
+        batches.push(batch);
+    }
+    Ok(batches)
+}
+
+/// Checks that the engine's partition serves exactly `expected`, that its log end offset is the
+/// offset after the last batch, and that it answers lookups by timestamp.
+pub fn assert_engine_serves(engine: &Engine, expected: &[StoredBatch]) {
+    let served = engine_batches(engine).unwrap();
+    assert_eq!(served.len(), expected.len(), "number of batches served");
+    for (got, want) in served.iter().zip(expected) {
+        assert_eq!(got, want, "batch at offset {}", want.base);
+    }
+    let description = engine.describe_partition(TOPIC, 0).unwrap();
+    let end = expected
+        .last()
+        .map_or(description.log_start_offset.0, |b| b.last + 1);
+    assert_eq!(description.log_end_offset, Offset(end), "log end offset");
+    assert_engine_time_lookups(engine);
+}
+
+/// Appends one batch of two records through the engine and checks it lands at
+/// `expected_offset`.
+pub fn assert_engine_appends_at(engine: &Engine, expected_offset: u64) {
+    let batch = batch(expected_offset, 2);
+    let info = engine.append(&topic(), 0, batch, Durability::Written);
+    let info = info.wait().unwrap();
+    assert_eq!(info.first_offset, Offset(expected_offset));
+    assert_eq!(info.last_offset, Offset(expected_offset + 1));
+    let served = engine_batch_at(engine, expected_offset).unwrap().unwrap();
+    assert_eq!(
+        (served.base, served.last),
+        (expected_offset, expected_offset + 1)
+    );
 }
 
 /// A scratch directory and the partition directory in it.
