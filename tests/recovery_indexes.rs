@@ -7,7 +7,9 @@
 //! How: a log closed cleanly over the backend `SEGLOG_IO_BACKEND` names
 //! (`support::recovery::ClosedLog`: `segment.bytes` = 1024, `index.interval.bytes` = 64, so
 //! every index has entries), copied for every case, its index files damaged the way the case
-//! says, and reopened: every batch is served with identical bytes, lookups by timestamp agree
+//! says, and the partition log reopened directly (after a clean shutdown or, where the case says,
+//! an unclean one, from the recovery point the close left): every batch is served with identical
+//! bytes, lookups by timestamp agree
 //! with the records' own timestamps, the rebuilt indexes hold the entries the appends wrote, and
 //! new appends are indexed. Nothing may panic.
 //!
@@ -47,7 +49,7 @@ fn deleted_or_zeroed_indexes_of_a_sealed_segment_are_rebuilt() {
         .flat_map(|(damage, clean)| targets.map(|damaged| (damage, clean, damaged)))
     {
         let what = format!("{damage:?} {damaged:?}, clean reopen: {clean}");
-        let (work, dir) = closed.copy();
+        let (_work, dir) = closed.copy();
         for extension in damaged {
             let path = segment_file(&dir, base, extension);
             match damage {
@@ -58,22 +60,16 @@ fn deleted_or_zeroed_indexes_of_a_sealed_segment_are_rebuilt() {
                 }
             }
         }
-        if !clean {
-            fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
-        }
-        let mut log_dir = reopen_serving(work.path(), &closed.batches);
-        assert_eq!(log_dir.had_clean_shutdown(), clean, "{what}");
-        let log = log_dir.partition(&topic(), 0).unwrap();
+        let (log, report) = closed.reopen_serving(&dir, clean);
         let info = log.segments().find(|s| s.base_offset.0 == base).unwrap();
         assert_eq!(
             (info.offset_index_entries, info.time_index_entries),
             closed.sealed_entries,
             "rebuilt entry counts, {what}"
         );
-        let report = report(&log_dir);
         assert!(report.segments_recovered >= 1, "{what}");
         assert_eq!(report.bytes_truncated, 0, "{what}");
-        log_dir.close().unwrap();
+        log.close().unwrap();
         // The rebuilt indexes are the ones the appends wrote.
         assert_eq!(
             fs::read(segment_file(&dir, base, ".index")).unwrap(),
@@ -92,7 +88,7 @@ fn deleted_or_zeroed_indexes_of_a_sealed_segment_are_rebuilt() {
 fn an_index_entry_past_the_end_of_its_log_is_rebuilt() {
     let closed = ClosedLog::new();
     let base = closed.sealed_base;
-    let (work, dir) = closed.copy();
+    let (_work, dir) = closed.copy();
     let index_path = segment_file(&dir, base, ".index");
     let original_index = fs::read(&index_path).unwrap();
     let log_size = fs::metadata(segment_file(&dir, base, ".log"))
@@ -107,13 +103,11 @@ fn an_index_entry_past_the_end_of_its_log_is_rebuilt() {
     bogus.extend_from_slice(&(last_relative + 1).to_be_bytes());
     bogus.extend_from_slice(&(log_size as u32 + 100).to_be_bytes());
     append_to_file(&index_path, &bogus);
-    let mut log_dir = reopen_serving(work.path(), &closed.batches);
-    assert!(log_dir.had_clean_shutdown());
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (mut log, _) = closed.reopen_serving(&dir, true);
     let info = log.segments().find(|s| s.base_offset.0 == base).unwrap();
     assert_eq!(info.offset_index_entries, closed.sealed_entries.0);
-    assert_appends_at(log, closed.end());
-    log_dir.close().unwrap();
+    assert_appends_at(&mut log, closed.end());
+    log.close().unwrap();
     assert_eq!(fs::read(&index_path).unwrap(), original_index);
 }
 
@@ -125,7 +119,7 @@ fn index_entries_naming_offsets_past_the_segment_end_are_not_trusted() {
     let closed = ClosedLog::new();
     let active_base = base_of(segment_logs(&closed.dir()).last().unwrap());
     for (extension, entry_bytes, relative_at) in [(".index", 8, 0), (".timeindex", 12, 8)] {
-        let (work, dir) = closed.copy();
+        let (_work, dir) = closed.copy();
         let path = segment_file(&dir, active_base, extension);
         let mut content = fs::read(&path).unwrap();
         assert!(
@@ -136,13 +130,12 @@ fn index_entries_naming_offsets_past_the_segment_end_are_not_trusted() {
         let relative = u32::from_be_bytes(content[at..at + 4].try_into().unwrap());
         content[at..at + 4].copy_from_slice(&(relative + 1000).to_be_bytes());
         fs::write(&path, content).unwrap();
-        let mut log_dir = reopen_serving(work.path(), &closed.batches);
-        let log = log_dir.partition(&topic(), 0).unwrap();
-        populate(log, 20);
-        let batches = served_batches(log);
+        let (mut log, _) = closed.reopen_serving(&dir, true);
+        populate(&mut log, 20);
+        let batches = served_batches(&mut log);
         assert_eq!(batches.len(), closed.batches.len() + 20, "{extension}");
-        assert_time_lookups(log);
-        log_dir.close().unwrap();
+        assert_time_lookups(&mut log);
+        log.close().unwrap();
     }
 }
 

@@ -6,7 +6,8 @@
 //!
 //! How: a log closed cleanly over the backend `SEGLOG_IO_BACKEND` names
 //! (`support::recovery::ClosedLog`: `segment.bytes` = 1024, so the log has several segments),
-//! copied for every case, the leftover files written beside its segments, and reopened: every
+//! copied for every case, the leftover files written beside its segments, and the partition log
+//! reopened directly after a clean shutdown, from the recovery point the close left: every
 //! batch is served with identical bytes, lookups by timestamp agree with the records' own
 //! timestamps, the leftovers are gone, and the segment count is what the swap leaves.
 //!
@@ -24,7 +25,7 @@ mod support;
 #[test]
 fn deleted_and_cleaned_leftovers_are_removed_on_open() {
     let closed = ClosedLog::new();
-    let (work, dir) = closed.copy();
+    let (_work, dir) = closed.copy();
     let before = file_names(&dir);
     let logs = segment_logs(&dir);
     let (first, second) = (base_of(&logs[0]), base_of(&logs[1]));
@@ -38,45 +39,41 @@ fn deleted_and_cleaned_leftovers_are_removed_on_open() {
     for (n, path) in leftovers.iter().enumerate() {
         fs::write(path, XorShift(n as u64 + 1).bytes(300)).unwrap();
     }
-    let mut log_dir = reopen_serving(work.path(), &closed.batches);
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (log, report) = closed.reopen_serving(&dir, true);
     for path in &leftovers {
         assert!(!path.exists(), "{} must be removed", path.display());
     }
     assert_eq!(log.segment_count(), closed.segment_count);
-    let report = report(&log_dir);
     assert_eq!(report.leftovers_swept, leftovers.len());
     assert_eq!(report.bytes_truncated, 0);
-    log_dir.close().unwrap();
+    log.close().unwrap();
     assert_eq!(file_names(&dir), before);
 }
 
 #[test]
 fn a_swap_segment_replaces_the_segment_it_covers() {
     let closed = ClosedLog::new();
-    let (work, dir, logs) = closed.copy_listing();
+    let (_work, dir, logs) = closed.copy_listing();
     let base = base_of(&logs[1]);
     let swap = segment_file(&dir, base, ".log.swap");
     fs::copy(&logs[1], &swap).unwrap();
-    let mut log_dir = reopen_serving(work.path(), &closed.batches);
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (log, report) = closed.reopen_serving(&dir, true);
     assert_eq!(log.segment_count(), closed.segment_count);
     assert!(!swap.exists());
     assert!(segment_file(&dir, base, ".log").exists());
-    assert!(report(&log_dir).leftovers_swept >= 1);
+    assert!(report.leftovers_swept >= 1);
 }
 
 #[test]
 fn a_swap_segment_covering_two_segments_replaces_both() {
     let closed = ClosedLog::new();
-    let (work, dir, logs) = closed.copy_listing();
+    let (_work, dir, logs) = closed.copy_listing();
     let (base, next) = (base_of(&logs[1]), base_of(&logs[2]));
     // What a cleaner that merged segments 1 and 2 into one would leave.
     let mut merged = fs::read(&logs[1]).unwrap();
     merged.extend(fs::read(&logs[2]).unwrap());
     fs::write(segment_file(&dir, base, ".log.swap"), merged).unwrap();
-    let mut log_dir = reopen_serving(work.path(), &closed.batches);
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (mut log, _) = closed.reopen_serving(&dir, true);
     assert_eq!(log.segment_count(), closed.segment_count - 1);
     for extension in [".log", ".index", ".timeindex"] {
         assert!(!segment_file(&dir, next, extension).exists());
@@ -85,7 +82,7 @@ fn a_swap_segment_covering_two_segments_replaces_both() {
     let merged_info = log.segments().find(|s| s.base_offset.0 == base).unwrap();
     assert_eq!(merged_info.next_offset.0, base_of(&logs[3]));
     assert!(merged_info.offset_index_entries > 0);
-    assert_appends_at(log, closed.end());
+    assert_appends_at(&mut log, closed.end());
 }
 
 #[test]
@@ -93,7 +90,7 @@ fn a_swap_from_an_incomplete_split_is_discarded() {
     // Kafka's KAFKA-6264 rule: a `.swap` whose base offset is at or above the lowest `.cleaned`
     // base offset may be part of an incomplete split and is deleted; the original stays.
     let closed = ClosedLog::new();
-    let (work, dir, logs) = closed.copy_listing();
+    let (_work, dir, logs) = closed.copy_listing();
     let base = base_of(&logs[1]);
     let in_segment = closed.batches_in(base, base_of(&logs[2]));
     let split_at = in_segment.len() / 2;
@@ -108,9 +105,8 @@ fn a_swap_from_an_incomplete_split_is_discarded() {
     let second_base = in_segment[split_at].base;
     fs::write(segment_file(&dir, base, ".log.cleaned"), first_half).unwrap();
     fs::write(segment_file(&dir, second_base, ".log.swap"), second_half).unwrap();
-    let mut log_dir = open_dir(work.path());
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert_serves(log, &closed.batches);
+    let (mut log, _) = open_partition_log(&dir, config(), true, closed.recovery_point);
+    assert_serves(&mut log, &closed.batches);
     assert_eq!(log.segment_count(), closed.segment_count);
     assert!(!segment_file(&dir, second_base, ".log.swap").exists());
     assert!(!segment_file(&dir, second_base, ".log").exists());

@@ -6,8 +6,10 @@
 //!
 //! How: a log of several segments written over the backend `SEGLOG_IO_BACKEND` names and left
 //! as a crash leaves it (`support::recovery::CrashedLog`: `segment.bytes` = 1024,
-//! `index.interval.bytes` = 64, the active segment holding at least three batches), copied for
-//! every case, damaged the way the case says, and reopened uncleanly: every complete batch
+//! `index.interval.bytes` = 64, the active segment holding at least three batches, and the
+//! recovery point it had), copied for every case, damaged the way the case says, and the
+//! partition log reopened directly as after the crash (no clean shutdown, recovering from that
+//! recovery point, or from offset 0 where the case says): every complete batch
 //! before the damage is served with identical bytes, nothing after it is, the log end offset is
 //! the next offset of the last complete batch, a new append gets exactly that offset, and
 //! lookups by timestamp agree with the records' own timestamps. Nothing may panic: corrupt input
@@ -85,7 +87,7 @@ fn a_flipped_bit_in_the_last_batch_truncates_it() {
         let (work, active_log) = crashed.copy_flipping(position, 1 << bit);
         let what = format!("flipping bit {bit} of byte {position} of the last batch");
         if position < 8 {
-            assert_refused_untouched(work.path(), &active_log, &what);
+            assert_refused_untouched(&active_log, crashed.recovery_point, &what);
         } else {
             assert_last_batch_dropped(&crashed, work.path(), size, &what);
         }
@@ -98,8 +100,7 @@ fn a_flipped_bit_in_the_leader_epoch_is_not_detected_as_in_kafka() {
     // kept and served with the epoch as found.
     let crashed = CrashedLog::new();
     let (work, _) = crashed.copy_flipping(14, 0x10);
-    let mut log_dir = open_dir(work.path());
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (mut log, _) = crashed.open(work.path()).unwrap();
     let mut expected = crashed.batches.clone();
     let mut last = expected.pop().unwrap().bytes.to_vec();
     last[14] ^= 0x10;
@@ -108,7 +109,7 @@ fn a_flipped_bit_in_the_leader_epoch_is_not_detected_as_in_kafka() {
         last: crashed.last().last,
         bytes: Bytes::from(last),
     });
-    assert_serves(log, &expected);
+    assert_serves(&mut log, &expected);
 }
 
 #[test]
@@ -140,9 +141,8 @@ fn garbage_after_the_last_batch_is_truncated_on_unclean_reopen() {
     for (what, bytes) in garbage {
         let (work, active_log) = crashed.copy();
         append_to_file(&active_log, &bytes);
-        let mut log_dir = reopen_serving(work.path(), &crashed.batches);
-        assert_appends_at(log_dir.partition(&topic(), 0).unwrap(), end);
-        let report = report(&log_dir);
+        let (mut log, report) = crashed.reopen_serving(work.path());
+        assert_appends_at(&mut log, end);
         assert_eq!(report.bytes_truncated, bytes.len() as u64, "{what}");
         assert_eq!(
             report.truncated_at.unwrap().1,
@@ -162,9 +162,9 @@ fn a_copy_of_the_last_batch_after_it_is_refused_not_truncated() {
         ("a torn copy", last[..last.len() - 3].to_vec()),
         ("a whole copy", last.to_vec()),
     ] {
-        let (work, active_log) = crashed.copy();
+        let (_work, active_log) = crashed.copy();
         append_to_file(&active_log, &bytes);
-        assert_refused_untouched(work.path(), &active_log, what);
+        assert_refused_untouched(&active_log, crashed.recovery_point, what);
     }
 }
 
@@ -172,13 +172,11 @@ fn a_copy_of_the_last_batch_after_it_is_refused_not_truncated() {
 fn an_unclean_reopen_of_an_undamaged_log_loses_nothing() {
     let crashed = CrashedLog::new();
     let (work, _) = crashed.copy();
-    // Without the recovery-point checkpoint every segment is re-validated.
-    remove_recovery_point_checkpoint(work.path());
-    let mut log_dir = reopen_serving(work.path(), &crashed.batches);
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    // From offset 0 (no recovery-point checkpoint), every segment is re-validated.
+    let dir = partition_dir(work.path());
+    let (mut log, report) = reopen_serving(&dir, false, 0, &crashed.batches);
     let segments = log.segment_count();
-    assert_appends_at(log, crashed.last().last + 1);
-    let report = report(&log_dir);
+    assert_appends_at(&mut log, crashed.last().last + 1);
     assert_eq!(report.segments_recovered, segments);
     assert_eq!(report.bytes_truncated, 0);
     assert_eq!(report.truncated_at, None);
@@ -191,7 +189,8 @@ fn an_unclean_reopen_of_an_undamaged_log_loses_nothing() {
 #[test]
 fn a_corrupt_batch_followed_in_its_sector_by_a_valid_one_is_refused() {
     let closed = ClosedLog::new();
-    let (work, dir) = closed.unclean_copy();
+    // Opened as after a crash that left no recovery point: recovery starts at offset 0.
+    let (_work, dir) = closed.copy();
     let logs = segment_logs(&dir);
     let victim = logs.last().unwrap();
     let in_victim = closed.batches_in(base_of(victim), u64::MAX);
@@ -203,5 +202,5 @@ fn a_corrupt_batch_followed_in_its_sector_by_a_valid_one_is_refused() {
         "the next batch starts in the same sector"
     );
     flip_byte(victim, bad_position as u64 + 70, 0xff);
-    assert_refused_untouched(work.path(), victim, "a corrupt middle batch");
+    assert_refused_untouched(victim, 0, "a corrupt middle batch");
 }

@@ -16,7 +16,6 @@ use seglog::error::{OpenError, ReadError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
 use seglog::log::{LogOpenOptions, LogWriteMode, PartitionLog, RecoveryReport};
-use seglog::log_dir::LogDir;
 use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 pub use super::batches::T0;
@@ -26,19 +25,9 @@ use super::engines::inline_config;
 use super::logs::{self, open_options};
 
 pub const TOPIC: &str = "events";
+/// The data directory's clean-shutdown marker (Kafka's name), which the engine writes at a clean
+/// close and takes at open.
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
-pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
-
-/// Removes the recovery-point checkpoint: Kafka's file and seglog's two copies.
-pub fn remove_recovery_point_checkpoint(dir: &Path) {
-    fs::remove_file(dir.join(RECOVERY_POINT_CHECKPOINT)).unwrap();
-    for copy in ["0", "1"] {
-        let path = dir.join(format!("{RECOVERY_POINT_CHECKPOINT}.{copy}"));
-        if path.exists() {
-            fs::remove_file(path).unwrap();
-        }
-    }
-}
 
 pub fn config() -> LogConfig {
     LogConfig {
@@ -62,11 +51,6 @@ pub fn topic_partition() -> TopicPartition {
 
 pub fn partition_dir(root: &Path) -> PathBuf {
     root.join(format!("{TOPIC}-0"))
-}
-
-/// The data directory at `root` over `storage_from_env()`.
-pub fn open_dir(root: &Path) -> LogDir {
-    LogDir::open(root, storage_from_env(), config()).unwrap()
 }
 
 /// The inline engine (`support::engines::inline_config`) on the data directory at `root`, on the
@@ -298,34 +282,34 @@ impl XorShift {
     }
 }
 
-/// A data directory in a scratch directory, its partition holding `batches` batches.
-fn populated(batches: usize) -> (tempfile::TempDir, LogDir) {
-    let root = scratch();
-    let mut log_dir = open_dir(root.path());
-    log_dir.create_topic(&topic(), 1).unwrap();
-    populate(log_dir.partition(&topic(), 0).unwrap(), batches);
-    (root, log_dir)
+/// A new partition log in a scratch directory (`<root>/events-0`), holding `batches` batches.
+fn populated(batches: usize) -> (tempfile::TempDir, PartitionLog) {
+    let (root, dir) = scratch_partition();
+    let (mut log, _) = open_partition_log(&dir, config(), false, 0);
+    populate(&mut log, batches);
+    (root, log)
 }
 
 /// A log written and left as a crash leaves it: several segments, the active one holding at
-/// least three batches, the recovery-point checkpoint written, then the `LogDir` dropped
-/// without `close` (so no clean-shutdown marker).
+/// least three batches, then the `PartitionLog` dropped without `close`. Its recovery point at
+/// that moment is what a data directory's checkpoint would hold, and where recovery starts.
 pub struct CrashedLog {
     pub root: tempfile::TempDir,
     pub batches: Vec<StoredBatch>,
     pub active_log: PathBuf,
+    /// The log's recovery point when it was dropped.
+    pub recovery_point: u64,
 }
 
 impl CrashedLog {
     pub fn new() -> CrashedLog {
-        let (root, mut log_dir) = populated(30);
-        let log = log_dir.partition(&topic(), 0).unwrap();
+        let (root, mut log) = populated(30);
         // End with batches of three records, at least three of them in the active segment.
         loop {
             let first = log.log_end_offset().0;
             log.append(batch(first, 3), now()).unwrap();
             let active_base = log.segments().last().unwrap().base_offset.0;
-            let in_active = served_batches(log)
+            let in_active = served_batches(&mut log)
                 .iter()
                 .filter(|b| b.base >= active_base)
                 .count();
@@ -334,20 +318,42 @@ impl CrashedLog {
             }
         }
         assert!(log.segment_count() >= 4, "several segments");
-        let batches = served_batches(log);
-        log_dir.checkpoint().unwrap();
-        drop(log_dir);
+        let batches = served_batches(&mut log);
+        let recovery_point = log.recovery_point().0;
+        drop(log);
         let active_log = segment_logs(&partition_dir(root.path())).pop().unwrap();
         let crashed = CrashedLog {
             root,
             batches,
             active_log,
+            recovery_point,
         };
-        // The file ends with the last batch, as served.
+        // The file ends with the last batch, as served, above the recovery point.
         let content = fs::read(&crashed.active_log).unwrap();
-        let last = crashed.batches.last().unwrap();
+        let last = crashed.last();
         assert!(content.ends_with(&last.bytes));
+        assert!(recovery_point <= last.base, "the last batch is not synced");
         crashed
+    }
+
+    /// Opens the partition log of a copy in `root` as after the crash: no clean shutdown,
+    /// recovering from the recovery point the log had.
+    pub fn open(&self, root: &Path) -> Result<(PartitionLog, RecoveryReport), OpenError> {
+        let dir = partition_dir(root);
+        open_partition(
+            &dir,
+            config(),
+            false,
+            self.recovery_point,
+            storage_from_env(),
+        )
+    }
+
+    /// [`CrashedLog::open`], checking that the log serves every batch and answers lookups by
+    /// timestamp.
+    pub fn reopen_serving(&self, root: &Path) -> (PartitionLog, RecoveryReport) {
+        let dir = partition_dir(root);
+        reopen_serving(&dir, false, self.recovery_point, &self.batches)
     }
 
     pub fn last(&self) -> &StoredBatch {
@@ -384,19 +390,15 @@ pub fn assert_last_batch_dropped(
     damaged_bytes: u64,
     what: &str,
 ) {
-    let mut log_dir = open_dir(root);
-    assert!(!log_dir.had_clean_shutdown());
-    let log = log_dir.partition(&topic(), 0).unwrap();
+    let (mut log, report) = crashed.open(root).unwrap();
     let kept = &crashed.batches[..crashed.batches.len() - 1];
     assert_eq!(
         log.log_end_offset(),
         Offset(crashed.last().base),
         "log end after {what}"
     );
-    assert_serves(log, kept);
-    assert_appends_at(log, crashed.last().base);
-    let report = log_dir.recovery_reports().get(&topic_partition()).cloned();
-    let report = report.unwrap_or_default();
+    assert_serves(&mut log, kept);
+    assert_appends_at(&mut log, crashed.last().base);
     assert_eq!(
         report.bytes_truncated, damaged_bytes,
         "bytes cut after {what}"
@@ -413,11 +415,14 @@ pub fn assert_last_batch_dropped(
     assert_eq!(report.segments_deleted, 0);
 }
 
-/// The partition refuses to open (`Corrupt`) and the `.log` at `log_path` is left as it was.
-pub fn assert_refused_untouched(root: &Path, log_path: &Path, what: &str) {
+/// The partition log holding the `.log` at `log_path`, opened as after a crash (no clean
+/// shutdown, recovering from `recovery_point`), refuses to open (`Corrupt`), and the `.log` is
+/// left as it was.
+pub fn assert_refused_untouched(log_path: &Path, recovery_point: u64, what: &str) {
     let before = fs::read(log_path).unwrap();
-    let mut log_dir = open_dir(root);
-    let error = log_dir.partition(&topic(), 0).map(|_| ()).unwrap_err();
+    let dir = log_path.parent().unwrap();
+    let opened = open_partition(dir, config(), false, recovery_point, storage_from_env());
+    let error = opened.map(|_| ()).unwrap_err();
     assert!(format!("{error:?}").contains("Corrupt"), "{what}: {error}");
     assert_eq!(
         fs::read(log_path).unwrap(),
@@ -430,6 +435,9 @@ pub fn assert_refused_untouched(root: &Path, log_path: &Path, what: &str) {
 pub struct ClosedLog {
     pub root: tempfile::TempDir,
     pub batches: Vec<StoredBatch>,
+    /// The recovery point the close left: the log end, which a data directory's checkpoint
+    /// would hold after a clean shutdown.
+    pub recovery_point: u64,
     /// Base offset of a sealed segment with at least two entries in each index.
     pub sealed_base: u64,
     pub sealed_entries: (usize, usize),
@@ -438,18 +446,17 @@ pub struct ClosedLog {
 
 impl ClosedLog {
     pub fn new() -> ClosedLog {
-        let (root, mut log_dir) = populated(40);
-        let log = log_dir.partition(&topic(), 0).unwrap();
+        let (root, mut log) = populated(40);
         // The active segment has entries in both indexes too.
         while log
             .segments()
             .last()
             .is_some_and(|s| s.offset_index_entries < 2 || s.time_index_entries < 2)
         {
-            populate(log, 1);
+            populate(&mut log, 1);
         }
-        let batches = served_batches(log);
-        assert_time_lookups(log);
+        let batches = served_batches(&mut log);
+        assert_time_lookups(&mut log);
         let segments: Vec<_> = log.segments().collect();
         let sealed = segments[..segments.len() - 1]
             .iter()
@@ -459,10 +466,12 @@ impl ClosedLog {
             .clone();
         let segment_count = segments.len();
         assert!(segment_count >= 4);
-        log_dir.close().unwrap();
+        let recovery_point = log.log_end_offset().0;
+        log.close().unwrap();
         ClosedLog {
             root,
             batches,
+            recovery_point,
             sealed_base: sealed.base_offset.0,
             sealed_entries: (sealed.offset_index_entries, sealed.time_index_entries),
             segment_count,
@@ -487,13 +496,11 @@ impl ClosedLog {
         (work, dir, logs)
     }
 
-    /// A copy as a crash would leave it: no clean-shutdown marker and no recovery point, so that
-    /// recovery starts at offset 0.
-    pub fn unclean_copy(&self) -> (tempfile::TempDir, PathBuf) {
-        let (work, dir) = self.copy();
-        fs::remove_file(work.path().join(CLEAN_SHUTDOWN_MARKER)).unwrap();
-        remove_recovery_point_checkpoint(work.path());
-        (work, dir)
+    /// Reopens the partition log of a copy in `dir`, after a clean shutdown or not, from the
+    /// recovery point the close left, and checks that it serves every batch and answers lookups
+    /// by timestamp.
+    pub fn reopen_serving(&self, dir: &Path, clean: bool) -> (PartitionLog, RecoveryReport) {
+        reopen_serving(dir, clean, self.recovery_point, &self.batches)
     }
 
     /// The batches with base offsets in `from..to`.
@@ -528,19 +535,19 @@ pub fn file_contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// What recovery of the partition reported when `log_dir` opened it.
-pub fn report(log_dir: &LogDir) -> RecoveryReport {
-    log_dir.recovery_reports()[&topic_partition()].clone()
-}
-
-/// Opens the data directory at `root` and checks that its partition serves exactly `batches`
-/// and answers lookups by timestamp.
-pub fn reopen_serving(root: &Path, batches: &[StoredBatch]) -> LogDir {
-    let mut log_dir = open_dir(root);
-    let log = log_dir.partition(&topic(), 0).unwrap();
-    assert_serves(log, batches);
-    assert_time_lookups(log);
-    log_dir
+/// Opens the partition log in `dir` (after a clean shutdown or not, recovering from
+/// `recovery_point`) and checks that it serves exactly `batches` and answers lookups by
+/// timestamp; returns it with what its recovery reported.
+pub fn reopen_serving(
+    dir: &Path,
+    clean: bool,
+    recovery_point: u64,
+    batches: &[StoredBatch],
+) -> (PartitionLog, RecoveryReport) {
+    let (mut log, report) = open_partition_log(dir, config(), clean, recovery_point);
+    assert_serves(&mut log, batches);
+    assert_time_lookups(&mut log);
+    (log, report)
 }
 
 /// One batch partition 0 of `events` serves through `engine` from `offset` (`max_bytes` = 1
