@@ -556,9 +556,9 @@ impl Run {
         let outcome = self.step(&engine, operation, before.as_ref().ok());
         let fired = self.sim.faults_fired().split_off(faults_before);
         let after = describe(&engine);
-        let offline = after
+        let offline = !after
             .as_ref()
-            .map_or(true, |description| description.offline.is_some());
+            .is_ok_and(|description| description.offline.is_none());
         // A partition that did not open before the operation had no log to fail: its next open
         // recovers it again.
         if before.is_ok()
@@ -612,7 +612,8 @@ impl Run {
                     false => Durability::Written,
                 };
                 let shape = (key, value_bytes, records, tombstones);
-                self.append(engine, online_end, shape, durability)
+                let offline = before.is_some_and(|description| description.offline.is_some());
+                self.append(engine, (online_end, offline), shape, durability)
             }
             Operation::Flush => {
                 let result = engine.flush(&topic, 0).wait();
@@ -772,10 +773,12 @@ impl Run {
             .unwrap_or(0)
     }
 
+    /// Appends a batch of `shape`; `at` is the log end it must get (`None`: unknown, the
+    /// partition is `offline` or was not described).
     fn append(
         &mut self,
         engine: &Engine,
-        at: Option<u64>,
+        (at, offline): (Option<u64>, bool),
         (key, value_bytes, records, tombstones): (u8, u8, u8, Tombstones),
         durability: Durability,
     ) -> Result<(), ()> {
@@ -809,18 +812,35 @@ impl Run {
         };
         if let Some(first) = at {
             // Whatever lands is at these offsets, even if the append fails part-way.
-            for (index, record) in written.into_iter().enumerate() {
-                self.model.written.insert(first + index as u64, record);
+            for (index, record) in written.iter().enumerate() {
+                self.model
+                    .written
+                    .insert(first + index as u64, record.clone());
             }
         }
         match engine.append(&self.topic, 0, batch, durability).wait() {
             Ok(info) => {
-                assert_eq!(
-                    Some(info.first_offset.0),
-                    at,
-                    "an append got offset {} where the log ended at {at:?}",
-                    info.first_offset
-                );
+                match at {
+                    Some(at) => assert_eq!(
+                        info.first_offset.0, at,
+                        "an append got offset {} where the log ended at {at}",
+                        info.first_offset
+                    ),
+                    // The partition did not open for the description before (a fault), and
+                    // opened for the append.
+                    None => {
+                        assert!(
+                            !offline,
+                            "an offline partition took an append at {}",
+                            info.first_offset
+                        );
+                        for (index, record) in written.into_iter().enumerate() {
+                            self.model
+                                .written
+                                .insert(info.first_offset.0 + index as u64, record);
+                        }
+                    }
+                }
                 if durability == Durability::Durable {
                     assert!(info.durable, "a durable append answered not durable");
                     assert!(
@@ -1087,7 +1107,7 @@ impl Run {
         self.tick();
         let shape = (0, 8, 1, Tombstones::None);
         if self
-            .append(engine, Some(end.0), shape, Durability::Written)
+            .append(engine, (Some(end.0), false), shape, Durability::Written)
             .is_err()
         {
             return Err(Failure::Reported(format!(
