@@ -38,10 +38,13 @@
 //! batch passes its CRC-32C; a fetch up to the durable offset serves nothing past it; an append
 //! gets the log end offset; offsets strictly increase (densely from the log start without
 //! compaction, except in a compacted topic after a misdirected write), and a point lookup finds a
-//! record at every offset of such a dense log; after a failed write or fsync of the partition it
-//! is reported offline and no flush, durable append or clean close succeeds until a reopen; a
-//! delete-policy topic is never compacted; after a power cut the topic exists and the log takes
-//! an append at its end and makes it durable.
+//! record at every offset below the log end of a log never compacted nor misdirected into; after
+//! a failed write or fsync of the partition it is reported offline and, until a reopen, no
+//! durable append or clean close succeeds, nor a flush with records to sync (the engine answers
+//! a flush with nothing to sync, offline or not, with success, which acknowledges nothing new:
+//! `LogDir`'s flush refused it, this target no longer asks that); a delete-policy topic is never
+//! compacted; after a power cut the topic exists and the log takes an append at its end and
+//! makes it durable.
 //!
 //! What the compaction model predicts: the engine's cleaner (`Engine::compact`) cleans the sealed
 //! segments below the partition's recovery point whose seal syncs were reported (the inline
