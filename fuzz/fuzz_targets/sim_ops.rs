@@ -1,42 +1,64 @@
-//! Operation sequences on the simulated disk (`seglog::io::sim::SimStorage`): one partition of a
-//! `LogDir` in a temporary directory (on tmpfs when `/dev/shm` exists) with small segments, driven
-//! through appends (tombstones among them), flushes, rolls, DeleteRecords, retention, compaction,
-//! checkpoints, clean restarts, fetches, power cuts, process deaths and injected I/O faults
-//! (misdirected writes among them), against an acknowledgement log kept outside the disk.
+//! Operation sequences on the simulated disk (`seglog::io::sim::SimStorage`): the engine in its
+//! inline mode (`EngineConfig::inline`: the engine's own shard, syncer, file deleter, cleaner,
+//! checkpoints, clean-shutdown marker and topic registry, run on this thread) in a temporary
+//! directory (on tmpfs when `/dev/shm` exists), one topic of one partition with small segments,
+//! driven through appends (written or durable, tombstones among them), flushes, DeleteRecords,
+//! retention, compaction, checkpoints, clean restarts, fetches and point lookups, power cuts,
+//! process deaths and injected I/O faults (misdirected writes among them), against an
+//! acknowledgement log kept outside the disk. The engine's clock is the target's: it moves 1 ms
+//! per operation, so that an input replays exactly.
 //!
-//! Input: bytes 0-7 = the simulator's seed, byte 8 = `cleanup.policy` (modulo 3: delete, compact,
-//! compact+delete) and the `delete.retention.ms` every compaction uses (byte / 3 modulo 4: never,
-//! 0, 3 or 20 ms; the clock moves 1 ms per operation), then up to 64 operations, each a tag byte
-//! (modulo 16) and its arguments: append (key 0-7, value size 0-80, shape: records 1-3 = shape
-//! modulo 3 + 1; shape / 3 below 64 = no tombstone, 64-79 = the last record a tombstone, 80 and
-//! up = every record a tombstone), flush, roll, DeleteRecords (a point between the log start and
-//! end), retention, compaction (a no-op in delete-policy runs), checkpoint, close and reopen,
-//! fetch (offset, max bytes; then a point lookup of that offset), power cut (`crash()` then reopen), `die_after(n)`, and a fault
-//! (read, write or sync error, ENOSPC, short write, directory sync error, misdirected write) on
-//! the nth operation of its kind. After the last operation the disk loses power once more.
-//! Inputs with an odd seed run the log as the engine's shards do, with
-//! `LogConfig::deferred_seal_syncs`: rolls leave the sealed segment's sync to the owner, which
-//! here syncs the seals taken so far at each checkpoint operation (and flushes and closes sync
-//! any not taken first).
+//! Input: bytes 0-7 = the simulator's seed, byte 8 = the settings: `cleanup.policy` (modulo 3:
+//! delete, compact, compact+delete), the topic's `delete.retention.ms` (byte / 3 modulo 4: never,
+//! 0, 3 or 20 ms) and the cleaner's dedupe buffer (byte / 12 modulo 2: 64 KiB, or 3 keys, so that
+//! a compaction runs in several rounds); then up to 64 operations, each a tag byte (modulo 16)
+//! and its arguments: append (tags 0-3; key byte: key = byte modulo 8, durable when byte / 8
+//! modulo 4 is 3; value size 0-80; shape: records 1-3 = shape modulo 3 + 1; shape / 3 below 64 =
+//! no tombstone, 64-79 = the last record a tombstone, 80 and up = every record a tombstone),
+//! flush (4, 5), `flush_all` (6; a roll before the engine, which rolls only by `segment.bytes`),
+//! DeleteRecords (7: a point between the log start and end), retention (8), compaction (9; in
+//! delete-policy runs the engine must compact nothing), checkpoint (10), close and reopen (11),
+//! fetch (12: offset, max bytes, up to the durable offset when max bytes is odd; then a point
+//! lookup of that offset), power cut (13: `crash()` then reopen), `die_after(n)` (14), and a
+//! fault (15: read, write or sync error, ENOSPC, short write, directory sync error, misdirected
+//! write) on the nth operation of its kind. After the last operation the disk loses power once
+//! more.
 //!
-//! A record is acknowledged when a flush (or a clean close) that followed its append succeeded.
-//! Invariants: no panic; the directory and the partition reopen after a power cut; after every
-//! reopen, every acknowledged record is read back with its offset, key and value (a tombstone as
-//! a null value), unless it is below the highest log start offset seen (retention,
-//! DeleteRecords), or a compaction ran and a later record with its key is present, or a
-//! compaction ran and a tombstone of its key at or after it is gone where the model allows its
-//! removal (it was in a sealed segment when one compaction ran and a later compaction ran at or
-//! past that one's time + `delete.retention.ms`); an acknowledged tombstone that is gone never
-//! leaves an older record of its key served (no resurrection); every record served anywhere is
-//! the one written at its offset; every served batch passes its CRC-32C; offsets strictly
-//! increase (densely from the log start without compaction, except in a compacted topic after a
-//! misdirected write); after a failed write or fsync of the partition no flush succeeds until a
-//! reopen; after a power cut the log takes an append at its end and makes it durable.
+//! A record is acknowledged when a flush (or a clean close) that followed its append succeeded,
+//! when its durable append was answered, or when the partition reports a durable offset past it.
+//! Invariants: no panic; the engine and the topic reopen after a power cut; after every reopen,
+//! every acknowledged record is read back with its offset, key and value (a tombstone as a null
+//! value), unless it is below the highest log start offset seen (retention, DeleteRecords), or a
+//! compaction ran and a later record with its key is present, or a compaction ran and a
+//! tombstone of its key at or after it is gone where the model allows its removal (it was in a
+//! sealed segment when one compaction ran and a later compaction ran at or past that one's time +
+//! `delete.retention.ms`; with the small dedupe buffer, the same compaction's later rounds count);
+//! an acknowledged tombstone that is gone never leaves an older record of its key served (no
+//! resurrection); every record served anywhere is the one written at its offset; every served
+//! batch passes its CRC-32C; a fetch up to the durable offset serves nothing past it; an append
+//! gets the log end offset; offsets strictly increase (densely from the log start without
+//! compaction, except in a compacted topic after a misdirected write), and a point lookup finds a
+//! record at every offset below the log end of a log never compacted nor misdirected into; after
+//! a failed write or fsync of the partition it is reported offline and, until a reopen, no
+//! durable append or clean close succeeds, nor a flush with records to sync (the engine answers
+//! a flush with nothing to sync, offline or not, with success, which acknowledges nothing new:
+//! `LogDir`'s flush refused it, this target no longer asks that); a delete-policy topic is never
+//! compacted; after a power cut the topic exists and the log takes an append at its end and
+//! makes it durable.
+//!
+//! What the compaction model predicts: the engine's cleaner (`Engine::compact`) cleans the sealed
+//! segments below the partition's recovery point whose seal syncs were reported (the inline
+//! engine settles its syncs in every call), from its first dirty offset (kept in
+//! `cleaner-offset-checkpoint`) to that end. The target reads that end before each compaction
+//! from the segment files in the partition's directory and the durable offset the engine
+//! describes. A compaction that cleans nothing (no new dirty records) sets no delete horizon:
+//! the model, which starts a tombstone's horizon at the first compaction that saw it sealed,
+//! then allows its removal earlier than the engine can perform it, never later.
 //!
 //! Misdirected writes (R14 in docs/RELIABILITY.md, as `tests/sim_crash.rs` checks them; in
 //! delete-policy runs only while `MISDIRECTED_WRITES_IN_COMPACTED_TOPICS` is off): once one
 //! fired on the directory, acknowledged data may be destroyed, and an error from the library
-//! (open, partition open, read, an append refused as `Corrupt`, or the append after recovery) is
+//! (open, describe, read, an append refused as `Corrupt`, or the append after recovery) is
 //! accepted as the report of it: the run starts over on a fresh directory. Wrong records,
 //! bad-CRC batches, out-of-order offsets and acknowledged records missing from a log the library
 //! serves without error still fail.
@@ -44,26 +66,32 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use seglog::cleaner::offset_map::OffsetMap;
 use seglog::config::LogConfig;
-use seglog::error::{AppendError, PartitionError, StorageError};
+use seglog::engine::{
+    Clock, ConsumerRecord, Durability, Engine, EngineConfig, FetchOptions, Isolation,
+    PartitionDescription,
+};
+use seglog::error::{AppendError, StorageError, TopicError};
 use seglog::format::batch::BatchIter;
+use seglog::format::file_name::{FileState, SegmentFileKind, SegmentFileName, partition_dir_name};
 use seglog::format::{BatchBuilder, NewRecord, Record};
 use seglog::io::sim::{Fault, SimStorage};
-use seglog::log::{LogWriteMode, PartitionLog, RecordRead};
-use seglog::log_dir::LogDir;
-use seglog::types::{Offset, TimestampMs, TopicName};
+use seglog::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 const MAX_OPERATIONS: usize = 64;
 const KEYS: u8 = 8;
 const MAX_VALUE_BYTES: u8 = 80;
 const T0: i64 = 1_700_000_000_000;
 const TOPIC: &str = "sim";
+/// The cleaner's dedupe buffer: ample, or room for 3 keys (4 slots of 24 bytes at Kafka's load
+/// factor 0.9), fewer than the 8 keys the appends use, so that a compaction runs in rounds.
+const DEDUPE_BUFFER_BYTES: [usize; 2] = [64 * 1024, 4 * 24];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Policy {
@@ -84,12 +112,13 @@ enum Tombstones {
 enum Operation {
     Append {
         key: u8,
+        durable: bool,
         value_bytes: u8,
         records: u8,
         tombstones: Tombstones,
     },
     Flush,
-    Roll,
+    FlushAll,
     DeleteRecords {
         point: u16,
     },
@@ -115,8 +144,10 @@ enum Operation {
 struct Input {
     seed: u64,
     policy: Policy,
-    /// The `delete.retention.ms` every compaction uses.
+    /// The topic's `delete.retention.ms`.
     delete_retention_ms: i64,
+    /// The cleaner's dedupe buffer holds fewer keys than the appends use.
+    small_dedupe_buffer: bool,
     operations: Vec<Operation>,
 }
 
@@ -151,6 +182,7 @@ impl<'a> Arbitrary<'a> for Input {
         };
         let delete_retention_ms =
             DELETE_RETENTIONS_MS[usize::from(settings / 3) % DELETE_RETENTIONS_MS.len()];
+        let small_dedupe_buffer = (settings / 12) % 2 == 1;
         let mut operations = Vec::new();
         while operations.len() < MAX_OPERATIONS && !u.is_empty() {
             operations.push(operation(u)?);
@@ -159,6 +191,7 @@ impl<'a> Arbitrary<'a> for Input {
             seed,
             policy,
             delete_retention_ms,
+            small_dedupe_buffer,
             operations,
         })
     }
@@ -167,11 +200,12 @@ impl<'a> Arbitrary<'a> for Input {
 fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
     Ok(match u8::arbitrary(u)? % 16 {
         0..=3 => {
-            let key = u8::arbitrary(u)? % KEYS;
+            let key_byte = u8::arbitrary(u)?;
             let value_bytes = u8::arbitrary(u)? % (MAX_VALUE_BYTES + 1);
             let shape = u8::arbitrary(u)?;
             Operation::Append {
-                key,
+                key: key_byte % KEYS,
+                durable: (key_byte / KEYS) % 4 == 3,
                 value_bytes,
                 records: shape % 3 + 1,
                 tombstones: match shape / 3 {
@@ -182,7 +216,7 @@ fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
             }
         }
         4 | 5 => Operation::Flush,
-        6 => Operation::Roll,
+        6 => Operation::FlushAll,
         7 => Operation::DeleteRecords {
             point: u16::arbitrary(u)?,
         },
@@ -205,29 +239,7 @@ fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
     })
 }
 
-/// The owner's part under `deferred_seal_syncs`: syncs the seals rolls left and the directory
-/// that `.deleted` renames wait for, and reports them (a failure fails the log, as in the engine).
-fn owner_syncs(sim: &SimStorage, log_dir: &mut LogDir, now: TimestampMs) {
-    let Ok(log) = log_dir.partition(&topic(), 0) else {
-        return;
-    };
-    for seal in log.take_unsynced_seals() {
-        let result = seal.sync(sim);
-        if log.mark_seal_synced(seal.through, result).is_err() {
-            return;
-        }
-    }
-    // The directory sync that `.deleted` renames wait for, then the renames that waited for it.
-    if let Some(dir) = log.take_renames_sync() {
-        let result = seglog::io::Storage::sync_dir(sim, &dir)
-            .map_err(|source| StorageError::io("fsync directory", &dir, source));
-        if log.mark_renames_synced(result).is_ok() {
-            let _ = log.finish_pending_renames(now);
-        }
-    }
-}
-
-fn config(policy: Policy) -> LogConfig {
+fn topic_config(policy: Policy, delete_retention_ms: i64) -> LogConfig {
     let mut config = LogConfig {
         segment_bytes: 700,
         segment_index_bytes: 96,
@@ -235,6 +247,7 @@ fn config(policy: Policy) -> LogConfig {
         retention_ms: -1,
         retention_bytes: 2_000,
         file_delete_delay_ms: 0,
+        delete_retention_ms: u64::try_from(delete_retention_ms).unwrap_or(u64::MAX),
         ..LogConfig::default()
     };
     let policy = match policy {
@@ -246,6 +259,21 @@ fn config(policy: Policy) -> LogConfig {
         panic!("cleanup.policy={policy}: {error}");
     }
     config
+}
+
+/// The engine's clock: the target moves it 1 ms per operation (one input at a time per process).
+static NOW_MS: AtomicI64 = AtomicI64::new(T0);
+
+/// The inline engine's settings shared by every input (its defaults read `/proc` once).
+fn base_engine_config() -> &'static EngineConfig {
+    static CONFIG: OnceLock<EngineConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| EngineConfig {
+        inline: true,
+        pin_shards: false,
+        cleaner_core: None,
+        clock: Clock::from_fn(|| TimestampMs(NOW_MS.load(Ordering::Relaxed))),
+        ..EngineConfig::default()
+    })
 }
 
 /// One directory per process, emptied before each input.
@@ -293,6 +321,17 @@ fn rec_of(record: Record) -> Rec {
     }
 }
 
+fn rec_of_consumer(record: &ConsumerRecord) -> Rec {
+    Rec {
+        key: record
+            .key
+            .as_ref()
+            .map(|key| key.to_vec())
+            .unwrap_or_default(),
+        value: record.value.as_ref().map(|value| value.to_vec()),
+    }
+}
+
 /// A compaction the target ran: at `now_ms`, over the sealed segments below `sealed_end`.
 #[derive(Debug, Clone, Copy)]
 struct Compaction {
@@ -303,8 +342,8 @@ struct Compaction {
 /// Why a check after a reopen failed.
 #[derive(Debug)]
 enum Failure {
-    /// The library returned an error (open, read, append): a report, acceptable after a
-    /// misdirected write.
+    /// The library returned an error (open, describe, read, append): a report, acceptable after
+    /// a misdirected write.
     Reported(String),
     /// The library served something that breaks the promise: never acceptable.
     Broken(String),
@@ -326,7 +365,7 @@ struct Model {
     written: BTreeMap<u64, Rec>,
     /// Every offset below this is acknowledged durable.
     acked_end: u64,
-    /// The highest log start offset the log reported: records below may be gone.
+    /// The highest log start offset the engine reported: records below may be gone.
     log_start_floor: u64,
     /// Every compaction started on this partition, in order: when a tombstone may be removed.
     compactions: Vec<Compaction>,
@@ -341,14 +380,15 @@ struct Run {
     restarts: u64,
     policy: Policy,
     delete_retention_ms: i64,
-    log_dir: Option<LogDir>,
+    small_dedupe_buffer: bool,
+    engine: Option<Engine>,
+    topic: TopicName,
     model: Model,
-    map: OffsetMap,
-    now: i64,
     appended: u64,
     /// A compaction ran (maybe part-way): superseded keys may be gone, offsets may have gaps.
     compacted: bool,
-    /// A write or fsync of the partition failed since the last reopen: no flush may succeed.
+    /// A write or fsync of the partition failed since the last reopen: the partition is offline,
+    /// and no flush may succeed.
     partition_failed: bool,
     /// An append failed with `Corrupt`: the library reported damage (after a misdirected write,
     /// the promise; without one, a false report).
@@ -356,8 +396,6 @@ struct Run {
     /// `SIM_OPS_TRACE` is set: the operations, the checks and the simulator's trace go to stderr
     /// (for replaying a finding: `cargo fuzz run sim_ops <input>`).
     trace: bool,
-    /// Rolls defer their seal syncs (odd seeds; `LogConfig::deferred_seal_syncs`).
-    deferred_seal_syncs: bool,
 }
 
 fn trace_requested() -> bool {
@@ -368,22 +406,34 @@ fn trace_requested() -> bool {
 fuzz_target!(|input: Input| {
     let root = work_dir().to_owned();
     empty(&root);
+    NOW_MS.store(T0, Ordering::Relaxed);
     let mut run = Run::start(root, &input);
     for operation in &input.operations {
         run.note(&format!("{operation:?}"));
         run.apply(*operation);
-        if run.sim.is_dead() || run.log_dir.is_none() {
+        if run.sim.is_dead() || run.engine.is_none() {
             run.crash_and_check("the process died");
         }
     }
     run.crash_and_check("the final power cut");
 });
 
+/// Partition 0 of the topic as the engine describes it.
+fn describe(engine: &Engine) -> Result<PartitionDescription, String> {
+    let description = engine
+        .describe_topic(TOPIC)
+        .map_err(|error| error.to_string())?;
+    description
+        .partitions
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the topic has no partition".to_owned())
+}
+
 impl Run {
     fn start(root: PathBuf, input: &Input) -> Run {
         let sim = SimStorage::new(&root, input.seed)
             .unwrap_or_else(|error| panic!("simulated disk: {error}"));
-        let map = OffsetMap::new(64 * 1024).unwrap_or_else(|error| panic!("offset map: {error}"));
         let mut run = Run {
             sim,
             root,
@@ -391,35 +441,35 @@ impl Run {
             restarts: 0,
             policy: input.policy,
             delete_retention_ms: input.delete_retention_ms,
-            log_dir: None,
+            small_dedupe_buffer: input.small_dedupe_buffer,
+            engine: None,
+            topic: topic(),
             model: Model::default(),
-            map,
-            now: T0,
             appended: 0,
             compacted: false,
             partition_failed: false,
             damage_reported: None,
             trace: trace_requested(),
-            deferred_seal_syncs: input.seed % 2 == 1,
         };
         run.sim.set_trace(run.trace);
         run.note(&format!(
-            "seed {} {:?} delete.retention.ms {} deferred seal syncs {}",
-            input.seed, input.policy, input.delete_retention_ms, run.deferred_seal_syncs
+            "seed {} {:?} delete.retention.ms {} small dedupe buffer {}",
+            input.seed, input.policy, input.delete_retention_ms, input.small_dedupe_buffer
         ));
         run.create_topic();
         run
     }
 
-    /// Opens the (fresh) directory and creates the topic.
+    /// Opens the engine on the (fresh) directory and creates the topic.
     fn create_topic(&mut self) {
-        let mut log_dir = self
-            .open()
-            .unwrap_or_else(|error| panic!("a fresh directory does not open: {error}"));
-        if let Err(error) = log_dir.create_topic(&topic(), 1) {
+        let engine = self.open().unwrap_or_else(|error| {
+            panic!("the engine does not open on a fresh directory: {error}")
+        });
+        let config = topic_config(self.policy, self.delete_retention_ms);
+        if let Err(error) = engine.create_topic(TOPIC, 1, config) {
             panic!("create topic on a fresh directory: {error}");
         }
-        self.log_dir = Some(log_dir);
+        self.engine = Some(engine);
     }
 
     /// Whether a misdirected write fired on this directory: acknowledged data may be destroyed.
@@ -445,7 +495,7 @@ impl Run {
         self.note(&format!(
             "after {why}: reported after a misdirected write: {error}; a fresh directory"
         ));
-        drop(self.log_dir.take());
+        drop(self.engine.take());
         empty(&self.root);
         self.restarts += 1;
         let seed = self
@@ -460,14 +510,15 @@ impl Run {
         self.create_topic();
     }
 
-    fn open(&self) -> Result<LogDir, String> {
-        let mode = LogWriteMode {
-            deferred_seal_syncs: self.deferred_seal_syncs,
-            ..LogWriteMode::default()
+    /// Opens the inline engine on the simulated disk, with this run's clock.
+    fn open(&self) -> Result<Engine, String> {
+        let config = EngineConfig {
+            default_topic_config: topic_config(self.policy, self.delete_retention_ms),
+            cleaner_dedupe_buffer_bytes: DEDUPE_BUFFER_BYTES[usize::from(self.small_dedupe_buffer)],
+            ..base_engine_config().clone()
         };
         let storage = Arc::new(self.sim.clone());
-        LogDir::open_with(&self.root, storage, config(self.policy), mode)
-            .map_err(|error| error.to_string())
+        Engine::open_with_storage(&self.root, config, storage).map_err(|error| error.to_string())
     }
 
     fn note(&self, what: &str) {
@@ -476,19 +527,14 @@ impl Run {
         }
     }
 
+    /// Moves the engine's clock 1 ms.
     fn tick(&mut self) -> TimestampMs {
-        self.now += 1;
-        TimestampMs(self.now)
+        TimestampMs(NOW_MS.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     fn apply(&mut self, operation: Operation) {
+        self.tick();
         match operation {
-            Operation::Checkpoint => {
-                if let Some(log_dir) = self.log_dir.as_mut() {
-                    owner_syncs(&self.sim, log_dir, TimestampMs(self.now));
-                    let _ = log_dir.checkpoint();
-                }
-            }
             Operation::Reopen => self.reopen(),
             Operation::Crash => self.crash_and_check("a power cut"),
             Operation::DieAfter { mutations } => self.sim.die_after(u64::from(mutations)),
@@ -497,119 +543,251 @@ impl Run {
                 ..
             } if self.policy != Policy::Delete && !MISDIRECTED_WRITES_IN_COMPACTED_TOPICS => {}
             Operation::Inject { fault, nth } => self.sim.schedule(fault, u64::from(nth)),
-            _ => self.on_partition(operation),
+            _ => self.on_engine(operation),
         }
     }
 
-    /// An operation on the partition; marks the partition failed when it failed because a write
-    /// or fsync of the partition failed.
-    fn on_partition(&mut self, operation: Operation) {
-        let Some(mut log_dir) = self.log_dir.take() else {
+    /// An operation through the engine; marks the partition failed when it failed (or the
+    /// partition went offline) because a write or fsync of the partition failed, and takes what
+    /// the engine then describes: its log start offset, and its durable offset (a promise).
+    fn on_engine(&mut self, operation: Operation) {
+        let Some(engine) = self.engine.take() else {
             return;
         };
-        let log = match log_dir.partition(&topic(), 0) {
-            Ok(log) => log,
-            // A fault or the process's death while opening it: the next power cut recovers.
-            Err(_) => return,
-        };
         let faults_before = self.sim.faults_fired().len();
-        let outcome = self.step(log, operation);
+        let before = describe(&engine);
+        let outcome = self.step(&engine, operation, before.as_ref().ok());
         let fired = self.sim.faults_fired().split_off(faults_before);
-        if outcome.is_err()
+        let after = describe(&engine);
+        let offline = !after
+            .as_ref()
+            .is_ok_and(|description| description.offline.is_none());
+        // A partition that did not open before the operation had no log to fail: its next open
+        // recovers it again.
+        if before.is_ok()
+            && (outcome.is_err() || offline)
             && fired
                 .iter()
                 .any(|(fault, path)| fails_partition(*fault, path))
         {
             self.partition_failed = true;
         }
-        self.model.log_start_floor = self.model.log_start_floor.max(log.log_start_offset().0);
+        if let Ok(after) = &after {
+            self.note(&format!("then: {after:?}"));
+            assert!(
+                !self.partition_failed || after.offline.is_some(),
+                "a write or fsync of the partition failed and it is not offline: {after:?}"
+            );
+            self.model.log_start_floor = self.model.log_start_floor.max(after.log_start_offset.0);
+            self.model.acked_end = self.model.acked_end.max(after.durable_offset.0);
+        }
         if let Some(error) = self.damage_reported.take() {
-            drop(log_dir);
+            drop(engine);
             return self.on_reported("an append", &error);
         }
-        self.log_dir = Some(log_dir);
+        self.engine = Some(engine);
     }
 
-    fn step(&mut self, log: &mut PartitionLog, operation: Operation) -> Result<(), ()> {
-        let now = self.tick();
+    fn step(
+        &mut self,
+        engine: &Engine,
+        operation: Operation,
+        before: Option<&PartitionDescription>,
+    ) -> Result<(), ()> {
+        let topic = self.topic.clone();
+        // Where an append lands: the log end, unless the partition is offline (it refuses).
+        let online_end = before
+            .filter(|description| description.offline.is_none())
+            .map(|description| description.log_end_offset.0);
+        let (start, end) = before.map_or((0, 0), |description| {
+            (description.log_start_offset.0, description.log_end_offset.0)
+        });
         match operation {
             Operation::Append {
                 key,
+                durable,
                 value_bytes,
                 records,
                 tombstones,
-            } => self.append(log, key, value_bytes, records, tombstones, now),
+            } => {
+                let durability = match durable {
+                    true => Durability::Durable,
+                    false => Durability::Written,
+                };
+                let shape = (key, value_bytes, records, tombstones);
+                let offline = before.is_some_and(|description| description.offline.is_some());
+                self.append(engine, (online_end, offline), shape, durability)
+            }
             Operation::Flush => {
-                let through = log.log_end_offset().0;
-                let result = log.flush();
-                if result.is_ok() {
-                    assert!(
-                        !self.partition_failed,
-                        "a flush succeeded after a failed write or fsync of the partition"
-                    );
-                    self.model.acked_end = self.model.acked_end.max(through);
-                }
+                let result = engine.flush(&topic, 0).wait();
+                self.flushed(result.is_ok(), before);
                 result.map_err(drop)
             }
-            Operation::Roll => log.roll(now).map_err(drop),
-            Operation::DeleteRecords { point } => {
-                let target = between(log.log_start_offset().0, log.log_end_offset().0, point);
-                log.delete_records(Offset(target), now).map(drop).map_err(drop)
+            Operation::FlushAll => {
+                let result = engine.flush_all();
+                self.flushed(result.is_ok(), before);
+                result.map_err(drop)
             }
-            Operation::ApplyRetention => log.apply_retention(now).map(drop).map_err(drop),
-            // A `cleanup.policy=delete` log is never compacted (recovery then holds its offsets
-            // dense, as `tests/sim_crash.rs`'s Delete regime assumes): no compaction there.
-            Operation::Compact if self.policy == Policy::Delete => Ok(()),
-            Operation::Compact => {
-                self.compacted = true;
-                let sealed_end = log
-                    .cleanable_log()
-                    .sealed
-                    .last()
-                    .map_or(0, |segment| segment.next_offset.0);
-                self.model.compactions.push(Compaction {
-                    now_ms: now.0,
-                    sealed_end,
-                });
-                log.compact(&mut self.map, Offset(0), self.delete_retention_ms, now)
+            Operation::DeleteRecords { point } => {
+                let target = between(start, end, point);
+                engine
+                    .delete_records(&topic, 0, Offset(target))
+                    .wait()
                     .map(drop)
                     .map_err(drop)
             }
-            Operation::Fetch { point, max_bytes } => {
-                let from = between(log.log_start_offset().0, log.log_end_offset().0, point);
-                if let Ok(data) = log.read(Offset(from), u64::from(max_bytes)) {
-                    let served = check_batches(&data.records, self.dense())
-                        .unwrap_or_else(|error| panic!("fetch at {from}: {error}"));
-                    for (offset, record) in served.iter().filter(|(offset, _)| *offset >= from) {
-                        self.check_served(*offset, record);
+            Operation::ApplyRetention => match engine.apply_retention(Some(TOPIC)) {
+                Ok(passes) if passes.iter().all(|pass| pass.outcome.is_ok()) => Ok(()),
+                _ => Err(()),
+            },
+            Operation::Compact => {
+                if self.policy != Policy::Delete {
+                    self.compacted = true;
+                    let sealed_end = before.map_or(u64::MAX, |description| {
+                        self.sealed_end(description.durable_offset.0)
+                    });
+                    self.model.compactions.push(Compaction {
+                        now_ms: NOW_MS.load(Ordering::Relaxed),
+                        sealed_end,
+                    });
+                    self.note(&format!("compaction below {sealed_end}"));
+                }
+                match engine.compact(Some(TOPIC)) {
+                    Ok(reports) => {
+                        // A `cleanup.policy=delete` log is never compacted (recovery then holds its
+                        // offsets dense, as `tests/sim_crash.rs`'s Delete regime assumes).
+                        assert!(
+                            self.policy != Policy::Delete || reports.is_empty(),
+                            "the engine compacted a delete-policy topic: {reports:?}"
+                        );
+                        match reports.iter().all(|report| report.outcome.is_ok()) {
+                            true => Ok(()),
+                            false => Err(()),
+                        }
                     }
+                    Err(_) => Err(()),
                 }
-                // The point lookup of the same offset serves the record written there, if any.
-                if let Ok(RecordRead::Found(header, record)) = log.read_record(Offset(from)) {
-                    let offset = header.base_offset + i64::from(record.offset_delta);
-                    assert!(
-                        offset == from as i64,
-                        "lookup of {from} found offset {offset}"
-                    );
-                    self.check_served(from, &rec_of(record));
-                }
+            }
+            Operation::Checkpoint => engine.checkpoint().map_err(drop),
+            Operation::Fetch { point, max_bytes } => {
+                self.fetch(engine, between(start, end, point), max_bytes, end);
                 Ok(())
             }
-            _ => Ok(()),
+            Operation::Reopen
+            | Operation::Crash
+            | Operation::DieAfter { .. }
+            | Operation::Inject { .. } => Ok(()),
         }
     }
 
+    /// After a flush answered: a success acknowledges everything appended before it. After a
+    /// failed write or fsync of the partition it may succeed only with nothing to sync (the
+    /// engine answers a flush of a partition whose recovery point is at its log end without
+    /// looking at it, offline or not): it then acknowledges nothing the engine had not made
+    /// durable before the failure.
+    fn flushed(&mut self, succeeded: bool, before: Option<&PartitionDescription>) {
+        if !succeeded {
+            return;
+        }
+        if self.partition_failed {
+            let unsynced = before.map(|before| (before.log_end_offset, before.durable_offset));
+            assert!(
+                unsynced.is_some_and(|(end, durable)| end <= durable),
+                "a flush succeeded after a failed write or fsync of the partition, with records \
+                 to sync (log end, durable offset): {unsynced:?}"
+            );
+        }
+        if let Some(before) = before {
+            self.model.acked_end = self.model.acked_end.max(before.log_end_offset.0);
+        }
+    }
+
+    /// A fetch from `from` (up to the durable offset when `max_bytes` is odd), then a point
+    /// lookup of `from`: whatever they serve is what was written there.
+    fn fetch(&mut self, engine: &Engine, from: u64, max_bytes: u16, end: u64) {
+        let options = FetchOptions {
+            max_bytes: u64::from(max_bytes),
+            min_bytes: 1,
+            max_wait_ms: 0,
+            isolation: match max_bytes % 2 {
+                1 => Isolation::Durable,
+                _ => Isolation::LogEnd,
+            },
+        };
+        if let Ok(data) = engine.fetch(&self.topic, 0, Offset(from), options).wait() {
+            let served = check_batches(&data.records, self.dense())
+                .unwrap_or_else(|error| panic!("fetch at {from}: {error}"));
+            for (offset, record) in served.iter().filter(|(offset, _)| *offset >= from) {
+                self.check_served(*offset, record);
+            }
+            if options.isolation == Isolation::Durable
+                && let Some(last) = batch_last_offset(&data.records)
+            {
+                assert!(
+                    last < data.durable_offset.0,
+                    "a fetch up to the durable offset {} served a batch ending at {last}",
+                    data.durable_offset
+                );
+            }
+        }
+        match engine.fetch_record(&self.topic, 0, Offset(from)).wait() {
+            Ok(Some(record)) => {
+                assert!(
+                    record.offset.0 == from,
+                    "lookup of {from} found offset {}",
+                    record.offset
+                );
+                self.check_served(from, &rec_of_consumer(&record));
+            }
+            // In a log never compacted (nor misdirected into), every offset below the log end
+            // holds a record.
+            Ok(None) => assert!(
+                from >= end || self.compacted || self.misdirected(),
+                "lookup of {from} found nothing in a dense log ending at {end}"
+            ),
+            Err(_) => {}
+        }
+    }
+
+    /// The end of the sealed segments the cleaner may clean now: the partition's segment files
+    /// (read from the real directory, not through the simulated disk, so that no operation is
+    /// counted), each segment's end being the next one's base offset, up to the durable offset.
+    fn sealed_end(&self, durable_offset: u64) -> u64 {
+        let tp = TopicPartition {
+            topic: self.topic.clone(),
+            partition: 0,
+        };
+        let dir = self.root.join(partition_dir_name(&tp));
+        let mut bases: Vec<u64> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| SegmentFileName::parse(entry.file_name().to_str()?))
+            .filter(|name| name.kind == SegmentFileKind::Log && name.state == FileState::Live)
+            .map(|name| name.base_offset.0)
+            .collect();
+        bases.sort_unstable();
+        bases
+            .iter()
+            .skip(1)
+            .copied()
+            .filter(|base| *base <= durable_offset)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Appends a batch of `shape`; `at` is the log end it must get (`None`: unknown, the
+    /// partition is `offline` or was not described).
     fn append(
         &mut self,
-        log: &mut PartitionLog,
-        key: u8,
-        value_bytes: u8,
-        records: u8,
-        tombstones: Tombstones,
-        now: TimestampMs,
+        engine: &Engine,
+        (at, offline): (Option<u64>, bool),
+        (key, value_bytes, records, tombstones): (u8, u8, u8, Tombstones),
+        durability: Durability,
     ) -> Result<(), ()> {
         let mut builder = BatchBuilder::new(0);
         let mut written = Vec::new();
+        let now = NOW_MS.load(Ordering::Relaxed);
         for index in 0..records {
             self.appended += 1;
             let key = format!("key-{key}").into_bytes();
@@ -625,7 +803,7 @@ impl Run {
                     .collect()
             });
             builder.push(&NewRecord {
-                timestamp_ms: now.0,
+                timestamp_ms: now,
                 key: Some(&key),
                 value: value.as_deref(),
                 headers: &[],
@@ -635,53 +813,83 @@ impl Run {
         let Some(batch) = builder.build() else {
             panic!("a batch of {records} records built empty");
         };
-        if !log.is_failed() {
+        if let Some(first) = at {
             // Whatever lands is at these offsets, even if the append fails part-way.
-            let first = log.log_end_offset().0;
-            for (index, record) in written.into_iter().enumerate() {
-                self.model.written.insert(first + index as u64, record);
+            for (index, record) in written.iter().enumerate() {
+                self.model
+                    .written
+                    .insert(first + index as u64, record.clone());
             }
         }
-        log.append(batch, now).map(drop).map_err(|error| {
-            if let AppendError::Storage(StorageError::Corrupt { .. }) = &error {
-                self.damage_reported = Some(error.to_string());
+        match engine.append(&self.topic, 0, batch, durability).wait() {
+            Ok(info) => {
+                match at {
+                    Some(at) => assert_eq!(
+                        info.first_offset.0, at,
+                        "an append got offset {} where the log ended at {at}",
+                        info.first_offset
+                    ),
+                    // The partition did not open for the description before (a fault), and
+                    // opened for the append.
+                    None => {
+                        assert!(
+                            !offline,
+                            "an offline partition took an append at {}",
+                            info.first_offset
+                        );
+                        for (index, record) in written.into_iter().enumerate() {
+                            self.model
+                                .written
+                                .insert(info.first_offset.0 + index as u64, record);
+                        }
+                    }
+                }
+                if durability == Durability::Durable {
+                    assert!(info.durable, "a durable append answered not durable");
+                    assert!(
+                        !self.partition_failed,
+                        "a durable append succeeded after a failed write or fsync of the partition"
+                    );
+                    self.model.acked_end = self.model.acked_end.max(info.last_offset.0 + 1);
+                }
+                Ok(())
             }
-        })
+            Err(error) => {
+                if let AppendError::Storage(StorageError::Corrupt { .. }) = &error {
+                    self.damage_reported = Some(error.to_string());
+                }
+                Err(())
+            }
+        }
     }
 
     /// A clean close and a reopen on the same "kernel" (no power cut); a failure on the way is
     /// followed by a power cut.
     fn reopen(&mut self) {
-        let Some(mut log_dir) = self.log_dir.take() else {
+        let Some(engine) = self.engine.take() else {
             return;
         };
-        let end = log_dir
-            .partition(&topic(), 0)
-            .map(|log| log.log_end_offset().0);
-        if log_dir.close().is_ok()
-            && let Ok(end) = end
-        {
+        let before = describe(&engine);
+        let closed = engine.close();
+        drop(engine);
+        if closed.is_ok() {
             assert!(
                 !self.partition_failed,
                 "a clean close succeeded after a failed write or fsync of the partition"
             );
-            self.model.acked_end = self.model.acked_end.max(end);
+            if let Ok(before) = &before {
+                self.model.acked_end = self.model.acked_end.max(before.log_end_offset.0);
+            }
         }
         if self.sim.is_dead() {
             return;
         }
-        let Ok(mut log_dir) = self.open() else {
+        let Ok(engine) = self.open() else {
             return;
         };
         self.partition_failed = false;
         let faults_before = self.sim.faults_fired().len();
-        let checked = match log_dir.partition(&topic(), 0) {
-            Ok(log) => self.check_log(log, false),
-            Err(error) => Err(Failure::Reported(format!(
-                "the partition does not reopen: {error}"
-            ))),
-        };
-        if let Err(failure) = checked {
+        if let Err(failure) = self.check_log(&engine, false) {
             // Pending faults and the process's death still apply after a restart; after a
             // misdirected write, an error is the report the promise asks for (the power cut that
             // follows checks the directory again).
@@ -690,70 +898,66 @@ impl Run {
             assert!(faulted || reported, "after a clean restart: {failure}");
             return;
         }
-        self.log_dir = Some(log_dir);
+        self.engine = Some(engine);
     }
 
     /// A power cut, a reopen, the checks, and an append that must succeed.
     fn crash_and_check(&mut self, why: &str) {
-        drop(self.log_dir.take());
+        drop(self.engine.take());
         if let Err(error) = self.sim.crash() {
             panic!("simulated power cut: {error}");
         }
         self.partition_failed = false;
-        let mut log_dir = match self.open() {
-            Ok(log_dir) => log_dir,
+        let engine = match self.open() {
+            Ok(engine) => engine,
             Err(error) => {
-                return self.on_reported(why, &format!("the directory does not reopen: {error}"));
+                return self.on_reported(why, &format!("the engine does not reopen: {error}"));
             }
         };
-        match self.check_recovered(&mut log_dir, why) {
-            Ok(()) => self.log_dir = Some(log_dir),
+        match self.check_recovered(&engine, why) {
+            Ok(()) => self.engine = Some(engine),
             Err(Failure::Reported(error)) => {
-                drop(log_dir);
+                drop(engine);
                 self.on_reported(why, &error);
             }
             Err(Failure::Broken(error)) => panic!("after {why}: {error}"),
         }
     }
 
-    /// The checks of a directory reopened after a power cut.
-    fn check_recovered(&mut self, log_dir: &mut LogDir, why: &str) -> Result<(), Failure> {
-        let log = match log_dir.partition(&topic(), 0) {
-            Ok(log) => log,
-            Err(PartitionError::UnknownPartition { .. }) if self.model.acked_end == 0 => {
-                // The topic's creation was never made durable: nothing was acknowledged.
-                self.model = Model::default();
-                self.compacted = false;
-                if let Err(error) = log_dir.create_topic(&topic(), 1) {
-                    return Err(Failure::Reported(format!(
-                        "create the topic again: {error}"
-                    )));
-                }
-                return Ok(());
-            }
-            // Acknowledged records in a partition the directory no longer knows: silently lost.
-            Err(error @ PartitionError::UnknownPartition { .. }) => {
+    /// The checks of an engine reopened after a power cut.
+    fn check_recovered(&mut self, engine: &Engine, why: &str) -> Result<(), Failure> {
+        match engine.describe_topic(TOPIC) {
+            Ok(_) => {}
+            // `create_topic` returned only once the topic was durable.
+            Err(error @ TopicError::UnknownTopic { .. }) if !self.misdirected() => {
                 return Err(Failure::Broken(format!(
-                    "the partition is gone with records acknowledged below {}: {error}",
+                    "the topic is gone with records acknowledged below {}: {error}",
                     self.model.acked_end
                 )));
             }
             Err(error) => {
                 return Err(Failure::Reported(format!(
-                    "the partition does not reopen: {error}"
+                    "the topic does not reopen: {error}"
                 )));
             }
-        };
-        self.check_log(log, true)?;
-        self.append_after_reopen(log, why)
+        }
+        self.check_log(engine, true)?;
+        self.append_after_reopen(engine, why)
     }
 
     /// Reads the whole log and checks it against the model; forgets what was written past the log
     /// end. After a power cut (`after_crash`), what survived is the new durable state (the disk
     /// holds nothing else, and recovery synced its repairs).
-    fn check_log(&mut self, log: &mut PartitionLog, after_crash: bool) -> Result<(), Failure> {
-        let served = read_all(log, self.dense())?;
-        let (log_start, log_end) = (log.log_start_offset().0, log.log_end_offset().0);
+    fn check_log(&mut self, engine: &Engine, after_crash: bool) -> Result<(), Failure> {
+        let description = describe(engine)
+            .map_err(|error| Failure::Reported(format!("describe the partition: {error}")))?;
+        if let Some(cause) = &description.offline {
+            return Err(Failure::Reported(format!(
+                "the partition is offline: {cause}"
+            )));
+        }
+        let (log_start, log_end) = (description.log_start_offset.0, description.log_end_offset.0);
+        let served = read_all(engine, &self.topic, log_start, log_end, self.dense())?;
         for (offset, record) in &served {
             self.check_served(*offset, record);
         }
@@ -844,9 +1048,11 @@ impl Run {
 
     /// Whether compaction may have removed a tombstone at `offset` (the latest of its key): the
     /// first compaction that saw it in a sealed segment set its delete horizon to its time plus
-    /// `delete.retention.ms`, and a later compaction ran at or past the horizon. (A compaction
-    /// that failed before reaching it, or whose work a power cut undid, only makes the real
-    /// horizon later: the model allows more, never less.)
+    /// `delete.retention.ms`, and a later compaction ran at or past the horizon — or, with the
+    /// small dedupe buffer, a later round of the same compaction (each round cleans every sealed
+    /// segment below what it mapped, at the same time). (A compaction that failed before reaching
+    /// it, cleaned nothing, or whose work a power cut undid, only makes the real horizon later:
+    /// the model allows more, never less.)
     fn tombstone_removable(&self, offset: u64) -> bool {
         let mut horizon: Option<i64> = None;
         for compaction in &self.model.compactions {
@@ -855,7 +1061,11 @@ impl Run {
             }
             match horizon {
                 None => {
-                    horizon = Some(compaction.now_ms.saturating_add(self.delete_retention_ms));
+                    let set = compaction.now_ms.saturating_add(self.delete_retention_ms);
+                    if self.small_dedupe_buffer && compaction.now_ms >= set {
+                        return true;
+                    }
+                    horizon = Some(set);
                 }
                 Some(horizon) if compaction.now_ms >= horizon => return true,
                 Some(_) => {}
@@ -893,21 +1103,32 @@ impl Run {
 
     /// The reopened log takes an append at its log end and makes it durable. An error from the
     /// library is a report; what it serves must be the append, at the old log end.
-    fn append_after_reopen(&mut self, log: &mut PartitionLog, why: &str) -> Result<(), Failure> {
-        let end = log.log_end_offset();
-        let now = self.tick();
-        if self.append(log, 0, 8, 1, Tombstones::None, now).is_err() {
+    fn append_after_reopen(&mut self, engine: &Engine, why: &str) -> Result<(), Failure> {
+        let end = describe(engine)
+            .map_err(|error| Failure::Reported(format!("describe the partition: {error}")))?
+            .log_end_offset;
+        self.tick();
+        let shape = (0, 8, 1, Tombstones::None);
+        if self
+            .append(engine, (Some(end.0), false), shape, Durability::Written)
+            .is_err()
+        {
             return Err(Failure::Reported(format!(
                 "the reopened log refuses an append at {end}"
             )));
         }
-        if let Err(error) = log.flush() {
+        if let Err(error) = engine.flush(&self.topic, 0).wait() {
             return Err(Failure::Reported(format!(
                 "the reopened log does not flush: {error}"
             )));
         }
-        let data = log
-            .read(end, 1 << 16)
+        let options = FetchOptions {
+            max_bytes: 1 << 16,
+            ..FetchOptions::default()
+        };
+        let data = engine
+            .fetch(&self.topic, 0, end, options)
+            .wait()
             .map_err(|error| Failure::Reported(format!("read the new append at {end}: {error}")))?;
         let served = check_batches(&data.records, self.dense())
             .unwrap_or_else(|error| panic!("after {why}: the new append: {error}"));
@@ -920,7 +1141,7 @@ impl Run {
         if let Some((offset, record)) = first {
             self.check_served(*offset, record);
         }
-        self.model.acked_end = log.log_end_offset().0;
+        self.model.acked_end = end.0 + 1;
         Ok(())
     }
 }
@@ -941,15 +1162,25 @@ fn fails_partition(fault: Fault, path: &Path) -> bool {
     (segment_file && write_or_sync) || (partition_dir && fault == Fault::DirSyncError)
 }
 
-/// Every record of the log, read batch by batch from the log start. An error from the library is
-/// a report; what it serves is checked.
-fn read_all(log: &mut PartitionLog, dense: bool) -> Result<Vec<(u64, Rec)>, Failure> {
+/// Every record of the log, read batch by batch from the log start through the engine's fetch.
+/// An error from the library is a report; what it serves is checked.
+fn read_all(
+    engine: &Engine,
+    topic: &TopicName,
+    start: u64,
+    end: u64,
+    dense: bool,
+) -> Result<Vec<(u64, Rec)>, Failure> {
     let mut served: Vec<(u64, Rec)> = Vec::new();
-    let mut offset = log.log_start_offset();
-    let end = log.log_end_offset();
+    let mut offset = start;
+    let options = FetchOptions {
+        max_bytes: 1024,
+        ..FetchOptions::default()
+    };
     while offset < end {
-        let data = log
-            .read(offset, 1024)
+        let data = engine
+            .fetch(topic, 0, Offset(offset), options)
+            .wait()
             .map_err(|error| Failure::Reported(format!("read at {offset}: {error}")))?;
         if data.records.is_empty() {
             if dense {
@@ -965,13 +1196,13 @@ fn read_all(log: &mut PartitionLog, dense: bool) -> Result<Vec<(u64, Rec)>, Fail
         let Some(last) = batch_last_offset(&data.records) else {
             return Err(Failure::Broken(format!("no batch served at {offset}")));
         };
-        if last < offset.0 {
+        if last < offset {
             return Err(Failure::Broken(format!(
                 "a read at {offset} served batches ending at {last}"
             )));
         }
         for (record_offset, record) in batch_records {
-            if record_offset < offset.0 {
+            if record_offset < offset {
                 continue;
             }
             if let Some((previous, _)) = served.last()
@@ -983,14 +1214,13 @@ fn read_all(log: &mut PartitionLog, dense: bool) -> Result<Vec<(u64, Rec)>, Fail
             }
             served.push((record_offset, record));
         }
-        offset = Offset(last + 1);
+        offset = last + 1;
     }
     if let (true, Some((first, _))) = (dense, served.first())
-        && *first != log.log_start_offset().0
+        && *first != start
     {
         return Err(Failure::Broken(format!(
-            "the first record served is {first}, not the log start {}",
-            log.log_start_offset()
+            "the first record served is {first}, not the log start {start}"
         )));
     }
     Ok(served)
