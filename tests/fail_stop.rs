@@ -185,6 +185,28 @@ fn a_failed_sync_takes_its_partition_offline_for_appends_and_fetches_until_a_reo
     engine.close().unwrap();
 }
 
+/// A flush of an offline partition answers its failure even when nothing is left to sync: a
+/// failed write leaves the log end where the last sync reached, and a flush answered `Ok` would
+/// read as "everything written is durable".
+#[test]
+fn a_flush_of_an_offline_partition_fails_with_nothing_left_to_sync() {
+    let (_dir, sim, engine, a, _b) = reopened_clean(5);
+    assert_eq!(
+        append(&engine, &a, 0, Durability::Durable).unwrap(),
+        Offset(0)
+    );
+    sim.schedule(Fault::WriteError, 1);
+    assert!(append(&engine, &a, 1, Durability::Written).is_err());
+    assert!(!sim.faults_fired().is_empty(), "the fault fired");
+    let described = engine.describe_topic("a").unwrap();
+    let partition = &described.partitions[0];
+    assert!(partition.offline.is_some(), "{partition:?}");
+    assert_eq!(partition.log_end_offset, partition.durable_offset);
+    let flushed = engine.flush(&a, 0).wait();
+    assert!(flushed.is_err(), "a named flush: {flushed:?}");
+    assert!(engine.flush_all().is_err(), "a flush of everything");
+}
+
 /// Item 2: the failed seal sync, then an eviction to bound open files, then a use of the
 /// partition. The eviction must not forget the failure: the partition stays offline (today's
 /// code reopened it trusting its files), its checkpoint entry keeps its value from before the

@@ -1316,17 +1316,30 @@ impl Shard {
     }
 
     /// Syncs one partition, or every open partition with unflushed data.
+    /// Syncs `tp` (every partition of the shard if `None`). An offline partition answers its
+    /// failure, whether or not it has anything left to sync.
     fn flush(&mut self, tp: Option<&TopicPartition>) -> Result<(), FlushError> {
         let tps: Vec<TopicPartition> = match tp {
             Some(tp) => vec![tp.clone()],
-            None => self.partitions.keys().cloned().collect(),
+            None => self
+                .partitions
+                .keys()
+                .chain(self.offline.keys())
+                .cloned()
+                .collect(),
         };
         let mut first_error = None;
         for tp in tps {
+            if let Some(offline) = self.offline.get(&tp) {
+                let dir = self.context.root.join(partition_dir_name(&tp));
+                let cause = offline.cause.clone();
+                first_error.get_or_insert(StorageError::Offline { dir, cause });
+                continue;
+            }
             let Some(log) = self.partitions.get_mut(&tp) else {
                 continue;
             };
-            if log.recovery_point() >= log.log_end_offset() {
+            if log.failure().is_none() && log.recovery_point() >= log.log_end_offset() {
                 continue;
             }
             if let Err(error) = log.flush() {
