@@ -36,7 +36,8 @@
 //! with the simulator's trace on stderr. The tests after the model's drive the same engine
 //! through focused scenarios: a failed directory fsync in a roll, restarts after a failed fsync
 //! and after a failed seal sync (the page-cache trap, fuzz findings S8, S9), and a compaction
-//! after DeleteRecords (S10). Issue 7, item 1.
+//! after DeleteRecords (S10). The `#[ignore = "bug: …"]` test fails on a library bug the model
+//! found (docs/RELIABILITY.md, R14). Issue 7, item 1.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -894,6 +895,7 @@ fn run_many(seeds: std::ops::Range<u64>, cycles: u64, regime: Regime, faults: Fa
         .ok()
         .and_then(|seed| seed.parse().ok());
     for seed in seeds.filter(|seed| only.is_none_or(|only| only == *seed)) {
+        PANICS.with(|panics| panics.set(0));
         let mut run = Run::new(seed, regime, faults);
         run.sim.set_trace(only.is_some());
         run.trace = only.is_some();
@@ -1018,6 +1020,24 @@ fn misdirected_writes_on_padded_and_reserved_logs_are_always_reported() {
     if !replaying() {
         assert!(total.caught_past_the_batches >= 8, "{total:?}");
     }
+}
+
+/// Bug, found by a sweep of seeds 10000-10199 (4 of the 67 `O_DIRECT` runs fail so; 2
+/// preallocated runs lose records too, with `misdirected_landing_cut` set, R14's residual limit;
+/// `SIM_SEED=10156` replays this one): on the `O_DIRECT` path the rewrite of segment 37's
+/// tail block (records 37-45) is misdirected 3,584 bytes on, past the padding, and the intended
+/// range keeps the previous rewrite (records 37-43). The flush after it succeeds, acknowledging
+/// 44 and 45; the next append finds the landing (`data past the log end ... a misdirected
+/// write?`) and takes the partition offline. But nothing of that is durable (the checkpointed
+/// recovery point is still 15), so after the power cut recovery takes the zeros after record 43
+/// for a torn tail and cuts the segment at byte 506: acknowledged records gone without a report,
+/// though the landing's copy of them is still in the file. Neither of the simulator's residual
+/// flags (`misdirected_over_misdirected`, `misdirected_landing_cut`) is set: R14's residual
+/// limits do not cover it.
+#[test]
+#[ignore = "bug: a misdirected O_DIRECT tail-block rewrite lets recovery cut acknowledged records as a torn tail"]
+fn a_misdirected_tail_block_rewrite_never_silently_drops_acknowledged_records() {
+    run_many(10_156..10_157, 3, Regime::Delete, Faults::Misdirected);
 }
 
 /// The focused tests' disk and engine configuration: `cleanup.policy=delete`, the page cache
