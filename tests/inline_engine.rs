@@ -17,22 +17,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll, Waker};
 
-use seglog::engine::{Clock, Durability, Engine, EngineConfig, Pending};
+use seglog::engine::{Durability, Engine, EngineConfig, Pending};
 use seglog::io::sim::SimStorage;
-use seglog::types::{Offset, TimestampMs, TopicName};
+use seglog::types::{Offset, TopicName};
 
 use support::batches::{T0, keyed_batch, value_batch};
 use support::configs::{compacted, small_segments, with_settings};
 use support::dirs::scratch;
-use support::engines::fetch_values;
+use support::engines::{counter_clock, fetch_values};
 
 fn inline_config() -> EngineConfig {
-    EngineConfig {
-        inline: true,
-        pin_shards: false,
-        default_topic_config: small_segments(2048, 512),
-        ..EngineConfig::default()
-    }
+    support::engines::inline_config(small_segments(2048, 512))
 }
 
 /// The answer, which must be there at the first poll.
@@ -110,9 +105,8 @@ fn an_inline_engine_compacts_in_the_call() {
 fn an_inline_engine_reads_the_time_from_its_clock() {
     let dir = scratch();
     let time_ms = Arc::new(AtomicI64::new(T0 + 1_000));
-    let reading = time_ms.clone();
     let config = EngineConfig {
-        clock: Clock::from_fn(move || TimestampMs(reading.load(Ordering::Relaxed))),
+        clock: counter_clock(&time_ms),
         ..inline_config()
     };
     let engine = Engine::open(dir.path(), config).unwrap();

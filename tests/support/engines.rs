@@ -1,10 +1,14 @@
 //! Engines for tests: configurations, appends and what a partition serves.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use bytes::Bytes;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::config::LogConfig;
+use seglog::engine::{Clock, Durability, Engine, EngineConfig, FetchOptions};
 use seglog::error::ReadError;
 use seglog::format::Batch;
-use seglog::types::{Offset, TopicName};
+use seglog::types::{Offset, TimestampMs, TopicName};
 
 use super::batches::{batches_from, records_from, text};
 
@@ -15,6 +19,24 @@ pub fn engine_config(shard_count: usize) -> EngineConfig {
         pin_shards: false,
         ..EngineConfig::default()
     }
+}
+
+/// An inline engine (`EngineConfig::inline`: one shard, run by the callers, each request
+/// answered before its call returns) whose topics default to `topic_config`.
+pub fn inline_config(topic_config: LogConfig) -> EngineConfig {
+    EngineConfig {
+        inline: true,
+        pin_shards: false,
+        default_topic_config: topic_config,
+        ..EngineConfig::default()
+    }
+}
+
+/// A clock that reads `time_ms`, which the test sets (a simulation's clock: an inline engine on
+/// the simulated disk then runs the same way every time).
+pub fn counter_clock(time_ms: &Arc<AtomicI64>) -> Clock {
+    let time_ms = time_ms.clone();
+    Clock::from_fn(move || TimestampMs(time_ms.load(Ordering::Relaxed)))
 }
 
 /// Appends `batch` to the partition, written (not synced); returns its first offset.
