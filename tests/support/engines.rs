@@ -105,15 +105,3 @@ pub fn every_partition(
     let description = engine.describe_topic(topic).unwrap();
     description.partitions.iter().all(is)
 }
-
-/// An inline engine's configuration (`EngineConfig::inline`: the shard's code on the calling
-/// thread, no thread of its own), not pinned, its topics created with `default_topic_config`
-/// unless given their own.
-pub fn inline_config(default_topic_config: seglog::config::LogConfig) -> EngineConfig {
-    EngineConfig {
-        inline: true,
-        pin_shards: false,
-        default_topic_config,
-        ..EngineConfig::default()
-    }
-}
