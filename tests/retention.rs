@@ -235,7 +235,9 @@ fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
     assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
     // The owner syncs the directory after the renames, as the engine's syncer does.
-    let dir = log.take_renames_sync().expect("the renames' directory sync is due");
+    let dir = log
+        .take_renames_sync()
+        .expect("the renames' directory sync is due");
     storage_from_env().sync_dir(&dir).unwrap();
     log.mark_renames_synced(Ok(())).unwrap();
     assert!(
