@@ -512,6 +512,8 @@ fn a_group_whose_segments_changed_is_stale_and_changes_nothing() {
         log.append(keyed_batch(sequence % 3, sequence, now.0), now)
             .unwrap();
     }
+    // The cleaner sees only segments whose seal sync was reported.
+    log.flush().unwrap();
     let snapshot = log.cleanable_log();
     assert!(snapshot.sealed.len() >= 3);
     let group = CleanedGroup {

@@ -46,7 +46,6 @@ fn direct_config() -> LogConfig {
 const DIRECT: LogWriteMode = LogWriteMode {
     direct_writes: true,
     prewrite_synced: true,
-    deferred_seal_syncs: false,
 };
 
 /// A scratch directory on a disk (tmpfs before Linux 6.6 has no `O_DIRECT`): `/var/tmp` when it

@@ -1,5 +1,6 @@
 //! Recovery of the files an interrupted deletion or compaction leaves in a partition
-//! directory: `.deleted` and `.cleaned` leftovers are removed on open; a `.swap` segment replaces
+//! directory: `.cleaned` leftovers are removed on open and `.deleted` ones left to the log's
+//! owner, due for unlinking at once; a `.swap` segment replaces
 //! the segment it covers, or the two it covers; and a `.swap` from an incomplete split (at or
 //! above the lowest `.cleaned` base offset, Kafka's KAFKA-6264 rule) is discarded, the original
 //! kept.
@@ -23,7 +24,7 @@ use support::recovery::*;
 mod support;
 
 #[test]
-fn deleted_and_cleaned_leftovers_are_removed_on_open() {
+fn cleaned_leftovers_are_removed_on_open_and_deleted_ones_unlinked_when_due() {
     let closed = ClosedLog::new();
     let (_work, dir) = closed.copy();
     let before = file_names(&dir);
@@ -39,12 +40,25 @@ fn deleted_and_cleaned_leftovers_are_removed_on_open() {
     for (n, path) in leftovers.iter().enumerate() {
         fs::write(path, XorShift(n as u64 + 1).bytes(300)).unwrap();
     }
-    let (log, report) = closed.reopen_serving(&dir, true);
-    for path in &leftovers {
+    let (mut log, report) = closed.reopen_serving(&dir, true);
+    let (deleted, cleaned) = leftovers.split_at(3);
+    for path in cleaned {
         assert!(!path.exists(), "{} must be removed", path.display());
     }
+    assert!(
+        deleted.iter().all(|path| path.exists()),
+        "left to the owner"
+    );
+    assert_eq!(
+        log.delete_expired_files(now()).unwrap(),
+        2,
+        "two segments' files"
+    );
+    for path in deleted {
+        assert!(!path.exists(), "{} must be unlinked", path.display());
+    }
     assert_eq!(log.segment_count(), closed.segment_count);
-    assert_eq!(report.leftovers_swept, leftovers.len());
+    assert_eq!(report.leftovers_swept, cleaned.len());
     assert_eq!(report.bytes_truncated, 0);
     log.close().unwrap();
     assert_eq!(file_names(&dir), before);

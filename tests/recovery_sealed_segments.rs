@@ -1,8 +1,8 @@
-//! Recovery of a partition log's sealed segments: with `LogConfig::deferred_seal_syncs` (the
-//! engine's shards sync what rolls seal) the recovery point moves only when the seal's sync is
+//! Recovery of a partition log's sealed segments: a roll leaves the sealed segment's sync to the
+//! log's owner (the engine's shards), so the recovery point moves only when the seal's sync is
 //! reported; a sealed segment torn or cut short above the recovery point is a torn tail, cut
-//! there with the later segments deleted; the same cut below the recovery point, or in a log that
-//! syncs its seals, is damage and fails the open; and a corrupt middle segment fails the
+//! there with the later segments deleted; the same cut below the recovery point is damage and
+//! fails the open; and a corrupt middle segment fails the
 //! partition, naming the file and the position, with nothing truncated or deleted.
 //!
 //! How: a log closed cleanly over the backend `SEGLOG_IO_BACKEND` names
@@ -25,20 +25,14 @@ use support::recovery::*;
 
 mod support;
 
-/// How a log whose owner syncs what rolls seal (the engine's shards) is written.
-const DEFERRED: LogWriteMode = LogWriteMode {
-    direct_writes: false,
-    prewrite_synced: true,
-    deferred_seal_syncs: true,
-};
-
-/// With `LogWriteMode::deferred_seal_syncs` a roll leaves the recovery point where it was and hands
-/// the sealed segment's sync to the owner; reporting it moves the recovery point to the segment's
+/// A roll leaves the recovery point where it was and hands the sealed segment's sync to the
+/// owner; reporting it moves the recovery point to the segment's
 /// end, and a flush syncs any seal the owner has not taken before the active segment.
 #[test]
 fn a_deferred_seal_moves_the_recovery_point_only_when_its_sync_is_reported() {
     let (_root, dir) = scratch_partition();
-    let (mut opened, _) = open_partition_log_with(&dir, config(), DEFERRED, false, 0);
+    let (mut opened, _) =
+        open_partition_log_with(&dir, config(), LogWriteMode::default(), false, 0);
     let log = &mut opened;
     let rolls_until = |log: &mut PartitionLog| {
         let segments = log.segments().count();
@@ -114,7 +108,8 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
         let (_work, dir, kept, cut_at) = cut_sealed_segment(&closed, cut);
-        let (mut opened, _) = open_partition_log_with(&dir, config(), DEFERRED, false, 0);
+        let (mut opened, _) =
+            open_partition_log_with(&dir, config(), LogWriteMode::default(), false, 0);
         let log = &mut opened;
         assert_eq!(log.log_end_offset(), Offset(cut_at), "{cut:?}");
         assert_serves(log, &kept);
@@ -129,24 +124,27 @@ fn a_sealed_segment_torn_or_cut_short_above_the_recovery_point_is_cut_and_later_
     }
 }
 
-/// The same cut is damage to synced data below the recovery point, and anywhere in a log whose
-/// rolls sync what they seal (no `deferred_seal_syncs`): the partition refuses to open and
-/// nothing is deleted.
+/// The same cut is damage to synced data below the recovery point: the partition refuses to
+/// open and nothing is deleted.
 #[test]
-fn a_sealed_segment_cut_below_the_recovery_point_or_in_a_log_that_syncs_its_seals_fails() {
+fn a_sealed_segment_cut_below_the_recovery_point_fails() {
     let closed = ClosedLog::new();
     for cut in [SealCut::TornBatch, SealCut::LostBatch] {
-        // The recovery point of the checkpoint the clean close wrote (the log end), in a
-        // deferred-seal log; none (offset 0) in a log that syncs its seals.
-        for (recovery_point, mode) in [(closed.end(), DEFERRED), (0, LogWriteMode::default())] {
-            let (_work, dir, _, _) = cut_sealed_segment(&closed, cut);
-            let before = segment_logs(&dir);
-            let storage = storage_from_env();
-            let opened = open_partition_on(&dir, (config(), mode), false, recovery_point, storage);
-            let opened = opened.map(|_| ());
-            assert!(opened.is_err(), "{cut:?}, {recovery_point}: {opened:?}");
-            assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
-        }
+        // The recovery point of the checkpoint the clean close wrote: the log end.
+        let recovery_point = closed.end();
+        let (_work, dir, _, _) = cut_sealed_segment(&closed, cut);
+        let before = segment_logs(&dir);
+        let storage = storage_from_env();
+        let opened = open_partition_on(
+            &dir,
+            (config(), LogWriteMode::default()),
+            false,
+            recovery_point,
+            storage,
+        );
+        let opened = opened.map(|_| ());
+        assert!(opened.is_err(), "{cut:?}, {recovery_point}: {opened:?}");
+        assert_eq!(segment_logs(&dir), before, "{cut:?}: nothing deleted");
     }
 }
 

@@ -234,6 +234,12 @@ fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
     let (root, mut log) = populated(&[("retention.ms", "1000")], 10);
     let now = TimestampMs(T0 + 3 * HOUR + 2_000);
     assert_eq!(log.apply_retention(now).unwrap().segments_deleted, 1);
+    // The owner syncs the directory after the renames, as the engine's syncer does.
+    let dir = log
+        .take_renames_sync()
+        .expect("the renames' directory sync is due");
+    storage_from_env().sync_dir(&dir).unwrap();
+    log.mark_renames_synced(Ok(())).unwrap();
     assert!(
         log.take_expired_files(TimestampMs(now.0 + DELAY_MS - 1))
             .is_empty(),
@@ -268,13 +274,9 @@ fn expired_deleted_files_are_taken_for_the_caller_to_unlink_once() {
 }
 
 #[test]
-fn with_deferred_syncs_renames_wait_for_the_owners_directory_sync() {
+fn renames_wait_for_the_owners_directory_sync() {
     let settings = [("retention.ms", "1000"), ("file.delete.delay.ms", "0")];
-    let mode = LogWriteMode {
-        deferred_seal_syncs: true,
-        ..LogWriteMode::default()
-    };
-    let (root, mut log) = populated_on(storage_from_env(), (config(&settings), mode), 10);
+    let (root, mut log) = populated(&settings, 10);
     let storage = storage_from_env();
     for seal in log.take_unsynced_seals() {
         let synced = seal.sync(storage.as_ref());

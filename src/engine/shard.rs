@@ -821,9 +821,6 @@ impl Shard {
             mode: LogWriteMode {
                 direct_writes: self.context.direct_writes,
                 prewrite_synced: self.context.prewrite_synced_logs,
-                // A roll's sync of the segment it seals runs on the sync threads, not in the
-                // append.
-                deferred_seal_syncs: true,
             },
         };
         let dir = self.context.root.join(partition_dir_name(tp));

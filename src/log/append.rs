@@ -271,31 +271,21 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new, empty one at the log end offset. The old
-    /// segment and the directory are synced here, which moves the recovery point to the old
-    /// segment's end, unless `LogWriteMode::deferred_seal_syncs` leaves that sync to the owner
-    /// (`seal_sync.rs`).
+    /// Seals the active segment and starts a new, empty one at the log end offset. The sync of
+    /// the old segment and of the directory is left to the owner (`seal_sync.rs`); the recovery
+    /// point moves past the old segment once that sync is reported.
     pub fn roll(&mut self, now: TimestampMs) -> Result<(), StorageError> {
         self.check_not_failed()?;
         let new_base_offset = self.log_end_offset();
         if self.active().is_empty() {
             return Ok(());
         }
-        let deferred = self.mode.deferred_seal_syncs;
-        let sealed = match deferred {
-            true => self.active_mut().finish_appends(),
-            false => self.active_mut().seal(),
-        };
+        let sealed = self.active_mut().finish_appends();
         self.fail_on(sealed)?;
         failpoint!("roll.after_seal");
-        match deferred {
-            true => {
-                let seal = UnsyncedSeal::of(self.active(), self.dir.clone());
-                self.pending_seal_ends.push_back(seal.through);
-                self.unsynced_seals.push(seal);
-            }
-            false => self.recovery_point = self.recovery_point.max(new_base_offset),
-        }
+        let seal = UnsyncedSeal::of(self.active(), self.dir.clone());
+        self.pending_seal_ends.push_back(seal.through);
+        self.unsynced_seals.push(seal);
         let segment = ActiveSegment::create(
             self.storage.as_ref(),
             &self.dir,
@@ -309,10 +299,7 @@ impl PartitionLog {
         let prewrite_bytes = self.prewrite_bytes;
         self.active_mut().set_prewrite_bytes(prewrite_bytes);
         failpoint!("roll.after_create");
-        match deferred {
-            true => Ok(()),
-            false => self.sync_dir(),
-        }
+        Ok(())
     }
 }
 

@@ -71,6 +71,8 @@ impl PartitionLog {
         now: TimestampMs,
     ) -> Result<CompactionOutcome, StorageError> {
         self.check_not_failed()?;
+        // Sealed segments whose seal sync nobody took are synced here, so that they are cleanable.
+        self.sync_untaken_seals()?;
         let mut log = self.cleanable_log();
         log.config.delete_retention_ms = u64::try_from(delete_retention_ms).unwrap_or(0);
         let storage = self.storage.clone();

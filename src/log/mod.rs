@@ -45,13 +45,6 @@ pub struct LogWriteMode {
     /// `format::prewrite`), so that `fdatasync`s rewrite allocated blocks instead of growing the
     /// file (`EngineConfig::prewrite_synced_logs`).
     pub prewrite_synced: bool,
-    /// A roll leaves the sealed segment's sync to the owner, which syncs it on its sync threads
-    /// (`seal_sync.rs`; the engine's shards). Recovery then accepts a torn or cut-short tail in a
-    /// sealed segment the cleaner never rewrote, at or above the recovery point (a crash before
-    /// that sync); the owner also runs the directory sync after retention's `.deleted` renames
-    /// (`retention.rs`), and the open leaves `.deleted` leftovers to it. Off, a roll syncs in
-    /// place and such a tail is damage: the open fails.
-    pub deferred_seal_syncs: bool,
 }
 
 impl Default for LogWriteMode {
@@ -59,7 +52,6 @@ impl Default for LogWriteMode {
         LogWriteMode {
             direct_writes: false,
             prewrite_synced: true,
-            deferred_seal_syncs: false,
         }
     }
 }
@@ -152,8 +144,7 @@ pub struct PartitionLog {
     /// What point lookups' batch digests may take (`segment/lookup.rs`): unlimited unless the
     /// owner sets one it shares with other logs (`set_digest_budget`).
     digest_budget: DigestBudget,
-    /// Sealed segments whose sync the owner has not taken yet (`LogWriteMode::deferred_seal_syncs`,
-    /// `seal_sync.rs`).
+    /// Sealed segments whose sync the owner has not taken yet (`seal_sync.rs`).
     unsynced_seals: Vec<UnsyncedSeal>,
     /// The ends of the sealed segments whose seal sync has not been reported yet, oldest first
     /// (taken or not): until then a segment's files may not be as sealed on the device (the

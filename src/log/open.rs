@@ -65,11 +65,9 @@ impl PartitionLog {
     ) -> Result<(PartitionLog, RecoveryReport), OpenError> {
         config.validate()?;
         crate::segment::create_dir_all(storage.as_ref(), dir)?;
-        // An owner with threads of its own (the engine) unlinks `.deleted` leftovers there.
-        let keep_deleted = options.mode.deferred_seal_syncs;
         let names = list_names(storage.as_ref(), dir)?;
         let (leftovers_swept, leftover_deletions) =
-            sweep_leftovers(storage.as_ref(), dir, &names, keep_deleted)?;
+            sweep_leftovers(storage.as_ref(), dir, &names)?;
         let mut report = RecoveryReport {
             leftovers_swept,
             ..RecoveryReport::default()
@@ -249,7 +247,7 @@ fn load_segments(
         let dense = is_last || never_cleaned(*base_offset);
         // A sealed segment may have a torn tail only if its roll left the sync for later and the
         // cleaner never rewrote it (a cleaned segment is synced before its swap).
-        let invalid_tail = match is_last || (options.mode.deferred_seal_syncs && dense) {
+        let invalid_tail = match is_last || dense {
             true => InvalidTail::TruncateFrom(options.recovery_point),
             false => InvalidTail::Refuse,
         };
@@ -266,7 +264,6 @@ fn load_segments(
         if !recover
             && !options.had_clean_shutdown
             && !is_last
-            && options.mode.deferred_seal_syncs
             && loaded.segment.next_offset() == options.recovery_point
         {
             // Its batches were synced, but the roll that sealed it left the sync of its cut to
@@ -285,7 +282,6 @@ fn load_segments(
             let previous_dense = never_cleaned(previous.base_offset());
             let previous_end = previous.next_offset();
             if previous_recovered
-                && options.mode.deferred_seal_syncs
                 && previous_dense
                 && previous_end < loaded.segment.base_offset()
                 && previous_end >= options.recovery_point
@@ -372,8 +368,8 @@ fn segment_base_offsets(names: &[String]) -> Vec<Offset> {
 
 /// Completes or rolls back what an interrupted deletion or compaction left (Kafka's
 /// `LogLoader.removeTempFilesAndCollectSwapFiles` and swap completion):
-/// - `.deleted` and `.cleaned` files are removed (with `keep_deleted`, the `.deleted` ones are
-///   left for the log's owner to unlink: their segments' base offsets are returned);
+/// - `.cleaned` files are removed; `.deleted` ones are left for the log's owner to unlink (their
+///   segments' base offsets are returned);
 /// - a `.swap` at or above the lowest `.cleaned` base offset is removed (incomplete split);
 /// - any other `.swap` segment replaces the live segments it covers, then becomes live;
 /// - index files without a `.log` are removed.
@@ -383,7 +379,6 @@ fn sweep_leftovers(
     storage: &dyn Storage,
     dir: &Path,
     names: &[String],
-    keep_deleted: bool,
 ) -> Result<(usize, Vec<Offset>), StorageError> {
     let parsed: Vec<SegmentFileName> = names
         .iter()
@@ -395,7 +390,7 @@ fn sweep_leftovers(
         .iter()
         .filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned))
     {
-        if keep_deleted && name.state == FileState::Deleted {
+        if name.state == FileState::Deleted {
             kept_deleted.push(name.base_offset);
             continue;
         }

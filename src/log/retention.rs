@@ -11,8 +11,7 @@
 //! earlier rename's directory sync is outstanding, so that a power cut cannot keep a later
 //! rename and lose an earlier one.
 //!
-//! With `LogWriteMode::deferred_seal_syncs` that directory sync is the owner's, as a roll's seal
-//! sync is (`seal_sync.rs`): the renames leave it due, the owner takes it
+//! That directory sync is the owner's, as a roll's seal sync is (`seal_sync.rs`): the renames leave it due, the owner takes it
 //! ([`PartitionLog::take_renames_sync`]), syncs the directory off its request path and reports
 //! ([`PartitionLog::mark_renames_synced`]); a failure fails the log.
 //!
@@ -65,8 +64,7 @@ enum DeletionState {
     Durable,
 }
 
-/// The directory sync that makes `.deleted` renames durable, when the owner runs it
-/// (`LogWriteMode::deferred_seal_syncs`).
+/// The directory sync that makes `.deleted` renames durable, which the owner runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum RenamesSync {
     /// No rename waits for a directory sync.
@@ -192,14 +190,14 @@ impl PartitionLog {
                 pending.due = pending.due.max(retry_at(now));
             }
         }
-        let durable = match renamed_any {
-            true => self.make_renames_durable(),
-            false => Ok(()),
-        };
+        if renamed_any {
+            // The owner syncs the directory (`take_renames_sync`).
+            self.renames_sync = RenamesSync::Due;
+        }
         match failure {
             // Which name the device holds is unknown: the log goes offline, as after a failed sync.
             Some(error) => self.fail_on(Err(error)),
-            None => durable,
+            None => Ok(()),
         }
     }
 
@@ -229,15 +227,6 @@ impl PartitionLog {
             .all(|pending| pending.state == DeletionState::Durable))
     }
 
-    /// Syncs the directory after renames, or leaves that sync due to the owner.
-    fn make_renames_durable(&mut self) -> Result<(), StorageError> {
-        if self.mode.deferred_seal_syncs {
-            self.renames_sync = RenamesSync::Due;
-            return Ok(());
-        }
-        self.sync_renames_here()
-    }
-
     fn sync_renames_here(&mut self) -> Result<(), StorageError> {
         failpoint!("retention.before_dir_sync");
         self.sync_dir()?;
@@ -255,7 +244,7 @@ impl PartitionLog {
     }
 
     /// The directory whose sync `.deleted` renames wait for, if its sync is due and the owner
-    /// has not taken it yet (`LogWriteMode::deferred_seal_syncs`). Report the outcome with
+    /// has not taken it yet. Report the outcome with
     /// [`PartitionLog::mark_renames_synced`].
     pub fn take_renames_sync(&mut self) -> Option<PathBuf> {
         if self.renames_sync != RenamesSync::Due {

@@ -1,13 +1,10 @@
-//! Deferred seal syncs: a roll that leaves the sync of the segment it seals to the log's owner.
+//! Deferred seal syncs: a roll leaves the sync of the segment it seals to the log's owner.
 //!
-//! By default a roll syncs the segment it seals (its `.log`, both indexes) and the directory that
-//! now names the new segment's files before the new segment takes appends. That sync writes
-//! every dirty page of the sealed segment at once — up to a whole segment of them without a sync
-//! policy — and the log's owner waits for it (long, for a 1 GiB segment). An owner with
-//! its own sync threads (the engine's shard) opens the log with
-//! `LogWriteMode::deferred_seal_syncs`, as Kafka schedules the flush of a rolled segment instead of
-//! running it in the append: the roll then only trims the indexes and records an
-//! [`UnsyncedSeal`], which the owner takes, syncs off the append path and reports with
+//! The sync of a sealed segment (its `.log`, both indexes, and the directory that names the new
+//! segment's files) writes every dirty page of it at once — up to a whole segment of them
+//! without a sync policy. As Kafka schedules the flush of a rolled segment instead of running it
+//! in the append, a roll only trims the indexes and records an [`UnsyncedSeal`], which the owner
+//! (the engine's shard) takes, syncs off the append path and reports with
 //! [`PartitionLog::mark_seal_synced`].
 //!
 //! Invariants:
@@ -15,14 +12,14 @@
 //! - the owner reports a log's seal syncs before any later sync of the same log (the engine sends
 //!   both to the same sync thread, in order), so an acknowledged durable append in a newer segment
 //!   implies every older segment was synced;
-//! - recovery of a log opened with the flag may therefore find invalid bytes at the tail of a
+//! - recovery may therefore find invalid bytes at the tail of a
 //!   sealed segment at or above the recovery point (a crash before its seal sync finished), or
 //!   the segment ending short of the next one. It cuts them and, when the segment then ends short
 //!   of the next one, deletes the later segments, which can hold no acknowledged durable data
 //!   (`open.rs`); a cut that leaves it ending where the next one starts removed no batch, and the
 //!   later segments stay. A segment the cleaner rewrote was synced before its swap, and invalid
-//!   bytes followed by valid batches, or below the recovery point, are damage: those, and any
-//!   such tail without the flag, fail the open;
+//!   bytes followed by valid batches, or below the recovery point, are damage: those fail the
+//!   open;
 //! - a restart forgets a seal sync that failed. If the segment's batches had been synced before
 //!   its roll, the recovery point is already at its end and it loads as trusted, though the
 //!   device may still hold the space its seal cut: an unclean open therefore sets that segment's
@@ -88,8 +85,7 @@ impl UnsyncedSeal {
 }
 
 impl PartitionLog {
-    /// The seals rolls left unsynced since the last call, oldest first
-    /// (`LogWriteMode::deferred_seal_syncs`).
+    /// The seals rolls left unsynced since the last call, oldest first.
     pub fn take_unsynced_seals(&mut self) -> Vec<UnsyncedSeal> {
         std::mem::take(&mut self.unsynced_seals)
     }
@@ -112,8 +108,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Whether the sealed segment ending at `next_offset` had its seal sync reported (always,
-    /// without `deferred_seal_syncs`): its files are on the device as sealed.
+    /// Whether the sealed segment ending at `next_offset` had its seal sync reported: its files
+    /// are on the device as sealed.
     pub(super) fn seal_synced(&self, next_offset: Offset) -> bool {
         self.pending_seal_ends
             .front()
