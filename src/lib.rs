@@ -83,9 +83,6 @@ internal_modules!(
     partitioner,
     segment,
 );
-#[cfg(any(test, feature = "testing"))]
-#[allow(missing_docs)]
-pub mod log_dir;
 mod spin;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

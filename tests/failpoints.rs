@@ -48,8 +48,8 @@ const TOPIC: &str = "matrix";
 
 /// The points only the partition log's own steps pass: its directory sync after `.deleted`
 /// renames and its unlink of `.deleted` files. The engine's shard takes both from its logs
-/// (`take_renames_sync` and
-/// `take_expired_files`) and runs them on its syncer and its file deleter, past neither point.
+/// (`take_renames_sync`, `take_expired_files`) and runs them on its syncer and its file deleter,
+/// past neither point.
 const LOG_ONLY: &[&str] = &["retention.before_dir_sync", "retention.before_unlink"];
 
 fn topic() -> TopicName {

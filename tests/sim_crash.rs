@@ -995,11 +995,10 @@ fn misdirected_writes_are_reported_never_served_and_never_silently_drop_records(
 /// Misdirected runs on the `O_DIRECT` and preallocated write paths, where a landing in the
 /// padding of the last block or in the reserved space past the batches must be caught before the
 /// region is cut or overwritten (`Segment::check_padding_and_reservation`, `check_reserved`,
-/// `DirectWriter::check_last_block`). The seeds are those a sweep of 5000-5599 found when the
-/// test drove a `LogDir` (landings in a reservation that later appends overwrote; landings in the
-/// tail block's padding that its rewrite overwrote); the engine draws its operations differently,
-/// so they no longer replay those runs, and the pinned cases live on in
-/// `tests/recovery_direct_writes.rs`. What is checked here: runs on these two paths catch
+/// `DirectWriter::check_last_block`). The seeds are those where a sweep of 5000-5599 once found
+/// landings in a reservation that later appends overwrote, or in the tail block's padding that
+/// its rewrite overwrote; the pinned cases are in `tests/recovery_direct_writes.rs`. What is
+/// checked here: runs on these two paths catch
 /// landings past the batches, and none is served or silently dropped.
 #[test]
 fn misdirected_writes_on_padded_and_reserved_logs_are_always_reported() {
@@ -1321,8 +1320,7 @@ fn restart_after_a_failed_deferred_seal_sync_leaves_no_uncut_segment_below_the_r
 /// Fuzz finding S10 (`sim_ops`, 2026-12-05), as a resurrection: DeleteRecords takes two segments
 /// out of the log; compaction then removes the tombstone that deleted the second one's value,
 /// and its swap makes that durable. A power cut before the log start offset was checkpointed must
-/// not bring the value back: the swap first makes the deletions durable. (The `LogDir` version
-/// left the first deletion's directory sync untaken; the engine's syncer takes it in the call.)
+/// not bring the value back: the swap first makes the deletions durable.
 #[test]
 fn a_compaction_swap_never_outlives_a_deletion_that_a_crash_could_undo() {
     let mut topic_config = compacted_config();
