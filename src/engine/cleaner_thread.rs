@@ -23,7 +23,6 @@
 //! that doubles with each failure; the other partitions are cleaned meanwhile. Progress (each
 //! log's first dirty offset) is kept in a map the engine writes to `cleaner-offset-checkpoint`.
 
-use super::clock::Clock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 
+use super::clock::Clock;
 use super::pending::Reply;
 use super::shard::{CleanableEntry, CleanableSelection, PartitionCompaction, Request};
 use super::topic_registry::TopicRegistry;

@@ -9,7 +9,6 @@
 //! commit). Fetches that asked to wait for data are parked and answered when an append (or, for
 //! durable data, a sync) gives them enough bytes or their deadline passes.
 
-use super::clock::Clock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
+use super::clock::Clock;
 use super::deleter::FileDeleter;
 use super::pending::Reply;
 use super::syncer::{
@@ -688,16 +688,21 @@ impl Shard {
         false
     }
 
+    /// Why `tp` is offline, if it was closed offline (see [`OfflinePartition`]).
+    fn offline_lookup(&self, tp: &TopicPartition) -> Option<LookupError> {
+        self.offline.get(tp).map(|offline| LookupError::Offline {
+            dir: self.context.root.join(partition_dir_name(tp)),
+            cause: offline.cause.clone(),
+        })
+    }
+
     /// The log of `tp`, opened (and recovered) on first use. Opening beyond
     /// `open_partitions_max` partitions or `open_segments_max` open segments first closes the
     /// least recently used partitions, so file descriptors and index maps stay bounded however
     /// many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
-        if let Some(offline) = self.offline.get(tp) {
-            return Err(LookupError::Offline {
-                dir: self.context.root.join(partition_dir_name(tp)),
-                cause: offline.cause.clone(),
-            });
+        if let Some(offline) = self.offline_lookup(tp) {
+            return Err(offline);
         }
         if !self.partitions.contains_key(tp) {
             // Counted on each open (rarer and dearer than the sum): reads open sealed segments
@@ -1312,7 +1317,6 @@ impl Shard {
         self.note_file_deletion(tp.clone());
     }
 
-    /// Syncs one partition, or every open partition with unflushed data.
     /// Syncs `tp` (every partition of the shard if `None`). An offline partition answers its
     /// failure, whether or not it has anything left to sync.
     fn flush(&mut self, tp: Option<&TopicPartition>) -> Result<(), FlushError> {
@@ -1327,9 +1331,7 @@ impl Shard {
         };
         let mut first_error = None;
         for tp in tps {
-            if let Some(offline) = self.offline.get(&tp) {
-                let dir = self.context.root.join(partition_dir_name(&tp));
-                let cause = offline.cause.clone();
+            if let Some(LookupError::Offline { dir, cause }) = self.offline_lookup(&tp) {
                 first_error.get_or_insert(StorageError::Offline { dir, cause });
                 continue;
             }

@@ -385,19 +385,15 @@ fn sweep_leftovers(
         .filter_map(|name| SegmentFileName::parse(name))
         .collect();
     let mut swept = 0;
-    let mut kept_deleted = Vec::new();
-    for name in parsed
-        .iter()
-        .filter(|name| matches!(name.state, FileState::Deleted | FileState::Cleaned))
-    {
-        if name.state == FileState::Deleted {
-            kept_deleted.push(name.base_offset);
-            continue;
-        }
-        // A `.deleted` file may go meanwhile: the engine's file deleter unlinks them too.
+    for name in parsed.iter().filter(|name| name.state == FileState::Cleaned) {
         crate::segment::remove_if_present(storage, &name.path_in(dir))?;
         swept += 1;
     }
+    let mut kept_deleted: Vec<Offset> = parsed
+        .iter()
+        .filter(|name| name.state == FileState::Deleted)
+        .map(|name| name.base_offset)
+        .collect();
     kept_deleted.sort_unstable();
     kept_deleted.dedup();
     if parsed.iter().any(|name| name.state == FileState::Swap) {
