@@ -259,6 +259,15 @@ pub enum AppendError {
         /// The number of records in the append.
         record_count: u64,
     },
+    /// An append at a given offset (`Engine::append_at`) found the log ending elsewhere: a
+    /// replica's log and its owner's view of it disagree.
+    #[error("the append expected the log to end at {expected}, but it ends at {log_end_offset}")]
+    LogEndMismatch {
+        /// The offset the append's first record was to get.
+        expected: Offset,
+        /// The partition's log end offset.
+        log_end_offset: Offset,
+    },
     /// The topic does not exist or has fewer partitions.
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition {
@@ -382,6 +391,53 @@ pub enum DeleteRecordsError {
     /// delete.
     #[error(
         "topic {topic} is internal: the group coordinator manages it (the committed offsets of consumer groups), so it can be read but not written, created, grown or deleted directly"
+    )]
+    InternalTopic {
+        /// The internal topic's name.
+        topic: String,
+    },
+    /// Opening (and recovering) the partition's log on its first use failed.
+    #[error("partition {topic}-{partition} cannot be opened: {source}")]
+    PartitionOpen {
+        /// The topic's name.
+        topic: String,
+        /// The partition that could not be opened.
+        partition: u32,
+        /// Why it could not be opened.
+        #[source]
+        source: Box<OpenError>,
+    },
+    /// The engine could not take the request.
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
+}
+
+/// Truncating a partition log (`Engine::truncate_to`, `Engine::truncate_fully_and_start_at`).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TruncateError {
+    /// Removing segments or writing the partition's files failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The cut is below the log start offset: those records are gone already.
+    #[error("cannot truncate to {requested}: the log starts at {log_start_offset}")]
+    BelowLogStart {
+        /// The offset asked for.
+        requested: Offset,
+        /// The partition's log start offset.
+        log_start_offset: Offset,
+    },
+    /// The topic does not exist or has fewer partitions.
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition {
+        /// The topic's name.
+        topic: String,
+        /// The partition that does not exist.
+        partition: u32,
+    },
+    /// The topic is internal (`engine::is_internal_topic`): its owner alone writes it.
+    #[error(
+        "topic {topic} is internal: the group coordinator manages it, so it cannot be truncated"
     )]
     InternalTopic {
         /// The internal topic's name.

@@ -37,7 +37,7 @@ use crossbeam_channel::{Receiver, TrySendError};
 use crate::config::LogConfig;
 use crate::error::{
     AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ReadError,
-    StorageError, TopicError,
+    StorageError, TopicError, TruncateError,
 };
 use crate::format::file_name::{DELETE_DIR_SUFFIX, partition_dir_name};
 use crate::io::{Storage, sync_dir};
@@ -61,7 +61,7 @@ use deleter::FileDeleter;
 use inline::InlineShard;
 pub use pending::Pending;
 use pending::{DURABLE_ANSWER_SPIN, LOOKUP_ANSWER_SPIN, Reply};
-use shard::{PartitionCheckpoint, Request, Shard, ShardClosed, ShardContext};
+use shard::{PartitionCheckpoint, Request, Shard, ShardClosed, ShardContext, Truncation};
 pub use shard::{PartitionCompaction, PartitionRetention};
 use syncer::Syncer;
 pub use topic_registry::TopicMetadata;
@@ -594,10 +594,48 @@ impl Engine {
             topic: topic.clone(),
             partition,
         };
-        let validated = match self.validate(&tp, batches) {
-            Ok(validated) => validated,
-            Err(error) => return Pending::ready(Err(error)),
+        match self.validate(&tp, batches) {
+            Ok(validated) => self.append_validated(tp, validated, durability),
+            Err(error) => Pending::ready(Err(error)),
+        }
+    }
+
+    /// Appends as a replica's owner does (a Raft log store, for one): only if the partition's log
+    /// ends at `first_offset` (else [`AppendError::LogEndMismatch`], and nothing is written),
+    /// stamping `leader_epoch` into each batch's `partitionLeaderEpoch`. Otherwise as
+    /// [`Engine::append`]; an internal topic is refused.
+    pub fn append_at(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        batches: Bytes,
+        first_offset: Offset,
+        leader_epoch: i32,
+        durability: Durability,
+    ) -> Pending<AppendInfo, AppendError> {
+        if is_internal_topic(topic.as_str()) {
+            let topic = topic.to_string();
+            return Pending::ready(Err(AppendError::InternalTopic { topic }));
+        }
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
         };
+        match self.validate(&tp, batches) {
+            Ok(validated) => {
+                let validated = validated.as_replica_append(first_offset, leader_epoch);
+                self.append_validated(tp, validated, durability)
+            }
+            Err(error) => Pending::ready(Err(error)),
+        }
+    }
+
+    fn append_validated(
+        &self,
+        tp: TopicPartition,
+        validated: ValidatedBatches,
+        durability: Durability,
+    ) -> Pending<AppendInfo, AppendError> {
         let size_bytes = validated.size_bytes() as u64;
         if let Err(error) = self.reserve_inflight(size_bytes) {
             return Pending::ready(Err(error.into()));
@@ -730,6 +768,71 @@ impl Engine {
         self.send(&tp, |reply| Request::DeleteRecords {
             tp: tp.clone(),
             offset,
+            reply,
+        })
+        .into_pending()
+    }
+
+    /// Removes every record at or after `offset` (whole batches) from a partition: a replica
+    /// dropping the suffix its leader does not have (Kafka's `truncateTo`). The writes and
+    /// syncs in flight on the partition settle first; fetches parked past the new end are
+    /// answered. Answers the new log end offset (`offset`, or less if a batch straddles it; the
+    /// log end offset if that is lower). Refused below the log start offset and for an internal
+    /// topic ([`is_internal_topic`]).
+    pub fn truncate_to(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Pending<Offset, TruncateError> {
+        self.truncate(topic, partition, Truncation::To(offset))
+    }
+
+    /// Removes every segment of a partition and starts it over, empty, at `offset` (log start
+    /// and end): a replica catching up from its leader's log start (Kafka's
+    /// `truncateFullyAndStartAt`). Answers `offset`. Refused for an internal topic.
+    pub fn truncate_fully_and_start_at(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> Pending<Offset, TruncateError> {
+        self.truncate(topic, partition, Truncation::FullyAndStartAt(offset))
+    }
+
+    fn truncate(
+        &self,
+        topic: &TopicName,
+        partition: PartitionId,
+        truncation: Truncation,
+    ) -> Pending<Offset, TruncateError> {
+        if is_internal_topic(topic.as_str()) {
+            let topic = topic.to_string();
+            return Pending::ready(Err(TruncateError::InternalTopic { topic }));
+        }
+        let tp = TopicPartition {
+            topic: topic.clone(),
+            partition,
+        };
+        if self.partition_config(&tp).is_none() {
+            let error = TruncateError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+            };
+            return Pending::ready(Err(error));
+        }
+        let (Truncation::To(offset) | Truncation::FullyAndStartAt(offset)) = truncation;
+        // The cleaner starts again from the cut: what lies above it will be new.
+        self.inner
+            .cleaner
+            .first_dirty_offsets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(tp.clone())
+            .and_modify(|first_dirty| *first_dirty = (*first_dirty).min(offset));
+        self.send(&tp, |reply| Request::Truncate {
+            tp: tp.clone(),
+            truncation,
             reply,
         })
         .into_pending()

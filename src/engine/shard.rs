@@ -31,6 +31,7 @@ use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
 use crate::config::CleanupPolicy;
 use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
+    TruncateError,
 };
 use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
@@ -80,6 +81,11 @@ pub(crate) enum Request {
         offset: Offset,
         reply: Reply<Offset, DeleteRecordsError>,
     },
+    Truncate {
+        tp: TopicPartition,
+        truncation: Truncation,
+        reply: Reply<Offset, TruncateError>,
+    },
     Flush {
         tp: Option<TopicPartition>,
         reply: Reply<(), FlushError>,
@@ -121,6 +127,15 @@ pub(crate) enum Request {
     Close {
         reply: Reply<ShardClosed, FlushError>,
     },
+}
+
+/// How [`Request::Truncate`] cuts a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Truncation {
+    /// Remove every record at or after the offset.
+    To(Offset),
+    /// Remove every record and start over, empty, at the offset.
+    FullyAndStartAt(Offset),
 }
 
 impl Request {
@@ -652,6 +667,13 @@ impl Shard {
                 let result = self.delete_records(&tp, offset);
                 let _ = reply.send(result);
             }
+            Request::Truncate {
+                tp,
+                truncation,
+                reply,
+            } => {
+                let _ = reply.send(self.truncate(&tp, truncation));
+            }
             Request::Flush { tp, reply } => {
                 let result = self.flush(tp.as_ref());
                 let _ = reply.send(result);
@@ -979,9 +1001,6 @@ impl Shard {
         group: Vec<PendingAppend>,
         now: TimestampMs,
     ) -> Option<WrittenGroup> {
-        let durable_requested = group.iter().any(|append| append.durable);
-        let batches: Vec<ValidatedBatches> =
-            group.iter().map(|append| append.batches.clone()).collect();
         let unknown = || AppendError::UnknownPartition {
             topic: tp.topic.to_string(),
             partition: tp.partition,
@@ -1003,6 +1022,13 @@ impl Shard {
             }
         };
         let first = log.log_end_offset();
+        let group = refuse_unexpected_offsets(group, first);
+        if group.is_empty() {
+            return None;
+        }
+        let durable_requested = group.iter().any(|append| append.durable);
+        let batches: Vec<ValidatedBatches> =
+            group.iter().map(|append| append.batches.clone()).collect();
         match log.append_validated_behind(&batches, now) {
             Ok(infos) => {
                 let must_sync = durable_requested || log.flush_due(now);
@@ -1307,6 +1333,34 @@ impl Shard {
         let deleted = log.delete_records(offset, now);
         self.after_segments_deleted(tp);
         deleted
+    }
+
+    /// Cuts `tp`'s log (after the writes and syncs in flight settled: every append above the cut
+    /// was answered) and answers the fetches parked on it that now point past its end. Returns
+    /// the new log end offset.
+    fn truncate(
+        &mut self,
+        tp: &TopicPartition,
+        truncation: Truncation,
+    ) -> Result<Offset, TruncateError> {
+        let now = self.context.clock.now();
+        let log = self
+            .partition(tp)
+            .map_err(|error| lookup_error_into::<TruncateError>(tp, error))?;
+        match truncation {
+            Truncation::To(offset) if offset < log.log_start_offset() => {
+                return Err(TruncateError::BelowLogStart {
+                    requested: offset,
+                    log_start_offset: log.log_start_offset(),
+                });
+            }
+            Truncation::To(offset) => log.truncate_to(offset)?,
+            Truncation::FullyAndStartAt(offset) => log.truncate_fully_and_start_at(offset, now)?,
+        }
+        let log_end_offset = log.log_end_offset();
+        self.after_segments_deleted(tp);
+        self.serve_parked(&BTreeSet::from([tp.clone()]), false);
+        Ok(log_end_offset)
     }
 
     /// After retention or `deleteRecords` took segments out of `tp`'s log: the syncer gets the
@@ -1682,6 +1736,30 @@ macro_rules! impl_from_lookup {
 impl_from_lookup!(AppendError);
 impl_from_lookup!(ReadError);
 impl_from_lookup!(DeleteRecordsError);
+impl_from_lookup!(TruncateError);
+
+/// Answers the appends that expect their first record at an offset other than the one it would
+/// get (`Engine::append_at`), and returns the others, in order.
+fn refuse_unexpected_offsets(group: Vec<PendingAppend>, first: Offset) -> Vec<PendingAppend> {
+    let mut next_offset = first;
+    let mut kept = Vec::with_capacity(group.len());
+    for append in group {
+        match append.batches.expected_first_offset() {
+            Some(expected) if expected != next_offset => {
+                let error = AppendError::LogEndMismatch {
+                    expected,
+                    log_end_offset: next_offset,
+                };
+                let _ = append.reply.send(Err(error));
+            }
+            _ => {
+                next_offset = Offset(next_offset.0 + append.batches.record_count());
+                kept.push(append);
+            }
+        }
+    }
+    kept
+}
 
 fn lookup_error_into<E: FromLookup>(tp: &TopicPartition, error: LookupError) -> E {
     match error {

@@ -459,6 +459,17 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) -> bool {
     true
 }
 
+/// Stamps `partitionLeaderEpoch` into an encoded batch. The CRC does not cover it, so nothing else
+/// changes. Returns false (and changes nothing) if `batch` is shorter than a batch header.
+pub fn set_partition_leader_epoch(batch: &mut [u8], leader_epoch: i32) -> bool {
+    let range = field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4;
+    let Some(field) = batch.get_mut(range) else {
+        return false;
+    };
+    field.copy_from_slice(&leader_epoch.to_be_bytes());
+    true
+}
+
 /// Marks an encoded batch as `LogAppendTime` with `max_timestamp = now_ms` and re-computes its CRC,
 /// as Kafka's leader does for topics with `message.timestamp.type=LogAppendTime`.
 /// Returns false (and changes nothing) if `batch` is shorter than a batch header.

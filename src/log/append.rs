@@ -12,7 +12,9 @@ use super::{PartitionLog, UnsyncedSeal};
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
 use crate::failpoint::failpoint;
-use crate::format::batch::{BatchIter, set_base_offset, set_log_append_time};
+use crate::format::batch::{
+    BatchIter, set_base_offset, set_log_append_time, set_partition_leader_epoch,
+};
 use crate::io::WriteMark;
 use crate::segment::{ActiveSegment, AppendedBatch, IncomingAppend};
 use crate::types::{Offset, TimestampMs};
@@ -50,6 +52,17 @@ pub struct ValidatedBatches {
     bytes: Bytes,
     batches: Vec<IncomingBatch>,
     record_count: u64,
+    /// A replica's append (boxed: an engine request carries it, and most appends are not).
+    replica: Option<Box<ReplicaAppend>>,
+}
+
+/// Where a replica's append must land and the epoch it is stamped with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReplicaAppend {
+    /// The offset the first record must get: the append is refused unless the log ends there.
+    first_offset: Offset,
+    /// Stamped into each batch's `partitionLeaderEpoch` as it is written.
+    leader_epoch: i32,
 }
 
 impl ValidatedBatches {
@@ -97,7 +110,24 @@ impl ValidatedBatches {
             bytes,
             batches,
             record_count,
+            replica: None,
         })
+    }
+
+    /// Makes this a replica's append: refused unless its first record gets `first_offset` (the
+    /// log ends there when it is written), each batch stamped with `leader_epoch` in its
+    /// `partitionLeaderEpoch`, as Kafka's leader stamps its epoch.
+    pub fn as_replica_append(mut self, first_offset: Offset, leader_epoch: i32) -> ValidatedBatches {
+        self.replica = Some(Box::new(ReplicaAppend {
+            first_offset,
+            leader_epoch,
+        }));
+        self
+    }
+
+    /// The offset the first record must get, if the append names one.
+    pub fn expected_first_offset(&self) -> Option<Offset> {
+        self.replica.as_ref().map(|replica| replica.first_offset)
     }
 
     pub fn size_bytes(&self) -> usize {
@@ -182,6 +212,7 @@ impl PartitionLog {
                 next_offset: first_offset,
                 record_count: total_records,
             })?;
+        check_expected_offsets(appends, first_offset)?;
         let log_append_time =
             (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
         let mut infos = Vec::with_capacity(appends.len());
@@ -303,6 +334,25 @@ impl PartitionLog {
     }
 }
 
+/// Refuses the appends, before anything is written, if one expects its first record at an offset
+/// other than the one it would get.
+fn check_expected_offsets(
+    appends: &[ValidatedBatches],
+    first_offset: Offset,
+) -> Result<(), AppendError> {
+    let mut next_offset = first_offset;
+    for append in appends {
+        if let Some(expected) = append.expected_first_offset().filter(|e| *e != next_offset) {
+            return Err(AppendError::LogEndMismatch {
+                expected,
+                log_end_offset: next_offset,
+            });
+        }
+        next_offset = Offset(next_offset.0 + append.record_count);
+    }
+    Ok(())
+}
+
 /// Copies `append` into `pending`, stamping base offsets from `first_offset` (and
 /// `LogAppendTime`), and returns what the append got. Each batch is recorded separately, so the
 /// segment indexes batch by batch exactly as recovery rebuilds the index.
@@ -323,6 +373,9 @@ fn stage_append(
             .map_or(append.bytes.len(), |next| next.position);
         let batch_bytes = &mut pending.bytes[start + batch.position..start + end];
         set_base_offset(batch_bytes, next_offset as i64);
+        if let Some(replica) = &append.replica {
+            set_partition_leader_epoch(batch_bytes, replica.leader_epoch);
+        }
         let timestamp = match log_append_time {
             Some(now) => {
                 set_log_append_time(batch_bytes, now.0);

@@ -379,14 +379,23 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Removes every record at or after `offset` (whole batches). Used by recovery and by
-    /// replication-style truncation.
+    /// Removes every record at or after `offset` (whole batches): recovery's cut, and a replica
+    /// dropping a suffix its leader does not have. A cut below the log start offset empties the
+    /// log (it then starts at the first segment's base). A failure fails the log.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), StorageError> {
         self.check_not_failed()?;
         self.sync_untaken_seals()?;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        let result = self.cut_segments_from(offset);
+        self.fail_on(result)?;
+        // A cleaned group read before the cut must not be swapped in after it.
+        self.instance = open::next_log_instance();
+        self.sync_dir()
+    }
+
+    fn cut_segments_from(&mut self, offset: Offset) -> Result<(), StorageError> {
         let keep = self.segments.count_at_or_below(offset).max(1);
         let removed =
             self.segments
@@ -404,7 +413,61 @@ impl PartitionLog {
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);
         self.pending_seal_ends.retain(|end| *end <= log_end_offset);
+        Ok(())
+    }
+
+    /// Removes every segment and starts the log over, empty, at `offset` (log start and end): a
+    /// replica catching up from its leader's log start (Kafka's `truncateFullyAndStartAt`). The
+    /// old files are unlinked at once; a crash midway leaves a log that ends below `offset`,
+    /// which its owner restarts again. A failure fails the log.
+    pub fn truncate_fully_and_start_at(
+        &mut self,
+        offset: Offset,
+        now: TimestampMs,
+    ) -> Result<(), StorageError> {
+        self.check_not_failed()?;
+        self.sync_untaken_seals()?;
+        let result = self.start_over_at(offset, now);
+        self.fail_on(result)?;
+        self.instance = open::next_log_instance();
         self.sync_dir()
+    }
+
+    fn start_over_at(&mut self, offset: Offset, now: TimestampMs) -> Result<(), StorageError> {
+        let reuses_a_name = self
+            .segments
+            .slots()
+            .iter()
+            .any(|slot| slot.base_offset() == offset);
+        if reuses_a_name {
+            // The segment named `offset` becomes the empty active one; those before it go.
+            self.cut_segments_from(offset)?;
+            let leading = self.segments.len() - 1;
+            for slot in self.segments.drain_front(leading) {
+                slot.delete(self.storage.as_ref(), &self.dir)?;
+            }
+        } else {
+            let segment = ActiveSegment::create(
+                self.storage.as_ref(),
+                &self.dir,
+                offset,
+                &self.config,
+                self.mode.direct_writes,
+                now,
+            )?;
+            for slot in self.segments.replace_all(segment) {
+                slot.delete(self.storage.as_ref(), &self.dir)?;
+            }
+            let config = self.config.clone();
+            let storage = self.storage.clone();
+            let direct_writes = self.mode.direct_writes;
+            self.active_mut()
+                .prepare_appends(storage.as_ref(), &config, direct_writes)?;
+        }
+        self.log_start_offset = offset;
+        self.recovery_point = offset;
+        self.pending_seal_ends.clear();
+        Ok(())
     }
 
     /// Makes every appended byte durable and moves the recovery point to the log end offset.

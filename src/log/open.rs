@@ -535,7 +535,7 @@ fn remove(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {
 }
 
 /// A number no other opening of a log in this process has had.
-fn next_log_instance() -> u64 {
+pub(super) fn next_log_instance() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
