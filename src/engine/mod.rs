@@ -623,7 +623,7 @@ impl Engine {
         };
         match self.validate(&tp, batches) {
             Ok(validated) => {
-                let validated = validated.as_replica_append(first_offset, leader_epoch);
+                let validated = validated.into_replica_append(first_offset, leader_epoch);
                 self.append_validated(tp, validated, durability)
             }
             Err(error) => Pending::ready(Err(error)),

@@ -575,6 +575,19 @@ impl BatchBuilder {
         Some(Bytes::from(self.buffer))
     }
 
+    /// Builds a control batch (attributes bit 5; uncompressed): consumers skip it, as they skip
+    /// Kafka's transaction markers and KRaft's leader-change records. Each record's key should
+    /// be a control key (`int16` version, `int16` type). `None` for a batch with no records.
+    pub fn build_control(mut self) -> Option<Bytes> {
+        if self.records_count == 0 {
+            return None;
+        }
+        let mut header = self.header(Compression::None, self.buffer.len());
+        header.attributes = BatchAttributes(header.attributes.0 | BatchAttributes::CONTROL);
+        write_header_and_crc(&header, &mut self.buffer);
+        Some(Bytes::from(self.buffer))
+    }
+
     /// Builds the batch with its records section compressed by `codec`, as Kafka's
     /// `MemoryRecordsBuilder` does with `compression.type` set: the header stays in the clear,
     /// attributes bits 0-2 name the codec, and `batchLength` and the CRC-32C cover the compressed

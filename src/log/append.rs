@@ -117,7 +117,7 @@ impl ValidatedBatches {
     /// Makes this a replica's append: refused unless its first record gets `first_offset` (the
     /// log ends there when it is written), each batch stamped with `leader_epoch` in its
     /// `partitionLeaderEpoch`, as Kafka's leader stamps its epoch.
-    pub fn as_replica_append(mut self, first_offset: Offset, leader_epoch: i32) -> ValidatedBatches {
+    pub fn into_replica_append(mut self, first_offset: Offset, leader_epoch: i32) -> ValidatedBatches {
         self.replica = Some(Box::new(ReplicaAppend {
             first_offset,
             leader_epoch,

@@ -1,0 +1,297 @@
+//! One partition's replica: its log in the engine, its state file, and the map from entry
+//! index to batch that the log store and the state machine share.
+//!
+//! The map is rebuilt at open by reading the batch headers from the log start: the first batch
+//! is the first anchor's entry, and each later batch is the next index unless an anchor names
+//! it (`state_file.rs`). Anchors are written before the batch they name is appended, so a
+//! crash never leaves a batch numbered wrong.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use seglog::engine::{Engine, FetchOptions};
+use seglog::format::Batch;
+use seglog::format::batch::BatchIter;
+use seglog::types::{Offset, TopicName};
+
+use crate::entry_codec::CodecError;
+use crate::error::ReplicaError;
+use crate::state_file::{Anchor, RaftState, StateFile};
+
+/// Bytes a fetch asks for while scanning or reading entries.
+const FETCH_BYTES: u64 = 1024 * 1024;
+
+/// Where one entry's batch lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub term: u64,
+}
+
+/// What the log store and the state machine of one partition share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub state: RaftState,
+    /// Entry index → its batch, for every entry in the log.
+    pub entries: BTreeMap<u64, Position>,
+    /// The offset the next entry's batch gets: the log end as this replica wrote it.
+    pub next_offset: u64,
+    /// Where a follower's log restarts after the snapshot it installed (its `next` anchor).
+    pub installed_next: Option<Anchor>,
+    /// Set once a write failed: the replica refuses everything after.
+    pub failure: Option<String>,
+}
+
+/// A partition's replica: cheap to clone, shared by its log store and state machine.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub(crate) engine: Engine,
+    pub(crate) topic: TopicName,
+    pub(crate) partition: u32,
+    pub(crate) file: StateFile,
+    pub(crate) shared: Arc<Mutex<Shared>>,
+}
+
+impl Replica {
+    /// Opens the replica of `topic`-`partition` (the topic must exist in `engine`), its state
+    /// file in `state_dir`: loads the state, brings the log's start to the state's, and
+    /// rebuilds the entry map.
+    pub async fn open(
+        engine: Engine,
+        topic: TopicName,
+        partition: u32,
+        state_dir: &Path,
+    ) -> Result<Replica, ReplicaError> {
+        let file = StateFile::new(state_dir, topic.as_str(), partition);
+        let state = blocking(file.clone(), |file| file.load()).await??;
+        let replica = Replica {
+            engine,
+            topic,
+            partition,
+            file,
+            shared: Arc::new(Mutex::new(Shared {
+                state,
+                entries: BTreeMap::new(),
+                next_offset: 0,
+                installed_next: None,
+                failure: None,
+            })),
+        };
+        replica.rebuild().await?;
+        Ok(replica)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The partition's log start and end offsets, as the engine has them.
+    async fn log_bounds(&self) -> Result<(u64, u64), ReplicaError> {
+        let engine = self.engine.clone();
+        let topic = self.topic.clone();
+        let partition = self.partition;
+        let description = tokio::task::spawn_blocking(move || {
+            engine.describe_partition(topic.as_str(), partition)
+        })
+        .await
+        .map_err(|error| ReplicaError::Runtime(error.to_string()))??;
+        Ok((description.log_start_offset.0, description.log_end_offset.0))
+    }
+
+    async fn rebuild(&self) -> Result<(), ReplicaError> {
+        let (log_start, log_end) = self.log_bounds().await?;
+        let mut state = self.lock().state.clone();
+        let start = match state.anchors.first() {
+            Some(first) => first.offset,
+            None if log_start == log_end => log_start,
+            None => return Err(ReplicaError::NoAnchor { log_start, log_end }),
+        };
+        let log_end = self.settle_log_start(start, log_start, log_end).await?;
+        // Anchors past the log end name batches a crash took away (a cut not yet recorded).
+        let first = state.anchors.first().copied();
+        state
+            .anchors
+            .retain(|anchor| anchor.offset < log_end || Some(*anchor) == first);
+        if state.anchors != self.lock().state.anchors {
+            self.store_state(state.clone()).await?;
+        }
+        let entries = self.scan(start, log_end, &state.anchors).await?;
+        let mut shared = self.lock();
+        shared.state = state;
+        shared.entries = entries;
+        shared.next_offset = log_end;
+        Ok(())
+    }
+
+    /// Makes the log start where the state says it does, finishing a purge or a restart that
+    /// a crash interrupted. Returns the log end.
+    async fn settle_log_start(
+        &self,
+        start: u64,
+        log_start: u64,
+        log_end: u64,
+    ) -> Result<u64, ReplicaError> {
+        if log_end < start {
+            let pending =
+                self.engine
+                    .truncate_fully_and_start_at(&self.topic, self.partition, Offset(start));
+            pending.await?;
+            return Ok(start);
+        }
+        if log_start < start {
+            let pending = self
+                .engine
+                .delete_records(&self.topic, self.partition, Offset(start));
+            pending.await?;
+        } else if log_start > start {
+            return Err(ReplicaError::LogStartAhead {
+                log_start,
+                expected: start,
+            });
+        }
+        Ok(log_end)
+    }
+
+    /// Numbers the batches in `[start, log_end)`.
+    async fn scan(
+        &self,
+        start: u64,
+        log_end: u64,
+        anchors: &[Anchor],
+    ) -> Result<BTreeMap<u64, Position>, ReplicaError> {
+        let named: BTreeMap<u64, u64> = anchors.iter().map(|a| (a.offset, a.index)).collect();
+        let mut entries = BTreeMap::new();
+        let mut previous: Option<u64> = None;
+        let mut offset = start;
+        while offset < log_end {
+            let batches = self.fetch(offset).await?;
+            if batches.is_empty() {
+                return Err(ReplicaError::Gap { offset });
+            }
+            for batch in batches {
+                let base_offset = batch.base_offset() as u64;
+                let index = match (named.get(&base_offset), previous) {
+                    (Some(index), _) => *index,
+                    (None, Some(previous)) => previous + 1,
+                    (None, None) => {
+                        return Err(ReplicaError::Gap {
+                            offset: base_offset,
+                        });
+                    }
+                };
+                let term = u64::try_from(batch.header().partition_leader_epoch).map_err(|_| {
+                    CodecError::NotAnEntry {
+                        offset: base_offset as i64,
+                        why: "negative partitionLeaderEpoch".into(),
+                    }
+                })?;
+                let next_offset = batch.last_offset() as u64 + 1;
+                entries.insert(
+                    index,
+                    Position {
+                        base_offset,
+                        next_offset,
+                        term,
+                    },
+                );
+                previous = Some(index);
+                offset = next_offset;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The whole batches from `offset` on, up to about [`FETCH_BYTES`].
+    pub(crate) async fn fetch(&self, offset: u64) -> Result<Vec<Batch>, ReplicaError> {
+        let options = FetchOptions {
+            max_bytes: FETCH_BYTES,
+            ..FetchOptions::default()
+        };
+        let pending = self
+            .engine
+            .fetch(&self.topic, self.partition, Offset(offset), options);
+        let data = pending.await?;
+        let mut batches = Vec::new();
+        for batch in BatchIter::new(data.records, u64::MAX) {
+            let batch = batch.map_err(|error| ReplicaError::Corrupt {
+                offset,
+                why: error.to_string(),
+            })?;
+            batches.push(batch);
+        }
+        Ok(batches)
+    }
+
+    /// Writes `state` durably (off the async threads) and makes it the shared one.
+    pub(crate) async fn store_state(&self, state: RaftState) -> Result<(), ReplicaError> {
+        let stored = state.clone();
+        blocking(self.file.clone(), move |file| file.store(&stored)).await??;
+        self.lock().state = state;
+        Ok(())
+    }
+
+    /// Fails the replica: nothing is acknowledged after a failed write.
+    pub(crate) fn fail(&self, why: &str) {
+        self.lock().failure.get_or_insert_with(|| why.to_string());
+    }
+
+    pub(crate) fn check_not_failed(&self) -> Result<(), ReplicaError> {
+        match &self.lock().failure {
+            Some(why) => Err(ReplicaError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs `work` on `file` on tokio's blocking threads.
+async fn blocking<T: Send + 'static>(
+    file: StateFile,
+    work: impl FnOnce(StateFile) -> T + Send + 'static,
+) -> Result<T, ReplicaError> {
+    tokio::task::spawn_blocking(move || work(file))
+        .await
+        .map_err(|error| ReplicaError::Runtime(error.to_string()))
+}
+
+/// The batch bytes of `entries` read back: `(index, Position)` in index order.
+pub(crate) async fn read_batches(
+    replica: &Replica,
+    wanted: &[(u64, Position)],
+    max_bytes: u64,
+) -> Result<Vec<(u64, Batch)>, ReplicaError> {
+    let mut found = Vec::with_capacity(wanted.len());
+    let mut bytes = 0u64;
+    let mut next = 0;
+    while next < wanted.len() && (bytes < max_bytes || found.is_empty()) {
+        let (_, position) = wanted[next];
+        let batches = replica.fetch(position.base_offset).await?;
+        if batches.is_empty() {
+            return Err(ReplicaError::Gap {
+                offset: position.base_offset,
+            });
+        }
+        for batch in batches {
+            let Some((index, position)) = wanted.get(next) else {
+                break;
+            };
+            let base_offset = batch.base_offset() as u64;
+            if base_offset < position.base_offset {
+                continue;
+            }
+            if base_offset != position.base_offset {
+                return Err(ReplicaError::Gap {
+                    offset: position.base_offset,
+                });
+            }
+            bytes += batch.size_bytes();
+            found.push((*index, batch));
+            next += 1;
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+    }
+    Ok(found)
+}

@@ -1,0 +1,201 @@
+//! A partition's Raft log across restarts: the entry map rebuilt from the batches and the state
+//! file's anchors gives back every entry, its term and payload, after appends, a gap, a
+//! truncation, a purge and a snapshot installed on a follower; the batches are Kafka's, the
+//! control ones marked so.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader, SnapshotMeta,
+    StoredMembership,
+};
+use seglog::engine::{Engine, EngineConfig, FetchOptions};
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::types::{Offset, TopicName};
+use seglog_raft::state_file::{Anchor, SnapshotRecord};
+use seglog_raft::{LogStore, RecordBatch, Replica, StateMachine, TypeConfig};
+
+fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 0), index)
+}
+
+fn data(term: u64, index: u64, records: usize) -> Entry<TypeConfig> {
+    let mut builder = BatchBuilder::new(0);
+    for record in 0..records {
+        let value = format!("{index}-{record}");
+        builder.push(&NewRecord {
+            timestamp_ms: 1_000,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+    }
+    let payload = EntryPayload::Normal(RecordBatch(builder.build().unwrap()));
+    Entry {
+        log_id: log_id(term, index),
+        payload,
+    }
+}
+
+fn membership(term: u64, index: u64) -> Entry<TypeConfig> {
+    let voters: BTreeSet<u64> = [1, 2, 3].into();
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![voters], None)),
+    }
+}
+
+fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
+    let config = EngineConfig {
+        shard_count: 1,
+        pin_shards: false,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(dir.join("log"), config).unwrap();
+    let topic = match engine.describe_topic("t") {
+        Ok(description) => description.topic,
+        Err(_) => engine
+            .create_topic("t", 1, seglog::config::LogConfig::default())
+            .unwrap(),
+    };
+    let replica = Replica::open(engine.clone(), topic, 0, dir).await.unwrap();
+    (
+        engine,
+        LogStore::new(replica.clone()),
+        StateMachine::new(replica),
+    )
+}
+
+async fn append(store: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
+    store.blocking_append(entries).await.unwrap();
+}
+
+fn summary(entries: &[Entry<TypeConfig>]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|entry| format!("{} {:?}", entry.log_id, entry.payload))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_read_back_the_same_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, _) = open(dir.path()).await;
+    append(&mut store, vec![blank(1, 0), membership(1, 1)]).await;
+    append(&mut store, (2..20).map(|i| data(1, i, 3)).collect()).await;
+    // A new leader cuts the uncommitted suffix and writes its own.
+    store.truncate(log_id(1, 15)).await.unwrap();
+    append(
+        &mut store,
+        vec![blank(2, 15), data(2, 16, 5), data(2, 17, 1)],
+    )
+    .await;
+    store.purge(log_id(1, 4)).await.unwrap();
+    let before = store.try_get_log_entries(0..).await.unwrap();
+    let state_before = store.get_log_state().await.unwrap();
+    assert_eq!(before.first().unwrap().log_id, log_id(1, 5));
+    assert_eq!(before.last().unwrap().log_id, log_id(2, 17));
+    assert_eq!(before.len(), 13);
+    drop(store);
+    engine.close().unwrap();
+
+    let (engine, mut store, _) = open(dir.path()).await;
+    let after = store.try_get_log_entries(0..).await.unwrap();
+    assert_eq!(summary(&after), summary(&before));
+    assert_eq!(store.get_log_state().await.unwrap(), state_before);
+    // Entry 16's five records sit after 5..=14 (3 each) and the blank entry 15.
+    let EntryPayload::Normal(RecordBatch(bytes)) = &after[11].payload else {
+        panic!("entry 16 is data");
+    };
+    let batch = seglog::format::Batch::decode(bytes, u64::MAX).unwrap();
+    assert_eq!(batch.header().partition_leader_epoch, 2);
+    assert_eq!(batch.base_offset(), 2 + 13 * 3 + 1);
+    drop(store);
+    engine.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_and_membership_entries_are_control_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, _) = open(dir.path()).await;
+    append(
+        &mut store,
+        vec![blank(1, 0), membership(1, 1), data(1, 2, 2)],
+    )
+    .await;
+    let topic = TopicName::parse("t").unwrap();
+    let fetched = engine
+        .fetch(&topic, 0, Offset(0), FetchOptions::default())
+        .wait()
+        .unwrap();
+    let control: Vec<bool> = BatchIter::new(fetched.records, u64::MAX)
+        .map(|batch| batch.unwrap().header().attributes.is_control())
+        .collect();
+    assert_eq!(control, vec![true, true, false]);
+    drop(store);
+    engine.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_installs_a_snapshot_restarts_its_log_at_the_leaders_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    // A stale suffix this follower holds from an old term.
+    append(&mut store, vec![blank(1, 0), data(1, 1, 4), data(1, 2, 4)]).await;
+    let voters: BTreeSet<u64> = [1, 2, 3].into();
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id(3, 49)),
+        last_membership: StoredMembership::new(
+            Some(log_id(2, 7)),
+            Membership::new(vec![voters], None),
+        ),
+        snapshot_id: "3-49".into(),
+    };
+    let record = SnapshotRecord {
+        meta: meta.clone(),
+        next: Anchor {
+            index: 50,
+            offset: 1_000,
+        },
+    };
+    let mut data_box = state_machine.begin_receiving_snapshot().await.unwrap();
+    data_box
+        .get_mut()
+        .extend(serde_json::to_vec(&record).unwrap());
+    state_machine
+        .install_snapshot(&meta, data_box)
+        .await
+        .unwrap();
+    store.purge(log_id(3, 49)).await.unwrap();
+    let description = engine.describe_partition("t", 0).unwrap();
+    assert_eq!(description.log_start_offset, Offset(1_000));
+    assert_eq!(description.log_end_offset, Offset(1_000));
+    append(&mut store, vec![data(3, 50, 2), data(3, 51, 2)]).await;
+    drop((store, state_machine));
+    engine.close().unwrap();
+
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    let entries = store.try_get_log_entries(0..).await.unwrap();
+    let ids: Vec<LogId<u64>> = entries.iter().map(|entry| entry.log_id).collect();
+    assert_eq!(ids, vec![log_id(3, 50), log_id(3, 51)]);
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(3, 49)));
+    let (applied, _) = state_machine.applied_state().await.unwrap();
+    assert_eq!(applied, Some(log_id(3, 49)));
+    let current = state_machine.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, meta);
+    drop((store, state_machine));
+    engine.close().unwrap();
+}
