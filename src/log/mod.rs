@@ -447,17 +447,7 @@ impl PartitionLog {
                 slot.delete(self.storage.as_ref(), &self.dir)?;
             }
         } else {
-            let segment = ActiveSegment::create(
-                self.storage.as_ref(),
-                &self.dir,
-                offset,
-                &self.config,
-                self.mode.direct_writes,
-                now,
-            )?;
-            for slot in self.segments.replace_all(segment) {
-                slot.delete(self.storage.as_ref(), &self.dir)?;
-            }
+            self.replace_with_empty_segment(offset, now)?;
             let config = self.config.clone();
             let storage = self.storage.clone();
             let direct_writes = self.mode.direct_writes;
@@ -467,6 +457,27 @@ impl PartitionLog {
         self.log_start_offset = offset;
         self.recovery_point = offset;
         self.pending_seal_ends.clear();
+        Ok(())
+    }
+
+    /// Unlinks every segment, leaving one new empty active segment at `base_offset` (whose
+    /// name no segment may hold).
+    pub(super) fn replace_with_empty_segment(
+        &mut self,
+        base_offset: Offset,
+        now: TimestampMs,
+    ) -> Result<(), StorageError> {
+        let segment = ActiveSegment::create(
+            self.storage.as_ref(),
+            &self.dir,
+            base_offset,
+            &self.config,
+            self.mode.direct_writes,
+            now,
+        )?;
+        for slot in self.segments.replace_all(segment) {
+            slot.delete(self.storage.as_ref(), &self.dir)?;
+        }
         Ok(())
     }
 

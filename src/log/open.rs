@@ -162,17 +162,7 @@ impl PartitionLog {
         if self.log_start_offset > self.log_end_offset() {
             // The files below the checkpointed start are gone and nothing above it is here:
             // start over, empty, at the checkpointed offset (Kafka does the same).
-            let segment = ActiveSegment::create(
-                self.storage.as_ref(),
-                &self.dir,
-                self.log_start_offset,
-                &self.config,
-                self.mode.direct_writes,
-                options.now,
-            )?;
-            for slot in self.segments.replace_all(segment) {
-                slot.delete(self.storage.as_ref(), &self.dir)?;
-            }
+            self.replace_with_empty_segment(self.log_start_offset, options.now)?;
         }
         let config = self.config.clone();
         let storage = self.storage.clone();
