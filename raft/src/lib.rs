@@ -9,12 +9,16 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod entry_codec;
 pub mod error;
 pub mod log_store;
+pub mod network;
+pub mod node;
 pub mod replica;
 pub mod state_file;
 pub mod state_machine;
+pub mod wire;
 
 use std::io::Cursor;
 

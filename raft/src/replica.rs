@@ -6,7 +6,7 @@
 //! it (`state_file.rs`). Anchors are written before the batch they name is appended, so a
 //! crash never leaves a batch numbered wrong.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -15,7 +15,7 @@ use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
 use seglog::types::{Offset, TopicName};
 
-use crate::entry_codec::CodecError;
+use crate::entry_codec::{Appended, CodecError};
 use crate::error::ReplicaError;
 use crate::state_file::{Anchor, RaftState, StateFile};
 
@@ -40,6 +40,10 @@ pub(crate) struct Shared {
     pub next_offset: u64,
     /// Where a follower's log restarts after the snapshot it installed (its `next` anchor).
     pub installed_next: Option<Anchor>,
+    /// The offset after the last entry applied (committed): what readers may see.
+    pub high_watermark: u64,
+    /// Per idempotent producer, its last committed batches: base sequence and offsets.
+    pub producers: HashMap<i64, VecDeque<(i32, Appended)>>,
     /// Set once a write failed: the replica refuses everything after.
     pub failure: Option<String>,
 }
@@ -76,11 +80,44 @@ impl Replica {
                 entries: BTreeMap::new(),
                 next_offset: 0,
                 installed_next: None,
+                high_watermark: 0,
+                producers: HashMap::new(),
                 failure: None,
             })),
         };
         replica.rebuild().await?;
         Ok(replica)
+    }
+
+    /// The offset after the last committed entry this replica applied.
+    pub fn high_watermark(&self) -> u64 {
+        self.lock().high_watermark
+    }
+
+    /// The offsets a committed batch of `producer_id` starting at `base_sequence` got, if one
+    /// was committed (a retried produce is answered with them, not written again).
+    pub fn committed_batch(&self, producer_id: i64, base_sequence: i32) -> Option<Appended> {
+        let shared = self.lock();
+        let batches = shared.producers.get(&producer_id)?;
+        batches
+            .iter()
+            .find(|(sequence, _)| *sequence == base_sequence)
+            .map(|(_, appended)| *appended)
+    }
+
+    /// The log end offset as this replica wrote it.
+    pub fn log_end_offset(&self) -> u64 {
+        self.lock().next_offset
+    }
+
+    /// The partition's topic.
+    pub fn topic(&self) -> &TopicName {
+        &self.topic
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> u32 {
+        self.partition
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Shared> {
@@ -119,6 +156,7 @@ impl Replica {
         }
         let entries = self.scan(start, log_end, &state.anchors).await?;
         let mut shared = self.lock();
+        shared.high_watermark = start;
         shared.state = state;
         shared.entries = entries;
         shared.next_offset = log_end;

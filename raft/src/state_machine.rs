@@ -97,7 +97,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             }
                             .writing_state_machine()
                         })?;
-                    Some(crate::entry_codec::appended(&batch))
+                    let appended = crate::entry_codec::appended(&batch);
+                    remember_producer(&self.replica, batch.header(), appended);
+                    Some(appended)
                 }
                 EntryPayload::Blank => None,
                 EntryPayload::Membership(membership) => {
@@ -107,6 +109,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             };
             replies.push(reply);
+        }
+        if let Some(last) = self.last_applied {
+            let mut shared = self.replica.lock();
+            if let Some(position) = shared.entries.get(&last.index).copied() {
+                shared.high_watermark = shared.high_watermark.max(position.next_offset);
+            }
         }
         Ok(replies)
     }
@@ -149,7 +157,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .store_state(state)
             .await
             .map_err(ReplicaError::in_snapshot)?;
-        self.replica.lock().installed_next = Some(record.next);
+        {
+            let mut shared = self.replica.lock();
+            shared.installed_next = Some(record.next);
+            shared.high_watermark = shared.high_watermark.max(record.next.offset);
+        }
         self.last_applied = meta.last_log_id;
         self.memberships = vec![meta.last_membership.clone()];
         Ok(())
@@ -162,6 +174,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let snapshot = record.map(|record| snapshot_of(&record)).transpose();
         snapshot.map_err(|error| ReplicaError::Snapshot(error.to_string()).in_snapshot())
     }
+}
+
+/// Batches of each idempotent producer remembered for answering its retries.
+const PRODUCER_BATCHES_KEPT: usize = 16;
+
+fn remember_producer(replica: &Replica, header: &seglog::format::BatchHeader, appended: Appended) {
+    if header.producer_id < 0 {
+        return;
+    }
+    let mut shared = replica.lock();
+    let batches = shared.producers.entry(header.producer_id).or_default();
+    if batches.len() == PRODUCER_BATCHES_KEPT {
+        batches.pop_front();
+    }
+    batches.push_back((header.base_sequence, appended));
 }
 
 fn snapshot_of(record: &SnapshotRecord) -> Result<Snapshot<TypeConfig>, serde_json::Error> {

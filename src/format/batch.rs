@@ -515,6 +515,9 @@ pub struct BatchBuilder {
     base_timestamp: Option<i64>,
     max_timestamp: i64,
     records_count: i32,
+    /// `producerId`, `producerEpoch`, `baseSequence`: -1 each unless an idempotent producer
+    /// set them.
+    producer: (i64, i16, i32),
     buffer: Vec<u8>,
 }
 
@@ -534,8 +537,21 @@ impl BatchBuilder {
             base_timestamp: None,
             max_timestamp: -1,
             records_count: 0,
+            producer: (-1, -1, -1),
             buffer,
         }
+    }
+
+    /// Marks the batch as an idempotent producer's: its id, epoch and the sequence number of
+    /// its first record (Kafka's `producerId`, `producerEpoch`, `baseSequence`).
+    pub fn with_producer(
+        mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> BatchBuilder {
+        self.producer = (producer_id, producer_epoch, base_sequence);
+        self
     }
 
     /// Appends a record; its offset is the next in the batch and its timestamp is kept as a delta
@@ -627,9 +643,9 @@ impl BatchBuilder {
             last_offset_delta: self.records_count - 1,
             base_timestamp: self.base_timestamp.unwrap_or(-1),
             max_timestamp: self.max_timestamp,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
+            producer_id: self.producer.0,
+            producer_epoch: self.producer.1,
+            base_sequence: self.producer.2,
             records_count: self.records_count,
         }
     }

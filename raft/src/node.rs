@@ -1,0 +1,664 @@
+//! A cluster node: one engine, one Raft group per partition plus the metadata group, and a TCP
+//! server for its peers and its clients.
+//!
+//! - **Directory.** `node.json` (the node's id and the voters, checked at every start), `log/`
+//!   (the engine's data directory), `raft/` (the groups' state files).
+//! - **Forming.** Every voter initializes each group with the same membership (all voters), so
+//!   the first entry is the same everywhere and a restart with the same arguments rejoins.
+//! - **Topics.** A topic is created by committing a command to the metadata group (its log: the
+//!   `__seglog_metadata` topic); each node, following that log, creates the topic in its engine
+//!   and starts its partitions' groups. Replicated topics keep everything (retention comes from
+//!   Raft's purges, not the engine's).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use seglog::config::LogConfig;
+use seglog::engine::{Engine, EngineConfig, FetchOptions};
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::types::{Offset, TopicName};
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::entry_codec::RecordBatch;
+use crate::network::Network;
+use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response};
+use crate::{LogStore, Replica, StateMachine, TypeConfig};
+
+/// The topic that holds the metadata group's log.
+pub const METADATA_TOPIC: &str = "__seglog_metadata";
+/// How long a topic creation waits for the node to start the topic's groups.
+const TOPIC_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a produce waits for a new leader to apply the entries of earlier terms.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a node is started.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's id; one of `peers`.
+    pub id: u64,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Every voter's id and address, this node's included.
+    pub peers: BTreeMap<u64, String>,
+}
+
+/// Why a node cannot start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The id is not among the voters.
+    #[error("node id {id} is not in --peers ({known})")]
+    UnknownId {
+        /// The id given.
+        id: u64,
+        /// The ids listed.
+        known: String,
+    },
+    /// The directory belongs to another node or cluster.
+    #[error(
+        "{dir} belongs to node {found_id} of the cluster {found_peers}; refusing to run node {id} of {peers} there"
+    )]
+    ForeignDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// The id recorded there.
+        found_id: u64,
+        /// The voters recorded there.
+        found_peers: String,
+        /// The id asked for.
+        id: u64,
+        /// The voters asked for.
+        peers: String,
+    },
+    /// A file of the node's directory.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine refused.
+    #[error("engine: {0}")]
+    Engine(String),
+    /// A replica could not open.
+    #[error(transparent)]
+    Replica(#[from] crate::ReplicaError),
+    /// openraft refused.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// What `node.json` records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct NodeIdentity {
+    node_id: u64,
+    peers: BTreeMap<u64, String>,
+}
+
+/// A topic command in the metadata log (one record's value, JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum MetadataCommand {
+    CreateTopic { topic: String, partitions: u32 },
+}
+
+/// One running group.
+#[derive(Clone)]
+struct Group {
+    raft: Raft<TypeConfig>,
+    replica: Replica,
+}
+
+/// A running node; clones share it.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    id: u64,
+    peers: BTreeMap<u64, String>,
+    engine: Engine,
+    raft_dir: PathBuf,
+    raft_config: Arc<Config>,
+    groups: Mutex<BTreeMap<GroupId, Group>>,
+    /// Set when the node stops: connections end.
+    stopping: tokio::sync::watch::Sender<bool>,
+}
+
+impl Node {
+    /// Checks the directory, opens the engine and starts the metadata group and every topic's
+    /// groups found in the metadata log.
+    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        check_identity(&config)?;
+        let log_dir = config.dir.join("log");
+        let raft_dir = config.dir.join("raft");
+        create_dir(&raft_dir)?;
+        let engine = Engine::open(&log_dir, EngineConfig::default())
+            .map_err(|error| NodeError::Engine(error.to_string()))?;
+        let raft_config = Config {
+            cluster_name: "seglog".into(),
+            heartbeat_interval: 250,
+            election_timeout_min: 1_000,
+            election_timeout_max: 2_000,
+            max_payload_entries: 256,
+            snapshot_policy: SnapshotPolicy::Never,
+            ..Config::default()
+        };
+        let raft_config = Arc::new(
+            raft_config
+                .validate()
+                .map_err(|error| NodeError::Raft(error.to_string()))?,
+        );
+        let node = Node {
+            inner: Arc::new(NodeInner {
+                id: config.id,
+                peers: config.peers,
+                engine,
+                raft_dir,
+                raft_config,
+                groups: Mutex::new(BTreeMap::new()),
+                stopping: tokio::sync::watch::Sender::new(false),
+            }),
+        };
+        node.ensure_topic(METADATA_TOPIC, 1).await?;
+        node.start_group(GroupId::Metadata).await?;
+        tokio::spawn(node.clone().follow_metadata());
+        Ok(node)
+    }
+
+    /// Serves peers and clients on `listener` until `shutdown` completes, then stops every
+    /// group and closes the engine.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), NodeError> {
+        let accept = async {
+            loop {
+                if let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(self.clone().serve_connection(stream));
+                }
+            }
+        };
+        tokio::select! {
+            () = accept => {}
+            () = shutdown => {}
+        }
+        self.stop().await
+    }
+
+    async fn stop(&self) -> Result<(), NodeError> {
+        self.inner.stopping.send_replace(true);
+        let groups: Vec<Group> = self.groups().values().cloned().collect();
+        for group in groups {
+            let _ = group.raft.shutdown().await;
+        }
+        let engine = self.inner.engine.clone();
+        tokio::task::spawn_blocking(move || engine.close())
+            .await
+            .map_err(|error| NodeError::Engine(error.to_string()))?
+            .map_err(|error| NodeError::Engine(error.to_string()))
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupId, Group>> {
+        self.inner
+            .groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn group(&self, id: &GroupId) -> Option<Group> {
+        self.groups().get(id).cloned()
+    }
+
+    fn members(&self) -> BTreeMap<u64, BasicNode> {
+        self.inner
+            .peers
+            .iter()
+            .map(|(id, address)| (*id, BasicNode::new(address)))
+            .collect()
+    }
+
+    /// Creates `topic` in the engine if it is missing, keeping everything (no engine retention).
+    async fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<TopicName, NodeError> {
+        let engine = self.inner.engine.clone();
+        let topic = topic.to_string();
+        tokio::task::spawn_blocking(move || {
+            if let Ok(description) = engine.describe_topic(&topic) {
+                return Ok(description.topic);
+            }
+            let config = LogConfig {
+                retention_ms: -1,
+                retention_bytes: -1,
+                ..LogConfig::default()
+            };
+            engine.create_topic(&topic, partitions, config)
+        })
+        .await
+        .map_err(|error| NodeError::Engine(error.to_string()))?
+        .map_err(|error| NodeError::Engine(error.to_string()))
+    }
+
+    async fn start_group(&self, id: GroupId) -> Result<Group, NodeError> {
+        if let Some(group) = self.group(&id) {
+            return Ok(group);
+        }
+        let (topic, partition) = match &id {
+            GroupId::Metadata => (METADATA_TOPIC.to_string(), 0),
+            GroupId::Partition { topic, partition } => (topic.clone(), *partition),
+        };
+        let topic =
+            TopicName::parse(&topic).map_err(|error| NodeError::Engine(error.to_string()))?;
+        let engine = self.inner.engine.clone();
+        let replica = Replica::open(engine, topic, partition, &self.inner.raft_dir).await?;
+        let raft = Raft::new(
+            self.inner.id,
+            self.inner.raft_config.clone(),
+            Network::new(id.clone()),
+            LogStore::new(replica.clone()),
+            StateMachine::new(replica.clone()),
+        )
+        .await
+        .map_err(|error| NodeError::Raft(error.to_string()))?;
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|error| NodeError::Raft(error.to_string()))?;
+        if !initialized {
+            // Every voter writes the same first entry: the membership of all voters.
+            let _ = raft.initialize(self.members()).await;
+        }
+        let group = Group { raft, replica };
+        let mut groups = self.groups();
+        Ok(groups.entry(id).or_insert(group).clone())
+    }
+
+    /// Follows the metadata log: each committed command is carried out here, in order.
+    async fn follow_metadata(self) {
+        let Some(metadata) = self.group(&GroupId::Metadata) else {
+            return;
+        };
+        let mut applied = metadata.raft.metrics();
+        let mut offset = 0;
+        loop {
+            offset = self.carry_out_commands(&metadata.replica, offset).await;
+            if applied.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn carry_out_commands(&self, replica: &Replica, mut offset: u64) -> u64 {
+        while offset < replica.high_watermark() {
+            let Ok(batches) = replica.fetch(offset).await else {
+                return offset;
+            };
+            let Some(last) = batches.last() else {
+                return offset;
+            };
+            let next = last.last_offset() as u64 + 1;
+            for batch in &batches {
+                if batch.header().attributes.is_control() {
+                    continue;
+                }
+                for record in batch.records().unwrap_or_default() {
+                    let command = record
+                        .value
+                        .as_deref()
+                        .and_then(|value| serde_json::from_slice(value).ok());
+                    let Some(command) = command else { continue };
+                    if let Err(error) = self.carry_out(command).await {
+                        tracing::error!("node {}: {error}", self.inner.id);
+                    }
+                }
+            }
+            offset = next;
+        }
+        offset
+    }
+
+    async fn carry_out(&self, command: MetadataCommand) -> Result<(), NodeError> {
+        match command {
+            MetadataCommand::CreateTopic { topic, partitions } => {
+                let name = self.ensure_topic(&topic, partitions).await?;
+                let description = self
+                    .inner
+                    .engine
+                    .describe_topic(name.as_str())
+                    .map_err(|error| NodeError::Engine(error.to_string()))?;
+                let partition_count = description.partitions.len() as u32;
+                for partition in 0..partition_count {
+                    let id = GroupId::Partition {
+                        topic: topic.clone(),
+                        partition,
+                    };
+                    self.start_group(id).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn serve_connection(self, stream: TcpStream) {
+        let mut connection = Connection::new(stream);
+        let mut stopping = self.inner.stopping.subscribe();
+        loop {
+            let request = tokio::select! {
+                request = connection.receive::<Request>() => request,
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            };
+            let Ok(Some(request)) = request else { return };
+            let response = self.handle(request).await;
+            if connection.send(&response).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn handle(&self, request: Request) -> Response {
+        match request {
+            Request::AppendEntries(id, rpc) => match self.group(&id) {
+                Some(group) => Response::AppendEntries(group.raft.append_entries(rpc).await),
+                None => Response::UnknownGroup(id),
+            },
+            Request::Vote(id, rpc) => match self.group(&id) {
+                Some(group) => Response::Vote(group.raft.vote(rpc).await),
+                None => Response::UnknownGroup(id),
+            },
+            Request::InstallSnapshot(id, rpc) => match self.group(&id) {
+                Some(group) => Response::InstallSnapshot(group.raft.install_snapshot(rpc).await),
+                None => Response::UnknownGroup(id),
+            },
+            Request::CreateTopic { topic, partitions } => {
+                self.create_topic(topic, partitions).await
+            }
+            Request::Topics => Response::Topics(self.topics()),
+            Request::Produce {
+                topic,
+                partition,
+                batch,
+            } => self.produce(topic, partition, batch).await,
+            Request::Fetch {
+                topic,
+                partition,
+                offset,
+                max_bytes,
+            } => self.fetch(topic, partition, offset, max_bytes).await,
+            Request::Status => Response::Status(self.status()),
+        }
+    }
+
+    fn topics(&self) -> BTreeMap<String, u32> {
+        let mut topics = BTreeMap::new();
+        for id in self.groups().keys() {
+            if let GroupId::Partition { topic, partition } = id {
+                let count = topics.entry(topic.clone()).or_insert(0);
+                *count = (*count).max(partition + 1);
+            }
+        }
+        topics
+    }
+
+    async fn create_topic(&self, topic: String, partitions: u32) -> Response {
+        if self.topics().contains_key(&topic) {
+            return Response::Done;
+        }
+        if let Err(error) = TopicName::parse(&topic) {
+            return Response::Error(error.to_string());
+        }
+        if topic == METADATA_TOPIC || partitions == 0 {
+            return Response::Error(format!(
+                "cannot create topic {topic} with {partitions} partitions"
+            ));
+        }
+        let Some(metadata) = self.group(&GroupId::Metadata) else {
+            return Response::Error("the metadata group is not running".into());
+        };
+        let command = MetadataCommand::CreateTopic {
+            topic: topic.clone(),
+            partitions,
+        };
+        let Ok(value) = serde_json::to_vec(&command) else {
+            return Response::Error("command not encodable".into());
+        };
+        let batch = one_record_batch(&value);
+        if let Err(response) = self.write(&metadata, batch).await {
+            return response;
+        }
+        let deadline = tokio::time::Instant::now() + TOPIC_START_TIMEOUT;
+        while !self.topics().contains_key(&topic) {
+            if tokio::time::Instant::now() > deadline {
+                return Response::Error(format!("topic {topic} did not start in time"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Response::Done
+    }
+
+    /// Commits `batch` through `group`'s leader (this node): its offsets, or where to go.
+    async fn write(&self, group: &Group, batch: Bytes) -> Result<Response, Response> {
+        match group.raft.client_write(RecordBatch(batch)).await {
+            Ok(written) => Ok(match written.data {
+                Some(appended) => Response::Produced(appended),
+                None => Response::Error("the entry holds no batch".into()),
+            }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(Response::NotLeader {
+                    leader: forward.leader_id,
+                    address: forward.leader_node.map(|node| node.addr),
+                })
+            }
+            Err(RaftError::Fatal(fatal)) => Err(Response::Unavailable(fatal.to_string())),
+            Err(error) => Err(Response::Error(error.to_string())),
+        }
+    }
+
+    async fn produce(&self, topic: String, partition: u32, batch: Bytes) -> Response {
+        let id = GroupId::Partition { topic, partition };
+        let Some(group) = self.group(&id) else {
+            return Response::UnknownGroup(id);
+        };
+        let header = match seglog::format::BatchHeader::parse(&batch) {
+            Ok(header) => header,
+            Err(error) => return Response::Error(error.to_string()),
+        };
+        if header.producer_id >= 0 {
+            // A retry of a batch already committed is answered, not written again.
+            if let Err(response) = self.wait_until_caught_up(&group).await {
+                return response;
+            }
+            let committed = group
+                .replica
+                .committed_batch(header.producer_id, header.base_sequence);
+            if let Some(appended) = committed {
+                return Response::Produced(appended);
+            }
+        }
+        match self.write(&group, batch).await {
+            Ok(response) | Err(response) => response,
+        }
+    }
+
+    /// Waits until this node leads `group` and has applied every entry of earlier terms (its
+    /// own first entry of the term applied): then its producer table is complete.
+    async fn wait_until_caught_up(&self, group: &Group) -> Result<(), Response> {
+        let mut metrics = group.raft.metrics();
+        let deadline = tokio::time::Instant::now() + CATCH_UP_TIMEOUT;
+        loop {
+            {
+                let now = metrics.borrow();
+                if now.current_leader != Some(self.inner.id) {
+                    let leader = now.current_leader;
+                    let address = leader.and_then(|id| self.inner.peers.get(&id).cloned());
+                    return Err(Response::NotLeader { leader, address });
+                }
+                let term = now.current_term;
+                if now
+                    .last_applied
+                    .is_some_and(|applied| applied.leader_id.term == term)
+                {
+                    return Ok(());
+                }
+            }
+            let changed = tokio::time::timeout_at(deadline, metrics.changed()).await;
+            if !matches!(changed, Ok(Ok(()))) {
+                return Err(Response::Error(
+                    "the leader did not catch up in time".into(),
+                ));
+            }
+        }
+    }
+
+    async fn fetch(&self, topic: String, partition: u32, offset: u64, max_bytes: u64) -> Response {
+        let id = GroupId::Partition {
+            topic: topic.clone(),
+            partition,
+        };
+        let Some(group) = self.group(&id) else {
+            return Response::UnknownGroup(id);
+        };
+        let high_watermark = group.replica.high_watermark();
+        let options = FetchOptions {
+            max_bytes,
+            ..FetchOptions::default()
+        };
+        let topic = group.replica.topic().clone();
+        let pending = self.inner.engine.fetch(
+            &topic,
+            partition,
+            Offset(offset.min(high_watermark)),
+            options,
+        );
+        match pending.await {
+            Ok(data) => {
+                let log_start_offset = data.log_start_offset.0;
+                let records = data.trim_to(Offset(high_watermark)).records;
+                Response::Fetched(Fetched {
+                    records,
+                    log_start_offset,
+                    high_watermark,
+                })
+            }
+            Err(error) => Response::Error(error.to_string()),
+        }
+    }
+
+    fn status(&self) -> Vec<PartitionStatus> {
+        let groups: Vec<(GroupId, Group)> = self
+            .groups()
+            .iter()
+            .map(|(id, group)| (id.clone(), group.clone()))
+            .collect();
+        groups
+            .into_iter()
+            .filter_map(|(id, group)| {
+                let GroupId::Partition { topic, partition } = id else {
+                    return None;
+                };
+                let metrics = group.raft.metrics().borrow().clone();
+                Some(PartitionStatus {
+                    topic,
+                    partition,
+                    node: self.inner.id,
+                    leader: metrics.current_leader,
+                    term: metrics.current_term,
+                    commit_index: metrics.last_applied.map(|applied| applied.index),
+                    end_offset: group.replica.log_end_offset(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn one_record_batch(value: &[u8]) -> Bytes {
+    let mut builder = BatchBuilder::new(0);
+    builder.push(&NewRecord {
+        timestamp_ms: -1,
+        key: None,
+        value: Some(value),
+        headers: &[],
+    });
+    builder.build().unwrap_or_default()
+}
+
+fn create_dir(dir: &Path) -> Result<(), NodeError> {
+    std::fs::create_dir_all(dir).map_err(|source| NodeError::Io {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+fn peer_list(peers: &BTreeMap<u64, String>) -> String {
+    peers
+        .iter()
+        .map(|(id, address)| format!("{id}={address}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Refuses an id missing from the voters, and a directory recorded for another node or voter
+/// set; records the identity in a new directory.
+fn check_identity(config: &NodeConfig) -> Result<(), NodeError> {
+    if !config.peers.contains_key(&config.id) {
+        let known: BTreeSet<u64> = config.peers.keys().copied().collect();
+        return Err(NodeError::UnknownId {
+            id: config.id,
+            known: format!("{known:?}"),
+        });
+    }
+    create_dir(&config.dir)?;
+    let path = config.dir.join("node.json");
+    let wanted = NodeIdentity {
+        node_id: config.id,
+        peers: config.peers.clone(),
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let found: NodeIdentity =
+                serde_json::from_slice(&bytes).map_err(|error| NodeError::Io {
+                    path: path.clone(),
+                    source: std::io::Error::other(error),
+                })?;
+            if found != wanted {
+                return Err(NodeError::ForeignDirectory {
+                    dir: config.dir.clone(),
+                    found_id: found.node_id,
+                    found_peers: peer_list(&found.peers),
+                    id: config.id,
+                    peers: peer_list(&config.peers),
+                });
+            }
+            Ok(())
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let io = |source| NodeError::Io {
+                path: path.clone(),
+                source,
+            };
+            let bytes =
+                serde_json::to_vec_pretty(&wanted).map_err(|e| io(std::io::Error::other(e)))?;
+            write_durably(&path, &bytes).map_err(io)
+        }
+        Err(source) => Err(NodeError::Io { path, source }),
+    }
+}
+
+fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Three nodes in one process on loopback: a topic created through any node is replicated on
+//! all; produced batches are committed with their offsets and read back from every node; after
+//! the leader stops, another takes over and produce goes on, and a retried batch of an
+//! idempotent producer is not written twice.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog_raft::client::ClusterClient;
+use seglog_raft::node::{Node, NodeConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+struct RunningNode {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+fn free_addresses(count: usize) -> BTreeMap<u64, String> {
+    (1..=count as u64)
+        .map(|id| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (id, listener.local_addr().unwrap().to_string())
+        })
+        .collect()
+}
+
+async fn start(id: u64, root: &Path, peers: &BTreeMap<u64, String>) -> RunningNode {
+    let listener = TcpListener::bind(&peers[&id]).await.unwrap();
+    let config = NodeConfig {
+        id,
+        dir: root.join(format!("node-{id}")),
+        peers: peers.clone(),
+    };
+    let node = Node::start(config).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        node.serve(listener, shutdown).await.unwrap();
+    });
+    RunningNode { stop, task }
+}
+
+async fn stop(node: RunningNode) {
+    node.stop.send(()).unwrap();
+    node.task.await.unwrap();
+}
+
+fn batch(producer_id: i64, sequence: i32, values: &[String]) -> Bytes {
+    let mut builder = BatchBuilder::new(0).with_producer(producer_id, 0, sequence);
+    for value in values {
+        builder.push(&NewRecord {
+            timestamp_ms: 1_000,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+    }
+    builder.build().unwrap()
+}
+
+/// Every record value `address` serves for t-0, with its offset.
+async fn values_at(address: &str) -> Vec<(u64, String)> {
+    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
+    let mut values = Vec::new();
+    let mut offset = 0;
+    loop {
+        let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
+        let mut any = false;
+        for batch in BatchIter::new(fetched.records, u64::MAX) {
+            let batch = batch.unwrap();
+            any = true;
+            offset = batch.last_offset() as u64 + 1;
+            if batch.header().attributes.is_control() {
+                continue;
+            }
+            for (delta, record) in batch.records().unwrap().into_iter().enumerate() {
+                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+                values.push((batch.base_offset() as u64 + delta as u64, value));
+            }
+        }
+        if !any || offset >= fetched.high_watermark {
+            return values;
+        }
+    }
+}
+
+async fn leader_of_t0(client: &mut ClusterClient) -> u64 {
+    for _ in 0..200 {
+        let leaders: Vec<u64> = client
+            .status()
+            .await
+            .into_iter()
+            .filter(|status| status.topic == "t" && status.partition == 0)
+            .filter_map(|status| status.leader)
+            .collect();
+        if let Some(leader) = leaders.first() {
+            return *leader;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no leader for t-0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
+    let root = tempfile::tempdir().unwrap();
+    let peers = free_addresses(3);
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, start(id, root.path(), &peers).await);
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
+    client.create_topic("t", 1).await.unwrap();
+    let topics = client.topics().await.unwrap();
+    assert_eq!(topics.get("t"), Some(&1));
+
+    let mut expected = Vec::new();
+    let mut sequence = 0;
+    for round in 0..20 {
+        let values: Vec<String> = (0..10).map(|i| format!("v{round}-{i}")).collect();
+        let appended = client
+            .produce("t", 0, batch(7, sequence, &values))
+            .await
+            .unwrap();
+        sequence += 10;
+        assert_eq!(appended.last_offset - appended.base_offset, 9);
+        for (i, value) in values.into_iter().enumerate() {
+            expected.push((appended.base_offset + i as u64, value));
+        }
+    }
+    // A retry of a recent committed batch gets its offsets back and is not written again.
+    let last_values: Vec<String> = (0..10).map(|i| format!("v19-{i}")).collect();
+    let retried = client
+        .produce("t", 0, batch(7, sequence - 10, &last_values))
+        .await
+        .unwrap();
+    assert_eq!(retried.base_offset, expected[expected.len() - 10].0);
+
+    for address in &addresses {
+        let mut served = values_at(address).await;
+        for _ in 0..100 {
+            if served.len() == expected.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            served = values_at(address).await;
+        }
+        assert_eq!(served, expected, "node {address}");
+    }
+
+    let leader = leader_of_t0(&mut client).await;
+    stop(nodes.remove(&leader).unwrap()).await;
+    let values: Vec<String> = (0..10).map(|i| format!("after-{i}")).collect();
+    let appended = client
+        .produce("t", 0, batch(7, sequence, &values))
+        .await
+        .unwrap();
+    for (i, value) in values.into_iter().enumerate() {
+        expected.push((appended.base_offset + i as u64, value));
+    }
+    let new_leader = leader_of_t0(&mut client).await;
+    assert_ne!(new_leader, leader);
+    let served = values_at(&peers[&new_leader]).await;
+    assert_eq!(served, expected);
+
+    // The stopped node restarts and catches up.
+    nodes.insert(leader, start(leader, root.path(), &peers).await);
+    let mut caught_up = Vec::new();
+    for _ in 0..200 {
+        caught_up = values_at(&peers[&leader]).await;
+        if caught_up.len() == expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(caught_up, expected);
+    for (_, node) in nodes {
+        stop(node).await;
+    }
+}
