@@ -395,15 +395,24 @@ impl Node {
         }
     }
 
+    /// Every replicated topic whose groups all run here, with its partition count.
     fn topics(&self) -> BTreeMap<String, u32> {
-        let mut topics = BTreeMap::new();
-        for id in self.groups().keys() {
-            if let GroupId::Partition { topic, partition } = id {
-                let count = topics.entry(topic.clone()).or_insert(0);
-                *count = (*count).max(partition + 1);
-            }
-        }
-        topics
+        let running = self.groups();
+        self.inner
+            .engine
+            .list_topics()
+            .into_iter()
+            .filter(|(topic, _)| topic.as_str() != METADATA_TOPIC)
+            .filter(|(topic, metadata)| {
+                (0..metadata.partition_count).all(|partition| {
+                    running.contains_key(&GroupId::Partition {
+                        topic: topic.to_string(),
+                        partition,
+                    })
+                })
+            })
+            .map(|(topic, metadata)| (topic.to_string(), metadata.partition_count))
+            .collect()
     }
 
     async fn create_topic(&self, topic: String, partitions: u32) -> Response {
@@ -525,17 +534,19 @@ impl Node {
             return Response::UnknownGroup(id);
         };
         let high_watermark = group.replica.high_watermark();
+        // Below the log start: from the log start (the records asked for are gone).
+        let start = offset
+            .max(group.replica.log_start_offset())
+            .min(high_watermark);
         let options = FetchOptions {
             max_bytes,
             ..FetchOptions::default()
         };
         let topic = group.replica.topic().clone();
-        let pending = self.inner.engine.fetch(
-            &topic,
-            partition,
-            Offset(offset.min(high_watermark)),
-            options,
-        );
+        let pending = self
+            .inner
+            .engine
+            .fetch(&topic, partition, Offset(start), options);
         match pending.await {
             Ok(data) => {
                 let log_start_offset = data.log_start_offset.0;

@@ -105,6 +105,15 @@ impl Replica {
             .map(|(_, appended)| *appended)
     }
 
+    /// The first offset of the log, as the replica's state names it.
+    pub fn log_start_offset(&self) -> u64 {
+        self.lock()
+            .state
+            .anchors
+            .first()
+            .map_or(0, |anchor| anchor.offset)
+    }
+
     /// The log end offset as this replica wrote it.
     pub fn log_end_offset(&self) -> u64 {
         self.lock().next_offset

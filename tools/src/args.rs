@@ -42,6 +42,72 @@ pub enum Command {
     /// Run a load generator against an embedded engine and print throughput and latency
     /// percentiles.
     Bench(BenchArgs),
+    /// Run a cluster node in the foreground until SIGTERM or SIGINT: its partitions replicated
+    /// with Raft on every voter listed in --peers.
+    Node(NodeArgs),
+    /// Inspect a cluster of nodes.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// This node's id (one of --peers).
+    #[arg(long)]
+    pub id: u64,
+    /// The node's directory: `node.json`, the engine's data directory `log/`, the Raft state
+    /// `raft/` (created if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to listen on for peers and clients.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_address)]
+    pub listen: String,
+    /// Every voter, this node included: `ID=HOST:PORT`, comma-separated.
+    #[arg(long, value_name = "ID=HOST:PORT,...", value_parser = parse_peers)]
+    pub peers: std::collections::BTreeMap<u64, String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Per partition: its leader, term, commit index and each node's log end offset.
+    Status(ClusterStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterStatusArgs {
+    /// The nodes to ask (comma-separated HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    pub cluster: String,
+    /// Format of the lines.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// `HOST:PORT` with a numeric port.
+fn parse_address(address: &str) -> Result<String, String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{address:?} is not HOST:PORT"))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{address:?} is not HOST:PORT"));
+    }
+    Ok(address.to_string())
+}
+
+/// `ID=HOST:PORT,...`, each id once.
+fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut peers = std::collections::BTreeMap::new();
+    for entry in list.split(',') {
+        let (id, address) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("{entry:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id.parse().map_err(|_| format!("{id:?} is not a node id"))?;
+        let address = parse_address(address)?;
+        if peers.insert(id, address).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    Ok(peers)
 }
 
 /// Output format of `produce` acknowledgements, `consume` records and `topics` listings.
@@ -56,8 +122,15 @@ pub enum OutputFormat {
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
     /// Data directory (created if missing).
-    #[arg(long)]
-    pub dir: PathBuf,
+    #[arg(long, required_unless_present = "cluster", conflicts_with = "cluster")]
+    pub dir: Option<PathBuf>,
+    /// Produce to a cluster of `seglog node`s instead (any of its nodes, comma-separated
+    /// HOST:PORT): each record is acknowledged once committed on a majority.
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["durable", "configs", "compression_type"])]
+    pub cluster: Option<String>,
+    /// With --cluster: give up (exit 1) on a record not committed within this many milliseconds.
+    #[arg(long, default_value_t = 30_000, requires = "cluster")]
+    pub request_timeout_ms: u64,
     /// Topic to append to; created if it does not exist (with --partitions and --config).
     #[arg(long)]
     pub topic: String,
@@ -99,8 +172,12 @@ fn parse_compression(name: &str) -> Result<seglog::format::Compression, String> 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
     /// Data directory.
-    #[arg(long)]
-    pub dir: PathBuf,
+    #[arg(long, required_unless_present = "cluster", conflicts_with = "cluster")]
+    pub dir: Option<PathBuf>,
+    /// Read committed records from a cluster of `seglog node`s instead (any live node of the
+    /// comma-separated HOST:PORT list; one address: that node's own copy).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["group", "follow"])]
+    pub cluster: Option<String>,
     /// Topic to read.
     #[arg(long)]
     pub topic: String,

@@ -49,8 +49,19 @@ const GROUP_POLL_RECORDS_MAX: usize = 500;
 pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
+    if let Some(cluster) = &args.cluster {
+        let partition = args
+            .partition
+            .context("--partition is required with --cluster")?;
+        crate::cluster::consume(cluster, &topic, partition, args)?;
+        return Ok(Outcome::Clean);
+    }
+    let dir = args
+        .dir
+        .as_deref()
+        .context("--dir or --cluster is required")?;
     match (&args.group, args.partition) {
-        (Some(group), _) => with_engine(open_existing(&args.dir)?, |engine| {
+        (Some(group), _) => with_engine(open_existing(dir)?, |engine| {
             consume_group(engine, &topic, group, args)
         })?,
         (None, Some(partition)) => consume_partition(topic, partition, args)?,
@@ -59,18 +70,23 @@ pub fn run(args: &ConsumeArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Clean)
 }
 
+/// The data directory (`run` checked that there is one).
+fn dir_of(args: &ConsumeArgs) -> &std::path::Path {
+    args.dir.as_deref().unwrap_or(std::path::Path::new("."))
+}
+
 fn partition_count(engine: &Engine, topic: &TopicName, args: &ConsumeArgs) -> anyhow::Result<u32> {
     engine
         .list_topics()
         .into_iter()
         .find(|(name, _)| name == topic)
         .map(|(_, metadata)| metadata.partition_count)
-        .with_context(|| format!("topic {topic} does not exist in {}", args.dir.display()))
+        .with_context(|| format!("topic {topic} does not exist in {}", dir_of(args).display()))
 }
 
 /// `consume --partition`: reads the data directory read-only, without its lock.
 fn consume_partition(topic: TopicName, partition: u32, args: &ConsumeArgs) -> anyhow::Result<()> {
-    let view = DataDirView::open(&args.dir)?;
+    let view = DataDirView::open(dir_of(args))?;
     let topic_partition = TopicPartition { topic, partition };
     let files = view.partition(&topic_partition)?;
     let mut reader = PartitionReader {
@@ -153,7 +169,7 @@ fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Re
 
 /// Prints the batch's records at or after `from_offset`, at most `max_records`; returns how many
 /// it printed.
-fn print_batch(
+pub(crate) fn print_batch(
     out: &mut impl Write,
     batch: &Batch,
     from_offset: u64,

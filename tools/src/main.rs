@@ -31,6 +31,7 @@
 mod args;
 mod bench;
 mod clean;
+mod cluster;
 mod committed_offsets;
 mod consume;
 mod data_dir;
@@ -78,6 +79,8 @@ fn main() -> ExitCode {
         Command::Dump(args) => dump::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Recover(args) => recover::run(&args),
+        Command::Node(args) => cluster::run_node(&args),
+        Command::Cluster(command) => cluster::run(&command),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

@@ -53,8 +53,15 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let topic = TopicName::parse(&args.topic)
         .with_context(|| format!("invalid topic name {:?}", args.topic))?;
     refuse_internal_topic(&topic, "produce to")?;
+    if let Some(cluster) = &args.cluster {
+        return crate::cluster::produce(cluster, &topic, args);
+    }
+    let dir = args
+        .dir
+        .as_deref()
+        .context("--dir or --cluster is required")?;
     let config = parse_configs(&args.configs)?;
-    with_engine(open_engine(&args.dir)?, |engine| {
+    with_engine(open_engine(dir)?, |engine| {
         let metadata = ensure_topic(engine, &topic, args, config)?;
         let durability = if args.durable {
             Durability::Durable
@@ -221,7 +228,7 @@ fn send_all(
 }
 
 /// Reads stdin on its own thread, one line (without its `\n` or `\r\n`) per message.
-fn spawn_line_reader() -> anyhow::Result<Receiver<io::Result<Vec<u8>>>> {
+pub(crate) fn spawn_line_reader() -> anyhow::Result<Receiver<io::Result<Vec<u8>>>> {
     let (sender, receiver) = mpsc::sync_channel(LINE_QUEUE_LINES);
     thread::Builder::new()
         .name("stdin-lines".to_owned())
@@ -257,9 +264,9 @@ fn strip_line_end(mut line: Vec<u8>) -> Vec<u8> {
 
 /// One acknowledgement line.
 #[derive(Debug, Clone, Copy, Serialize)]
-struct Ack {
-    partition: u32,
-    offset: u64,
+pub(crate) struct Ack {
+    pub partition: u32,
+    pub offset: u64,
 }
 
 /// The acknowledgement thread: waits for each record's future in input order and prints its
@@ -309,7 +316,10 @@ fn append_failure(topic: &TopicName, partition: u32, error: ProducerError) -> an
 }
 
 /// `key<separator>value` when the separator is given and present, else a null key.
-fn split_line<'a>(line: &'a [u8], separator: Option<&[u8]>) -> (Option<&'a [u8]>, &'a [u8]) {
+pub(crate) fn split_line<'a>(
+    line: &'a [u8],
+    separator: Option<&[u8]>,
+) -> (Option<&'a [u8]>, &'a [u8]) {
     let found = separator.and_then(|separator| {
         line.windows(separator.len())
             .position(|window| window == separator)
@@ -321,7 +331,11 @@ fn split_line<'a>(line: &'a [u8], separator: Option<&[u8]>) -> (Option<&'a [u8]>
     }
 }
 
-fn write_ack(out: &mut impl Write, ack: Ack, format: OutputFormat) -> anyhow::Result<()> {
+pub(crate) fn write_ack(
+    out: &mut impl Write,
+    ack: Ack,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
     match format {
         OutputFormat::Text => writeln!(out, "partition={} offset={}", ack.partition, ack.offset)?,
         OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(&ack)?)?,
