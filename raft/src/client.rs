@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::entry_codec::Appended;
-use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response};
+use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response, Retention};
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -86,10 +86,16 @@ impl ClusterClient {
     }
 
     /// Creates `topic` with `partitions` partitions on every voter (nothing if it exists).
-    pub async fn create_topic(&mut self, topic: &str, partitions: u32) -> Result<(), ClientError> {
+    pub async fn create_topic(
+        &mut self,
+        topic: &str,
+        partitions: u32,
+        retention: Retention,
+    ) -> Result<(), ClientError> {
         let request = Request::CreateTopic {
             topic: topic.to_string(),
             partitions,
+            retention,
         };
         self.through_leader(GroupId::Metadata, &request)
             .await

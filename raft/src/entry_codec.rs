@@ -86,6 +86,11 @@ pub fn record_count(bytes: &Bytes) -> Result<u64, CodecError> {
     Ok(u64::from(batch.header().records_count as u32))
 }
 
+/// The `maxTimestamp` of one encoded entry (-1 if it does not parse).
+pub fn max_timestamp(bytes: &Bytes) -> i64 {
+    seglog::format::BatchHeader::parse(bytes).map_or(-1, |header| header.max_timestamp)
+}
+
 fn check_payload(bytes: &Bytes) -> Result<(), CodecError> {
     let batch = Batch::decode(bytes, u64::MAX)
         .map_err(|error| CodecError::InvalidPayload(error.to_string()))?;

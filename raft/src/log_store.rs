@@ -92,6 +92,8 @@ impl LogStore {
         for entry in entries {
             let bytes = entry_codec::encode(&entry)?;
             let record_count = entry_codec::record_count(&bytes)?;
+            let size_bytes = bytes.len() as u64;
+            let max_timestamp = entry_codec::max_timestamp(&bytes);
             let epoch = leader_epoch(&entry.log_id)?;
             let index = entry.log_id.index;
             let offset = self.anchor_if_needed(index).await?;
@@ -108,6 +110,8 @@ impl LogStore {
                 base_offset: offset,
                 next_offset: offset + record_count,
                 term: entry.log_id.leader_id.term,
+                size_bytes,
+                max_timestamp,
             };
             shared.entries.insert(index, position);
             shared.next_offset = position.next_offset;
@@ -117,29 +121,59 @@ impl LogStore {
     }
 
     /// Where entry `index` goes; first records an anchor durably when it does not follow the
-    /// last entry (the first entry, or one after a gap).
+    /// last entry (the first entry, or one after a gap). The first entry after an installed
+    /// snapshot restarts the log empty at the leader's offset for it (`installed_next`), so the
+    /// copy keeps the leader's offsets; what it held is covered by the snapshot.
     async fn anchor_if_needed(&self, index: u64) -> Result<u64, ReplicaError> {
-        let (offset, state) = {
+        let (offset, anchor, restart) = {
             let shared = self.replica.lock();
-            let offset = shared.next_offset;
-            if let Some((last, _)) = shared.entries.last_key_value() {
-                if index <= *last {
-                    return Err(ReplicaError::OutOfOrder { index, last: *last });
-                }
-                if index == last + 1 {
-                    return Ok(offset);
+            let last = shared.entries.last_key_value().map(|(last, _)| *last);
+            if let Some(last) = last {
+                if index <= last {
+                    return Err(ReplicaError::OutOfOrder { index, last });
                 }
             }
-            let anchor = Anchor { index, offset };
-            if shared.state.anchors.last() == Some(&anchor) {
-                return Ok(offset);
+            let installed = shared.installed_next.filter(|next| next.index == index);
+            match installed {
+                Some(next) if next.offset != shared.next_offset || last.is_some() => {
+                    (next.offset, next, true)
+                }
+                _ if last.is_some_and(|last| index == last + 1) => return Ok(shared.next_offset),
+                _ => {
+                    let anchor = Anchor {
+                        index,
+                        offset: shared.next_offset,
+                    };
+                    if shared.state.anchors.last() == Some(&anchor) {
+                        return Ok(anchor.offset);
+                    }
+                    (anchor.offset, anchor, false)
+                }
             }
-            let mut state = shared.state.clone();
-            state.anchors.retain(|existing| existing.offset < offset);
-            state.anchors.push(anchor);
-            (offset, state)
         };
-        self.replica.store_state(state).await?;
+        self.replica
+            .update_state(|state| match restart {
+                true => {
+                    state.anchors = vec![anchor];
+                    let snapshot = state.snapshot.as_ref().and_then(|s| s.meta.last_log_id);
+                    state.last_purged = state.last_purged.max(snapshot);
+                }
+                false => {
+                    state.anchors.retain(|existing| existing.offset < offset);
+                    state.anchors.push(anchor);
+                }
+            })
+            .await?;
+        if restart {
+            let replica = &self.replica;
+            replica
+                .engine
+                .truncate_fully_and_start_at(&replica.topic, replica.partition, Offset(offset))
+                .await?;
+            let mut shared = replica.lock();
+            shared.entries.clear();
+            shared.next_offset = offset;
+        }
         Ok(offset)
     }
 
@@ -165,14 +199,18 @@ impl LogStore {
             shared.entries.retain(|entry_index, _| *entry_index < index);
             shared.next_offset = end.0;
         }
-        let state = {
+        let stale = {
             let shared = self.replica.lock();
-            let mut state = shared.state.clone();
-            state.anchors.retain(|anchor| anchor.index < index);
-            (state.anchors != shared.state.anchors).then_some(state)
+            shared
+                .state
+                .anchors
+                .iter()
+                .any(|anchor| anchor.index >= index)
         };
-        if let Some(state) = state {
-            self.replica.store_state(state).await?;
+        if stale {
+            self.replica
+                .update_state(|state| state.anchors.retain(|anchor| anchor.index < index))
+                .await?;
         }
         Ok(())
     }
@@ -180,7 +218,7 @@ impl LogStore {
     async fn purge_through(&mut self, log_id: LogId<u64>) -> Result<(), ReplicaError> {
         self.replica.check_not_failed()?;
         let upto = log_id.index;
-        let (first_kept, next_offset, installed_next, mut state) = {
+        let (first_kept, next_offset, installed_next, last_purged) = {
             let shared = self.replica.lock();
             let first_kept = shared
                 .entries
@@ -195,20 +233,23 @@ impl LogStore {
                 first_kept,
                 shared.next_offset,
                 installed,
-                shared.state.clone(),
+                shared.state.last_purged,
             )
         };
-        if state.last_purged >= Some(log_id) {
+        if last_purged >= Some(log_id) {
             return Ok(());
         }
-        state.last_purged = Some(log_id);
         let engine = &self.replica.engine;
         let (topic, partition) = (&self.replica.topic, self.replica.partition);
         match first_kept {
             Some(first) => {
-                state.anchors.retain(|anchor| anchor.offset > first.offset);
-                state.anchors.insert(0, first);
-                self.replica.store_state(state).await?;
+                self.replica
+                    .update_state(|state| {
+                        state.last_purged = Some(log_id);
+                        state.anchors.retain(|anchor| anchor.offset > first.offset);
+                        state.anchors.insert(0, first);
+                    })
+                    .await?;
                 engine
                     .delete_records(topic, partition, Offset(first.offset))
                     .await?;
@@ -217,11 +258,15 @@ impl LogStore {
                 // Nothing is left: the log restarts where the next entry will be, which a
                 // snapshot just installed names (else the log end, with nothing to remove).
                 let start = installed_next.map_or(next_offset, |next| next.offset);
-                state.anchors = vec![Anchor {
-                    index: upto + 1,
-                    offset: start,
-                }];
-                self.replica.store_state(state).await?;
+                self.replica
+                    .update_state(|state| {
+                        state.last_purged = Some(log_id);
+                        state.anchors = vec![Anchor {
+                            index: upto + 1,
+                            offset: start,
+                        }];
+                    })
+                    .await?;
                 match start == next_offset {
                     true => {
                         engine
@@ -310,10 +355,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        let mut state = self.replica.lock().state.clone();
-        state.vote = Some(*vote);
+        let vote = *vote;
         self.replica
-            .store_state(state)
+            .update_state(|state| state.vote = Some(vote))
             .await
             .map_err(ReplicaError::writing_vote)
     }
@@ -326,18 +370,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<u64>>,
     ) -> Result<(), StorageError<u64>> {
-        let state = {
-            let mut shared = self.replica.lock();
-            shared.state.committed = committed;
-            shared.state.clone()
-        };
+        self.replica.lock().state.committed = committed;
         let due = self
             .committed_written_at
             .is_none_or(|at| at.elapsed() >= COMMITTED_WRITE_INTERVAL);
         if due {
             self.committed_written_at = Some(Instant::now());
             self.replica
-                .store_state(state)
+                .update_state(|state| state.committed = state.committed.max(committed))
                 .await
                 .map_err(ReplicaError::writing_logs)?;
         }

@@ -27,13 +27,17 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::entry_codec::RecordBatch;
 use crate::network::Network;
-use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response};
+use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response, Retention};
 use crate::{LogStore, Replica, StateMachine, TypeConfig};
 
 /// The topic that holds the metadata group's log.
 pub const METADATA_TOPIC: &str = "__seglog_metadata";
 /// How long a topic creation waits for the node to start the topic's groups.
 const TOPIC_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often each partition's copy is checked against its topic's retention.
+const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a retention purge waits for its snapshot.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a produce waits for a new leader to apply the entries of earlier terms.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -105,7 +109,11 @@ struct NodeIdentity {
 /// A topic command in the metadata log (one record's value, JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum MetadataCommand {
-    CreateTopic { topic: String, partitions: u32 },
+    CreateTopic {
+        topic: String,
+        partitions: u32,
+        retention: Retention,
+    },
 }
 
 /// One running group.
@@ -113,6 +121,8 @@ enum MetadataCommand {
 struct Group {
     raft: Raft<TypeConfig>,
     replica: Replica,
+    /// Where the state machine builds its next snapshot (`StateMachine::snapshot_point`).
+    snapshot_point: Arc<Mutex<Option<openraft::LogId<u64>>>>,
 }
 
 /// A running node; clones share it.
@@ -128,6 +138,8 @@ struct NodeInner {
     raft_dir: PathBuf,
     raft_config: Arc<Config>,
     groups: Mutex<BTreeMap<GroupId, Group>>,
+    /// Each replicated topic's retention, from the metadata log.
+    retention: Mutex<BTreeMap<String, Retention>>,
     /// Set when the node stops: connections end.
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -164,12 +176,14 @@ impl Node {
                 raft_dir,
                 raft_config,
                 groups: Mutex::new(BTreeMap::new()),
+                retention: Mutex::new(BTreeMap::new()),
                 stopping: tokio::sync::watch::Sender::new(false),
             }),
         };
         node.ensure_topic(METADATA_TOPIC, 1).await?;
         node.start_group(GroupId::Metadata).await?;
         tokio::spawn(node.clone().follow_metadata());
+        tokio::spawn(node.clone().apply_retention());
         Ok(node)
     }
 
@@ -258,12 +272,14 @@ impl Node {
             TopicName::parse(&topic).map_err(|error| NodeError::Engine(error.to_string()))?;
         let engine = self.inner.engine.clone();
         let replica = Replica::open(engine, topic, partition, &self.inner.raft_dir).await?;
+        let state_machine = StateMachine::new(replica.clone());
+        let snapshot_point = state_machine.snapshot_point();
         let raft = Raft::new(
             self.inner.id,
             self.inner.raft_config.clone(),
             Network::new(id.clone()),
             LogStore::new(replica.clone()),
-            StateMachine::new(replica.clone()),
+            state_machine,
         )
         .await
         .map_err(|error| NodeError::Raft(error.to_string()))?;
@@ -275,7 +291,11 @@ impl Node {
             // Every voter writes the same first entry: the membership of all voters.
             let _ = raft.initialize(self.members()).await;
         }
-        let group = Group { raft, replica };
+        let group = Group {
+            raft,
+            replica,
+            snapshot_point,
+        };
         let mut groups = self.groups();
         Ok(groups.entry(id).or_insert(group).clone())
     }
@@ -326,7 +346,17 @@ impl Node {
 
     async fn carry_out(&self, command: MetadataCommand) -> Result<(), NodeError> {
         match command {
-            MetadataCommand::CreateTopic { topic, partitions } => {
+            MetadataCommand::CreateTopic {
+                topic,
+                partitions,
+                retention,
+            } => {
+                self.inner
+                    .retention
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(topic.clone())
+                    .or_insert(retention);
                 let name = self.ensure_topic(&topic, partitions).await?;
                 let description = self
                     .inner
@@ -342,6 +372,45 @@ impl Node {
                     self.start_group(id).await?;
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Every [`RETENTION_CHECK_INTERVAL`], purges each partition's copy through the last
+    /// committed entry its topic's retention lets go: a snapshot is built there first (so a
+    /// follower that needs an entry before it installs the snapshot and starts after it), then
+    /// openraft purges. Each node does so for its own copy, as Kafka's replicas apply retention
+    /// each on its own.
+    async fn apply_retention(self) {
+        let mut stopping = self.inner.stopping.subscribe();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(RETENTION_CHECK_INTERVAL) => {}
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+            let groups: Vec<(String, Group)> = self
+                .groups()
+                .iter()
+                .filter_map(|(id, group)| match id {
+                    GroupId::Partition { topic, .. } => Some((topic.clone(), group.clone())),
+                    GroupId::Metadata => None,
+                })
+                .collect();
+            for (topic, group) in groups {
+                let retention = self
+                    .inner
+                    .retention
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&topic)
+                    .copied()
+                    .unwrap_or_default();
+                if retention == Retention::default() {
+                    continue;
+                }
+                if let Err(error) = purge_by_retention(&group, retention).await {
+                    tracing::warn!("node {}: retention of {topic}: {error}", self.inner.id);
+                }
             }
         }
     }
@@ -376,9 +445,11 @@ impl Node {
                 Some(group) => Response::InstallSnapshot(group.raft.install_snapshot(rpc).await),
                 None => Response::UnknownGroup(id),
             },
-            Request::CreateTopic { topic, partitions } => {
-                self.create_topic(topic, partitions).await
-            }
+            Request::CreateTopic {
+                topic,
+                partitions,
+                retention,
+            } => self.create_topic(topic, partitions, retention).await,
             Request::Topics => Response::Topics(self.topics()),
             Request::Produce {
                 topic,
@@ -415,7 +486,7 @@ impl Node {
             .collect()
     }
 
-    async fn create_topic(&self, topic: String, partitions: u32) -> Response {
+    async fn create_topic(&self, topic: String, partitions: u32, retention: Retention) -> Response {
         if self.topics().contains_key(&topic) {
             return Response::Done;
         }
@@ -433,6 +504,7 @@ impl Node {
         let command = MetadataCommand::CreateTopic {
             topic: topic.clone(),
             partitions,
+            retention,
         };
         let Ok(value) = serde_json::to_vec(&command) else {
             return Response::Error("command not encodable".into());
@@ -586,6 +658,41 @@ impl Node {
             })
             .collect()
     }
+}
+
+/// Builds a snapshot at the retention point of `group`'s copy and purges through it.
+async fn purge_by_retention(group: &Group, retention: Retention) -> Result<(), String> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64);
+    let Some(point) = group
+        .replica
+        .retention_point(retention.ms, retention.bytes, now_ms)
+    else {
+        return Ok(());
+    };
+    *group
+        .snapshot_point
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(point);
+    group
+        .raft
+        .trigger()
+        .snapshot()
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut metrics = group.raft.metrics();
+    let built = metrics.wait_for(|now| now.snapshot >= Some(point));
+    tokio::time::timeout(SNAPSHOT_TIMEOUT, built)
+        .await
+        .map_err(|_| format!("no snapshot at {point} in time"))?
+        .map_err(|error| error.to_string())?;
+    group
+        .raft
+        .trigger()
+        .purge_log(point.index)
+        .await
+        .map_err(|error| error.to_string())
 }
 
 fn one_record_batch(value: &[u8]) -> Bytes {

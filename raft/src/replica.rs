@@ -28,6 +28,10 @@ pub(crate) struct Position {
     pub base_offset: u64,
     pub next_offset: u64,
     pub term: u64,
+    /// The batch's size, for retention by bytes.
+    pub size_bytes: u64,
+    /// The batch's `maxTimestamp`, for retention by time.
+    pub max_timestamp: i64,
 }
 
 /// What the log store and the state machine of one partition share.
@@ -56,6 +60,8 @@ pub struct Replica {
     pub(crate) partition: u32,
     pub(crate) file: StateFile,
     pub(crate) shared: Arc<Mutex<Shared>>,
+    /// Held while the state file is written.
+    writing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Replica {
@@ -84,6 +90,7 @@ impl Replica {
                 producers: HashMap::new(),
                 failure: None,
             })),
+            writing: Arc::new(tokio::sync::Mutex::new(())),
         };
         replica.rebuild().await?;
         Ok(replica)
@@ -112,6 +119,37 @@ impl Replica {
             .anchors
             .first()
             .map_or(0, |anchor| anchor.offset)
+    }
+
+    /// The last committed entry that retention (`retention_ms`, `retention_bytes`; negative: no
+    /// limit) lets go, if it is past the last purged one: the entries up to it are older than
+    /// `retention_ms` at `now_ms`, or dropping them keeps the log within `retention_bytes`.
+    pub fn retention_point(
+        &self,
+        retention_ms: i64,
+        retention_bytes: i64,
+        now_ms: i64,
+    ) -> Option<openraft::LogId<u64>> {
+        let shared = self.lock();
+        let committed = shared.high_watermark;
+        let mut remaining: u64 = shared.entries.values().map(|p| p.size_bytes).sum();
+        let mut point = None;
+        for (index, position) in &shared.entries {
+            if position.next_offset > committed {
+                break;
+            }
+            let too_big = retention_bytes >= 0 && remaining > retention_bytes as u64;
+            let too_old =
+                retention_ms >= 0 && position.max_timestamp < now_ms.saturating_sub(retention_ms);
+            if !too_big && !too_old {
+                break;
+            }
+            remaining -= position.size_bytes;
+            point = Some((*index, position.term));
+        }
+        let (index, term) = point?;
+        let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(term, 0), index);
+        (Some(log_id) > shared.state.last_purged).then_some(log_id)
     }
 
     /// The log end offset as this replica wrote it.
@@ -161,7 +199,8 @@ impl Replica {
             .anchors
             .retain(|anchor| anchor.offset < log_end || Some(*anchor) == first);
         if state.anchors != self.lock().state.anchors {
-            self.store_state(state.clone()).await?;
+            let anchors = state.anchors.clone();
+            self.update_state(|stored| stored.anchors = anchors).await?;
         }
         let entries = self.scan(start, log_end, &state.anchors).await?;
         let mut shared = self.lock();
@@ -241,6 +280,8 @@ impl Replica {
                         base_offset,
                         next_offset,
                         term,
+                        size_bytes: batch.size_bytes(),
+                        max_timestamp: batch.header().max_timestamp,
                     },
                 );
                 previous = Some(index);
@@ -271,8 +312,16 @@ impl Replica {
         Ok(batches)
     }
 
-    /// Writes `state` durably (off the async threads) and makes it the shared one.
-    pub(crate) async fn store_state(&self, state: RaftState) -> Result<(), ReplicaError> {
+    /// Applies `change` to the current state, writes the result durably (off the async
+    /// threads) and makes it the shared one. Writers take turns: each change sees every earlier
+    /// one, and no two writes share the temporary file.
+    pub(crate) async fn update_state(
+        &self,
+        change: impl FnOnce(&mut RaftState),
+    ) -> Result<(), ReplicaError> {
+        let _turn = self.writing.lock().await;
+        let mut state = self.lock().state.clone();
+        change(&mut state);
         let stored = state.clone();
         blocking(self.file.clone(), move |file| file.store(&stored)).await??;
         self.lock().state = state;

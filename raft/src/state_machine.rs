@@ -151,10 +151,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let why = "the snapshot's bytes name other metadata".to_string();
             return Err(ReplicaError::Snapshot(why).in_snapshot());
         }
-        let mut state = self.replica.lock().state.clone();
-        state.snapshot = Some(record.clone());
+        let installed = record.clone();
         self.replica
-            .store_state(state)
+            .update_state(|state| state.snapshot = Some(installed))
             .await
             .map_err(ReplicaError::in_snapshot)?;
         {
@@ -209,14 +208,13 @@ pub struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
         let next_index = self.point.map_or(0, |point| point.index + 1);
-        let (next, mut state) = {
+        let next = {
             let shared = self.replica.lock();
-            let next = shared
+            shared
                 .entries
                 .range(next_index..)
                 .next()
-                .map_or(shared.next_offset, |(_, position)| position.base_offset);
-            (next, shared.state.clone())
+                .map_or(shared.next_offset, |(_, position)| position.base_offset)
         };
         let snapshot_id = match self.point {
             Some(point) => format!("{}-{}", point.leader_id.term, point.index),
@@ -233,9 +231,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 offset: next,
             },
         };
-        state.snapshot = Some(record.clone());
+        let built = record.clone();
         self.replica
-            .store_state(state)
+            .update_state(|state| state.snapshot = Some(built))
             .await
             .map_err(ReplicaError::in_snapshot)?;
         snapshot_of(&record)

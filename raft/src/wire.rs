@@ -54,6 +54,8 @@ pub enum Request {
         topic: String,
         /// Its partition count.
         partitions: u32,
+        /// How long and how much it keeps.
+        retention: Retention,
     },
     /// Every topic and its partition count.
     Topics,
@@ -114,6 +116,21 @@ pub enum Response {
     Unavailable(String),
     /// The request failed.
     Error(String),
+}
+
+/// A replicated topic's retention, carried out through Raft (each node purges its copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Kafka's `retention.ms` (-1: no limit).
+    pub ms: i64,
+    /// Kafka's `retention.bytes`, per partition (-1: no limit).
+    pub bytes: i64,
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention { ms: -1, bytes: -1 }
+    }
 }
 
 /// Committed batches of a partition.

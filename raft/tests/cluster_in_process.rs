@@ -14,6 +14,7 @@ use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
+use seglog_raft::wire::Retention;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -121,7 +122,10 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
     }
     let addresses: Vec<String> = peers.values().cloned().collect();
     let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
-    client.create_topic("t", 1).await.unwrap();
+    client
+        .create_topic("t", 1, Retention::default())
+        .await
+        .unwrap();
     let topics = client.topics().await.unwrap();
     assert_eq!(topics.get("t"), Some(&1));
 
@@ -185,6 +189,96 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(caught_up, expected);
+    for (_, node) in nodes {
+        stop(node).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let root = tempfile::tempdir().unwrap();
+    let peers = free_addresses(3);
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, start(id, root.path(), &peers).await);
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
+    let retention = Retention {
+        ms: -1,
+        bytes: 64 * 1024,
+    };
+    client.create_topic("t", 1, retention).await.unwrap();
+    client
+        .produce("t", 0, batch(9, 0, &["first".into()]))
+        .await
+        .unwrap();
+    let leader = leader_of_t0(&mut client).await;
+    let follower = peers.keys().copied().find(|id| *id != leader).unwrap();
+    stop(nodes.remove(&follower).unwrap()).await;
+
+    // Far more than the retention keeps: the leader purges past everything the follower has.
+    let value = "x".repeat(1000);
+    let mut sequence = 1;
+    for _ in 0..100 {
+        let values = vec![value.clone(); 8];
+        client
+            .produce("t", 0, batch(9, sequence, &values))
+            .await
+            .unwrap();
+        sequence += 8;
+    }
+    let mut leader_reader =
+        ClusterClient::new(vec![peers[&leader].clone()], Duration::from_secs(10));
+    let mut leader_start = 0;
+    for _ in 0..200 {
+        leader_start = leader_reader
+            .fetch("t", 0, 0, 1)
+            .await
+            .unwrap()
+            .log_start_offset;
+        if leader_start > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(leader_start > 0, "the leader never applied its retention");
+
+    nodes.insert(follower, start(follower, root.path(), &peers).await);
+    let mut follower_reader =
+        ClusterClient::new(vec![peers[&follower].clone()], Duration::from_secs(10));
+    let leader_end = leader_reader
+        .fetch("t", 0, 0, 1)
+        .await
+        .unwrap()
+        .high_watermark;
+    let mut caught_up = None;
+    for _ in 0..400 {
+        let fetched = follower_reader.fetch("t", 0, 0, 1).await.unwrap();
+        if fetched.high_watermark >= leader_end {
+            caught_up = Some(fetched);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let Some(caught_up) = caught_up else {
+        let fetched = follower_reader.fetch("t", 0, 0, 1).await.unwrap();
+        let status = client.status().await;
+        panic!("the follower never caught up to {leader_end}: {fetched:?} {status:?}");
+    };
+    // It did not get the purged entries: its log starts at or after the leader's did.
+    assert!(caught_up.log_start_offset >= leader_start);
+    let from_follower = values_at(&peers[&follower]).await;
+    let from_leader = values_at(&peers[&leader]).await;
+    let common: Vec<_> = from_leader
+        .iter()
+        .filter(|(offset, _)| *offset >= from_follower[0].0)
+        .cloned()
+        .collect();
+    assert_eq!(from_follower, common);
     for (_, node) in nodes {
         stop(node).await;
     }

@@ -126,7 +126,7 @@ pub struct ProduceArgs {
     pub dir: Option<PathBuf>,
     /// Produce to a cluster of `seglog node`s instead (any of its nodes, comma-separated
     /// HOST:PORT): each record is acknowledged once committed on a majority.
-    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["durable", "configs", "compression_type"])]
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["durable", "compression_type"])]
     pub cluster: Option<String>,
     /// With --cluster: give up (exit 1) on a record not committed within this many milliseconds.
     #[arg(long, default_value_t = 30_000, requires = "cluster")]

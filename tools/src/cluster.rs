@@ -21,7 +21,7 @@ use seglog::producer::partition_for_key;
 use seglog::types::TopicName;
 use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
-use seglog_raft::wire::PartitionStatus;
+use seglog_raft::wire::{PartitionStatus, Retention};
 use serde::Serialize;
 
 use crate::Outcome;
@@ -169,11 +169,12 @@ fn print_status(lines: &[PartitionLine], format: OutputFormat) -> anyhow::Result
 /// `seglog produce --cluster`.
 pub fn produce(cluster: &str, topic: &TopicName, args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_millis(args.request_timeout_ms);
+    let retention = retention_of(&args.configs)?;
     let lines = spawn_line_reader()?;
     runtime()?.block_on(async {
         let mut client = ClusterClient::new(addresses(cluster), timeout);
         client
-            .create_topic(topic.as_str(), args.partitions.unwrap_or(1))
+            .create_topic(topic.as_str(), args.partitions.unwrap_or(1), retention)
             .await
             .with_context(|| format!("cannot create topic {topic}"))?;
         let topics = client.topics().await?;
@@ -199,6 +200,28 @@ pub fn produce(cluster: &str, topic: &TopicName, args: &ProduceArgs) -> anyhow::
         anyhow::Ok(())
     })?;
     Ok(Outcome::Clean)
+}
+
+/// A replicated topic takes `retention.ms` and `retention.bytes` (carried out through Raft);
+/// other settings are refused.
+fn retention_of(configs: &[String]) -> anyhow::Result<Retention> {
+    let mut retention = Retention::default();
+    for config in configs {
+        let (key, value) = config
+            .split_once('=')
+            .with_context(|| format!("{config:?} is not KEY=VALUE"))?;
+        let value: i64 = value
+            .parse()
+            .with_context(|| format!("{key}: {value:?} is not a number"))?;
+        match key {
+            "retention.ms" => retention.ms = value,
+            "retention.bytes" => retention.bytes = value,
+            other => bail!(
+                "{other} cannot be set on a replicated topic (only retention.ms, retention.bytes)"
+            ),
+        }
+    }
+    Ok(retention)
 }
 
 /// The lines that arrived (waiting for one if none did), up to a batch's worth; `None` at the
