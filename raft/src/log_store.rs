@@ -128,10 +128,8 @@ impl LogStore {
         let (offset, anchor, restart) = {
             let shared = self.replica.lock();
             let last = shared.entries.last_key_value().map(|(last, _)| *last);
-            if let Some(last) = last {
-                if index <= last {
-                    return Err(ReplicaError::OutOfOrder { index, last });
-                }
+            if let Some(last) = last.filter(|last| index <= *last) {
+                return Err(ReplicaError::OutOfOrder { index, last });
             }
             let installed = shared.installed_next.filter(|next| next.index == index);
             match installed {
