@@ -218,6 +218,47 @@ impl ClusterClient {
         Err(self.timed_out(last))
     }
 
+    /// Makes node `id` (running with `--join`, at `address`) a voter of every group: the
+    /// metadata group first, so that it learns the topics, then each partition's.
+    pub async fn add_node(&mut self, id: u64, address: &str) -> Result<(), ClientError> {
+        for group in self.all_groups().await? {
+            let request = Request::AddVoter {
+                group: group.clone(),
+                id,
+                address: address.to_string(),
+            };
+            self.through_leader(group, &request).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes node `id` from every group: the partitions' first, the metadata group last.
+    pub async fn remove_node(&mut self, id: u64) -> Result<(), ClientError> {
+        let mut groups = self.all_groups().await?;
+        groups.reverse();
+        for group in groups {
+            let request = Request::RemoveVoter {
+                group: group.clone(),
+                id,
+            };
+            self.through_leader(group, &request).await?;
+        }
+        Ok(())
+    }
+
+    /// The groups the first answering node runs, the metadata group first.
+    async fn all_groups(&mut self) -> Result<Vec<GroupId>, ClientError> {
+        let mut last = String::new();
+        for address in self.addresses.clone() {
+            match self.call(&address, &Request::Groups).await {
+                Ok(Response::Groups(groups)) => return Ok(groups),
+                Ok(other) => last = format!("{other:?}"),
+                Err(error) => last = error.to_string(),
+            }
+        }
+        Err(self.timed_out(last))
+    }
+
     /// Every reachable node's view of every partition (unreachable nodes are left out).
     pub async fn status(&mut self) -> Vec<PartitionStatus> {
         let mut statuses = Vec::new();

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
 use seglog::config::LogConfig;
 use seglog::engine::{Engine, EngineConfig, FetchOptions};
 use seglog::format::{BatchBuilder, NewRecord};
@@ -50,6 +50,9 @@ pub struct NodeConfig {
     pub dir: PathBuf,
     /// Every voter's id and address, this node's included.
     pub peers: BTreeMap<u64, String>,
+    /// A node joining a running cluster (`cluster add-node` adds it): it initializes no group
+    /// of its own.
+    pub join: bool,
 }
 
 /// Why a node cannot start or run.
@@ -113,6 +116,8 @@ enum MetadataCommand {
         topic: String,
         partitions: u32,
         retention: Retention,
+        /// The metadata group's members when it was proposed: the partitions' first voters.
+        voters: BTreeMap<u64, String>,
     },
 }
 
@@ -181,7 +186,11 @@ impl Node {
             }),
         };
         node.ensure_topic(METADATA_TOPIC, 1).await?;
-        node.start_group(GroupId::Metadata).await?;
+        let voters = match config.join {
+            true => None,
+            false => Some(node.inner.peers.clone()),
+        };
+        node.start_group(GroupId::Metadata, voters).await?;
         tokio::spawn(node.clone().follow_metadata());
         tokio::spawn(node.clone().apply_retention());
         Ok(node)
@@ -232,14 +241,6 @@ impl Node {
         self.groups().get(id).cloned()
     }
 
-    fn members(&self) -> BTreeMap<u64, BasicNode> {
-        self.inner
-            .peers
-            .iter()
-            .map(|(id, address)| (*id, BasicNode::new(address)))
-            .collect()
-    }
-
     /// Creates `topic` in the engine if it is missing, keeping everything (no engine retention).
     async fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<TopicName, NodeError> {
         let engine = self.inner.engine.clone();
@@ -260,7 +261,13 @@ impl Node {
         .map_err(|error| NodeError::Engine(error.to_string()))
     }
 
-    async fn start_group(&self, id: GroupId) -> Result<Group, NodeError> {
+    /// Starts group `id` if it is not running; a group not yet initialized is initialized with
+    /// `voters` when this node is one of them (every voter writes the same first entry).
+    async fn start_group(
+        &self,
+        id: GroupId,
+        voters: Option<BTreeMap<u64, String>>,
+    ) -> Result<Group, NodeError> {
         if let Some(group) = self.group(&id) {
             return Ok(group);
         }
@@ -287,9 +294,13 @@ impl Node {
             .is_initialized()
             .await
             .map_err(|error| NodeError::Raft(error.to_string()))?;
-        if !initialized {
-            // Every voter writes the same first entry: the membership of all voters.
-            let _ = raft.initialize(self.members()).await;
+        let voters = voters.filter(|voters| voters.contains_key(&self.inner.id));
+        if let (false, Some(voters)) = (initialized, voters) {
+            let members: BTreeMap<u64, BasicNode> = voters
+                .iter()
+                .map(|(id, address)| (*id, BasicNode::new(address)))
+                .collect();
+            let _ = raft.initialize(members).await;
         }
         let group = Group {
             raft,
@@ -350,6 +361,7 @@ impl Node {
                 topic,
                 partitions,
                 retention,
+                voters,
             } => {
                 self.inner
                     .retention
@@ -369,7 +381,7 @@ impl Node {
                         topic: topic.clone(),
                         partition,
                     };
-                    self.start_group(id).await?;
+                    self.start_group(id, Some(voters.clone())).await?;
                 }
                 Ok(())
             }
@@ -463,6 +475,11 @@ impl Node {
                 max_bytes,
             } => self.fetch(topic, partition, offset, max_bytes).await,
             Request::Status => Response::Status(self.status()),
+            Request::Groups => Response::Groups(self.groups().keys().cloned().collect()),
+            Request::AddVoter { group, id, address } => {
+                self.change_voters(group, id, Some(address)).await
+            }
+            Request::RemoveVoter { group, id } => self.change_voters(group, id, None).await,
         }
     }
 
@@ -501,10 +518,20 @@ impl Node {
         let Some(metadata) = self.group(&GroupId::Metadata) else {
             return Response::Error("the metadata group is not running".into());
         };
+        let voters = metadata
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect();
         let command = MetadataCommand::CreateTopic {
             topic: topic.clone(),
             partitions,
             retention,
+            voters,
         };
         let Ok(value) = serde_json::to_vec(&command) else {
             return Response::Error("command not encodable".into());
@@ -521,6 +548,44 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Response::Done
+    }
+
+    /// Adds node `id` (at `address`) to `group` as a voter — a learner first, answered once it
+    /// caught up — or, without an address, removes it from the group.
+    async fn change_voters(&self, group_id: GroupId, id: u64, address: Option<String>) -> Response {
+        let Some(group) = self.group(&group_id) else {
+            return Response::UnknownGroup(group_id);
+        };
+        let result = match address {
+            Some(address) => {
+                let added = group
+                    .raft
+                    .add_learner(id, BasicNode::new(address), true)
+                    .await;
+                match added {
+                    Ok(_) => {
+                        let voters = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+                        group.raft.change_membership(voters, false).await
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            None => {
+                let voters = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
+                group.raft.change_membership(voters, false).await
+            }
+        };
+        match result {
+            Ok(_) => Response::Done,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Response::NotLeader {
+                    leader: forward.leader_id,
+                    address: forward.leader_node.map(|node| node.addr),
+                }
+            }
+            Err(RaftError::Fatal(fatal)) => Response::Unavailable(fatal.to_string()),
+            Err(error) => Response::Error(error.to_string()),
+        }
     }
 
     /// Commits `batch` through `group`'s leader (this node): its offsets, or where to go.

@@ -81,6 +81,24 @@ pub enum Request {
     },
     /// This node's view of every partition.
     Status,
+    /// Every group this node runs.
+    Groups,
+    /// Make node `id` (at `address`) a voter of `group`: a learner first, caught up, then a voter.
+    AddVoter {
+        /// The group.
+        group: GroupId,
+        /// The node's id.
+        id: u64,
+        /// Its address.
+        address: String,
+    },
+    /// Remove node `id` from `group`.
+    RemoveVoter {
+        /// The group.
+        group: GroupId,
+        /// The node's id.
+        id: u64,
+    },
 }
 
 /// A node's answer.
@@ -111,6 +129,8 @@ pub enum Response {
     Fetched(Fetched),
     /// To [`Request::Status`].
     Status(Vec<PartitionStatus>),
+    /// To [`Request::Groups`].
+    Groups(Vec<GroupId>),
     /// The node cannot serve the group now (it is stopping, or its replica failed): ask
     /// another.
     Unavailable(String),

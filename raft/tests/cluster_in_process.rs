@@ -34,11 +34,21 @@ fn free_addresses(count: usize) -> BTreeMap<u64, String> {
 }
 
 async fn start(id: u64, root: &Path, peers: &BTreeMap<u64, String>) -> RunningNode {
+    start_node(id, root, peers, false).await
+}
+
+async fn start_node(
+    id: u64,
+    root: &Path,
+    peers: &BTreeMap<u64, String>,
+    join: bool,
+) -> RunningNode {
     let listener = TcpListener::bind(&peers[&id]).await.unwrap();
     let config = NodeConfig {
         id,
         dir: root.join(format!("node-{id}")),
         peers: peers.clone(),
+        join,
     };
     let node = Node::start(config).await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -196,9 +206,6 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
     let root = tempfile::tempdir().unwrap();
     let peers = free_addresses(3);
     let mut nodes = BTreeMap::new();
@@ -279,6 +286,72 @@ async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
         .cloned()
         .collect();
     assert_eq!(from_follower, common);
+    for (_, node) in nodes {
+        stop(node).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_added_catches_up_and_a_node_removed_leaves_every_group() {
+    let root = tempfile::tempdir().unwrap();
+    let mut peers = free_addresses(4);
+    let fourth = peers.remove(&4).unwrap();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, start(id, root.path(), &peers).await);
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
+    client
+        .create_topic("t", 1, Retention::default())
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for sequence in 0..10 {
+        let value = format!("before-{sequence}");
+        let appended = client
+            .produce("t", 0, batch(5, sequence, std::slice::from_ref(&value)))
+            .await
+            .unwrap();
+        expected.push((appended.base_offset, value));
+    }
+
+    let mut all_peers = peers.clone();
+    all_peers.insert(4, fourth.clone());
+    nodes.insert(4, start_node(4, root.path(), &all_peers, true).await);
+    client.add_node(4, &fourth).await.unwrap();
+    let mut served = Vec::new();
+    for _ in 0..200 {
+        served = values_at(&fourth).await;
+        if served.len() == expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(served, expected);
+
+    // Without node 1, the group of 2, 3 and 4 commits; node 4 holds what it commits.
+    client.remove_node(1).await.unwrap();
+    stop(nodes.remove(&1).unwrap()).await;
+    let mut client = ClusterClient::new(
+        vec![peers[&2].clone(), peers[&3].clone(), fourth.clone()],
+        Duration::from_secs(30),
+    );
+    let appended = client
+        .produce("t", 0, batch(5, 10, &["after".into()]))
+        .await
+        .unwrap();
+    expected.push((appended.base_offset, "after".to_string()));
+    for _ in 0..200 {
+        served = values_at(&fourth).await;
+        if served.len() == expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(served, expected);
+    let status = client.status().await;
+    assert!(status.iter().all(|partition| partition.leader != Some(1)));
     for (_, node) in nodes {
         stop(node).await;
     }

@@ -65,12 +65,43 @@ pub struct NodeArgs {
     /// Every voter, this node included: `ID=HOST:PORT`, comma-separated.
     #[arg(long, value_name = "ID=HOST:PORT,...", value_parser = parse_peers)]
     pub peers: std::collections::BTreeMap<u64, String>,
+    /// Join a running cluster: start no group of its own, wait for `cluster add-node`.
+    #[arg(long)]
+    pub join: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Per partition: its leader, term, commit index and each node's log end offset.
     Status(ClusterStatusArgs),
+    /// Make a node started with `seglog node --join` a voter of every group (a learner first,
+    /// caught up, then a voter).
+    AddNode(AddNodeArgs),
+    /// Remove a node from every group.
+    RemoveNode(RemoveNodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddNodeArgs {
+    /// Nodes of the cluster (comma-separated HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    pub cluster: String,
+    /// The new node's id.
+    #[arg(long)]
+    pub id: u64,
+    /// The new node's address (its --listen).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_address)]
+    pub address: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveNodeArgs {
+    /// Nodes of the cluster (comma-separated HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    pub cluster: String,
+    /// The id of the node to remove.
+    #[arg(long)]
+    pub id: u64,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,8 @@ const BATCH_BYTES_MAX: usize = 64 * 1024;
 const FETCH_BYTES: u64 = 1024 * 1024;
 /// How long `consume` and `cluster status` wait for an answer.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a membership change may take per group (a new voter first catches up).
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -52,6 +54,7 @@ pub fn run_node(args: &NodeArgs) -> anyhow::Result<Outcome> {
         id: args.id,
         dir: args.dir.clone(),
         peers: args.peers.clone(),
+        join: args.join,
     };
     runtime()?.block_on(async {
         let node = Node::start(config).await?;
@@ -90,6 +93,22 @@ pub fn run(command: &ClusterCommand) -> anyhow::Result<Outcome> {
                 bail!("no node of {} answered", args.cluster);
             }
             print_status(&merge_statuses(statuses), args.format)?;
+            Ok(Outcome::Clean)
+        }
+        ClusterCommand::AddNode(args) => {
+            runtime()?.block_on(async {
+                let mut client = ClusterClient::new(addresses(&args.cluster), CHANGE_TIMEOUT);
+                client.add_node(args.id, &args.address).await
+            })?;
+            println!("node {} added", args.id);
+            Ok(Outcome::Clean)
+        }
+        ClusterCommand::RemoveNode(args) => {
+            runtime()?.block_on(async {
+                let mut client = ClusterClient::new(addresses(&args.cluster), CHANGE_TIMEOUT);
+                client.remove_node(args.id).await
+            })?;
+            println!("node {} removed", args.id);
             Ok(Outcome::Clean)
         }
     }
