@@ -154,11 +154,17 @@ impl Node {
     /// groups found in the metadata log.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         check_identity(&config)?;
-        let log_dir = config.dir.join("log");
+        let engine = Engine::open(config.dir.join("log"), EngineConfig::default())
+            .map_err(|error| NodeError::Engine(error.to_string()))?;
+        Node::start_on(config, engine).await
+    }
+
+    /// [`Node::start`] on an engine the caller opened on the node's `log/` directory (a test's
+    /// engine on failing storage, for one).
+    pub async fn start_on(config: NodeConfig, engine: Engine) -> Result<Node, NodeError> {
+        check_identity(&config)?;
         let raft_dir = config.dir.join("raft");
         create_dir(&raft_dir)?;
-        let engine = Engine::open(&log_dir, EngineConfig::default())
-            .map_err(|error| NodeError::Engine(error.to_string()))?;
         let raft_config = Config {
             cluster_name: "seglog".into(),
             heartbeat_interval: 250,

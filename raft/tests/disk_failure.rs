@@ -1,0 +1,181 @@
+//! A node whose disk fails steps down: its partition's group stops on it (a failed write or
+//! sync is never acknowledged), another node takes over, and every acknowledged record is still
+//! served by the others.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use seglog::engine::{Engine, EngineConfig};
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+use seglog::io::storage_from_env;
+use seglog_raft::client::ClusterClient;
+use seglog_raft::node::{Node, NodeConfig};
+use seglog_raft::wire::Retention;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Fails every write and sync of the partition `t-0`'s files once `failing` is set.
+#[derive(Debug, Default)]
+struct FailingDisk {
+    failing: AtomicBool,
+}
+
+impl StorageHooks for FailingDisk {
+    fn before(&self, op: StorageOp, path: &Path) -> io::Result<()> {
+        let data_op = matches!(
+            op,
+            StorageOp::Write | StorageOp::SyncData | StorageOp::SyncGroup
+        );
+        let partition = path.to_string_lossy().contains("/t-0/") || path.as_os_str().is_empty();
+        if self.failing.load(Ordering::Acquire) && data_op && partition {
+            return Err(io::Error::from_raw_os_error(EIO));
+        }
+        Ok(())
+    }
+}
+
+/// `EIO`, what a failing disk answers.
+const EIO: i32 = 5;
+
+fn batch(sequence: i32, value: &str) -> Bytes {
+    let mut builder = BatchBuilder::new(0).with_producer(11, 0, sequence);
+    builder.push(&NewRecord {
+        timestamp_ms: 1_000,
+        key: None,
+        value: Some(value.as_bytes()),
+        headers: &[],
+    });
+    builder.build().unwrap()
+}
+
+async fn values_at(address: &str) -> Vec<(u64, String)> {
+    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
+    let fetched = client.fetch("t", 0, 0, 1 << 20).await.unwrap();
+    let mut values = Vec::new();
+    for batch in BatchIter::new(fetched.records, u64::MAX) {
+        let batch = batch.unwrap();
+        if batch.header().attributes.is_control() {
+            continue;
+        }
+        for record in batch.records().unwrap() {
+            let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+            values.push((batch.base_offset() as u64, value));
+        }
+    }
+    values
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
+    let root = tempfile::tempdir().unwrap();
+    let peers: BTreeMap<u64, String> = (1..=3)
+        .map(|id| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (id, listener.local_addr().unwrap().to_string())
+        })
+        .collect();
+    let mut disks = BTreeMap::new();
+    let mut stops = Vec::new();
+    for (id, address) in &peers {
+        let disk = Arc::new(FailingDisk::default());
+        let dir = root.path().join(format!("node-{id}"));
+        let storage = Arc::new(HookedStorage::new(storage_from_env(), disk.clone()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::open_with_storage(dir.join("log"), config, storage).unwrap();
+        let node_config = NodeConfig {
+            id: *id,
+            dir,
+            peers: peers.clone(),
+            join: false,
+        };
+        let node = Node::start_on(node_config, engine).await.unwrap();
+        let listener = TcpListener::bind(address).await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = node
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        disks.insert(*id, disk);
+        stops.push((stop, task));
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let mut client = ClusterClient::new(addresses, Duration::from_secs(30));
+    client
+        .create_topic("t", 1, Retention::default())
+        .await
+        .unwrap();
+    let mut acknowledged = Vec::new();
+    for sequence in 0..5 {
+        let value = format!("before-{sequence}");
+        let appended = client
+            .produce("t", 0, batch(sequence, &value))
+            .await
+            .unwrap();
+        acknowledged.push((appended.base_offset, value));
+    }
+    let leader = loop {
+        let status = client.status().await;
+        let leader = status.iter().find_map(|partition| partition.leader);
+        if let Some(leader) = leader {
+            break leader;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    disks[&leader].failing.store(true, Ordering::Release);
+
+    for sequence in 5..15 {
+        let value = format!("after-{sequence}");
+        let appended = client
+            .produce("t", 0, batch(sequence, &value))
+            .await
+            .unwrap();
+        acknowledged.push((appended.base_offset, value));
+    }
+    let status = client.status().await;
+    let new_leader = status
+        .iter()
+        .filter(|partition| partition.node != leader)
+        .find_map(|partition| partition.leader)
+        .unwrap();
+    assert_ne!(
+        new_leader, leader,
+        "the node with the failed disk still leads"
+    );
+    for (id, address) in &peers {
+        if *id == leader {
+            continue;
+        }
+        let mut served = values_at(address).await;
+        for _ in 0..100 {
+            if served.len() >= acknowledged.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            served = values_at(address).await;
+        }
+        for record in &acknowledged {
+            assert!(served.contains(record), "node {id} lacks {record:?}");
+        }
+    }
+    for (stop, task) in stops {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+}
