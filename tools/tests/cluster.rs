@@ -768,6 +768,79 @@ fn a_frozen_follower_catches_up_after_it_resumes() {
     assert_same(&resumed, &leaders, &what);
 }
 
+/// The first offset `address` serves of t-0 (its copy's log start, for records).
+fn first_served_offset(address: &str) -> Option<u64> {
+    let base = [
+        "consume",
+        "--cluster",
+        address,
+        "--topic",
+        TOPIC,
+        "--partition",
+        "0",
+    ];
+    let rest = ["--from-beginning", "--max-records", "1", "--format", "json"];
+    let output = run_bounded(
+        &strings(&[&base[..], &rest[..]].concat()),
+        b"",
+        COMMAND_WAIT,
+    );
+    let lines = stdout_lines(&output);
+    offsets_and_values(&lines)
+        .first()
+        .map(|(offset, _)| *offset)
+}
+
+#[test]
+fn a_follower_frozen_past_the_leaders_retention_restarts_from_its_log_start() {
+    let cluster = Cluster::start();
+    // A topic that keeps about 64 KiB: retention, through Raft, purges the rest.
+    let create = produce_args(&cluster.all(), &["--config", "retention.bytes=65536"]);
+    assert_success(&run_bounded(
+        &create,
+        record_lines(0..1).as_bytes(),
+        COMMAND_WAIT,
+    ));
+    let leader = leader_of_t0(&cluster.all());
+    let follower = others(leader)[0];
+
+    cluster.freeze(follower);
+    let running = cluster.addresses(&others(follower));
+    let acknowledged = produce_records(&running, 1..100_000);
+    let deadline = Instant::now() + CONDITION_WAIT;
+    let leader_start = loop {
+        let start = first_served_offset(cluster.address(leader)).unwrap_or(0);
+        if start > 1 {
+            break start;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never applied its retention"
+        );
+        thread::sleep(POLL_INTERVAL);
+    };
+    cluster.resume(follower);
+
+    let last = acknowledged.last().unwrap().0;
+    wait_until_every_copy_reaches(&cluster.all(), last + 1);
+    let resumed = offsets_and_values(&node_copy_through(cluster.address(follower), last));
+    // It restarted from the leader's log start, not from what it held: its copy starts there or
+    // later, and holds the acknowledged records at their offsets.
+    assert!(
+        resumed[0].0 >= leader_start,
+        "{} < {leader_start}",
+        resumed[0].0
+    );
+    let by_offset: BTreeMap<u64, String> = acknowledged.into_iter().collect();
+    for (offset, value) in &resumed {
+        assert_eq!(
+            by_offset.get(offset),
+            Some(value),
+            "offset {offset} on node {follower}"
+        );
+    }
+}
+
 #[test]
 fn a_minority_cannot_acknowledge_anything() {
     let mut cluster = Cluster::start();
