@@ -23,6 +23,7 @@ use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::{PartitionStatus, Retention};
 use serde::Serialize;
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::Outcome;
 use crate::args::{ClusterCommand, ConsumeArgs, NodeArgs, OutputFormat, ProduceArgs};
@@ -61,24 +62,22 @@ pub fn run_node(args: &NodeArgs) -> anyhow::Result<Outcome> {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
+        // The handlers are in place before the node says it listens: a SIGTERM right after
+        // the line stops it cleanly.
+        let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
         println!("node {} listening on {}", args.id, args.listen);
         io::stdout().flush()?;
-        node.serve(listener, shutdown_signal()).await?;
+        let shutdown = async {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        };
+        node.serve(listener, shutdown).await?;
         anyhow::Ok(())
     })?;
     Ok(Outcome::Clean)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }
 
 /// `seglog cluster ...`.
