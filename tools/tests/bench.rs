@@ -213,6 +213,62 @@ fn group_commit_with_vs_disk_measures_the_same_producers_without_the_engine() {
 }
 
 #[test]
+fn replicated_reports_the_cluster_beside_the_single_node_durable_appends() {
+    let (mut command, json, temporary) = bench_command();
+    let data = temporary.path().join("data");
+    command
+        .args(words("--workload replicated --records 2000"))
+        .arg("--dir")
+        .arg(&data);
+    let (report, table) = report_of(&mut command, &json);
+    // The preset's defaults: group-commit's producers, 1 KiB records in 64 KiB batches.
+    assert_eq!(report["config"]["workload"], "replicated");
+    assert_eq!(report["config"]["producers"], 16);
+    assert_eq!(report["config"]["record_size"], 1024);
+    assert_eq!(report["config"]["batch_bytes"], 65536);
+    assert_eq!(report["config"]["records"], 2000);
+    for phase in ["durable", "replicated"] {
+        assert_phase(&report, phase);
+        // Whole batches: at least the records asked for, at most one batch more per producer.
+        let records = number(&report, &[phase, "records"]);
+        assert!(
+            (2000.0..2000.0 + 16.0 * 64.0).contains(&records),
+            "{report:#}"
+        );
+        assert!(number(&report, &[phase, "latency_us", "count"]) >= 1.0);
+    }
+    assert_eq!(report["replicated"]["nodes"], 3);
+    let ratio = number(&report, &["replicated", "vs_single_node"]);
+    let expected =
+        number(&report, &["replicated", "mb_per_s"]) / number(&report, &["durable", "mb_per_s"]);
+    assert!(ratio > 0.0 && (ratio - expected).abs() < 1e-9, "{report:#}");
+    assert!(table.contains("\nreplicated "), "{table}");
+    assert!(table.contains("x the single-node durable"), "{table}");
+    // Each node had its own directory under the data directory, and holds the topic.
+    for node in 1..=3 {
+        let node_dir = data.join(format!("replicated/node-{node}"));
+        assert!(
+            node_dir.join("node.json").is_file(),
+            "{}",
+            node_dir.display()
+        );
+        assert!(
+            node_dir.join("log/seglog-bench-0").is_dir(),
+            "{}",
+            node_dir.display()
+        );
+    }
+}
+
+#[test]
+fn replicated_refuses_linger() {
+    let output = run(&words(
+        "bench --workload replicated --linger-ms 5 --records 10",
+    ));
+    support::assert_fails_with(&output, "whole batches only");
+}
+
+#[test]
 fn fetch_hot_reports_append_and_fetch() {
     let report = bench("--workload fetch-hot --duration 1");
     assert_throughput(&report, "append");

@@ -27,6 +27,9 @@ pub enum Workload {
     /// A compacted topic with small segments: append latency without, then with, compactions
     /// running in a loop on another thread.
     Compaction,
+    /// Three seglog-raft nodes in this process: batches committed on a majority, one in
+    /// flight per producer, beside the single-node durable group commit (`group-commit`).
+    Replicated,
 }
 
 impl Workload {
@@ -40,6 +43,7 @@ impl Workload {
             Workload::Tail => "tail",
             Workload::ManyPartitions => "many-partitions",
             Workload::Compaction => "compaction",
+            Workload::Replicated => "replicated",
         }
     }
 }
@@ -103,7 +107,7 @@ pub struct BenchArgs {
     /// What to run.
     #[arg(long, value_enum, default_value_t = Workload::Append)]
     pub workload: Workload,
-    /// Producer threads [default: 16 for group-commit, 2 otherwise].
+    /// Producer threads [default: 16 for group-commit and replicated, 2 otherwise].
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub producers: Option<usize>,
     /// Consumer threads (fetch-hot, fetch-cold, random-fetch: the queue depth, tail).
@@ -131,7 +135,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "none", value_parser = parse_compression)]
     pub compression: Compression,
     /// `none`: appends are acknowledged once written; `batch`: every append is acknowledged only
-    /// once synced (group-commit always is); `interval:MS`: acknowledged once written, the topic
+    /// once synced (group-commit and replicated always are); `interval:MS`: acknowledged once written, the topic
     /// syncs every MS milliseconds (`flush.ms`).
     #[arg(long, value_name = "none|batch|interval:MS", default_value = "none", value_parser = parse_flush)]
     pub flush: FlushMode,

@@ -15,7 +15,10 @@
 //!   page cache, then single records fetched at random offsets by `--consumers` threads;
 //! - `tail`: producers and consumers together, end-to-end latency ([`tail`]);
 //! - `many-partitions`: `append` over 10,000 partitions (the engine bounds its open files);
-//! - `compaction`: appends without, then with, compactions running ([`compaction`]).
+//! - `compaction`: appends without, then with, compactions running ([`compaction`]);
+//! - `replicated`: `group-commit`'s durable phase on the embedded engine (the single-node
+//!   baseline), then the same producers against three seglog-raft nodes in this process, each
+//!   batch answered once committed on a majority ([`replicated`]).
 //!
 //! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
 //! `--json`, `--histogram` and `--plot` write files. A progress bar with live throughput goes to
@@ -32,6 +35,7 @@ mod fio;
 mod plot;
 mod produce;
 mod progress;
+mod replicated;
 mod report;
 mod ruler;
 mod settings;
@@ -120,6 +124,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let closed = engine.close().context("cannot close the data directory");
     let mut outcome = outcome?;
     closed?;
+    if settings.workload == Workload::Replicated {
+        // After the baseline, with its engine closed: the nodes have the machine to themselves.
+        settles.wait("replicated nodes");
+        let nodes_dir = dir.join(replicated::NODES_DIR);
+        outcome
+            .phases
+            .push(replicated::replicated_phase(&settings, &nodes_dir)?);
+    }
     let mut disk = disk;
     if let Some(limits) = disk.as_mut().and_then(|disk| disk.limits.as_mut()) {
         limits.measure_random_reads(&log_files(&dir)?);
@@ -287,7 +299,12 @@ fn run_workload(
     };
     let mut outcome = WorkloadOutcome::default();
     match settings.workload {
-        Workload::Append | Workload::GroupCommit | Workload::ManyPartitions => {
+        // `replicated`'s single-node baseline: `group-commit`'s phase (its replicated phase runs
+        // once this engine is closed, in `run`).
+        Workload::Append
+        | Workload::GroupCommit
+        | Workload::ManyPartitions
+        | Workload::Replicated => {
             outcome.phases = vec![append(settings.limit)?];
         }
         Workload::FetchHot => {

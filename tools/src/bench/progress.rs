@@ -198,20 +198,27 @@ pub fn watch<T>(
     count: impl Fn() -> u64,
 ) -> anyhow::Result<Vec<T>> {
     while !handles.iter().all(|handle| handle.is_finished()) {
-        thread::sleep(Duration::from_millis(100));
-        let records = count();
-        let elapsed = started.elapsed();
-        bar.set_position(match limit {
-            Limit::Time(_) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            Limit::Records(_) => records,
-        });
-        bar.set_message(format!(
-            "{:.0} records/s",
-            records as f64 / elapsed.as_secs_f64().max(1e-9)
-        ));
+        thread::sleep(PROGRESS_INTERVAL);
+        show_progress(bar, limit, started, count());
     }
     bar.finish_and_clear();
     join_all(handles)
+}
+
+/// How often [`watch`] updates the progress bar.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Shows on `bar` how far a phase that started at `started` got, `records` so far.
+pub fn show_progress(bar: &ProgressBar, limit: Limit, started: Instant, records: u64) {
+    let elapsed = started.elapsed();
+    bar.set_position(match limit {
+        Limit::Time(_) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        Limit::Records(_) => records,
+    });
+    bar.set_message(format!(
+        "{:.0} records/s",
+        records as f64 / elapsed.as_secs_f64().max(1e-9)
+    ));
 }
 
 pub fn join_all<T>(

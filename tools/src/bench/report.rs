@@ -13,6 +13,7 @@ use super::cache::CacheDrop;
 use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
 use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern, WriteLatency};
 use super::progress::{Limit, Phase};
+use super::replicated;
 use super::ruler::DiskLimits;
 use super::settings::Settings;
 use super::settle::Settle;
@@ -93,6 +94,14 @@ impl Report<'_> {
         })
     }
 
+    /// `replicated`'s MB/s and its single-node baseline's (the `durable` phase of the same run).
+    fn replicated_and_single_node_mb_per_s(&self) -> Option<(f64, f64)> {
+        let find = |name: &str| self.phases.iter().find(|phase| phase.name == name);
+        let cluster = find(replicated::PHASE)?.mb_per_s()?;
+        let single_node = find("durable")?.mb_per_s()?;
+        Some((cluster, single_node))
+    }
+
     /// A cold fetch through the page cache beside the disk's own reads through it over the same
     /// data set: the limit of the path the engine read by.
     fn versus_page_cache(&self, phase: &Phase) -> Option<Versus> {
@@ -143,6 +152,16 @@ impl Report<'_> {
         writeln!(out, " {:>9}  (latency us)", "max")?;
         for phase in &self.phases {
             self.print_phase(out, phase)?;
+        }
+        if let Some((cluster, single_node)) = self.replicated_and_single_node_mb_per_s() {
+            writeln!(
+                out,
+                "{}: {cluster:.1} MB/s on {} nodes (each batch committed on a majority) = \
+                 {:.2} x the single-node durable {single_node:.1} MB/s",
+                replicated::PHASE,
+                replicated::NODES,
+                cluster / single_node.max(1e-9),
+            )?;
         }
         for phase in &self.phases {
             if let Some(seconds) = phase.final_flush_s {
@@ -493,6 +512,15 @@ impl Report<'_> {
         }
         if let Some(versus) = self.versus_page_cache(phase) {
             object.insert("vs_disk_through_page_cache".into(), json!(versus.ratio()));
+        }
+        if phase.name == replicated::PHASE {
+            object.insert("nodes".into(), json!(replicated::NODES));
+            if let Some((cluster, single_node)) = self.replicated_and_single_node_mb_per_s() {
+                object.insert(
+                    "vs_single_node".into(),
+                    json!(cluster / single_node.max(1e-9)),
+                );
+            }
         }
         Value::Object(object)
     }

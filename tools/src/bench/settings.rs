@@ -10,7 +10,8 @@ use seglog::io::IoBackend;
 use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Workload};
 use super::progress::Limit;
 
-/// Appends in flight per producer, except in `group-commit` (one each) and `tail`. Where an
+/// Appends in flight per producer, except in `group-commit` and `replicated` (one each) and
+/// `tail`. Where an
 /// append is acknowledged once the device has its bytes (`O_DIRECT`), the rate is the bytes in
 /// flight over a write's latency: 32 × 64 KiB per producer keeps 4 MiB in flight with the
 /// default two producers (fio's ruler keeps 16 × 1 MiB).
@@ -53,7 +54,7 @@ pub struct Settings {
 impl Settings {
     pub fn from_args(args: &BenchArgs) -> anyhow::Result<Settings> {
         let producers = args.producers.unwrap_or(match args.workload {
-            Workload::GroupCommit => 16,
+            Workload::GroupCommit | Workload::Replicated => 16,
             _ => 2,
         });
         let limit = match (args.records, args.duration) {
@@ -80,6 +81,9 @@ impl Settings {
                 "--batch-bytes {batch_bytes} cannot hold one record of --record-size {} (with its headers)",
                 args.record_size
             );
+        }
+        if args.workload == Workload::Replicated && args.linger_ms.is_some() {
+            bail!("--linger-ms: the replicated workload produces whole batches only");
         }
         let key_space = args.key_space.or(match args.workload {
             Workload::Compaction => Some(COMPACTION_KEY_SPACE),
@@ -109,8 +113,11 @@ impl Settings {
         })
     }
 
+    /// Whether every append waits for a sync: `group-commit`, `replicated` (its single-node
+    /// baseline is `group-commit`'s phase), `--flush batch`.
     pub fn durable_appends(&self) -> bool {
-        self.workload == Workload::GroupCommit || self.flush == FlushMode::Batch
+        matches!(self.workload, Workload::GroupCommit | Workload::Replicated)
+            || self.flush == FlushMode::Batch
     }
 
     pub fn durability(&self) -> Durability {
@@ -123,7 +130,7 @@ impl Settings {
 
     pub fn appends_inflight(&self) -> usize {
         match self.workload {
-            Workload::GroupCommit => 1,
+            Workload::GroupCommit | Workload::Replicated => 1,
             Workload::Tail => TAIL_APPENDS_INFLIGHT,
             _ => APPENDS_INFLIGHT,
         }
