@@ -79,6 +79,15 @@ pub fn encode(entry: &Entry) -> Result<Bytes, CodecError> {
     }
 }
 
+/// `encoded` with `baseOffset` and `partitionLeaderEpoch` set as the log sets them (neither is
+/// covered by the CRC).
+pub fn stamped(encoded: &Bytes, base_offset: u64, leader_epoch: i32) -> Bytes {
+    let mut bytes = BytesMut::from(&encoded[..]);
+    seglog::format::batch::set_base_offset(&mut bytes, base_offset as i64);
+    seglog::format::batch::set_partition_leader_epoch(&mut bytes, leader_epoch);
+    bytes.freeze()
+}
+
 /// How many offsets `bytes` (one encoded entry) take.
 pub fn record_count(bytes: &Bytes) -> Result<u64, CodecError> {
     let batch = Batch::decode(bytes, u64::MAX)

@@ -76,11 +76,44 @@ impl LogStore {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(entries) = self.read_recent(&wanted, max_bytes)? {
+            return Ok(entries);
+        }
         let batches = read_batches(&self.replica, &wanted, max_bytes).await?;
         batches
             .iter()
             .map(|(index, batch)| Ok(entry_codec::decode(*index, batch)?))
             .collect()
+    }
+
+    /// The wanted entries from the recent batches kept in memory, if the first is kept: as
+    /// many as are kept in a row, within `max_bytes` (at least one).
+    fn read_recent(
+        &self,
+        wanted: &[(u64, Position)],
+        max_bytes: u64,
+    ) -> Result<Option<Vec<Entry>>, ReplicaError> {
+        let shared = self.replica.lock();
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        for (index, _) in wanted {
+            let Some(batch) = shared.recent.get(*index) else {
+                break;
+            };
+            if bytes >= max_bytes && !entries.is_empty() {
+                break;
+            }
+            bytes += batch.len() as u64;
+            // These bytes were checked when they were appended: no second CRC check.
+            let batch = seglog::format::Batch::decode_without_crc_check(batch, u64::MAX).map_err(
+                |error| ReplicaError::Corrupt {
+                    offset: 0,
+                    why: error.to_string(),
+                },
+            )?;
+            entries.push(entry_codec::decode(*index, &batch)?);
+        }
+        Ok((!entries.is_empty()).then_some(entries))
     }
 
     async fn append_entries(
@@ -90,13 +123,16 @@ impl LogStore {
         self.replica.check_not_failed()?;
         let mut appends = Vec::with_capacity(entries.len());
         for entry in entries {
-            let bytes = entry_codec::encode(&entry)?;
-            let record_count = entry_codec::record_count(&bytes)?;
-            let size_bytes = bytes.len() as u64;
-            let max_timestamp = entry_codec::max_timestamp(&bytes);
+            let encoded = entry_codec::encode(&entry)?;
+            let record_count = entry_codec::record_count(&encoded)?;
+            let size_bytes = encoded.len() as u64;
+            let max_timestamp = entry_codec::max_timestamp(&encoded);
             let epoch = leader_epoch(&entry.log_id)?;
             let index = entry.log_id.index;
             let offset = self.anchor_if_needed(index).await?;
+            // Stamped as the log stamps it: the bytes the log will hold.
+            let bytes = entry_codec::stamped(&encoded, offset, epoch);
+            let bytes_kept = bytes.clone();
             let append = self.replica.engine.append_at(
                 &self.replica.topic,
                 self.replica.partition,
@@ -114,6 +150,7 @@ impl LogStore {
                 max_timestamp,
             };
             shared.entries.insert(index, position);
+            shared.recent.insert(index, bytes_kept);
             shared.next_offset = position.next_offset;
             appends.push(append);
         }
@@ -170,6 +207,7 @@ impl LogStore {
                 .await?;
             let mut shared = replica.lock();
             shared.entries.clear();
+            shared.recent = Default::default();
             shared.next_offset = offset;
         }
         Ok(offset)
@@ -195,6 +233,7 @@ impl LogStore {
             engine.flush(&replica.topic, replica.partition).await?;
             let mut shared = replica.lock();
             shared.entries.retain(|entry_index, _| *entry_index < index);
+            shared.recent.retain(|entry_index| entry_index < index);
             shared.next_offset = end.0;
         }
         let stale = {
@@ -280,7 +319,9 @@ impl LogStore {
                 self.replica.lock().next_offset = start;
             }
         }
-        self.replica.lock().entries.retain(|index, _| *index > upto);
+        let mut shared = self.replica.lock();
+        shared.entries.retain(|index, _| *index > upto);
+        shared.recent.retain(|index| index > upto);
         Ok(())
     }
 }

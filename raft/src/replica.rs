@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use bytes::Bytes;
 use seglog::engine::{Engine, FetchOptions};
 use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
@@ -48,8 +49,52 @@ pub(crate) struct Shared {
     pub high_watermark: u64,
     /// Per idempotent producer, its last committed batches: base sequence and offsets.
     pub producers: HashMap<i64, VecDeque<(i32, Appended)>>,
+    /// The newest entries' batches as written (offset and term stamped), by index: replication
+    /// and the state machine read them from here, not from the log.
+    pub recent: RecentEntries,
     /// Set once a write failed: the replica refuses everything after.
     pub failure: Option<String>,
+}
+
+/// The newest entries' batches, at most [`RECENT_ENTRIES_BYTES`] of them.
+#[derive(Debug, Default)]
+pub(crate) struct RecentEntries {
+    batches: BTreeMap<u64, Bytes>,
+    size_bytes: usize,
+}
+
+/// Bytes of recent batches a replica keeps in memory.
+pub const RECENT_ENTRIES_BYTES: usize = 32 * 1024 * 1024;
+
+impl RecentEntries {
+    /// Keeps `batch` as entry `index`'s, dropping the oldest past the bound.
+    pub fn insert(&mut self, index: u64, batch: Bytes) {
+        self.size_bytes += batch.len();
+        if let Some(replaced) = self.batches.insert(index, batch) {
+            self.size_bytes -= replaced.len();
+        }
+        while self.size_bytes > RECENT_ENTRIES_BYTES {
+            let Some((_, oldest)) = self.batches.pop_first() else {
+                break;
+            };
+            self.size_bytes -= oldest.len();
+        }
+    }
+
+    /// Entry `index`'s batch, if kept.
+    pub fn get(&self, index: u64) -> Option<&Bytes> {
+        self.batches.get(&index)
+    }
+
+    /// Drops the entries for which `keep` is false.
+    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        let dropped: Vec<u64> = self.batches.keys().copied().filter(|i| !keep(*i)).collect();
+        for index in dropped {
+            if let Some(batch) = self.batches.remove(&index) {
+                self.size_bytes -= batch.len();
+            }
+        }
+    }
 }
 
 /// A partition's replica: cheap to clone, shared by its log store and state machine.
@@ -88,6 +133,7 @@ impl Replica {
                 installed_next: None,
                 high_watermark: 0,
                 producers: HashMap::new(),
+                recent: RecentEntries::default(),
                 failure: None,
             })),
             writing: Arc::new(tokio::sync::Mutex::new(())),

@@ -27,6 +27,7 @@ use seglog::format::batch::field;
 use seglog::format::crc::crc32c;
 use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
+use seglog_raft::wire::Retention;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -126,6 +127,7 @@ async fn start_node(
         id,
         dir: dir.join(format!("node-{id}")),
         peers: peers.clone(),
+        join: false,
     };
     let node = Node::start(config)
         .await
@@ -163,7 +165,7 @@ async fn stop_nodes(nodes: Vec<RunningNode>) -> anyhow::Result<()> {
 async fn produce_on_cluster(settings: &Settings, addresses: Vec<String>) -> anyhow::Result<Phase> {
     let mut client = ClusterClient::new(addresses.clone(), REQUEST_TIMEOUT);
     client
-        .create_topic(TOPIC, settings.partitions)
+        .create_topic(TOPIC, settings.partitions, Retention::default())
         .await
         .with_context(|| format!("cannot create topic {TOPIC} on the cluster"))?;
     wait_for_leaders(&mut client, settings.partitions).await?;
