@@ -53,6 +53,8 @@ pub struct NodeConfig {
     /// A node joining a running cluster (`cluster add-node` adds it): it initializes no group
     /// of its own.
     pub join: bool,
+    /// The engine's configuration (several nodes on one machine: fewer, unpinned shards).
+    pub engine: EngineConfig,
 }
 
 /// Why a node cannot start or run.
@@ -154,7 +156,7 @@ impl Node {
     /// groups found in the metadata log.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         check_identity(&config)?;
-        let engine = Engine::open(config.dir.join("log"), EngineConfig::default())
+        let engine = Engine::open(config.dir.join("log"), config.engine.clone())
             .map_err(|error| NodeError::Engine(error.to_string()))?;
         Node::start_on(config, engine).await
     }

@@ -5,13 +5,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::{batch, free_addresses, values_at, values_once_served};
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::Bytes;
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
+use seglog::engine::EngineConfig;
 use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::Retention;
@@ -22,15 +24,6 @@ use tokio::task::JoinHandle;
 struct RunningNode {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
-}
-
-fn free_addresses(count: usize) -> BTreeMap<u64, String> {
-    (1..=count as u64)
-        .map(|id| {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            (id, listener.local_addr().unwrap().to_string())
-        })
-        .collect()
 }
 
 async fn start(id: u64, root: &Path, peers: &BTreeMap<u64, String>) -> RunningNode {
@@ -49,6 +42,12 @@ async fn start_node(
         dir: root.join(format!("node-{id}")),
         peers: peers.clone(),
         join,
+        // One unpinned shard per node: the tests run many nodes at once on a few cores.
+        engine: EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        },
     };
     let node = Node::start(config).await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -64,45 +63,6 @@ async fn start_node(
 async fn stop(node: RunningNode) {
     node.stop.send(()).unwrap();
     node.task.await.unwrap();
-}
-
-fn batch(producer_id: i64, sequence: i32, values: &[String]) -> Bytes {
-    let mut builder = BatchBuilder::new(0).with_producer(producer_id, 0, sequence);
-    for value in values {
-        builder.push(&NewRecord {
-            timestamp_ms: 1_000,
-            key: None,
-            value: Some(value.as_bytes()),
-            headers: &[],
-        });
-    }
-    builder.build().unwrap()
-}
-
-/// Every record value `address` serves for t-0, with its offset.
-async fn values_at(address: &str) -> Vec<(u64, String)> {
-    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
-    let mut values = Vec::new();
-    let mut offset = 0;
-    loop {
-        let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
-        let mut any = false;
-        for batch in BatchIter::new(fetched.records, u64::MAX) {
-            let batch = batch.unwrap();
-            any = true;
-            offset = batch.last_offset() as u64 + 1;
-            if batch.header().attributes.is_control() {
-                continue;
-            }
-            for (delta, record) in batch.records().unwrap().into_iter().enumerate() {
-                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
-                values.push((batch.base_offset() as u64 + delta as u64, value));
-            }
-        }
-        if !any || offset >= fetched.high_watermark {
-            return values;
-        }
-    }
 }
 
 async fn leader_of_t0(client: &mut ClusterClient) -> u64 {
@@ -162,14 +122,7 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
     assert_eq!(retried.base_offset, expected[expected.len() - 10].0);
 
     for address in &addresses {
-        let mut served = values_at(address).await;
-        for _ in 0..100 {
-            if served.len() == expected.len() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            served = values_at(address).await;
-        }
+        let served = values_once_served(address, expected.len()).await;
         assert_eq!(served, expected, "node {address}");
     }
 
@@ -190,14 +143,7 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
 
     // The stopped node restarts and catches up.
     nodes.insert(leader, start(leader, root.path(), &peers).await);
-    let mut caught_up = Vec::new();
-    for _ in 0..200 {
-        caught_up = values_at(&peers[&leader]).await;
-        if caught_up.len() == expected.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let caught_up = values_once_served(&peers[&leader], expected.len()).await;
     assert_eq!(caught_up, expected);
     for (_, node) in nodes {
         stop(node).await;
@@ -320,14 +266,7 @@ async fn a_node_added_catches_up_and_a_node_removed_leaves_every_group() {
     all_peers.insert(4, fourth.clone());
     nodes.insert(4, start_node(4, root.path(), &all_peers, true).await);
     client.add_node(4, &fourth).await.unwrap();
-    let mut served = Vec::new();
-    for _ in 0..200 {
-        served = values_at(&fourth).await;
-        if served.len() == expected.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let served = values_once_served(&fourth, expected.len()).await;
     assert_eq!(served, expected);
 
     // Without node 1, the group of 2, 3 and 4 commits; node 4 holds what it commits.
@@ -342,13 +281,7 @@ async fn a_node_added_catches_up_and_a_node_removed_leaves_every_group() {
         .await
         .unwrap();
     expected.push((appended.base_offset, "after".to_string()));
-    for _ in 0..200 {
-        served = values_at(&fourth).await;
-        if served.len() == expected.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let served = values_once_served(&fourth, expected.len()).await;
     assert_eq!(served, expected);
     let status = client.status().await;
     assert!(status.iter().all(|partition| partition.leader != Some(1)));

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -11,15 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use seglog::engine::{Engine, EngineConfig};
-use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
 use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
 use seglog::io::storage_from_env;
 use seglog_raft::client::ClusterClient;
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::Retention;
+use support::{batch, free_addresses, values_once_served};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -46,43 +46,10 @@ impl StorageHooks for FailingDisk {
 /// `EIO`, what a failing disk answers.
 const EIO: i32 = 5;
 
-fn batch(sequence: i32, value: &str) -> Bytes {
-    let mut builder = BatchBuilder::new(0).with_producer(11, 0, sequence);
-    builder.push(&NewRecord {
-        timestamp_ms: 1_000,
-        key: None,
-        value: Some(value.as_bytes()),
-        headers: &[],
-    });
-    builder.build().unwrap()
-}
-
-async fn values_at(address: &str) -> Vec<(u64, String)> {
-    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
-    let fetched = client.fetch("t", 0, 0, 1 << 20).await.unwrap();
-    let mut values = Vec::new();
-    for batch in BatchIter::new(fetched.records, u64::MAX) {
-        let batch = batch.unwrap();
-        if batch.header().attributes.is_control() {
-            continue;
-        }
-        for record in batch.records().unwrap() {
-            let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
-            values.push((batch.base_offset() as u64, value));
-        }
-    }
-    values
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
     let root = tempfile::tempdir().unwrap();
-    let peers: BTreeMap<u64, String> = (1..=3)
-        .map(|id| {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            (id, listener.local_addr().unwrap().to_string())
-        })
-        .collect();
+    let peers = free_addresses(3);
     let mut disks = BTreeMap::new();
     let mut stops = Vec::new();
     for (id, address) in &peers {
@@ -101,6 +68,7 @@ async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
             dir,
             peers: peers.clone(),
             join: false,
+            engine: EngineConfig::default(),
         };
         let node = Node::start_on(node_config, engine).await.unwrap();
         let listener = TcpListener::bind(address).await.unwrap();
@@ -125,7 +93,7 @@ async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
     for sequence in 0..5 {
         let value = format!("before-{sequence}");
         let appended = client
-            .produce("t", 0, batch(sequence, &value))
+            .produce("t", 0, batch(11, sequence, std::slice::from_ref(&value)))
             .await
             .unwrap();
         acknowledged.push((appended.base_offset, value));
@@ -143,7 +111,7 @@ async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
     for sequence in 5..15 {
         let value = format!("after-{sequence}");
         let appended = client
-            .produce("t", 0, batch(sequence, &value))
+            .produce("t", 0, batch(11, sequence, std::slice::from_ref(&value)))
             .await
             .unwrap();
         acknowledged.push((appended.base_offset, value));
@@ -162,14 +130,7 @@ async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
         if *id == leader {
             continue;
         }
-        let mut served = values_at(address).await;
-        for _ in 0..100 {
-            if served.len() >= acknowledged.len() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            served = values_at(address).await;
-        }
+        let served = values_once_served(address, acknowledged.len()).await;
         for record in &acknowledged {
             assert!(served.contains(record), "node {id} lacks {record:?}");
         }

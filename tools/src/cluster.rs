@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use seglog::engine::EngineConfig;
 use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::producer::partition_for_key;
@@ -56,6 +57,7 @@ pub fn run_node(args: &NodeArgs) -> anyhow::Result<Outcome> {
         dir: args.dir.clone(),
         peers: args.peers.clone(),
         join: args.join,
+        engine: EngineConfig::default(),
     };
     runtime()?.block_on(async {
         let node = Node::start(config).await?;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use bytes::{Bytes, BytesMut};
 use indicatif::ProgressBar;
+use seglog::engine::EngineConfig;
 use seglog::format::batch::field;
 use seglog::format::crc::crc32c;
 use seglog_raft::client::ClusterClient;
@@ -128,6 +129,12 @@ async fn start_node(
         dir: dir.join(format!("node-{id}")),
         peers: peers.clone(),
         join: false,
+        // Three nodes share this machine: one unpinned shard each.
+        engine: EngineConfig {
+            shard_count: 1,
+            pin_shards: false,
+            ..EngineConfig::default()
+        },
     };
     let node = Node::start(config)
         .await

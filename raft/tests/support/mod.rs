@@ -1,0 +1,75 @@
+//! What the cluster tests share: loopback addresses, idempotent producers' batches, and what a
+//! node serves of `t-0`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use seglog::format::batch::BatchIter;
+use seglog::format::{BatchBuilder, NewRecord};
+use seglog_raft::client::ClusterClient;
+
+/// `count` free loopback addresses, for nodes 1 to `count`.
+pub fn free_addresses(count: usize) -> BTreeMap<u64, String> {
+    (1..=count as u64)
+        .map(|id| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (id, listener.local_addr().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// A batch of `values` from idempotent producer `producer_id`, first sequence `sequence`.
+pub fn batch(producer_id: i64, sequence: i32, values: &[String]) -> Bytes {
+    let mut builder = BatchBuilder::new(0).with_producer(producer_id, 0, sequence);
+    for value in values {
+        builder.push(&NewRecord {
+            timestamp_ms: 1_000,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+    }
+    builder.build().unwrap()
+}
+
+/// Every record value `address` serves for t-0, with its offset.
+pub async fn values_at(address: &str) -> Vec<(u64, String)> {
+    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
+    let mut values = Vec::new();
+    let mut offset = 0;
+    loop {
+        let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
+        let mut any = false;
+        for batch in BatchIter::new(fetched.records, u64::MAX) {
+            let batch = batch.unwrap();
+            any = true;
+            offset = batch.last_offset() as u64 + 1;
+            if batch.header().attributes.is_control() {
+                continue;
+            }
+            for (delta, record) in batch.records().unwrap().into_iter().enumerate() {
+                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+                values.push((batch.base_offset() as u64 + delta as u64, value));
+            }
+        }
+        if !any || offset >= fetched.high_watermark {
+            return values;
+        }
+    }
+}
+
+/// What `address` serves of t-0 once it serves `count` records (or after about 10 s).
+pub async fn values_once_served(address: &str, count: usize) -> Vec<(u64, String)> {
+    let mut served = values_at(address).await;
+    for _ in 0..200 {
+        if served.len() >= count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        served = values_at(address).await;
+    }
+    served
+}
