@@ -60,6 +60,24 @@ async fn start_node(
     RunningNode { stop, task }
 }
 
+/// Three nodes in `root` and a client of all three.
+async fn start_three(
+    root: &Path,
+) -> (
+    BTreeMap<u64, String>,
+    BTreeMap<u64, RunningNode>,
+    ClusterClient,
+) {
+    let peers = free_addresses(3);
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        nodes.insert(id, start(id, root, &peers).await);
+    }
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    let client = ClusterClient::new(addresses, Duration::from_secs(30));
+    (peers, nodes, client)
+}
+
 async fn stop(node: RunningNode) {
     node.stop.send(()).unwrap();
     node.task.await.unwrap();
@@ -85,13 +103,8 @@ async fn leader_of_t0(client: &mut ClusterClient) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
     let root = tempfile::tempdir().unwrap();
-    let peers = free_addresses(3);
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3 {
-        nodes.insert(id, start(id, root.path(), &peers).await);
-    }
+    let (peers, mut nodes, mut client) = start_three(root.path()).await;
     let addresses: Vec<String> = peers.values().cloned().collect();
-    let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
     client
         .create_topic("t", 1, Retention::default())
         .await
@@ -153,13 +166,7 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
     let root = tempfile::tempdir().unwrap();
-    let peers = free_addresses(3);
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3 {
-        nodes.insert(id, start(id, root.path(), &peers).await);
-    }
-    let addresses: Vec<String> = peers.values().cloned().collect();
-    let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
+    let (peers, mut nodes, mut client) = start_three(root.path()).await;
     let retention = Retention {
         ms: -1,
         bytes: 64 * 1024,
