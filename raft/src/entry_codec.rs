@@ -62,21 +62,50 @@ pub fn leader_epoch(log_id: &LogId<u64>) -> Result<i32, CodecError> {
     i32::try_from(term).map_err(|_| CodecError::TermTooLarge(term))
 }
 
-/// The bytes to append for `entry` (its offset is stamped by the log) and its record count.
-pub fn encode(entry: &Entry) -> Result<Bytes, CodecError> {
-    match &entry.payload {
-        EntryPayload::Normal(RecordBatch(bytes)) => {
-            check_payload(bytes)?;
-            Ok(bytes.clone())
-        }
-        EntryPayload::Blank => Ok(control_batch(RAFT_BLANK, &[])),
+/// One entry as the batch to append.
+pub struct Encoded {
+    /// The batch (its offset and term are stamped by the log, [`stamped`]).
+    pub bytes: Bytes,
+    /// How many offsets it takes.
+    pub record_count: u64,
+    /// Its `maxTimestamp`.
+    pub max_timestamp: i64,
+}
+
+/// The batch to append for `entry`. A normal entry's batch is framed-checked here; its CRC and
+/// records are checked by the log's append (and, for a client's batch, by
+/// [`check_client_batch`] before it became an entry).
+pub fn encode(entry: &Entry) -> Result<Encoded, CodecError> {
+    let bytes = match &entry.payload {
+        EntryPayload::Normal(RecordBatch(bytes)) => bytes.clone(),
+        EntryPayload::Blank => control_batch(RAFT_BLANK, &[]),
         EntryPayload::Membership(membership) => {
             let value = serde_json::to_vec(membership).map_err(|error| {
                 CodecError::InvalidPayload(format!("membership not encodable: {error}"))
             })?;
-            Ok(control_batch(RAFT_MEMBERSHIP, &value))
+            control_batch(RAFT_MEMBERSHIP, &value)
         }
+    };
+    let header = one_batch_header(&bytes)?;
+    Ok(Encoded {
+        record_count: u64::from(header.records_count as u32),
+        max_timestamp: header.max_timestamp,
+        bytes,
+    })
+}
+
+/// The header of `bytes`, which must be exactly one batch.
+fn one_batch_header(bytes: &Bytes) -> Result<seglog::format::BatchHeader, CodecError> {
+    let header = seglog::format::BatchHeader::parse(bytes)
+        .map_err(|error| CodecError::InvalidPayload(error.to_string()))?;
+    if header.size_bytes() != bytes.len() as u64 {
+        return Err(CodecError::InvalidPayload(format!(
+            "{} bytes are not one batch of {}",
+            bytes.len(),
+            header.size_bytes()
+        )));
     }
+    Ok(header)
 }
 
 /// `encoded` with `baseOffset` and `partitionLeaderEpoch` set as the log sets them (neither is
@@ -88,32 +117,18 @@ pub fn stamped(encoded: &Bytes, base_offset: u64, leader_epoch: i32) -> Bytes {
     bytes.freeze()
 }
 
-/// How many offsets `bytes` (one encoded entry) take.
-pub fn record_count(bytes: &Bytes) -> Result<u64, CodecError> {
-    let batch = Batch::decode(bytes, u64::MAX)
-        .map_err(|error| CodecError::InvalidPayload(error.to_string()))?;
-    Ok(u64::from(batch.header().records_count as u32))
-}
-
-/// The `maxTimestamp` of one encoded entry (-1 if it does not parse).
-pub fn max_timestamp(bytes: &Bytes) -> i64 {
-    seglog::format::BatchHeader::parse(bytes).map_or(-1, |header| header.max_timestamp)
-}
-
-fn check_payload(bytes: &Bytes) -> Result<(), CodecError> {
-    let batch = Batch::decode(bytes, u64::MAX)
-        .map_err(|error| CodecError::InvalidPayload(error.to_string()))?;
-    if batch.size_bytes() != bytes.len() as u64 {
-        return Err(CodecError::InvalidPayload(format!(
-            "{} bytes hold more than the first batch's {}",
-            bytes.len(),
-            batch.size_bytes()
-        )));
-    }
-    if batch.header().attributes.is_control() {
+/// Checks a client's batch before it becomes an entry: exactly one data batch (not a control
+/// one) whose CRC and records check out, so that no replica's log refuses it.
+pub fn check_client_batch(bytes: &Bytes) -> Result<seglog::format::BatchHeader, CodecError> {
+    let invalid =
+        |error: seglog::format::DecodeError| CodecError::InvalidPayload(error.to_string());
+    let header = one_batch_header(bytes)?;
+    let batch = Batch::decode(bytes, u64::MAX).map_err(invalid)?;
+    batch.validate_records(|_| {}).map_err(invalid)?;
+    if header.attributes.is_control() {
         return Err(CodecError::InvalidPayload("a control batch".to_string()));
     }
-    Ok(())
+    Ok(header)
 }
 
 fn control_batch(control_type: i16, value: &[u8]) -> Bytes {
@@ -170,9 +185,9 @@ pub fn decode(index: u64, batch: &Batch) -> Result<Entry, CodecError> {
 }
 
 /// The offsets a normal entry's batch got, from the batch as stored.
-pub fn appended(batch: &Batch) -> Appended {
+pub fn appended(header: &seglog::format::BatchHeader) -> Appended {
     Appended {
-        base_offset: batch.base_offset() as u64,
-        last_offset: batch.last_offset() as u64,
+        base_offset: header.base_offset as u64,
+        last_offset: header.last_offset() as u64,
     }
 }

@@ -124,14 +124,11 @@ impl LogStore {
         let mut appends = Vec::with_capacity(entries.len());
         for entry in entries {
             let encoded = entry_codec::encode(&entry)?;
-            let record_count = entry_codec::record_count(&encoded)?;
-            let size_bytes = encoded.len() as u64;
-            let max_timestamp = entry_codec::max_timestamp(&encoded);
             let epoch = leader_epoch(&entry.log_id)?;
             let index = entry.log_id.index;
             let offset = self.anchor_if_needed(index).await?;
             // Stamped as the log stamps it: the bytes the log will hold.
-            let bytes = entry_codec::stamped(&encoded, offset, epoch);
+            let bytes = entry_codec::stamped(&encoded.bytes, offset, epoch);
             let bytes_kept = bytes.clone();
             let append = self.replica.engine.append_at(
                 &self.replica.topic,
@@ -144,10 +141,10 @@ impl LogStore {
             let mut shared = self.replica.lock();
             let position = Position {
                 base_offset: offset,
-                next_offset: offset + record_count,
+                next_offset: offset + encoded.record_count,
                 term: entry.log_id.leader_id.term,
-                size_bytes,
-                max_timestamp,
+                size_bytes: encoded.bytes.len() as u64,
+                max_timestamp: encoded.max_timestamp,
             };
             shared.entries.insert(index, position);
             shared.recent.insert(index, bytes_kept);

@@ -619,7 +619,8 @@ impl Node {
         let Some(group) = self.group(&id) else {
             return Response::UnknownGroup(id);
         };
-        let header = match seglog::format::BatchHeader::parse(&batch) {
+        // A batch no log would take must not become an entry: every replica would fail on it.
+        let header = match crate::entry_codec::check_client_batch(&batch) {
             Ok(header) => header,
             Err(error) => return Response::Error(error.to_string()),
         };

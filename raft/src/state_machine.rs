@@ -89,16 +89,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Normal(RecordBatch(bytes)) => {
-                    let batch =
-                        seglog::format::Batch::decode(&bytes, u64::MAX).map_err(|error| {
-                            ReplicaError::Corrupt {
-                                offset: 0,
-                                why: error.to_string(),
-                            }
-                            .writing_state_machine()
-                        })?;
-                    let appended = crate::entry_codec::appended(&batch);
-                    remember_producer(&self.replica, batch.header(), appended);
+                    // The entry was read from the log (or kept from its append): checked.
+                    let header = seglog::format::BatchHeader::parse(&bytes).map_err(|error| {
+                        ReplicaError::Corrupt {
+                            offset: 0,
+                            why: error.to_string(),
+                        }
+                        .writing_state_machine()
+                    })?;
+                    let appended = crate::entry_codec::appended(&header);
+                    remember_producer(&self.replica, &header, appended);
                     Some(appended)
                 }
                 EntryPayload::Blank => None,

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use seglog::engine::EngineConfig;
-use seglog_raft::client::ClusterClient;
+use seglog_raft::client::{ClientError, ClusterClient};
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::Retention;
 use tokio::net::TcpListener;
@@ -133,6 +133,15 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
         .await
         .unwrap();
     assert_eq!(retried.base_offset, expected[expected.len() - 10].0);
+    // A batch that fails its CRC is refused before it becomes an entry; the group goes on.
+    let mut damaged = batch(8, 0, &["damaged".into()]).to_vec();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let refused = client.produce("t", 0, damaged.into()).await;
+    assert!(
+        matches!(refused, Err(ClientError::Refused { .. })),
+        "{refused:?}"
+    );
 
     for address in &addresses {
         let served = values_once_served(address, expected.len()).await;
