@@ -167,11 +167,14 @@ impl Node {
         check_identity(&config)?;
         let raft_dir = config.dir.join("raft");
         create_dir(&raft_dir)?;
+        // Each node's election timeouts in a range of its own: voters started together were
+        // seen timing out in the same millisecond round after round (a split vote each time).
+        let election_offset_ms = 200 * (config.id % 5);
         let raft_config = Config {
             cluster_name: "seglog".into(),
             heartbeat_interval: 250,
-            election_timeout_min: 1_000,
-            election_timeout_max: 2_000,
+            election_timeout_min: 1_000 + election_offset_ms,
+            election_timeout_max: 2_000 + election_offset_ms,
             max_payload_entries: 256,
             snapshot_policy: SnapshotPolicy::Never,
             ..Config::default()
