@@ -204,6 +204,7 @@ impl Node {
         node.start_group(GroupId::Metadata, voters).await?;
         tokio::spawn(node.clone().follow_metadata());
         tokio::spawn(node.clone().apply_retention());
+        tokio::spawn(node.clone().break_election_ties());
         Ok(node)
     }
 
@@ -395,6 +396,28 @@ impl Node {
                     self.start_group(id, Some(voters.clone())).await?;
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Starts an election in every group that has no leader, every few seconds (a period of
+    /// its own per node). openraft 0.9 draws a node's election timeout once: a voter whose log
+    /// is behind and whose timeout is shorter can start every election, and be refused every
+    /// time by the up-to-date one, whose own timer each refusal restarts.
+    async fn break_election_ties(self) {
+        let mut stopping = self.inner.stopping.subscribe();
+        let period = Duration::from_millis(2_500 + 700 * (self.inner.id % 5));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+            let groups: Vec<Group> = self.groups().values().cloned().collect();
+            for group in groups {
+                let leaderless = group.raft.metrics().borrow().current_leader.is_none();
+                if leaderless {
+                    let _ = group.raft.trigger().elect().await;
+                }
             }
         }
     }
