@@ -12,7 +12,7 @@ use openraft::raft::AppendEntriesRequest;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog_raft::wire::{GroupId, Request};
-use seglog_raft::{RecordBatch, TypeConfig};
+use seglog_raft::{Batches, TypeConfig};
 
 const ENTRIES: usize = 64;
 const RECORD_BYTES: usize = 1024;
@@ -33,7 +33,7 @@ fn request() -> (Request, u64) {
     let entries: Vec<Entry<TypeConfig>> = (0..ENTRIES as u64)
         .map(|index| Entry {
             log_id: LogId::new(CommittedLeaderId::new(3, 0), index + 100),
-            payload: EntryPayload::Normal(RecordBatch(batch.clone())),
+            payload: EntryPayload::Normal(Batches(batch.clone())),
         })
         .collect();
     let rpc = AppendEntriesRequest {

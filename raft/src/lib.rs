@@ -1,9 +1,10 @@
 //! seglog partitions replicated with openraft: one Raft group per partition, whose Raft log is
 //! the partition's log.
 //!
-//! Entry `i` of a partition's group is one RecordBatch of its log (`entry_codec`): a
-//! producer's batch, or a control batch for a blank or membership entry; the entry's term is
-//! the batch's `partitionLeaderEpoch`. Indexes and offsets both grow with the log, but a batch
+//! Entry `i` of a partition's group is one RecordBatch of its log, or a group of them
+//! (`entry_codec`): a producer's batch, the batches producers sent while the previous entry
+//! was syncing behind a control batch that counts them, or a control batch for a blank or
+//! membership entry; the entry's term is its batches' `partitionLeaderEpoch`. Indexes and offsets both grow with the log, but a batch
 //! holds many offsets, so the replica keeps the map from index to batch (`replica.rs`), rebuilt
 //! at open from the batches and the anchors of its state file (`state_file.rs`).
 
@@ -12,6 +13,7 @@
 pub mod client;
 pub mod entry_codec;
 pub mod error;
+pub mod grouping;
 pub mod log_store;
 pub mod network;
 pub mod node;
@@ -22,7 +24,7 @@ pub mod wire;
 
 use std::io::Cursor;
 
-pub use entry_codec::{Appended, RecordBatch};
+pub use entry_codec::{Appended, Batches};
 pub use error::ReplicaError;
 pub use log_store::LogStore;
 pub use replica::Replica;
@@ -30,10 +32,10 @@ pub use state_machine::StateMachine;
 
 openraft::declare_raft_types!(
     /// One partition's Raft group: normal entries are Kafka record batches; a committed one
-    /// answers its offsets.
+    /// answers the offsets of each data batch.
     pub TypeConfig:
-        D = RecordBatch,
-        R = Option<Appended>,
+        D = Batches,
+        R = Vec<Appended>,
 );
 
 /// An entry of a partition's Raft log.

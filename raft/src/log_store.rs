@@ -20,6 +20,7 @@ use openraft::{LogId, LogState, RaftLogReader, StorageError, Vote};
 use seglog::engine::AppendInfo;
 use seglog::engine::{Durability, Pending};
 use seglog::error::AppendError;
+use seglog::format::batch::BatchIter;
 use seglog::types::Offset;
 use tokio::sync::mpsc;
 
@@ -82,7 +83,7 @@ impl LogStore {
         let batches = read_batches(&self.replica, &wanted, max_bytes).await?;
         batches
             .iter()
-            .map(|(index, batch)| Ok(entry_codec::decode(*index, batch)?))
+            .map(|(index, batches)| Ok(entry_codec::decode(*index, batches)?))
             .collect()
     }
 
@@ -105,13 +106,13 @@ impl LogStore {
             }
             bytes += batch.len() as u64;
             // These bytes were checked when they were appended: no second CRC check.
-            let batch = seglog::format::Batch::decode_without_crc_check(batch, u64::MAX).map_err(
-                |error| ReplicaError::Corrupt {
+            let batches = BatchIter::without_crc_check(batch.clone(), u64::MAX)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| ReplicaError::Corrupt {
                     offset: 0,
                     why: error.to_string(),
-                },
-            )?;
-            entries.push(entry_codec::decode(*index, &batch)?);
+                })?;
+            entries.push(entry_codec::decode(*index, &batches)?);
         }
         Ok((!entries.is_empty()).then_some(entries))
     }
@@ -343,6 +344,9 @@ async fn report_flushes(replica: Replica, mut jobs: mpsc::UnboundedReceiver<Flus
         }
         job.callback
             .log_io_completed(result.map_err(|error| io::Error::other(error.to_string())));
+        replica
+            .appends
+            .send_modify(|progress| progress.flushed += 1);
     }
 }
 
@@ -442,6 +446,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         };
         let job = FlushJob { appends, callback };
+        self.replica
+            .appends
+            .send_modify(|progress| progress.started += 1);
         self.flushes
             .send(job)
             .map_err(|_| ReplicaError::Runtime("the flush task stopped".into()).writing_logs())

@@ -25,7 +25,8 @@ use seglog::types::{Offset, TopicName};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::entry_codec::RecordBatch;
+use crate::entry_codec::Batches;
+use crate::grouping::ProduceQueue;
 use crate::network::Network;
 use crate::wire::{Connection, Fetched, GroupId, PartitionStatus, Request, Response, Retention};
 use crate::{LogStore, Replica, StateMachine, TypeConfig};
@@ -130,6 +131,8 @@ struct Group {
     replica: Replica,
     /// Where the state machine builds its next snapshot (`StateMachine::snapshot_point`).
     snapshot_point: Arc<Mutex<Option<openraft::LogId<u64>>>>,
+    /// Producers' batches on their way into entries (on the leader).
+    queue: ProduceQueue,
 }
 
 /// A running node; clones share it.
@@ -314,10 +317,12 @@ impl Node {
                 .collect();
             let _ = raft.initialize(members).await;
         }
+        let queue = ProduceQueue::start(raft.clone(), replica.append_progress());
         let group = Group {
             raft,
             replica,
             snapshot_point,
+            queue,
         };
         let mut groups = self.groups();
         Ok(groups.entry(id).or_insert(group).clone())
@@ -571,8 +576,8 @@ impl Node {
             return Response::Error("command not encodable".into());
         };
         let batch = one_record_batch(&value);
-        if let Err(response) = self.write(&metadata, batch).await {
-            return response;
+        if let Err(refused) = crate::grouping::write(&metadata.raft, Batches(batch)).await {
+            return refused.into();
         }
         let deadline = tokio::time::Instant::now() + TOPIC_START_TIMEOUT;
         while !self.topics().contains_key(&topic) {
@@ -622,24 +627,6 @@ impl Node {
         }
     }
 
-    /// Commits `batch` through `group`'s leader (this node): its offsets, or where to go.
-    async fn write(&self, group: &Group, batch: Bytes) -> Result<Response, Response> {
-        match group.raft.client_write(RecordBatch(batch)).await {
-            Ok(written) => Ok(match written.data {
-                Some(appended) => Response::Produced(appended),
-                None => Response::Error("the entry holds no batch".into()),
-            }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(Response::NotLeader {
-                    leader: forward.leader_id,
-                    address: forward.leader_node.map(|node| node.addr),
-                })
-            }
-            Err(RaftError::Fatal(fatal)) => Err(Response::Unavailable(fatal.to_string())),
-            Err(error) => Err(Response::Error(error.to_string())),
-        }
-    }
-
     async fn produce(&self, topic: String, partition: u32, batch: Bytes) -> Response {
         let id = GroupId::Partition { topic, partition };
         let Some(group) = self.group(&id) else {
@@ -662,9 +649,7 @@ impl Node {
                 return Response::Produced(appended);
             }
         }
-        match self.write(&group, batch).await {
-            Ok(response) | Err(response) => response,
-        }
+        group.queue.produce(batch).await
     }
 
     /// Waits until this node leads `group` and has applied every entry of earlier terms (its

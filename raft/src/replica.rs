@@ -16,8 +16,9 @@ use seglog::format::Batch;
 use seglog::format::batch::BatchIter;
 use seglog::types::{Offset, TopicName};
 
-use crate::entry_codec::{Appended, CodecError};
+use crate::entry_codec::{self, Appended, CodecError};
 use crate::error::ReplicaError;
+use crate::grouping::AppendProgress;
 use crate::state_file::{Anchor, RaftState, StateFile};
 
 /// Bytes a fetch asks for while scanning or reading entries.
@@ -107,6 +108,8 @@ pub struct Replica {
     pub(crate) shared: Arc<Mutex<Shared>>,
     /// Held while the state file is written.
     writing: Arc<tokio::sync::Mutex<()>>,
+    /// The log store's appends begun and reported flushed (the produce queue waits on it).
+    pub(crate) appends: Arc<tokio::sync::watch::Sender<AppendProgress>>,
 }
 
 impl Replica {
@@ -137,9 +140,15 @@ impl Replica {
                 failure: None,
             })),
             writing: Arc::new(tokio::sync::Mutex::new(())),
+            appends: Arc::new(tokio::sync::watch::Sender::new(AppendProgress::default())),
         };
         replica.rebuild().await?;
         Ok(replica)
+    }
+
+    /// Follows the log store's appends: begun, and reported flushed.
+    pub fn append_progress(&self) -> tokio::sync::watch::Receiver<AppendProgress> {
+        self.appends.subscribe()
     }
 
     /// The offset after the last committed entry this replica applied.
@@ -248,7 +257,7 @@ impl Replica {
             let anchors = state.anchors.clone();
             self.update_state(|stored| stored.anchors = anchors).await?;
         }
-        let entries = self.scan(start, log_end, &state.anchors).await?;
+        let (entries, log_end) = self.scan(start, log_end, &state.anchors).await?;
         let mut shared = self.lock();
         shared.high_watermark = start;
         shared.state = state;
@@ -286,16 +295,21 @@ impl Replica {
         Ok(log_end)
     }
 
-    /// Numbers the batches in `[start, log_end)`.
+    /// Numbers the entries in `[start, log_end)`: each batch is the next entry, unless an
+    /// anchor names its index, or a group's first batch before it counts it in. Returns the
+    /// entries and the log end, which is cut back to a group's start where the log ends inside
+    /// the group (its write was cut short by a crash: never reported flushed).
     async fn scan(
         &self,
         start: u64,
         log_end: u64,
         anchors: &[Anchor],
-    ) -> Result<BTreeMap<u64, Position>, ReplicaError> {
+    ) -> Result<(BTreeMap<u64, Position>, u64), ReplicaError> {
         let named: BTreeMap<u64, u64> = anchors.iter().map(|a| (a.offset, a.index)).collect();
         let mut entries = BTreeMap::new();
         let mut previous: Option<u64> = None;
+        // The group being read: its index, its position so far, the data batches still due.
+        let mut open_group: Option<(u64, Position, u32)> = None;
         let mut offset = start;
         while offset < log_end {
             let batches = self.fetch(offset).await?;
@@ -304,6 +318,27 @@ impl Replica {
             }
             for batch in batches {
                 let base_offset = batch.base_offset() as u64;
+                let next_offset = batch.last_offset() as u64 + 1;
+                offset = next_offset;
+                if let Some((index, mut position, due)) = open_group.take() {
+                    if batch.header().attributes.is_control() {
+                        return Err(ReplicaError::Corrupt {
+                            offset: base_offset,
+                            why: "a control batch inside a group".into(),
+                        });
+                    }
+                    position.next_offset = next_offset;
+                    position.size_bytes += batch.size_bytes();
+                    position.max_timestamp =
+                        position.max_timestamp.max(batch.header().max_timestamp);
+                    match due {
+                        1 => {
+                            entries.insert(index, position);
+                        }
+                        _ => open_group = Some((index, position, due - 1)),
+                    }
+                    continue;
+                }
                 let index = match (named.get(&base_offset), previous) {
                     (Some(index), _) => *index,
                     (None, Some(previous)) => previous + 1,
@@ -319,22 +354,34 @@ impl Replica {
                         why: "negative partitionLeaderEpoch".into(),
                     }
                 })?;
-                let next_offset = batch.last_offset() as u64 + 1;
-                entries.insert(
-                    index,
-                    Position {
-                        base_offset,
-                        next_offset,
-                        term,
-                        size_bytes: batch.size_bytes(),
-                        max_timestamp: batch.header().max_timestamp,
-                    },
-                );
+                let position = Position {
+                    base_offset,
+                    next_offset,
+                    term,
+                    size_bytes: batch.size_bytes(),
+                    max_timestamp: batch.header().max_timestamp,
+                };
                 previous = Some(index);
-                offset = next_offset;
+                match entry_codec::group_size(&batch)? {
+                    Some(due) => open_group = Some((index, position, due)),
+                    None => {
+                        entries.insert(index, position);
+                    }
+                }
             }
         }
-        Ok(entries)
+        match open_group {
+            Some((_, position, _)) => {
+                let cut = Offset(position.base_offset);
+                let end = self
+                    .engine
+                    .truncate_to(&self.topic, self.partition, cut)
+                    .await?;
+                self.engine.flush(&self.topic, self.partition).await?;
+                Ok((entries, end.0))
+            }
+            None => Ok((entries, log_end)),
+        }
     }
 
     /// The whole batches from `offset` on, up to about [`FETCH_BYTES`].
@@ -397,41 +444,50 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| ReplicaError::Runtime(error.to_string()))
 }
 
-/// The batch bytes of `entries` read back: `(index, Position)` in index order.
+/// The batches of the `wanted` entries read back, each entry's in order: `(index, batches)`
+/// in index order, about `max_bytes` of them (at least one entry).
 pub(crate) async fn read_batches(
     replica: &Replica,
     wanted: &[(u64, Position)],
     max_bytes: u64,
-) -> Result<Vec<(u64, Batch)>, ReplicaError> {
-    let mut found = Vec::with_capacity(wanted.len());
+) -> Result<Vec<(u64, Vec<Batch>)>, ReplicaError> {
+    let mut found: Vec<(u64, Vec<Batch>)> = Vec::with_capacity(wanted.len());
     let mut bytes = 0u64;
     let mut next = 0;
+    // The batches of `wanted[next]` read so far.
+    let mut partial: Vec<Batch> = Vec::new();
     while next < wanted.len() && (bytes < max_bytes || found.is_empty()) {
         let (_, position) = wanted[next];
-        let batches = replica.fetch(position.base_offset).await?;
+        let from = partial
+            .last()
+            .map_or(position.base_offset, |b| b.last_offset() as u64 + 1);
+        let batches = replica.fetch(from).await?;
         if batches.is_empty() {
-            return Err(ReplicaError::Gap {
-                offset: position.base_offset,
-            });
+            return Err(ReplicaError::Gap { offset: from });
         }
         for batch in batches {
             let Some((index, position)) = wanted.get(next) else {
                 break;
             };
             let base_offset = batch.base_offset() as u64;
-            if base_offset < position.base_offset {
+            let expected = partial
+                .last()
+                .map_or(position.base_offset, |b| b.last_offset() as u64 + 1);
+            if base_offset < expected {
                 continue;
             }
-            if base_offset != position.base_offset {
-                return Err(ReplicaError::Gap {
-                    offset: position.base_offset,
-                });
+            if base_offset != expected {
+                return Err(ReplicaError::Gap { offset: expected });
             }
             bytes += batch.size_bytes();
-            found.push((*index, batch));
-            next += 1;
-            if bytes >= max_bytes {
-                break;
+            let ends_entry = batch.last_offset() as u64 + 1 >= position.next_offset;
+            partial.push(batch);
+            if ends_entry {
+                found.push((*index, std::mem::take(&mut partial)));
+                next += 1;
+                if bytes >= max_bytes {
+                    break;
+                }
             }
         }
     }

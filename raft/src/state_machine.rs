@@ -17,7 +17,7 @@ use openraft::{
     StoredMembership,
 };
 
-use crate::entry_codec::{Appended, RecordBatch};
+use crate::entry_codec::{Appended, Batches};
 use crate::error::ReplicaError;
 use crate::replica::Replica;
 use crate::state_file::{Anchor, SnapshotRecord};
@@ -79,7 +79,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((self.last_applied, membership))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Option<Appended>>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Appended>>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -88,24 +88,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
-                EntryPayload::Normal(RecordBatch(bytes)) => {
+                EntryPayload::Normal(Batches(bytes)) => {
                     // The entry was read from the log (or kept from its append): checked.
-                    let header = seglog::format::BatchHeader::parse(&bytes).map_err(|error| {
-                        ReplicaError::Corrupt {
-                            offset: 0,
-                            why: error.to_string(),
-                        }
-                        .writing_state_machine()
-                    })?;
-                    let appended = crate::entry_codec::appended(&header);
-                    remember_producer(&self.replica, &header, appended);
-                    Some(appended)
+                    let batches = crate::entry_codec::appended(&bytes)
+                        .map_err(|error| ReplicaError::from(error).writing_state_machine())?;
+                    for (header, appended) in &batches {
+                        remember_producer(&self.replica, header, *appended);
+                    }
+                    batches.into_iter().map(|(_, appended)| appended).collect()
                 }
-                EntryPayload::Blank => None,
+                EntryPayload::Blank => Vec::new(),
                 EntryPayload::Membership(membership) => {
                     let stored = StoredMembership::new(Some(entry.log_id), membership);
                     self.memberships.push(stored);
-                    None
+                    Vec::new()
                 }
             };
             replies.push(reply);

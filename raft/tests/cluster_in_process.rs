@@ -1,7 +1,8 @@
 //! Three nodes in one process on loopback: a topic created through any node is replicated on
 //! all; produced batches are committed with their offsets and read back from every node; after
 //! the leader stops, another takes over and produce goes on, and a retried batch of an
-//! idempotent producer is not written twice.
+//! idempotent producer is not written twice; batches sent together are committed in groups,
+//! each answered its own offsets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,6 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use seglog::engine::EngineConfig;
+use seglog::format::batch::BatchIter;
 use seglog_raft::client::{ClientError, ClusterClient};
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::Retention;
@@ -169,6 +171,77 @@ async fn three_nodes_replicate_commit_and_survive_the_leaders_stop() {
     assert_eq!(caught_up, expected);
     for (_, node) in nodes {
         stop(node).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_sent_together_are_grouped_and_each_answered_its_own_offsets() {
+    let root = tempfile::tempdir().unwrap();
+    let (peers, nodes, mut admin) = start_three(root.path()).await;
+    let addresses: Vec<String> = peers.values().cloned().collect();
+    admin
+        .create_topic("t", 1, Retention::default())
+        .await
+        .unwrap();
+    // Sixteen producers, each with one batch in flight at a time.
+    let producers: Vec<_> = (0..16)
+        .map(|producer| {
+            let mut client = ClusterClient::new(addresses.clone(), Duration::from_secs(30));
+            tokio::spawn(async move {
+                let mut sent = Vec::new();
+                for round in 0..20 {
+                    let values: Vec<String> = (0..3)
+                        .map(|i| format!("p{producer}-r{round}-{i}"))
+                        .collect();
+                    let batch = batch(100 + producer, round * 3, &values);
+                    let appended = client.produce("t", 0, batch).await.unwrap();
+                    assert_eq!(appended.last_offset - appended.base_offset, 2);
+                    for (i, value) in values.into_iter().enumerate() {
+                        sent.push((appended.base_offset + i as u64, value));
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for producer in producers {
+        expected.extend(producer.await.unwrap());
+    }
+    expected.sort();
+    for address in peers.values() {
+        let served = values_once_served(address, expected.len()).await;
+        assert_eq!(served, expected, "node {address}");
+    }
+    // Some entries held several batches: their control batch counts them.
+    let leader = leader_of_t0(&mut admin).await;
+    let groups = group_batches_at(&peers[&leader]).await;
+    assert!(!groups.is_empty(), "no batches were grouped");
+    assert!(groups.iter().all(|count| *count >= 2), "{groups:?}");
+    for (_, node) in nodes {
+        stop(node).await;
+    }
+}
+
+/// The batch counts of the groups in what `address` serves of t-0.
+async fn group_batches_at(address: &str) -> Vec<u32> {
+    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
+    let mut counts = Vec::new();
+    let mut offset = 0;
+    loop {
+        let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
+        let mut any = false;
+        for batch in BatchIter::new(fetched.records, u64::MAX) {
+            let batch = batch.unwrap();
+            any = true;
+            offset = batch.last_offset() as u64 + 1;
+            if let Some(count) = seglog_raft::entry_codec::group_size(&batch).unwrap() {
+                counts.push(count);
+            }
+        }
+        if !any || offset >= fetched.high_watermark {
+            return counts;
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use seglog::format::batch::BatchIter;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::types::{Offset, TopicName};
 use seglog_raft::state_file::{Anchor, SnapshotRecord};
-use seglog_raft::{LogStore, RecordBatch, Replica, StateMachine, TypeConfig};
+use seglog_raft::{Batches, LogStore, Replica, StateMachine, TypeConfig};
 
 fn log_id(term: u64, index: u64) -> LogId<u64> {
     LogId::new(CommittedLeaderId::new(term, 0), index)
@@ -35,7 +35,7 @@ fn data(term: u64, index: u64, records: usize) -> Entry<TypeConfig> {
             headers: &[],
         });
     }
-    let payload = EntryPayload::Normal(RecordBatch(builder.build().unwrap()));
+    let payload = EntryPayload::Normal(Batches(builder.build().unwrap()));
     Entry {
         log_id: log_id(term, index),
         payload,
@@ -116,7 +116,7 @@ async fn entries_read_back_the_same_after_a_restart() {
     assert_eq!(summary(&after), summary(&before));
     assert_eq!(store.get_log_state().await.unwrap(), state_before);
     // Entry 16's five records sit after 5..=14 (3 each) and the blank entry 15.
-    let EntryPayload::Normal(RecordBatch(bytes)) = &after[11].payload else {
+    let EntryPayload::Normal(Batches(bytes)) = &after[11].payload else {
         panic!("entry 16 is data");
     };
     let batch = seglog::format::Batch::decode(bytes, u64::MAX).unwrap();
@@ -198,4 +198,164 @@ async fn a_follower_that_installs_a_snapshot_restarts_its_log_at_the_leaders_off
     assert_eq!(current.meta, meta);
     drop((store, state_machine));
     engine.close().unwrap();
+}
+
+fn data_batch(tag: &str, records: usize) -> bytes::Bytes {
+    let mut builder = BatchBuilder::new(0);
+    for record in 0..records {
+        let value = format!("{tag}-{record}");
+        builder.push(&NewRecord {
+            timestamp_ms: 2_000,
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+        });
+    }
+    builder.build().unwrap()
+}
+
+fn group_entry(term: u64, index: u64, batches: &[bytes::Bytes]) -> Entry<TypeConfig> {
+    let payload = EntryPayload::Normal(Batches(seglog_raft::entry_codec::group(batches)));
+    Entry {
+        log_id: log_id(term, index),
+        payload,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_entry_reads_back_whole_and_answers_each_batch_its_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, _) = open(dir.path()).await;
+    let batches = [data_batch("a", 2), data_batch("b", 3), data_batch("c", 1)];
+    append(
+        &mut store,
+        vec![
+            blank(1, 0),
+            group_entry(1, 1, &batches),
+            data(1, 2, 4),
+            group_entry(1, 3, &batches[..2]),
+        ],
+    )
+    .await;
+    let before = store.try_get_log_entries(0..).await.unwrap();
+    drop(store);
+    engine.close().unwrap();
+
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    let after = store.try_get_log_entries(0..).await.unwrap();
+    assert_eq!(summary(&after), summary(&before));
+    // The group's first batch (offset 1) counts the three batches after it; each is answered.
+    let answers = state_machine.apply(after).await.unwrap();
+    let offsets: Vec<Vec<(u64, u64)>> = answers
+        .iter()
+        .map(|batches| {
+            batches
+                .iter()
+                .map(|a| (a.base_offset, a.last_offset))
+                .collect()
+        })
+        .collect();
+    let expected: Vec<Vec<(u64, u64)>> = vec![
+        vec![],
+        vec![(2, 3), (4, 6), (7, 7)],
+        vec![(8, 11)],
+        vec![(13, 14), (15, 17)],
+    ];
+    assert_eq!(offsets, expected);
+    // In the log: a control batch before each group, the producers' batches as sent.
+    let topic = TopicName::parse("t").unwrap();
+    let fetched = engine
+        .fetch(&topic, 0, Offset(0), FetchOptions::default())
+        .wait()
+        .unwrap();
+    let control: Vec<(i64, bool)> = BatchIter::new(fetched.records, u64::MAX)
+        .map(|batch| {
+            let batch = batch.unwrap();
+            (batch.base_offset(), batch.header().attributes.is_control())
+        })
+        .collect();
+    let expected_control = vec![
+        (0, true),
+        (1, true),
+        (2, false),
+        (4, false),
+        (7, false),
+        (8, false),
+        (12, true),
+        (13, false),
+        (15, false),
+    ];
+    assert_eq!(control, expected_control);
+    drop(store);
+    engine.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_a_crash_cut_short_is_cut_from_the_log_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, _) = open(dir.path()).await;
+    append(&mut store, vec![blank(1, 0), data(1, 1, 2)]).await;
+    let before = store.try_get_log_entries(0..).await.unwrap();
+    drop(store);
+    // A group whose last batch never reached the disk: its first batch and one of two.
+    let batches = [data_batch("a", 2), data_batch("b", 3)];
+    let group = seglog_raft::entry_codec::group(&batches);
+    let torn = group.slice(..group.len() - batches[1].len());
+    let topic = TopicName::parse("t").unwrap();
+    let durable = seglog::engine::Durability::Durable;
+    engine
+        .append_at(&topic, 0, torn, Offset(3), 1, durable)
+        .wait()
+        .unwrap();
+    engine.close().unwrap();
+
+    let (engine, mut store, _) = open(dir.path()).await;
+    let after = store.try_get_log_entries(0..).await.unwrap();
+    assert_eq!(summary(&after), summary(&before));
+    let description = engine.describe_partition("t", 0).unwrap();
+    assert_eq!(
+        description.log_end_offset,
+        Offset(3),
+        "cut back to the group"
+    );
+    // The next entry goes where the group would have.
+    append(&mut store, vec![data(1, 2, 1)]).await;
+    let entries = store.try_get_log_entries(2..).await.unwrap();
+    let EntryPayload::Normal(Batches(bytes)) = &entries[0].payload else {
+        panic!("entry 2 is data");
+    };
+    let batch = seglog::format::Batch::decode(bytes, u64::MAX).unwrap();
+    assert_eq!(batch.base_offset(), 3);
+    drop(store);
+    engine.close().unwrap();
+}
+
+#[test]
+fn malformed_groups_are_refused_as_entries() {
+    use seglog_raft::entry_codec::{encode, group};
+    let (a, b) = (data_batch("a", 1), data_batch("b", 1));
+    let entry = |bytes: bytes::Bytes| Entry::<TypeConfig> {
+        log_id: log_id(1, 1),
+        payload: EntryPayload::Normal(Batches(bytes)),
+    };
+    let whole = group(&[a.clone(), b.clone()]);
+    assert_eq!(encode(&entry(whole.clone())).unwrap().record_count, 3);
+    let mut two = a.to_vec();
+    two.extend_from_slice(&b);
+    assert!(encode(&entry(two.into())).is_err(), "two batches, no group");
+    let short = whole.slice(..whole.len() - b.len());
+    assert!(encode(&entry(short)).is_err(), "a group missing a batch");
+    let first_only = whole.slice(..whole.len() - a.len() - b.len());
+    assert!(
+        encode(&entry(first_only)).is_err(),
+        "a group's first batch alone"
+    );
+    let mut extra = whole.to_vec();
+    extra.extend_from_slice(&a);
+    assert!(
+        encode(&entry(extra.into())).is_err(),
+        "a batch past the group"
+    );
+    let cut = whole.slice(..whole.len() - 1);
+    assert!(encode(&entry(cut)).is_err(), "a batch cut short");
 }
