@@ -8,14 +8,13 @@
 
 mod support;
 
-use support::{batch, free_addresses, values_at, values_once_served};
+use support::{batch, batches_at, free_addresses, values_at, values_once_served};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use seglog::engine::EngineConfig;
-use seglog::format::batch::BatchIter;
 use seglog_raft::client::{ClientError, ClusterClient};
 use seglog_raft::node::{Node, NodeConfig};
 use seglog_raft::wire::Retention;
@@ -225,24 +224,9 @@ async fn batches_sent_together_are_grouped_and_each_answered_its_own_offsets() {
 
 /// The batch counts of the groups in what `address` serves of t-0.
 async fn group_batches_at(address: &str) -> Vec<u32> {
-    let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
-    let mut counts = Vec::new();
-    let mut offset = 0;
-    loop {
-        let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
-        let mut any = false;
-        for batch in BatchIter::new(fetched.records, u64::MAX) {
-            let batch = batch.unwrap();
-            any = true;
-            offset = batch.last_offset() as u64 + 1;
-            if let Some(count) = seglog_raft::entry_codec::group_size(&batch).unwrap() {
-                counts.push(count);
-            }
-        }
-        if !any || offset >= fetched.high_watermark {
-            return counts;
-        }
-    }
+    let batches = batches_at(address).await;
+    let groups = batches.iter().map(seglog_raft::entry_codec::group_size);
+    groups.filter_map(|count| count.unwrap()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

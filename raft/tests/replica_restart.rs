@@ -25,17 +25,7 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
 }
 
 fn data(term: u64, index: u64, records: usize) -> Entry<TypeConfig> {
-    let mut builder = BatchBuilder::new(0);
-    for record in 0..records {
-        let value = format!("{index}-{record}");
-        builder.push(&NewRecord {
-            timestamp_ms: 1_000,
-            key: None,
-            value: Some(value.as_bytes()),
-            headers: &[],
-        });
-    }
-    let payload = EntryPayload::Normal(Batches(builder.build().unwrap()));
+    let payload = EntryPayload::Normal(Batches(data_batch(&index.to_string(), records)));
     Entry {
         log_id: log_id(term, index),
         payload,
@@ -205,7 +195,7 @@ fn data_batch(tag: &str, records: usize) -> bytes::Bytes {
     for record in 0..records {
         let value = format!("{tag}-{record}");
         builder.push(&NewRecord {
-            timestamp_ms: 2_000,
+            timestamp_ms: 1_000,
             key: None,
             value: Some(value.as_bytes()),
             headers: &[],

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use seglog::format::batch::BatchIter;
-use seglog::format::{BatchBuilder, NewRecord};
+use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog_raft::client::ClusterClient;
 
 /// `count` free loopback addresses, for nodes 1 to `count`.
@@ -35,10 +35,10 @@ pub fn batch(producer_id: i64, sequence: i32, values: &[String]) -> Bytes {
     builder.build().unwrap()
 }
 
-/// Every record value `address` serves for t-0, with its offset.
-pub async fn values_at(address: &str) -> Vec<(u64, String)> {
+/// Every batch `address` serves of t-0, up to its high watermark.
+pub async fn batches_at(address: &str) -> Vec<Batch> {
     let mut client = ClusterClient::new(vec![address.to_string()], Duration::from_secs(10));
-    let mut values = Vec::new();
+    let mut batches = Vec::new();
     let mut offset = 0;
     loop {
         let fetched = client.fetch("t", 0, offset, 1 << 20).await.unwrap();
@@ -47,18 +47,27 @@ pub async fn values_at(address: &str) -> Vec<(u64, String)> {
             let batch = batch.unwrap();
             any = true;
             offset = batch.last_offset() as u64 + 1;
-            if batch.header().attributes.is_control() {
-                continue;
-            }
-            for (delta, record) in batch.records().unwrap().into_iter().enumerate() {
-                let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
-                values.push((batch.base_offset() as u64 + delta as u64, value));
-            }
+            batches.push(batch);
         }
         if !any || offset >= fetched.high_watermark {
-            return values;
+            return batches;
         }
     }
+}
+
+/// Every record value `address` serves for t-0, with its offset.
+pub async fn values_at(address: &str) -> Vec<(u64, String)> {
+    let mut values = Vec::new();
+    for batch in batches_at(address).await {
+        if batch.header().attributes.is_control() {
+            continue;
+        }
+        for (delta, record) in batch.records().unwrap().into_iter().enumerate() {
+            let value = String::from_utf8(record.value.unwrap().to_vec()).unwrap();
+            values.push((batch.base_offset() as u64 + delta as u64, value));
+        }
+    }
+    values
 }
 
 /// What `address` serves of t-0 once it serves `count` records (or after about 10 s).
