@@ -1,0 +1,42 @@
+//! What every connection shares: the engine, the settings, and the address clients are given.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::BrokerId;
+use kafka_protocol::protocol::StrBytes;
+use seglog::engine::Engine;
+
+use crate::config::ServeConfig;
+
+/// The broker as the request handlers see it.
+#[derive(Debug)]
+pub(crate) struct Broker {
+    pub(crate) engine: Engine,
+    pub(crate) config: ServeConfig,
+    /// The host Metadata names for this broker.
+    pub(crate) host: StrBytes,
+    /// The port Metadata names for this broker.
+    pub(crate) port: i32,
+}
+
+impl Broker {
+    pub(crate) fn broker_id(&self) -> BrokerId {
+        BrokerId(self.config.broker_id)
+    }
+
+    /// Runs a blocking engine call (topic administration) on tokio's blocking pool, so that it
+    /// never holds up a connection's thread. A call that panicked is logged here and answered
+    /// `UNKNOWN_SERVER_ERROR`.
+    pub(crate) async fn blocking<T, F>(&self, call: F) -> Result<T, ResponseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Engine) -> T + Send + 'static,
+    {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || call(&engine))
+            .await
+            .map_err(|error| {
+                log::error!("an engine call panicked: {error}");
+                ResponseError::UnknownServerError
+            })
+    }
+}

@@ -1,0 +1,116 @@
+//! Produce: each partition's batches are appended as the client sent them. `acks=all` (-1)
+//! answers after the engine's group commit synced them (`Durability::Durable`); `acks=1` once
+//! written; `acks=0` is never answered. Every partition's append is sent to its shard before any
+//! is awaited, so a request's partitions are written in parallel.
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::ProduceRequest;
+use kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use seglog::engine::{AppendInfo, Durability, Pending};
+use seglog::error::AppendError;
+use seglog::types::TopicName;
+
+use crate::broker::Broker;
+use crate::error_code;
+
+/// One partition's append, under way or refused before it started.
+enum PartitionAppend {
+    Sent(Pending<AppendInfo, AppendError>),
+    Refused(ResponseError),
+}
+
+pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> Option<ProduceResponse> {
+    let durability = match request.acks {
+        -1 => Some(Durability::Durable),
+        0 | 1 => Some(Durability::Written),
+        _ => None,
+    };
+    let mut appends = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let partitions = topic
+            .partition_data
+            .into_iter()
+            .map(|partition| {
+                let append = match durability {
+                    Some(durability) => send(
+                        broker,
+                        &topic.name.0,
+                        partition.index,
+                        partition.records,
+                        durability,
+                    ),
+                    None => PartitionAppend::Refused(ResponseError::InvalidRequiredAcks),
+                };
+                (partition.index, append)
+            })
+            .collect::<Vec<_>>();
+        appends.push((topic.name, partitions));
+    }
+    let mut responses = Vec::with_capacity(appends.len());
+    for (name, partitions) in appends {
+        let mut partition_responses = Vec::with_capacity(partitions.len());
+        for (index, append) in partitions {
+            partition_responses.push(settle(index, append).await);
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(name)
+                .with_partition_responses(partition_responses),
+        );
+    }
+    // Awaited all the same: a client with acks=0 still gets its appends written in order.
+    (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}
+
+fn send(
+    broker: &Broker,
+    topic: &StrBytes,
+    partition: i32,
+    records: Option<Bytes>,
+    durability: Durability,
+) -> PartitionAppend {
+    let (Ok(topic), Ok(partition)) = (TopicName::parse(topic), u32::try_from(partition)) else {
+        return PartitionAppend::Refused(ResponseError::UnknownTopicOrPartition);
+    };
+    let Some(records) = records else {
+        return PartitionAppend::Refused(ResponseError::CorruptMessage);
+    };
+    PartitionAppend::Sent(broker.engine.append(&topic, partition, records, durability))
+}
+
+async fn settle(index: i32, append: PartitionAppend) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default().with_index(index);
+    let pending = match append {
+        PartitionAppend::Sent(pending) => pending,
+        PartitionAppend::Refused(error) => return refused(response, error, None),
+    };
+    match pending.await {
+        Ok(appended) => response
+            .with_base_offset(offset_i64(appended.first_offset.0))
+            .with_log_append_time_ms(appended.log_append_time.map_or(-1, |time| time.0)),
+        Err(error) => {
+            let code = error_code::append_error(&error);
+            refused(response, code, Some(error.to_string()))
+        }
+    }
+}
+
+fn refused(
+    response: PartitionProduceResponse,
+    error: ResponseError,
+    message: Option<String>,
+) -> PartitionProduceResponse {
+    response
+        .with_error_code(error.code())
+        .with_base_offset(-1)
+        .with_error_message(message.map(StrBytes::from_string))
+}
+
+/// Offsets are below 2^63 (the engine refuses an append past `i64::MAX`).
+pub(crate) fn offset_i64(offset: u64) -> i64 {
+    i64::try_from(offset).unwrap_or(i64::MAX)
+}
