@@ -207,8 +207,11 @@ async fn wait_for_growth(
         ) else {
             continue;
         };
+        // Room for what arrives, within the partition's limit: a batch past the limit would
+        // not be returned, so it cannot satisfy the wait either.
+        let partition_max_bytes = u64::try_from(target.partition_max_bytes).unwrap_or(0);
         let options = FetchOptions {
-            max_bytes: size as u64 + 1,
+            max_bytes: partition_max_bytes.max(size as u64 + 1),
             min_bytes: size as u64 + 1,
             max_wait_ms,
             isolation: Isolation::LogEnd,

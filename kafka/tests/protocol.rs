@@ -293,6 +293,32 @@ async fn fetch_long_polls_until_a_produce_arrives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_waits_for_min_bytes_across_produces() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut admin = broker.client().await;
+    create_topic(&mut admin, "gather", 1).await;
+    let first = batch(2, 1);
+    let second = batch(3, 2);
+    produce(&mut admin, "gather", 0, first.clone()).await;
+    let mut consumer = broker.client().await;
+    // More than the first batch holds, and a wait far longer than the test: the fetch returns
+    // both batches only if the second produce wakes it.
+    let min_bytes = i32::try_from(first.len()).unwrap() + 1;
+    let request = fetch_request("gather", 0, 0)
+        .with_min_bytes(min_bytes)
+        .with_max_wait_ms(600_000);
+    let correlation_id = consumer.send(&request, 12).await;
+    assert_eq!(
+        produce(&mut admin, "gather", 0, second.clone()).await,
+        (0, 2)
+    );
+    let response = consumer.receive::<FetchRequest>(12, correlation_id).await;
+    let records = response.responses[0].partitions[0].records.clone().unwrap();
+    assert_eq!(records.len(), first.len() + second.len());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_past_its_wait_answers_empty() {
     let broker = Broker::start(ServeConfig::default()).await;
     let mut client = broker.client().await;
