@@ -1,7 +1,7 @@
 //! `seglog serve` with Kafka clients that others wrote (issue 44): the `seglog` binary serves on
-//! loopback, and kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`) creates a topic
-//! of 3 partitions with its admin client, produces 2,000 keyed records with `acks='all'` and
-//! consumes every one back exactly once; kcat lists the metadata, produces lines and consumes
+//! loopback, and kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
+//! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
+//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once; kcat lists the metadata, produces lines and consumes
 //! them back. Then SIGTERM stops the server with exit code 0, and `seglog verify` finds the files
 //! it wrote clean, its engine closed with the clean-shutdown marker; an unknown `--config` is
 //! refused before it listens. A missing client prints `SKIP:` (a failure under `CI=true`).
@@ -23,6 +23,8 @@ use support::{assert_success, path_arg, seglog};
 const READY_WAIT: Duration = Duration::from_secs(30);
 /// kafka-python's script reports a missing package with this exit code.
 const SCRIPT_SKIP_CODE: i32 = 77;
+/// Kafka's codecs, each produced with and read back (kafka-python's `compression_type`).
+const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 
 /// A running `seglog serve`; killed if still running when dropped.
 struct Server {
@@ -97,23 +99,27 @@ fn kafka_python_creates_produces_with_acks_all_and_consumes_everything() {
     let test = "kafka_python_creates_produces_with_acks_all_and_consumes_everything";
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let run = Command::new("python3")
-        .arg(script("kafka_python_roundtrip.py"))
-        .args([server.address.as_str(), "roundtrip"])
-        .output();
-    let output = match run {
-        Ok(output) => output,
-        Err(error) => {
-            seglog::testing::skip(test, format!("python3 cannot run: {error}"));
-            return;
+    for codec in CODECS {
+        let topic = format!("roundtrip-{codec}");
+        let run = Command::new("python3")
+            .arg(script("kafka_python_roundtrip.py"))
+            .args([server.address.as_str(), topic.as_str(), codec])
+            .output();
+        let output = match run {
+            Ok(output) => output,
+            Err(error) => {
+                seglog::testing::skip(test, format!("python3 cannot run: {error}"));
+                return;
+            }
+        };
+        if output.status.code() == Some(SCRIPT_SKIP_CODE) {
+            let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+            let install = "pip install kafka-python python-snappy lz4 zstandard";
+            seglog::testing::skip(test, format!("{codec}: {why} ({install})"));
+            continue;
         }
-    };
-    if output.status.code() == Some(SCRIPT_SKIP_CODE) {
-        let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        seglog::testing::skip(test, format!("{why} (pip install kafka-python)"));
-        return;
+        assert!(output.status.success(), "{codec}: {}", describe(&output));
     }
-    assert!(output.status.success(), "{}", describe(&output));
     server.stop();
     verify_clean(dir.path());
 }

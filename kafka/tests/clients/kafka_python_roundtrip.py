@@ -5,8 +5,11 @@ acks='all' (every delivery acknowledged, each key in the partition Kafka's parti
 then consumes the three partitions from the beginning and checks that every record came back
 exactly once, in order per partition, with its key and value.
 
-Usage: kafka_python_roundtrip.py HOST:PORT TOPIC
-Exit codes: 0 passed, 1 failed, 77 kafka-python is not installed (the caller reports a SKIP).
+Usage: kafka_python_roundtrip.py HOST:PORT TOPIC [COMPRESSION]
+COMPRESSION is kafka-python's `compression_type`: none (the default), gzip, snappy, lz4 or zstd;
+the last three need their Python packages (python-snappy, lz4, zstandard).
+Exit codes: 0 passed, 1 failed, 77 kafka-python or the codec's package is not installed (the
+caller reports a SKIP).
 """
 
 import sys
@@ -18,11 +21,20 @@ DELIVERY_TIMEOUT_S = 60
 CONSUME_POLLS_MAX = 120
 
 try:
+    import kafka.codec
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
 except ImportError as error:
     print(f"kafka-python is not installed: {error}")
     sys.exit(77)
+
+CODEC_AVAILABLE = {
+    "none": lambda: True,
+    "gzip": kafka.codec.has_gzip,
+    "snappy": kafka.codec.has_snappy,
+    "lz4": kafka.codec.has_lz4,
+    "zstd": kafka.codec.has_zstd,
+}
 
 
 def create_topic(bootstrap, topic):
@@ -35,12 +47,16 @@ def create_topic(bootstrap, topic):
         admin.close()
 
 
-def produce(bootstrap, topic):
+def produce(bootstrap, topic, compression):
     """Sends every record with acks='all'; returns {key: (partition, offset)} as acknowledged."""
     # Idempotence (on by default in kafka-python 3) needs InitProducerId, which this broker does
     # not answer yet (ApiVersions says so); the producer would refuse to start.
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=False
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        enable_idempotence=False,
+        compression_type=compression,
     )
     futures = []
     for i in range(RECORD_COUNT):
@@ -100,15 +116,20 @@ def check(acknowledged, records):
 
 def main():
     bootstrap, topic = sys.argv[1], sys.argv[2]
+    codec = sys.argv[3] if len(sys.argv) > 3 else "none"
+    if not CODEC_AVAILABLE[codec]():
+        print(f"kafka-python has no {codec} codec (its Python package is not installed)")
+        sys.exit(77)
+    compression = None if codec == "none" else codec
     create_topic(bootstrap, topic)
-    acknowledged = produce(bootstrap, topic)
+    acknowledged = produce(bootstrap, topic, compression)
     records = consume(bootstrap, topic)
     failures = check(acknowledged, records)
     for failure in failures[:20]:
         print(f"FAIL: {failure}")
     if failures:
         sys.exit(1)
-    print(f"OK: {RECORD_COUNT} records produced with acks=all and consumed back exactly once")
+    print(f"OK: {RECORD_COUNT} records ({codec}) produced with acks=all and consumed back once")
 
 
 if __name__ == "__main__":
