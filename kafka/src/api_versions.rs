@@ -40,6 +40,8 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::CreateTopics, "CreateTopics", 2, 7),
     api(ApiKey::DeleteTopics, "DeleteTopics", 1, 6),
     api(ApiKey::CreatePartitions, "CreatePartitions", 0, 3),
+    api(ApiKey::DeleteRecords, "DeleteRecords", 0, 2),
+    api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
 ];
 
 /// Whether `version` of `api_key` is answered.

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
-    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, RequestHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -18,7 +19,7 @@ use crate::api_versions;
 use crate::broker::Broker;
 use crate::error::ConnectionError;
 use crate::frame::{read_frame, response_frame};
-use crate::{fetch, list_offsets, metadata, produce, topics};
+use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
 
 /// Serves one connection until it ends; why it ended is logged here, once.
 pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Receiver<bool>) {
@@ -152,6 +153,14 @@ async fn answer_admin(
         ApiKey::CreatePartitions => {
             let request = decode::<CreatePartitionsRequest>(&mut body, api_key, version)?;
             respond(&topics::create_partitions(broker, request).await)
+        }
+        ApiKey::DeleteRecords => {
+            let request = decode::<DeleteRecordsRequest>(&mut body, api_key, version)?;
+            respond(&delete_records::answer(broker, request).await)
+        }
+        ApiKey::DescribeConfigs => {
+            let request = decode::<DescribeConfigsRequest>(&mut body, api_key, version)?;
+            respond(&describe_configs::answer(broker, request).await)
         }
         // `is_supported` let only the APIs above through.
         _ => Err(ConnectionError::UnsupportedVersion {

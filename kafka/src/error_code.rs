@@ -52,7 +52,7 @@ pub(crate) fn topic_error(error: &TopicError) -> ResponseError {
 
 /// Back-pressure is retriable (`REQUEST_TIMED_OUT`: the client retries after its backoff); a
 /// closed, failed or offline engine is a storage error, as a failed log directory is in Kafka.
-fn unavailable_error(error: &EngineUnavailable) -> ResponseError {
+pub(crate) fn unavailable_error(error: &EngineUnavailable) -> ResponseError {
     match error {
         EngineUnavailable::QueueFull { .. } | EngineUnavailable::TooManyBytesInFlight { .. } => {
             ResponseError::RequestTimedOut

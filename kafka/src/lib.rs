@@ -31,13 +31,16 @@
 //! every other failure is a Kafka error code in the answer.
 //!
 //! The APIs (`api_versions.rs` lists their versions): ApiVersions, Metadata, Produce, Fetch,
-//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions. This node is the only broker and
+//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs.
+//! This node is the only broker and
 //! the leader of every partition; there is no authentication and no TLS.
 
 mod api_versions;
 mod broker;
 mod config;
 mod connection;
+mod delete_records;
+mod describe_configs;
 mod error;
 mod error_code;
 mod fetch;

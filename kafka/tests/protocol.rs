@@ -17,7 +17,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::FetchResponse;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -25,8 +29,9 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest,
+    ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use seglog_kafka::{SUPPORTED_APIS, ServeConfig};
@@ -557,5 +562,106 @@ async fn malformed_frames_close_only_their_own_connection() {
         produce(&mut bystander, "safe", 0, batch(1, 1)).await,
         (0, 0)
     );
+    broker.stop().await;
+}
+
+fn delete_records_request(topic: &str, partition: i32, offset: i64) -> DeleteRecordsRequest {
+    let partition = DeleteRecordsPartition::default()
+        .with_partition_index(partition)
+        .with_offset(offset);
+    let topic = DeleteRecordsTopic::default()
+        .with_name(topic_name(topic))
+        .with_partitions(vec![partition]);
+    DeleteRecordsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(30_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_offset() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "trim", 1).await;
+    produce(&mut client, "trim", 0, batch(10, 1)).await;
+    produce(&mut client, "trim", 0, batch(10, 1)).await;
+    let response = client.call(&delete_records_request("trim", 0, 10), 2).await;
+    let result = &response.topics[0].partitions[0];
+    assert_eq!((result.error_code, result.low_watermark), (0, 10));
+    assert_eq!(list_offset(&mut client, "trim", 0, -2).await, (0, 10));
+    let below = client.call(&fetch_request("trim", 0, 5), 12).await;
+    let code = below.responses[0].partitions[0].error_code;
+    assert_eq!(code, ResponseError::OffsetOutOfRange.code());
+
+    let everything = client.call(&delete_records_request("trim", 0, -1), 0).await;
+    assert_eq!(everything.topics[0].partitions[0].low_watermark, 20);
+    let past_end = client.call(&delete_records_request("trim", 0, 21), 1).await;
+    let code = past_end.topics[0].partitions[0].error_code;
+    assert_eq!(code, ResponseError::OffsetOutOfRange.code());
+    let unknown = client
+        .call(&delete_records_request("nowhere", 0, 1), 2)
+        .await;
+    let code = unknown.topics[0].partitions[0].error_code;
+    assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_configs_reports_a_topics_settings_and_the_brokers() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    let mut request = create_request("configured", 1);
+    request.topics[0].configs = vec![
+        CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("cleanup.policy"))
+            .with_value(Some(StrBytes::from_static_str("compact"))),
+    ];
+    assert_eq!(client.call(&request, 7).await.topics[0].error_code, 0);
+    let resource = |resource_type: i8, name: &'static str, keys: Option<Vec<StrBytes>>| {
+        DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_static_str(name))
+            .with_configuration_keys(keys)
+    };
+    let keys = vec![
+        StrBytes::from_static_str("cleanup.policy"),
+        StrBytes::from_static_str("retention.ms"),
+    ];
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        resource(2, "configured", Some(keys)),
+        resource(4, "0", None),
+        resource(2, "missing", None),
+    ]);
+    let response = client.call(&request, 4).await;
+    let topic = &response.results[0];
+    assert_eq!(topic.error_code, 0);
+    let settings: Vec<(String, String, i8)> = topic
+        .configs
+        .iter()
+        .map(|c| {
+            (
+                c.name.to_string(),
+                c.value.as_ref().unwrap().to_string(),
+                c.config_source,
+            )
+        })
+        .collect();
+    assert_eq!(
+        settings,
+        vec![
+            ("retention.ms".to_owned(), "604800000".to_owned(), 5),
+            ("cleanup.policy".to_owned(), "compact".to_owned(), 1),
+        ],
+        "the topic's settings in their own order, overrides as the topic's"
+    );
+    let broker_settings = &response.results[1];
+    assert_eq!(broker_settings.error_code, 0);
+    assert!(
+        broker_settings
+            .configs
+            .iter()
+            .any(|c| c.name.as_str() == "num.partitions")
+    );
+    let code = response.results[2].error_code;
+    assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());
     broker.stop().await;
 }
