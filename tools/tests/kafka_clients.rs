@@ -1,10 +1,12 @@
-//! `seglog serve` with Kafka clients that others wrote (issue 44): the `seglog` binary serves on
-//! loopback, and kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
+//! `seglog serve` with Kafka clients that others wrote (issue 44). The `seglog` binary serves on
+//! loopback; kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
 //! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
-//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once; kcat lists the metadata, produces lines and consumes
-//! them back. Then SIGTERM stops the server with exit code 0, and `seglog verify` finds the files
-//! it wrote clean, its engine closed with the clean-shutdown marker; an unknown `--config` is
-//! refused before it listens. A missing client prints `SKIP:` (a failure under `CI=true`).
+//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once;
+//! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
+//! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
+//! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
+//! `seglog verify` finds the files it wrote clean. An unknown `--config` is refused before the
+//! server listens. A missing client prints `SKIP:` (a failure under `CI=true`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,6 +96,30 @@ fn describe(output: &Output) -> String {
     )
 }
 
+/// Runs a kafka-python script with `args`; `None` after a `SKIP:` line when python3 or the
+/// packages it needs are missing. Panics if the script fails.
+fn run_python(test: &str, script_name: &str, args: &[&str]) -> Option<()> {
+    let run = Command::new("python3")
+        .arg(script(script_name))
+        .args(args)
+        .output();
+    let output = match run {
+        Ok(output) => output,
+        Err(error) => {
+            seglog::testing::skip(test, format!("python3 cannot run: {error}"));
+            return None;
+        }
+    };
+    if output.status.code() == Some(SCRIPT_SKIP_CODE) {
+        let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let install = "pip install kafka-python python-snappy lz4 zstandard";
+        seglog::testing::skip(test, format!("{args:?}: {why} ({install})"));
+        return None;
+    }
+    assert!(output.status.success(), "{args:?}: {}", describe(&output));
+    Some(())
+}
+
 #[test]
 fn kafka_python_creates_produces_with_acks_all_and_consumes_everything() {
     let test = "kafka_python_creates_produces_with_acks_all_and_consumes_everything";
@@ -101,24 +127,21 @@ fn kafka_python_creates_produces_with_acks_all_and_consumes_everything() {
     let server = Server::start(dir.path());
     for codec in CODECS {
         let topic = format!("roundtrip-{codec}");
-        let run = Command::new("python3")
-            .arg(script("kafka_python_roundtrip.py"))
-            .args([server.address.as_str(), topic.as_str(), codec])
-            .output();
-        let output = match run {
-            Ok(output) => output,
-            Err(error) => {
-                seglog::testing::skip(test, format!("python3 cannot run: {error}"));
-                return;
-            }
-        };
-        if output.status.code() == Some(SCRIPT_SKIP_CODE) {
-            let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-            let install = "pip install kafka-python python-snappy lz4 zstandard";
-            seglog::testing::skip(test, format!("{codec}: {why} ({install})"));
-            continue;
-        }
-        assert!(output.status.success(), "{codec}: {}", describe(&output));
+        let args = [server.address.as_str(), topic.as_str(), codec];
+        run_python(test, "kafka_python_roundtrip.py", &args);
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn kafka_python_finds_offsets_by_time_and_deletes_records() {
+    let test = "kafka_python_finds_offsets_by_time_and_deletes_records";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let args = [server.address.as_str(), "offsets"];
+    if run_python(test, "kafka_python_offsets.py", &args).is_none() {
+        return;
     }
     server.stop();
     verify_clean(dir.path());
