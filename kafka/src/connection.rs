@@ -19,6 +19,7 @@ use crate::api_versions;
 use crate::broker::Broker;
 use crate::error::ConnectionError;
 use crate::frame::{read_frame, response_frame};
+use crate::shape_check;
 use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
 
 /// Serves one connection until it ends; why it ended is logged here, once.
@@ -76,8 +77,13 @@ async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, Conn
     if !api_versions::is_supported(api_key, version) {
         return refuse_version(api_key, version, &frame);
     }
-    let header =
-        decode::<RequestHeader>(&mut frame, api_key, api_key.request_header_version(version))?;
+    // A request header holds no array: the codec reserves nothing from it.
+    let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
+        .map_err(|source| ConnectionError::Decode {
+            api_key: api_key_code,
+            version,
+            source: source.into(),
+        })?;
     answer_api(broker, api_key, version, header.correlation_id, frame).await
 }
 
@@ -170,11 +176,18 @@ async fn answer_admin(
     }
 }
 
+/// Decodes a request body, once its arrays passed `shape_check` (the codec would reserve memory
+/// for whatever count a peer claims).
 fn decode<T: Decodable>(
     body: &mut Bytes,
     api_key: ApiKey,
     version: i16,
 ) -> Result<T, ConnectionError> {
+    shape_check::check(api_key, version, body).map_err(|source| ConnectionError::Shape {
+        api_key: api_key as i16,
+        version,
+        source,
+    })?;
     T::decode(body, version).map_err(|source| ConnectionError::Decode {
         api_key: api_key as i16,
         version,

@@ -49,6 +49,13 @@ pub(crate) enum ConnectionError {
     UnknownApi { api_key: i16 },
     #[error("API {api_key} version {version} is not supported")]
     UnsupportedVersion { api_key: i16, version: i16 },
+    #[error("API {api_key} version {version} request is malformed: {source}")]
+    Shape {
+        api_key: i16,
+        version: i16,
+        #[source]
+        source: crate::shape_check::ShapeError,
+    },
     #[error("API {api_key} version {version} request does not decode: {source}")]
     Decode {
         api_key: i16,

@@ -49,6 +49,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod server;
+mod shape_check;
 mod topics;
 
 pub use api_versions::{SUPPORTED_APIS, SupportedApi};

@@ -4,7 +4,8 @@
 //! names this broker as every partition's leader and auto-creates topics; a produced batch is
 //! fetched back byte for byte (`acks` all, 1 and 0); Fetch long-polls, limits bytes and reports
 //! errors as Kafka codes; ListOffsets finds the earliest, the latest and by timestamp; topics are
-//! created, grown and deleted; a corrupt batch is refused whole; a malformed or oversized frame
+//! created, grown and deleted; records are deleted; configs are described; a corrupt batch is
+//! refused whole; a malformed or oversized frame (an array count past the frame's end included)
 //! closes its own connection and no other.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -540,7 +541,12 @@ async fn malformed_frames_close_only_their_own_connection() {
     unknown_api.put_i32(1);
     let mut unsupported_version = header_only.clone();
     unsupported_version[2..4].copy_from_slice(&77i16.to_be_bytes());
+    // Metadata v1 claiming 2^31 - 1 topics in a 14-byte frame: the codec alone would reserve
+    // 150 GB for them, and a failed allocation aborts the process.
+    let mut array_bomb = header_only.clone();
+    array_bomb.put_i32(i32::MAX);
     let frames: Vec<Vec<u8>> = vec![
+        array_bomb.to_vec(),
         vec![1, 2, 3],
         truncated_body.to_vec(),
         unknown_api.to_vec(),
