@@ -5,8 +5,10 @@
 //! fetched back byte for byte (`acks` all, 1 and 0); Fetch long-polls, limits bytes and reports
 //! errors as Kafka codes; ListOffsets finds the earliest, the latest and by timestamp; topics are
 //! created, grown and deleted; records are deleted; configs are described; a corrupt batch is
-//! refused whole; a malformed or oversized frame (an array count past the frame's end included)
-//! closes its own connection and no other.
+//! refused whole, as is a produce to an unknown topic or partition; a malformed or oversized
+//! frame (an array count past the frame's end included), a client that stalls mid-frame past
+//! `connections.max.idle.ms`, or one past `max.connections`, closes its own connection and no
+//! other.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -669,5 +671,66 @@ async fn describe_configs_reports_a_topics_settings_and_the_brokers() {
     );
     let code = response.results[2].error_code;
     assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_or_vanished_client_is_closed_without_harm() {
+    let mut config = ServeConfig::default();
+    config.set("connections.max.idle.ms", "100").unwrap();
+    let broker = Broker::start(config).await;
+    // Half a frame, then silence: closed once it idles past connections.max.idle.ms.
+    let mut staller = broker.client().await;
+    tokio::io::AsyncWriteExt::write_all(&mut staller.stream, &[0, 0, 0, 100, 0, 3])
+        .await
+        .unwrap();
+    assert!(staller.is_closed_by_broker().await);
+    // Half a frame, then gone.
+    let mut vanisher = broker.client().await;
+    tokio::io::AsyncWriteExt::write_all(&mut vanisher.stream, &[0, 0, 0, 100, 0, 3])
+        .await
+        .unwrap();
+    drop(vanisher);
+    let mut client = broker.client().await;
+    create_topic(&mut client, "after", 1).await;
+    assert_eq!(produce(&mut client, "after", 0, batch(1, 1)).await, (0, 0));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_are_closed() {
+    let mut config = ServeConfig::default();
+    config.set("max.connections", "1").unwrap();
+    let broker = Broker::start(config).await;
+    let mut first = broker.client().await;
+    create_topic(&mut first, "one", 1).await;
+    let mut second = broker.client().await;
+    assert!(second.is_closed_by_broker().await);
+    assert_eq!(produce(&mut first, "one", 0, batch(1, 1)).await, (0, 0));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_to_an_unknown_topic_or_partition_is_refused() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "known", 1).await;
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(
+        produce(&mut client, "unknown", 0, batch(1, 1)).await.0,
+        unknown
+    );
+    assert_eq!(
+        produce(&mut client, "known", 1, batch(1, 1)).await.0,
+        unknown
+    );
+    assert_eq!(
+        produce(&mut client, "known", -1, batch(1, 1)).await.0,
+        unknown
+    );
+    assert!(
+        broker.engine.describe_topic("unknown").is_err(),
+        "produce creates nothing"
+    );
     broker.stop().await;
 }
