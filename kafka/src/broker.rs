@@ -40,3 +40,13 @@ impl Broker {
             })
     }
 }
+
+/// The partition count of `topic`, if it exists (from the engine's registry, without a shard
+/// round trip).
+pub(crate) fn partition_count(engine: &Engine, topic: &str) -> Option<u32> {
+    engine
+        .list_topics()
+        .into_iter()
+        .find(|(known, _)| known.as_str() == topic)
+        .map(|(_, metadata)| metadata.partition_count)
+}

@@ -9,10 +9,11 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::protocol::StrBytes;
-use seglog::engine::is_internal_topic;
+use seglog::config::LogConfig;
+use seglog::engine::{Engine, is_internal_topic};
 use seglog::error::TopicError;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, partition_count};
 use crate::error_code;
 
 pub(crate) async fn answer(
@@ -87,21 +88,17 @@ async fn named_topic(
             .with_error_code(ResponseError::UnknownTopicId.code());
     };
     let topic = name.to_string();
-    let partition_count = |engine: &seglog::engine::Engine, topic: &str| {
-        engine
-            .list_topics()
-            .into_iter()
-            .find(|(known, _)| known.as_str() == topic)
-            .map(|(_, metadata)| metadata.partition_count)
-    };
-    let config = broker.config.clone();
+    let creation = auto_create.then(|| TopicCreation {
+        partition_count: broker.config.num_partitions,
+        config: broker.config.topic_defaults.clone(),
+    });
     let found = broker
         .blocking(move |engine| match partition_count(engine, &topic) {
             Some(count) => Ok(count),
-            None if auto_create && !is_internal_topic(&topic) => {
-                create_for_metadata(engine, &topic, &config, partition_count)
-            }
-            None => Err(ResponseError::UnknownTopicOrPartition),
+            None => match creation {
+                Some(creation) if !is_internal_topic(&topic) => creation.create(engine, &topic),
+                _ => Err(ResponseError::UnknownTopicOrPartition),
+            },
         })
         .await
         .and_then(|found| found);
@@ -113,27 +110,29 @@ async fn named_topic(
     }
 }
 
-/// Creates a topic a Metadata request named (`num.partitions`, the topic defaults); a topic that
-/// another connection created meanwhile is answered as found.
-fn create_for_metadata(
-    engine: &seglog::engine::Engine,
-    topic: &str,
-    config: &crate::config::ServeConfig,
-    partition_count: impl Fn(&seglog::engine::Engine, &str) -> Option<u32>,
-) -> Result<u32, ResponseError> {
-    let created = engine.create_topic(topic, config.num_partitions, config.topic_defaults.clone());
-    match created {
-        Ok(_) => {
-            log::info!(
-                "created topic {topic} ({} partitions) for Metadata",
-                config.num_partitions
-            );
-            Ok(config.num_partitions)
+/// How Metadata creates a topic it names (`num.partitions`, the topic defaults).
+struct TopicCreation {
+    partition_count: u32,
+    config: LogConfig,
+}
+
+impl TopicCreation {
+    /// The new topic's partition count; a topic another connection created meanwhile is
+    /// answered as found.
+    fn create(self, engine: &Engine, topic: &str) -> Result<u32, ResponseError> {
+        match engine.create_topic(topic, self.partition_count, self.config) {
+            Ok(_) => {
+                log::info!(
+                    "created topic {topic} ({} partitions) for Metadata",
+                    self.partition_count
+                );
+                Ok(self.partition_count)
+            }
+            Err(TopicError::TopicExists { .. }) => {
+                partition_count(engine, topic).ok_or(ResponseError::UnknownTopicOrPartition)
+            }
+            Err(error) => Err(error_code::topic_error(&error)),
         }
-        Err(TopicError::TopicExists { .. }) => {
-            partition_count(engine, topic).ok_or(ResponseError::UnknownTopicOrPartition)
-        }
-        Err(error) => Err(error_code::topic_error(&error)),
     }
 }
 

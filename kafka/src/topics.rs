@@ -20,8 +20,10 @@ use kafka_protocol::messages::delete_topics_response::{
 use kafka_protocol::messages::{BrokerId, TopicName as WireTopicName};
 use kafka_protocol::protocol::StrBytes;
 use seglog::config::LogConfig;
+use seglog::engine::Engine;
+use seglog::error::TopicError;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, partition_count};
 use crate::error_code;
 
 /// Kafka's `ConfigSource.DEFAULT_CONFIG` and `DYNAMIC_TOPIC_CONFIG`, as CreateTopics 5+ reports
@@ -72,7 +74,7 @@ async fn create_one(
         let message = "this broker is the only one: replication factor 1".to_owned();
         return Err((ResponseError::InvalidReplicationFactor, message));
     }
-    let partition_count = partition_count(broker, topic)?;
+    let partition_count = requested_partition_count(broker, topic)?;
     let mut config = broker.config.topic_defaults.clone();
     for setting in &topic.configs {
         let value = setting.value.as_ref().map_or("", |value| value.as_str());
@@ -95,7 +97,7 @@ async fn create_one(
 
 /// The partition count asked for: `num_partitions`, `num.partitions` when -1, or the size of
 /// a replica assignment, whose every partition must be on this broker alone.
-fn partition_count(broker: &Broker, topic: &CreatableTopic) -> Result<u32, Refusal> {
+fn requested_partition_count(broker: &Broker, topic: &CreatableTopic) -> Result<u32, Refusal> {
     if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 {
             let message = "both a partition count and an assignment".to_owned();
@@ -241,22 +243,13 @@ async fn grow(
 }
 
 /// What `add_partitions` would refuse, without growing the topic.
-fn validate_growth(
-    engine: &seglog::engine::Engine,
-    topic: &str,
-    count: u32,
-) -> Result<(), seglog::error::TopicError> {
-    let current = engine
-        .list_topics()
-        .into_iter()
-        .find(|(known, _)| known.as_str() == topic)
-        .map(|(_, metadata)| metadata.partition_count)
-        .ok_or_else(|| seglog::error::TopicError::UnknownTopic {
-            topic: topic.to_owned(),
-        })?;
+fn validate_growth(engine: &Engine, topic: &str, count: u32) -> Result<(), TopicError> {
+    let current = partition_count(engine, topic).ok_or_else(|| TopicError::UnknownTopic {
+        topic: topic.to_owned(),
+    })?;
     match count > current {
         true => Ok(()),
-        false => Err(seglog::error::TopicError::InvalidPartitionCount {
+        false => Err(TopicError::InvalidPartitionCount {
             topic: topic.to_owned(),
             current,
             requested: count,
