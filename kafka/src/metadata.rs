@@ -2,6 +2,8 @@
 //! creates it when `auto.create.topics.enable` is on and the client allows it (Metadata 4+), as
 //! Kafka does.
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::TopicName as WireTopicName;
 use kafka_protocol::messages::metadata_request::MetadataRequest;
@@ -26,9 +28,10 @@ pub(crate) async fn answer(
         Some(names) => {
             let auto_create = broker.config.auto_create_topics_enable
                 && (version < 4 || request.allow_auto_topic_creation);
+            let known = broker.blocking(partition_counts).await.unwrap_or_default();
             let mut topics = Vec::with_capacity(names.len());
             for name in names {
-                topics.push(named_topic(broker, name, auto_create).await);
+                topics.push(named_topic(broker, &known, name, auto_create).await);
             }
             topics
         }
@@ -79,6 +82,7 @@ async fn all_topics(broker: &Broker) -> Vec<MetadataResponseTopic> {
 
 async fn named_topic(
     broker: &Broker,
+    known: &BTreeMap<String, u32>,
     name: Option<StrBytes>,
     auto_create: bool,
 ) -> MetadataResponseTopic {
@@ -87,21 +91,21 @@ async fn named_topic(
             .with_name(None)
             .with_error_code(ResponseError::UnknownTopicId.code());
     };
-    let topic = name.to_string();
-    let creation = auto_create.then(|| TopicCreation {
-        partition_count: broker.config.num_partitions,
-        config: broker.config.topic_defaults.clone(),
-    });
-    let found = broker
-        .blocking(move |engine| match partition_count(engine, &topic) {
-            Some(count) => Ok(count),
-            None => match creation {
-                Some(creation) if !is_internal_topic(&topic) => creation.create(engine, &topic),
-                _ => Err(ResponseError::UnknownTopicOrPartition),
-            },
-        })
-        .await
-        .and_then(|found| found);
+    let found = match known.get(name.as_str()) {
+        Some(count) => Ok(*count),
+        None if auto_create && !is_internal_topic(&name) => {
+            let creation = TopicCreation {
+                topic: name.to_string(),
+                partition_count: broker.config.num_partitions,
+                config: broker.config.topic_defaults.clone(),
+            };
+            broker
+                .blocking(move |engine| creation.create(engine))
+                .await
+                .and_then(|created| created)
+        }
+        None => Err(ResponseError::UnknownTopicOrPartition),
+    };
     match found {
         Ok(count) => topic_entry(broker, name, count),
         Err(error) => MetadataResponseTopic::default()
@@ -110,8 +114,18 @@ async fn named_topic(
     }
 }
 
+/// Every topic's partition count, by name.
+fn partition_counts(engine: &Engine) -> BTreeMap<String, u32> {
+    engine
+        .list_topics()
+        .into_iter()
+        .map(|(topic, metadata)| (topic.to_string(), metadata.partition_count))
+        .collect()
+}
+
 /// How Metadata creates a topic it names (`num.partitions`, the topic defaults).
 struct TopicCreation {
+    topic: String,
     partition_count: u32,
     config: LogConfig,
 }
@@ -119,7 +133,8 @@ struct TopicCreation {
 impl TopicCreation {
     /// The new topic's partition count; a topic another connection created meanwhile is
     /// answered as found.
-    fn create(self, engine: &Engine, topic: &str) -> Result<u32, ResponseError> {
+    fn create(self, engine: &Engine) -> Result<u32, ResponseError> {
+        let topic = self.topic.as_str();
         match engine.create_topic(topic, self.partition_count, self.config) {
             Ok(_) => {
                 log::info!(

@@ -2,6 +2,8 @@
 //! administration (on tokio's blocking pool). One broker: a replication factor other than 1 (or
 //! -1, the default) and a replica assignment naming another broker are refused.
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsRequest, CreatePartitionsTopic,
@@ -39,14 +41,15 @@ pub(crate) async fn create(
     request: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    let mut name_counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for topic in &request.topics {
+        *name_counts.entry(topic.name.0.as_str()).or_default() += 1;
+    }
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
-        let duplicated = request
-            .topics
-            .iter()
-            .filter(|t| t.name == topic.name)
-            .count()
-            > 1;
+        let duplicated = name_counts
+            .get(topic.name.0.as_str())
+            .is_some_and(|count| *count > 1);
         let result = CreatableTopicResult::default().with_name(topic.name.clone());
         let outcome = match duplicated {
             true => Err((
