@@ -8,7 +8,7 @@
 //! refused whole, as is a produce to an unknown topic or partition; a malformed or oversized
 //! frame (an array count past the frame's end included), a client that stalls mid-frame past
 //! `connections.max.idle.ms`, or one past `max.connections`, closes its own connection and no
-//! other.
+//! other; a thousand idle connections stay served.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -732,5 +732,39 @@ async fn produce_to_an_unknown_topic_or_partition_is_refused() {
         broker.engine.describe_topic("unknown").is_err(),
         "produce creates nothing"
     );
+    broker.stop().await;
+}
+
+/// The soft limit on this process's open files (`/proc/self/limits`), if readable.
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_connections_stay_served() {
+    const IDLE_CONNECTIONS: usize = 1000;
+    let test = "a_thousand_idle_connections_stay_served";
+    // Both ends of every connection are in this process, with the engine's files.
+    let needed = 2 * IDLE_CONNECTIONS as u64 + 500;
+    if open_files_limit().is_none_or(|limit| limit < needed) {
+        seglog::testing::skip(test, format!("needs {needed} open files (ulimit -n)"));
+        return;
+    }
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut idle = Vec::with_capacity(IDLE_CONNECTIONS);
+    for _ in 0..IDLE_CONNECTIONS {
+        idle.push(broker.client().await);
+    }
+    let mut active = broker.client().await;
+    create_topic(&mut active, "busy", 1).await;
+    assert_eq!(produce(&mut active, "busy", 0, batch(1, 1)).await, (0, 0));
+    for client in &mut idle {
+        let response = client.call(&ApiVersionsRequest::default(), 0).await;
+        assert_eq!(response.error_code, 0);
+    }
     broker.stop().await;
 }
