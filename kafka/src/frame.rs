@@ -53,10 +53,15 @@ pub(crate) fn response_frame<R: Encodable>(
     response: &R,
 ) -> Result<Bytes, ConnectionError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let mut frame = BytesMut::new();
+    let header_version = api_key.response_header_version(version);
+    // Sized once: a fetch response is mostly record batches, copied in whole.
+    let size_bytes = header
+        .compute_size(header_version)
+        .and_then(|header_bytes| Ok(header_bytes + response.compute_size(version)?));
+    let mut frame = BytesMut::with_capacity(SIZE_PREFIX_BYTES + size_bytes.unwrap_or(0));
     frame.put_i32(0);
     let encoded = header
-        .encode(&mut frame, api_key.response_header_version(version))
+        .encode(&mut frame, header_version)
         .and_then(|()| response.encode(&mut frame, version));
     if let Err(source) = encoded {
         return Err(ConnectionError::Encode {
