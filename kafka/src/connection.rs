@@ -19,6 +19,7 @@ use crate::api_versions;
 use crate::broker::Broker;
 use crate::error::ConnectionError;
 use crate::frame::{read_frame, response_frame};
+use crate::produce::ProduceOutcome;
 use crate::shape_check;
 use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
 
@@ -123,8 +124,13 @@ async fn answer_api(
         ApiKey::Produce => {
             let request = decode::<ProduceRequest>(&mut body, api_key, version)?;
             match produce::answer(broker, request).await {
-                Some(response) => respond(&response),
-                None => Ok(None),
+                ProduceOutcome::Answer(response) => respond(&response),
+                ProduceOutcome::Unanswered => Ok(None),
+                ProduceOutcome::UnansweredFailure(error) => {
+                    Err(ConnectionError::UnansweredProduceFailed {
+                        error_code: error.code(),
+                    })
+                }
             }
         }
         ApiKey::Fetch => {

@@ -63,6 +63,8 @@ pub(crate) enum ConnectionError {
         #[source]
         source: CodecError,
     },
+    #[error("a produce with acks=0 failed with error code {error_code}: closed to tell the client")]
+    UnansweredProduceFailed { error_code: i16 },
     #[error("a response of {body_bytes} bytes does not fit a frame")]
     ResponseTooLarge { body_bytes: usize },
     #[error("API {api_key} version {version} response does not encode: {source}")]

@@ -4,7 +4,8 @@
 //! is awaited, so a request's partitions are written in parallel.
 
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
+use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
+use kafka_protocol::messages::TopicName as WireTopicName;
 use kafka_protocol::messages::produce_request::ProduceRequest;
 use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
@@ -23,12 +24,49 @@ enum PartitionAppend {
     Refused(ResponseError),
 }
 
-pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> Option<ProduceResponse> {
-    let durability = match request.acks {
+/// What a produce request comes to.
+pub(crate) enum ProduceOutcome {
+    /// The response (`acks` 1 or all).
+    Answer(ProduceResponse),
+    /// Every append of an `acks=0` request succeeded: nothing is sent.
+    Unanswered,
+    /// An append of an `acks=0` request failed: Kafka closes the connection, the only way such
+    /// a client learns of it.
+    UnansweredFailure(ResponseError),
+}
+
+pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> ProduceOutcome {
+    let acks = request.acks;
+    let durability = match acks {
         -1 => Some(Durability::Durable),
         0 | 1 => Some(Durability::Written),
         _ => None,
     };
+    let appends = send_all(broker, request, durability);
+    // Awaited whatever the acks: the connection's next request is read after these appends,
+    // so a client's requests are applied in order.
+    let responses = settle_all(appends).await;
+    if acks != 0 {
+        return ProduceOutcome::Answer(ProduceResponse::default().with_responses(responses));
+    }
+    let failure = responses
+        .iter()
+        .flat_map(|topic| &topic.partition_responses)
+        .find_map(|partition| partition.error_code.err());
+    match failure {
+        Some(error) => ProduceOutcome::UnansweredFailure(error),
+        None => ProduceOutcome::Unanswered,
+    }
+}
+
+/// Each topic's partitions, each append sent to its shard (or refused) before any is awaited.
+type TopicAppends = Vec<(WireTopicName, Vec<(i32, PartitionAppend)>)>;
+
+fn send_all(
+    broker: &Broker,
+    request: ProduceRequest,
+    durability: Option<Durability>,
+) -> TopicAppends {
     let mut appends = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let partitions = topic
@@ -47,9 +85,13 @@ pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> Option<P
                 };
                 (partition.index, append)
             })
-            .collect::<Vec<_>>();
+            .collect();
         appends.push((topic.name, partitions));
     }
+    appends
+}
+
+async fn settle_all(appends: TopicAppends) -> Vec<TopicProduceResponse> {
     let mut responses = Vec::with_capacity(appends.len());
     for (name, partitions) in appends {
         let mut partition_responses = Vec::with_capacity(partitions.len());
@@ -62,8 +104,7 @@ pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> Option<P
                 .with_partition_responses(partition_responses),
         );
     }
-    // Awaited all the same: a client with acks=0 still gets its appends written in order.
-    (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+    responses
 }
 
 fn send(

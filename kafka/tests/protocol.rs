@@ -265,7 +265,7 @@ async fn a_produced_batch_is_fetched_back_as_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acks_0_is_appended_and_never_answered() {
+async fn acks_0_is_appended_unanswered_and_a_failure_closes_the_connection() {
     let broker = Broker::start(ServeConfig::default()).await;
     let mut client = broker.client().await;
     create_topic(&mut client, "fire", 1).await;
@@ -279,6 +279,10 @@ async fn acks_0_is_appended_and_never_answered() {
         .call(&produce_request("fire", 0, batch(2, 1), 1), 3)
         .await;
     assert_eq!(acks_1.responses[0].partition_responses[0].base_offset, 3);
+    // A failed acks=0 produce closes the connection: the client has no other way to know.
+    let unknown_topic = produce_request("nowhere", 0, batch(1, 1), 0);
+    client.send(&unknown_topic, 9).await;
+    assert!(client.is_closed_by_broker().await);
     broker.stop().await;
 }
 
