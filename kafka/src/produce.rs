@@ -1,7 +1,8 @@
 //! Produce: each partition's batches are appended as the client sent them. `acks=all` (-1)
 //! answers after the engine's group commit synced them (`Durability::Durable`); `acks=1` once
-//! written; `acks=0` is never answered. Every partition's append is sent to its shard before any
-//! is awaited, so a request's partitions are written in parallel.
+//! written; `acks=0` is never answered (a failure closes the connection). Every partition's
+//! append is validated and sent to its shard before any is awaited, so a request's partitions are
+//! written in parallel.
 
 use bytes::Bytes;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
@@ -11,7 +12,7 @@ use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use seglog::engine::{AppendInfo, Durability, Pending};
+use seglog::engine::{AppendInfo, Durability, Engine, Pending};
 use seglog::error::AppendError;
 use seglog::types::TopicName;
 
@@ -23,6 +24,10 @@ enum PartitionAppend {
     Sent(Pending<AppendInfo, AppendError>),
     Refused(ResponseError),
 }
+
+/// A request with more record bytes than this is validated (CRCs, decompression) on tokio's
+/// blocking pool, not on the thread that serves other connections.
+const VALIDATE_INLINE_BYTES_MAX: usize = 256 * 1024;
 
 /// What a produce request comes to.
 pub(crate) enum ProduceOutcome {
@@ -42,7 +47,22 @@ pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> ProduceO
         0 | 1 => Some(Durability::Written),
         _ => None,
     };
-    let appends = send_all(broker, request, durability);
+    let records_bytes: usize = request
+        .topic_data
+        .iter()
+        .flat_map(|topic| &topic.partition_data)
+        .filter_map(|partition| partition.records.as_ref().map(Bytes::len))
+        .sum();
+    let appends = match records_bytes > VALIDATE_INLINE_BYTES_MAX {
+        false => send_all(&broker.engine, request, durability),
+        true => {
+            let sent = broker.blocking(move |engine| send_all(engine, request, durability));
+            match sent.await {
+                Ok(appends) => appends,
+                Err(error) => return ProduceOutcome::UnansweredFailure(error),
+            }
+        }
+    };
     // Awaited whatever the acks: the connection's next request is read after these appends,
     // so a client's requests are applied in order.
     let responses = settle_all(appends).await;
@@ -63,7 +83,7 @@ pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> ProduceO
 type TopicAppends = Vec<(WireTopicName, Vec<(i32, PartitionAppend)>)>;
 
 fn send_all(
-    broker: &Broker,
+    engine: &Engine,
     request: ProduceRequest,
     durability: Option<Durability>,
 ) -> TopicAppends {
@@ -75,7 +95,7 @@ fn send_all(
             .map(|partition| {
                 let append = match durability {
                     Some(durability) => send(
-                        broker,
+                        engine,
                         &topic.name.0,
                         partition.index,
                         partition.records,
@@ -108,7 +128,7 @@ async fn settle_all(appends: TopicAppends) -> Vec<TopicProduceResponse> {
 }
 
 fn send(
-    broker: &Broker,
+    engine: &Engine,
     topic: &StrBytes,
     partition: i32,
     records: Option<Bytes>,
@@ -120,7 +140,7 @@ fn send(
     let Some(records) = records else {
         return PartitionAppend::Refused(ResponseError::CorruptMessage);
     };
-    PartitionAppend::Sent(broker.engine.append(&topic, partition, records, durability))
+    PartitionAppend::Sent(engine.append(&topic, partition, records, durability))
 }
 
 async fn settle(index: i32, append: PartitionAppend) -> PartitionProduceResponse {

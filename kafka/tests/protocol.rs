@@ -772,3 +772,29 @@ async fn a_thousand_idle_connections_stay_served() {
     }
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_produce_is_validated_off_the_connection_thread_and_fetched_back() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "large", 1).await;
+    let value = vec![7u8; 1024];
+    let mut builder = seglog::format::BatchBuilder::new(0);
+    for i in 0..600 {
+        builder.push(&seglog::format::NewRecord {
+            timestamp_ms: i,
+            key: None,
+            value: Some(&value),
+            headers: &[],
+        });
+    }
+    let large = builder.build().unwrap();
+    assert!(large.len() > 256 * 1024, "past the inline validation bound");
+    assert_eq!(
+        produce(&mut client, "large", 0, large.clone()).await,
+        (0, 0)
+    );
+    let response = client.call(&fetch_request("large", 0, 0), 12).await;
+    assert_eq!(response.responses[0].partitions[0].records, Some(large));
+    broker.stop().await;
+}
