@@ -774,7 +774,7 @@ async fn a_thousand_idle_connections_stay_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_produce_is_validated_off_the_connection_thread_and_fetched_back() {
+async fn a_produce_past_the_inline_validation_bound_is_appended_and_fetched_back() {
     let broker = Broker::start(ServeConfig::default()).await;
     let mut client = broker.client().await;
     create_topic(&mut client, "large", 1).await;
