@@ -29,7 +29,8 @@ const READ_COMMITTED: i8 = 1;
 
 /// One partition of the request, as the engine names it.
 struct FetchTarget {
-    topic: Result<TopicName, ()>,
+    /// `None`: not a valid topic name, so no such topic.
+    topic: Option<TopicName>,
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
@@ -60,7 +61,7 @@ fn targets(request: &FetchRequest) -> Vec<FetchTarget> {
         .iter()
         .flat_map(|topic| {
             topic.partitions.iter().map(|partition| FetchTarget {
-                topic: TopicName::parse(&topic.topic.0).map_err(drop),
+                topic: TopicName::parse(&topic.topic.0).ok(),
                 partition: partition.partition,
                 fetch_offset: partition.fetch_offset,
                 partition_max_bytes: partition.partition_max_bytes,
@@ -113,7 +114,7 @@ async fn read_partition(
     first: bool,
 ) -> PartitionData {
     let data = PartitionData::default().with_partition_index(target.partition);
-    let (Ok(topic), Ok(partition), Ok(offset)) = (
+    let (Some(topic), Ok(partition), Ok(offset)) = (
         &target.topic,
         PartitionId::try_from(target.partition),
         u64::try_from(target.fetch_offset),
@@ -171,7 +172,7 @@ async fn peek(
 
 fn unknown_or_out_of_range(target: &FetchTarget) -> ResponseError {
     match (&target.topic, target.partition) {
-        (Ok(_), 0..) => ResponseError::OffsetOutOfRange,
+        (Some(_), 0..) => ResponseError::OffsetOutOfRange,
         _ => ResponseError::UnknownTopicOrPartition,
     }
 }
@@ -200,7 +201,7 @@ async fn wait_for_growth(
     let max_wait_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
     let mut parked = JoinSet::new();
     for (target, &size) in targets.iter().zip(sizes) {
-        let (Ok(topic), Ok(partition), Ok(offset)) = (
+        let (Some(topic), Ok(partition), Ok(offset)) = (
             &target.topic,
             PartitionId::try_from(target.partition),
             u64::try_from(target.fetch_offset),

@@ -25,15 +25,17 @@
 //! How a request travels (`connection.rs`): a frame (a 4-byte big-endian size, then the request)
 //! is read whole, bounded by `socket.request.max.bytes`; its header says the API and version,
 //! which pick the request header's own version; the `kafka-protocol` crate decodes the request
-//! and encodes the answer. Each connection answers its requests one at a time, in order, as Kafka
-//! does. A frame that does not decode, an API or version not in [`SUPPORTED_APIS`] (other than
-//! ApiVersions, which answers `UNSUPPORTED_VERSION`), or an oversized frame closes the connection;
-//! every other failure is a Kafka error code in the answer.
+//! and encodes the answer, after `shape_check.rs` refused any array count that runs past the
+//! frame (the codec would reserve memory for it). Each connection answers its requests one at a
+//! time, in order, as Kafka does. A frame that does not decode, an API or version not in
+//! [`SUPPORTED_APIS`] (other than ApiVersions, which answers `UNSUPPORTED_VERSION`), an oversized
+//! frame or a failed `acks=0` produce closes the connection; every other failure is a Kafka error
+//! code in the answer.
 //!
-//! The APIs (`api_versions.rs` lists their versions): ApiVersions, Metadata, Produce, Fetch,
+//! The APIs ([`SUPPORTED_APIS`] lists their versions): ApiVersions, Metadata, Produce, Fetch,
 //! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs.
-//! This node is the only broker and
-//! the leader of every partition; there is no authentication and no TLS.
+//! This node is the only broker and the leader of every partition; there are no consumer groups,
+//! transactions or idempotent producers yet, no authentication and no TLS.
 
 mod api_versions;
 mod broker;
