@@ -1,7 +1,8 @@
 //! `seglog serve` with Kafka clients that others wrote (issue 44). The `seglog` binary serves on
 //! loopback; kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
 //! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
-//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once;
+//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once, and
+//! so does confluent-kafka (librdkafka, `confluent_kafka_roundtrip.py`), every delivery report OK;
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
 //! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
 //! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
@@ -112,7 +113,7 @@ fn run_python(test: &str, script_name: &str, args: &[&str]) -> Option<()> {
     };
     if output.status.code() == Some(SCRIPT_SKIP_CODE) {
         let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        let install = "pip install kafka-python python-snappy lz4 zstandard";
+        let install = "pip install kafka-python confluent-kafka python-snappy lz4 zstandard";
         seglog::testing::skip(test, format!("{args:?}: {why} ({install})"));
         return None;
     }
@@ -129,6 +130,20 @@ fn kafka_python_creates_produces_with_acks_all_and_consumes_everything() {
         let topic = format!("roundtrip-{codec}");
         let args = [server.address.as_str(), topic.as_str(), codec];
         run_python(test, "kafka_python_roundtrip.py", &args);
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn confluent_kafka_creates_produces_with_acks_all_and_consumes_everything() {
+    let test = "confluent_kafka_creates_produces_with_acks_all_and_consumes_everything";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for codec in CODECS {
+        let topic = format!("librdkafka-{codec}");
+        let args = [server.address.as_str(), topic.as_str(), codec];
+        run_python(test, "confluent_kafka_roundtrip.py", &args);
     }
     server.stop();
     verify_clean(dir.path());
