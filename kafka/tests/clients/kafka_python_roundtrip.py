@@ -73,7 +73,7 @@ def produce(bootstrap, topic, compression):
 
 
 def consume(bootstrap, topic):
-    """Every record of the topic's partitions, from the beginning, as (partition, offset, key, value)."""
+    """Every record of the partitions from the beginning: (partition, offset, key, value)."""
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
