@@ -4,6 +4,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::BrokerId;
 use kafka_protocol::protocol::StrBytes;
 use seglog::engine::Engine;
+use tokio::sync::watch;
 
 use crate::config::ServeConfig;
 
@@ -16,9 +17,22 @@ pub(crate) struct Broker {
     pub(crate) host: StrBytes,
     /// The port Metadata names for this broker.
     pub(crate) port: i32,
+    /// Becomes `true` when the server stops.
+    pub(crate) stop: watch::Receiver<bool>,
 }
 
 impl Broker {
+    /// Completes when the server stops (at once if it has).
+    pub(crate) async fn stopping(&self) {
+        let mut stop = self.stop.clone();
+        // An error means the server is gone: stopped all the same.
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     pub(crate) fn broker_id(&self) -> BrokerId {
         BrokerId(self.config.broker_id)
     }

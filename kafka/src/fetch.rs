@@ -3,8 +3,8 @@
 //! Limits as Kafka's: at most `partition_max_bytes` per partition and `max_bytes` in all, except
 //! that the first batch of the first partition with data is returned whole however large. A
 //! response shorter than `min_bytes` waits (long-poll) until enough arrives or `max_wait_ms`
-//! passes: every partition's fetch is parked in its shard until that partition grows, and the
-//! whole request is read again when one does. This node is the only replica, so the high
+//! passes (or the server stops): every partition's fetch is parked in its shard until that
+//! partition grows, and the whole request is read again when one does. This node is the only replica, so the high
 //! watermark and the last stable offset are the log end offset (no transactions).
 
 use std::time::Duration;
@@ -47,7 +47,8 @@ pub(crate) async fn answer(broker: &Broker, request: FetchRequest) -> FetchRespo
         let remaining = deadline.saturating_duration_since(Instant::now());
         // No growth since the last wake-up: the limits, not the data, keep the response short.
         let stalled = bytes_before.is_some_and(|before| read.bytes <= before);
-        if read.bytes >= min_bytes || read.failed || stalled || remaining.as_millis() == 0 {
+        let done = read.bytes >= min_bytes || read.failed || stalled || broker.is_stopping();
+        if done || remaining.as_millis() == 0 {
             return response(&request, read.topics);
         }
         bytes_before = Some(read.bytes);
@@ -223,9 +224,12 @@ async fn wait_for_growth(
                 .fetch(topic, partition, Offset(offset), options),
         );
     }
-    // The engine answers each parked fetch by its own deadline; the timer is a backstop. Dropping
-    // `parked` aborts the fetches still waiting.
-    let _ = tokio::time::timeout(remaining, parked.join_next()).await;
+    // The engine answers each parked fetch by its own deadline; the timer is a backstop, and a
+    // stopping server does not wait. Dropping `parked` aborts the fetches still waiting.
+    tokio::select! {
+        _ = tokio::time::timeout(remaining, parked.join_next()) => {}
+        () = broker.stopping() => {}
+    }
 }
 
 fn response(request: &FetchRequest, topics: Vec<Vec<PartitionData>>) -> FetchResponse {

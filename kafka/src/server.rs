@@ -23,8 +23,8 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 ///
 /// This broker is the only one and leads every partition; Metadata gives clients
 /// `config.advertised_listener`, or else the listener's own address. At shutdown it stops
-/// accepting, lets each connection finish the request it is answering (a long-poll fetch waits
-/// at most its `max_wait_ms`), closes them and returns. The engine stays open: the caller owns
+/// accepting, lets each connection finish the request it is answering (a long-poll fetch
+/// answers at once with what it has), closes them and returns. The engine stays open: the caller owns
 /// it (keep a clone) and closes it afterwards.
 ///
 /// Traffic is plaintext and unauthenticated: bind to loopback or a trusted network.
@@ -42,13 +42,14 @@ pub async fn serve(
         .clone()
         .unwrap_or_else(|| (address.ip().to_string(), address.port()));
     let connection_slots = Arc::new(Semaphore::new(config.max_connections));
+    let (stop_sender, stop) = watch::channel(false);
     let broker = Arc::new(Broker {
         engine,
         config,
         host: StrBytes::from_string(host),
         port: i32::from(port),
+        stop: stop.clone(),
     });
-    let (stop_sender, stop) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {

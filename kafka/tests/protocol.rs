@@ -798,3 +798,27 @@ async fn a_produce_past_the_inline_validation_bound_is_appended_and_fetched_back
     assert_eq!(response.responses[0].partitions[0].records, Some(large));
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_does_not_wait_for_a_long_poll_fetch() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "waiting", 1).await;
+    // Answered after a day unless the stop cuts the wait short: `stop` returns only once every
+    // connection finished, so a stop that waited would hang this test.
+    let request = fetch_request("waiting", 0, 0).with_max_wait_ms(86_400_000);
+    let correlation_id = client.send(&request, 12).await;
+    // Most likely the fetch is parked by now (nothing here can tell for sure); if its frame was
+    // not read yet, the stop closes the connection unanswered instead.
+    let mut other = broker.client().await;
+    metadata(&mut other, &["waiting"], false).await;
+    broker.stop().await;
+    if let Some(mut frame) = client.receive_frame().await {
+        let header = ResponseHeader::decode(&mut frame, 1).unwrap();
+        assert_eq!(header.correlation_id, correlation_id);
+        let response = FetchResponse::decode(&mut frame, 12).unwrap();
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(partition.error_code, 0);
+        assert_eq!(partition.records.as_ref().map(Bytes::len), Some(0));
+    }
+}
