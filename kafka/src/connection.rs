@@ -56,8 +56,19 @@ async fn serve_requests(
         let Some(frame) = frame? else {
             return Ok(());
         };
-        if let Some(response) = answer(broker, frame).await? {
-            writer.write_all(&response).await?;
+        let Some(response) = answer(broker, frame).await? else {
+            continue;
+        };
+        // Written first, even when stopping (the answer of a long-poll cut short by the stop
+        // included); but a client that stops reading holds its response no longer than an idle
+        // one, and does not hold up a stopping server.
+        tokio::select! {
+            biased;
+            written = tokio::time::timeout(
+                Duration::from_millis(idle_ms),
+                writer.write_all(&response),
+            ) => written.map_err(|_elapsed| ConnectionError::Idle { idle_ms })??,
+            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
         }
     }
 }

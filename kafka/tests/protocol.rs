@@ -822,3 +822,33 @@ async fn stopping_the_server_does_not_wait_for_a_long_poll_fetch() {
         assert_eq!(partition.records.as_ref().map(Bytes::len), Some(0));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_does_not_wait_for_a_client_that_stopped_reading() {
+    const BATCH_COUNT: i64 = 32;
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "unread", 1).await;
+    let value = vec![1u8; 1000];
+    for batch_index in 0..BATCH_COUNT {
+        let mut builder = seglog::format::BatchBuilder::new(0);
+        for i in 0..900 {
+            builder.push(&seglog::format::NewRecord {
+                timestamp_ms: i,
+                key: None,
+                value: Some(&value),
+                headers: &[],
+            });
+        }
+        let appended = produce(&mut client, "unread", 0, builder.build().unwrap()).await;
+        assert_eq!(appended, (0, batch_index * 900));
+    }
+    // One response of about 30 MB that nobody reads: more than the sockets buffer, so the server
+    // blocks writing it; `stop` returns only once every connection finished.
+    let mut request = fetch_request("unread", 0, 0);
+    request.topics[0].partitions[0].partition_max_bytes = i32::MAX;
+    client.send(&request, 12).await;
+    let mut other = broker.client().await;
+    metadata(&mut other, &["unread"], false).await;
+    broker.stop().await;
+}
