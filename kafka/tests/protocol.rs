@@ -8,7 +8,8 @@
 //! refused whole, as is a produce to an unknown topic or partition; a malformed or oversized
 //! frame (an array count past the frame's end included), a client that stalls mid-frame past
 //! `connections.max.idle.ms`, or one past `max.connections`, closes its own connection and no
-//! other; a thousand idle connections stay served.
+//! other; a thousand idle connections stay served; a stop is held up neither by a long-poll fetch
+//! nor by a client that stopped reading.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
