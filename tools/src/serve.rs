@@ -53,6 +53,11 @@ async fn serve_until_signal(
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     warn_unless_loopback(address);
+    if address.ip().is_unspecified() && config.advertised_listener.is_none() {
+        eprintln!(
+            "seglog: warning: clients are told to connect to {address}; set --config advertised.listeners=PLAINTEXT://HOST:PORT to a name they can reach"
+        );
+    }
     println!("serving Kafka protocol on {address}");
     io::stdout().flush()?;
     let shutdown = async {
