@@ -23,6 +23,10 @@ use crate::produce::ProduceOutcome;
 use crate::shape_check;
 use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
 
+/// Every request header starts with API key (2 bytes), version (2) and correlation id (4),
+/// whatever the header's version.
+const HEADER_PREFIX_BYTES: usize = 8;
+
 /// Serves one connection until it ends; why it ended is logged here, once.
 pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Receiver<bool>) {
     let peer = stream
@@ -76,7 +80,7 @@ async fn serve_requests(
 /// The response frame to one request frame; `None` when the request expects none (a produce
 /// with `acks=0`).
 async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
-    if frame.len() < 8 {
+    if frame.len() < HEADER_PREFIX_BYTES {
         return Err(ConnectionError::HeaderTruncated {
             size_bytes: frame.len(),
         });
@@ -112,8 +116,7 @@ fn refuse_version(
             version,
         });
     }
-    // Every request header starts with key, version and correlation id, whatever its version.
-    let correlation_id = frame.slice(4..8).get_i32();
+    let correlation_id = frame.slice(4..HEADER_PREFIX_BYTES).get_i32();
     let response = api_versions::answer(false);
     response_frame(api_key, 0, correlation_id, &response).map(Some)
 }
