@@ -48,6 +48,26 @@ pub enum Command {
     /// Inspect a cluster of nodes.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Serve Kafka's wire protocol over a data directory until SIGTERM or SIGINT: a single-node
+    /// broker that Kafka clients (kcat, librdkafka, kafka-python) produce to and consume from.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The data directory (created if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to listen on for Kafka clients. Plaintext and unauthenticated: keep it on
+    /// loopback or a trusted network.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9092", value_parser = parse_address)]
+    pub listen: String,
+    /// A broker setting by Kafka's name (`node.id`, `advertised.listeners`,
+    /// `auto.create.topics.enable`, `num.partitions`, `socket.request.max.bytes`,
+    /// `connections.max.idle.ms`, `max.connections`), else a topic config (`retention.ms`, ...)
+    /// for the topics the broker creates. Repeatable.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub configs: Vec<String>,
 }
 
 #[derive(Debug, Args)]

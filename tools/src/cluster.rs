@@ -39,7 +39,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a membership change may take per group (a new voter first catches up).
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -12,7 +12,9 @@
 //! - `verify`: check every batch and index entry of a data directory, read-only;
 //! - `recover`: truncate a partition the engine does not open because of damage to its last
 //!   valid batch, after showing what that discards and asking;
-//! - `bench`: a load generator against an embedded engine (throughput, latency percentiles).
+//! - `bench`: a load generator against an embedded engine (throughput, latency percentiles);
+//! - `serve`: Kafka's wire protocol over a data directory (crate `seglog-kafka`), for Kafka's
+//!   own clients.
 //!
 //! The commands that only read — `topics list|describe`, `consume --partition`, `groups
 //! list|describe`, `verify` and `dump` — read files only, never through the engine (`dir_view`,
@@ -48,6 +50,7 @@ mod produce;
 mod read_only;
 mod record_view;
 mod recover;
+mod serve;
 mod topic_config;
 mod topics;
 mod verify;
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => recover::run(&args),
         Command::Node(args) => cluster::run_node(&args),
         Command::Cluster(command) => cluster::run(&command),
+        Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

@@ -1,0 +1,242 @@
+//! `seglog serve` with Kafka clients that others wrote (issue 44). The `seglog` binary serves on
+//! loopback; kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
+//! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
+//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once, and
+//! so does confluent-kafka (librdkafka, `confluent_kafka_roundtrip.py`), every delivery report OK;
+//! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
+//! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
+//! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
+//! `seglog verify` finds the files it wrote clean. An unknown `--config` is refused before the
+//! server listens. A missing client prints `SKIP:` (a failure under `CI=true`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process};
+use support::{assert_success, path_arg, seglog};
+
+/// How long the server may take to print its ready line: a guard against a hang.
+const READY_WAIT: Duration = Duration::from_secs(30);
+/// kafka-python's script reports a missing package with this exit code.
+const SCRIPT_SKIP_CODE: i32 = 77;
+/// Kafka's codecs, each produced with and read back (kafka-python's `compression_type`).
+const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// A running `seglog serve`; killed if still running when dropped.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let mut child = seglog()
+            .args(["serve", "--dir", path_arg(dir), "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let _ = sender.send(line.unwrap());
+            }
+        });
+        let line = lines.recv_timeout(READY_WAIT).expect("the ready line");
+        let address = line
+            .strip_prefix("serving Kafka protocol on ")
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+            .to_owned();
+        Server { child, address }
+    }
+
+    /// SIGTERM, then the exit code must be 0.
+    fn stop(mut self) {
+        let pid = Pid::from_child(&self.child);
+        kill_process(pid, Signal::TERM).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "seglog serve exited with {status:?}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kafka/tests/clients")
+        .join(name)
+}
+
+fn verify_clean(dir: &Path) {
+    let output = seglog()
+        .args(["verify", "--dir", path_arg(dir)])
+        .output()
+        .unwrap();
+    assert_success(&output);
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs a kafka-python script with `args`; `None` after a `SKIP:` line when python3 or the
+/// packages it needs are missing. Panics if the script fails.
+fn run_python(test: &str, script_name: &str, args: &[&str]) -> Option<()> {
+    let run = Command::new("python3")
+        .arg(script(script_name))
+        .args(args)
+        .output();
+    let output = match run {
+        Ok(output) => output,
+        Err(error) => {
+            seglog::testing::skip(test, format!("python3 cannot run: {error}"));
+            return None;
+        }
+    };
+    if output.status.code() == Some(SCRIPT_SKIP_CODE) {
+        let why = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let install = "pip install kafka-python confluent-kafka python-snappy lz4 zstandard";
+        seglog::testing::skip(test, format!("{args:?}: {why} ({install})"));
+        return None;
+    }
+    assert!(output.status.success(), "{args:?}: {}", describe(&output));
+    Some(())
+}
+
+#[test]
+fn kafka_python_creates_produces_with_acks_all_and_consumes_everything() {
+    let test = "kafka_python_creates_produces_with_acks_all_and_consumes_everything";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for codec in CODECS {
+        let topic = format!("roundtrip-{codec}");
+        let args = [server.address.as_str(), topic.as_str(), codec];
+        run_python(test, "kafka_python_roundtrip.py", &args);
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn confluent_kafka_creates_produces_with_acks_all_and_consumes_everything() {
+    let test = "confluent_kafka_creates_produces_with_acks_all_and_consumes_everything";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for codec in CODECS {
+        let topic = format!("librdkafka-{codec}");
+        let args = [server.address.as_str(), topic.as_str(), codec];
+        run_python(test, "confluent_kafka_roundtrip.py", &args);
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn kafka_python_finds_offsets_by_time_and_deletes_records() {
+    let test = "kafka_python_finds_offsets_by_time_and_deletes_records";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let args = [server.address.as_str(), "offsets"];
+    if run_python(test, "kafka_python_offsets.py", &args).is_none() {
+        return;
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn kcat_lists_produces_and_consumes() {
+    let test = "kcat_lists_produces_and_consumes";
+    if Command::new("kcat").arg("-V").output().is_err() {
+        seglog::testing::skip(test, "kcat is not installed (apt-get install kcat)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let broker = server.address.as_str();
+    let mut producer = Command::new("kcat")
+        .args(["-b", broker, "-P", "-t", "lines", "-K", ":"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    producer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"a:one\nb:two\nc:three\n")
+        .unwrap();
+    assert!(producer.wait().unwrap().success());
+
+    let listed = Command::new("kcat")
+        .args(["-b", broker, "-L"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listing.contains("topic \"lines\" with 1 partitions"),
+        "{}",
+        describe(&listed)
+    );
+    assert!(listing.contains("leader 0"), "{listing}");
+
+    let consumed = Command::new("kcat")
+        .args(["-b", broker, "-C", "-t", "lines", "-o", "beginning", "-e"])
+        .args(["-f", "%k=%s@%o\n"])
+        .output()
+        .unwrap();
+    assert!(consumed.status.success(), "{}", describe(&consumed));
+    let lines = String::from_utf8_lossy(&consumed.stdout);
+    assert_eq!(lines, "a=one@0\nb=two@1\nc=three@2\n");
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn sigterm_stops_serve_with_the_engine_closed_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.stop();
+    assert!(dir.path().join(".kafka_cleanshutdown").exists());
+}
+
+#[test]
+fn serve_refuses_an_unknown_setting_before_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = seglog()
+        .args([
+            "serve",
+            "--dir",
+            path_arg(dir.path()),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--config", "no.such.setting=1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(
+        output.stdout.is_empty(),
+        "no ready line: {}",
+        describe(&output)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no.such.setting"), "{stderr}");
+}
