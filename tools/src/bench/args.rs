@@ -30,6 +30,9 @@ pub enum Workload {
     /// Three seglog-raft nodes in this process: batches committed on a majority, one in
     /// flight per producer, beside the single-node durable group commit (`group-commit`).
     Replicated,
+    /// The embedded append, then the same producers as Kafka-protocol connections to `seglog
+    /// serve` in this process, then the data fetched back over the protocol.
+    Serve,
 }
 
 impl Workload {
@@ -44,6 +47,7 @@ impl Workload {
             Workload::ManyPartitions => "many-partitions",
             Workload::Compaction => "compaction",
             Workload::Replicated => "replicated",
+            Workload::Serve => "serve",
         }
     }
 }

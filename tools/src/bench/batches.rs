@@ -10,6 +10,8 @@ use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use seglog::format::{BatchBuilder, NewRecord};
 
+use super::progress::now_micros;
+
 use super::settings::Settings;
 
 /// Bytes of the letter pool beyond one value.
@@ -103,5 +105,33 @@ impl BatchMaker {
             .context("cannot compress a benchmark batch")?
             .ok_or_else(|| anyhow!("an empty benchmark batch"))?;
         Ok((batch, records))
+    }
+}
+
+/// Where a network producer's batches come from: one prebuilt batch sent again and again, or a
+/// fresh one per produce (keys, compression), as `produce.rs` appends them.
+pub enum BatchSource {
+    Prebuilt(Bytes, u64),
+    Fresh(BatchMaker),
+}
+
+impl BatchSource {
+    pub fn new(settings: &Settings, producer: usize) -> anyhow::Result<BatchSource> {
+        let mut maker = BatchMaker::new(settings, producer as u64 + 1);
+        Ok(match settings.fresh_batches() {
+            true => BatchSource::Fresh(maker),
+            false => {
+                let (batch, records) = maker.batch(now_micros())?;
+                BatchSource::Prebuilt(batch, records)
+            }
+        })
+    }
+
+    /// The next batch and how many records it holds.
+    pub fn next(&mut self) -> anyhow::Result<(Bytes, u64)> {
+        match self {
+            BatchSource::Prebuilt(batch, records) => Ok((batch.clone(), *records)),
+            BatchSource::Fresh(maker) => maker.batch(now_micros()),
+        }
     }
 }

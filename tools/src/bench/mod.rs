@@ -18,7 +18,9 @@
 //! - `compaction`: appends without, then with, compactions running ([`compaction`]);
 //! - `replicated`: `group-commit`'s durable phase on the embedded engine (the single-node
 //!   baseline), then the same producers against three seglog-raft nodes in this process, each
-//!   batch answered once committed on a majority ([`replicated`]).
+//!   batch answered once committed on a majority ([`replicated`]);
+//! - `serve`: the embedded `append` phase, then the same producers over Kafka's wire protocol
+//!   to `seglog serve` in this process, then the data fetched back over it ([`serve`]).
 //!
 //! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
 //! `--json`, `--histogram` and `--plot` write files. A progress bar with live throughput goes to
@@ -38,6 +40,7 @@ mod progress;
 mod replicated;
 mod report;
 mod ruler;
+mod serve;
 mod settings;
 mod settle;
 mod tail;
@@ -118,6 +121,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         ..EngineConfig::default()
     };
     let open_partitions_max = config.open_partitions_max;
+    let served_config = config.clone();
     let engine = Engine::open(&dir, config)
         .with_context(|| format!("cannot open data directory {}", dir.display()))?;
     let outcome = run_workload(&engine, &settings, &dir, args.vs_disk, &mut settles);
@@ -131,6 +135,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         outcome
             .phases
             .push(replicated::replicated_phase(&settings, &nodes_dir)?);
+    }
+    if settings.workload == Workload::Serve {
+        // After the baseline, with its engine closed: a fresh engine, configured the same.
+        settles.wait("served engine");
+        let serve_dir = dir.join(serve::SERVE_DIR);
+        let phases = serve::serve_phases(&settings, served_config, &serve_dir)?;
+        outcome.phases.extend(phases);
     }
     let mut disk = disk;
     if let Some(limits) = disk.as_mut().and_then(|disk| disk.limits.as_mut()) {
@@ -304,7 +315,8 @@ fn run_workload(
         Workload::Append
         | Workload::GroupCommit
         | Workload::ManyPartitions
-        | Workload::Replicated => {
+        | Workload::Replicated
+        | Workload::Serve => {
             outcome.phases = vec![append(settings.limit)?];
         }
         Workload::FetchHot => {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::anyhow;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::task::JoinHandle;
 
 pub const MB: f64 = 1_000_000.0;
 
@@ -256,4 +257,27 @@ pub fn merge(
         cpu_s: None,
         latency,
     })
+}
+
+/// Waits for a phase's tasks, updating `bar` as [`watch`] does for threads.
+pub async fn watch_tasks(
+    tasks: Vec<JoinHandle<anyhow::Result<WorkerStats>>>,
+    bar: &ProgressBar,
+    limit: Limit,
+    started: Instant,
+    shared: &Shared,
+) -> anyhow::Result<Vec<WorkerStats>> {
+    while !tasks.iter().all(JoinHandle::is_finished) {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        show_progress(bar, limit, started, shared.appended.load(Ordering::Relaxed));
+    }
+    bar.finish_and_clear();
+    let mut stats = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        stats.push(
+            task.await
+                .map_err(|error| anyhow!("a producer task failed: {error}"))??,
+        );
+    }
+    Ok(stats)
 }

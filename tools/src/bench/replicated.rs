@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use bytes::{Bytes, BytesMut};
-use indicatif::ProgressBar;
 use seglog::engine::EngineConfig;
 use seglog::format::batch::field;
 use seglog::format::crc::crc32c;
@@ -34,10 +33,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::TOPIC;
-use super::batches::BatchMaker;
+use super::batches::BatchSource;
 use super::progress::{
-    Limit, PROGRESS_INTERVAL, Phase, Shared, WorkerStats, merge, micros, now_micros, phase_seconds,
-    process_cpu_seconds, progress_bar, show_progress,
+    Limit, Phase, Shared, WorkerStats, merge, micros, phase_seconds, process_cpu_seconds,
+    progress_bar, watch_tasks,
 };
 use super::settings::Settings;
 
@@ -185,7 +184,7 @@ async fn produce_on_cluster(settings: &Settings, addresses: Vec<String>) -> anyh
     for producer in 0..settings.producers {
         let worker = ClusterProducer {
             client: ClusterClient::new(addresses.clone(), REQUEST_TIMEOUT),
-            batches: Batches::new(settings, producer)?,
+            batches: BatchSource::new(settings, producer)?,
             producer_id: PRODUCER_ID_BASE + producer as i64,
             sequences: vec![0; settings.partitions as usize],
             partitions: settings.partitions,
@@ -230,61 +229,10 @@ async fn wait_for_leaders(client: &mut ClusterClient, partitions: u32) -> anyhow
     }
 }
 
-/// Waits for the producer tasks, updating `bar` as `progress::watch` does for threads.
-async fn watch_tasks(
-    tasks: Vec<JoinHandle<anyhow::Result<WorkerStats>>>,
-    bar: &ProgressBar,
-    limit: Limit,
-    started: Instant,
-    shared: &Shared,
-) -> anyhow::Result<Vec<WorkerStats>> {
-    while !tasks.iter().all(JoinHandle::is_finished) {
-        tokio::time::sleep(PROGRESS_INTERVAL).await;
-        show_progress(bar, limit, started, shared.appended.load(Ordering::Relaxed));
-    }
-    bar.finish_and_clear();
-    let mut stats = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        stats.push(
-            task.await
-                .map_err(|error| anyhow!("a producer task failed: {error}"))??,
-        );
-    }
-    Ok(stats)
-}
-
-/// Where a producer's batches come from: one prebuilt batch sent again and again, or a fresh
-/// one per produce (keys, compression), as `produce.rs` appends them.
-enum Batches {
-    Prebuilt(Bytes, u64),
-    Fresh(BatchMaker),
-}
-
-impl Batches {
-    fn new(settings: &Settings, producer: usize) -> anyhow::Result<Batches> {
-        let mut maker = BatchMaker::new(settings, producer as u64 + 1);
-        Ok(match settings.fresh_batches() {
-            true => Batches::Fresh(maker),
-            false => {
-                let (batch, records) = maker.batch(now_micros())?;
-                Batches::Prebuilt(batch, records)
-            }
-        })
-    }
-
-    /// The next batch and how many records it holds.
-    fn next(&mut self) -> anyhow::Result<(Bytes, u64)> {
-        match self {
-            Batches::Prebuilt(batch, records) => Ok((batch.clone(), *records)),
-            Batches::Fresh(maker) => maker.batch(now_micros()),
-        }
-    }
-}
-
 /// One producer task: its client and its idempotent producer's state.
 struct ClusterProducer {
     client: ClusterClient,
-    batches: Batches,
+    batches: BatchSource,
     producer_id: i64,
     /// The next base sequence of each partition.
     sequences: Vec<i32>,

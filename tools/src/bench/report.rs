@@ -15,6 +15,7 @@ use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern,
 use super::progress::{Limit, Phase};
 use super::replicated;
 use super::ruler::DiskLimits;
+use super::serve;
 use super::settings::Settings;
 use super::settle::Settle;
 
@@ -102,6 +103,14 @@ impl Report<'_> {
         Some((cluster, single_node))
     }
 
+    /// `serve_produce`'s MB/s and its embedded baseline's (the `append` phase of the same run).
+    fn served_and_embedded_mb_per_s(&self) -> Option<(f64, f64)> {
+        let find = |name: &str| self.phases.iter().find(|phase| phase.name == name);
+        let served = find(serve::PRODUCE_PHASE)?.mb_per_s()?;
+        let embedded = find("append")?.mb_per_s()?;
+        Some((served, embedded))
+    }
+
     /// A cold fetch through the page cache beside the disk's own reads through it over the same
     /// data set: the limit of the path the engine read by.
     fn versus_page_cache(&self, phase: &Phase) -> Option<Versus> {
@@ -161,6 +170,15 @@ impl Report<'_> {
                 replicated::PHASE,
                 replicated::NODES,
                 cluster / single_node.max(1e-9),
+            )?;
+        }
+        if let Some((served, embedded)) = self.served_and_embedded_mb_per_s() {
+            writeln!(
+                out,
+                "{}: {served:.1} MB/s produced over Kafka's protocol = {:.2} x the embedded \
+                 append {embedded:.1} MB/s",
+                serve::PRODUCE_PHASE,
+                served / embedded.max(1e-9),
             )?;
         }
         for phase in &self.phases {
@@ -521,6 +539,14 @@ impl Report<'_> {
                     json!(cluster / single_node.max(1e-9)),
                 );
             }
+        }
+        if phase.name == serve::PRODUCE_PHASE
+            && let Some((served, embedded)) = self.served_and_embedded_mb_per_s()
+        {
+            object.insert(
+                "vs_embedded_append".into(),
+                json!(served / embedded.max(1e-9)),
+            );
         }
         Value::Object(object)
     }

@@ -10,8 +10,8 @@ use seglog::io::IoBackend;
 use super::args::{BenchArgs, BenchBackend, DirectIo, FlushMode, Workload};
 use super::progress::Limit;
 
-/// Appends in flight per producer, except in `group-commit` and `replicated` (one each) and
-/// `tail`. Where an
+/// Appends in flight per producer, except in `group-commit` and `replicated` (one each),
+/// `tail` and `serve`. Where an
 /// append is acknowledged once the device has its bytes (`O_DIRECT`), the rate is the bytes in
 /// flight over a write's latency: 32 × 64 KiB per producer keeps 4 MiB in flight with the
 /// default two producers (fio's ruler keeps 16 × 1 MiB).
@@ -19,6 +19,9 @@ const APPENDS_INFLIGHT: usize = 32;
 /// `tail`'s appends in flight per producer: its figure is the end-to-end latency, which a deeper
 /// queue only lengthens.
 const TAIL_APPENDS_INFLIGHT: usize = 8;
+/// `serve`'s appends (and Produce requests) in flight per producer: its 16 producers keep as
+/// many bytes in flight as `append`'s two.
+const SERVE_APPENDS_INFLIGHT: usize = 4;
 /// Partitions of `many-partitions` unless `--partitions`.
 const MANY_PARTITIONS: u32 = 10_000;
 /// Keys of `compaction` unless `--key-space`.
@@ -54,7 +57,7 @@ pub struct Settings {
 impl Settings {
     pub fn from_args(args: &BenchArgs) -> anyhow::Result<Settings> {
         let producers = args.producers.unwrap_or(match args.workload {
-            Workload::GroupCommit | Workload::Replicated => 16,
+            Workload::GroupCommit | Workload::Replicated | Workload::Serve => 16,
             _ => 2,
         });
         let limit = match (args.records, args.duration) {
@@ -82,8 +85,13 @@ impl Settings {
                 args.record_size
             );
         }
-        if args.workload == Workload::Replicated && args.linger_ms.is_some() {
-            bail!("--linger-ms: the replicated workload produces whole batches only");
+        if matches!(args.workload, Workload::Replicated | Workload::Serve)
+            && args.linger_ms.is_some()
+        {
+            bail!(
+                "--linger-ms: the {} workload produces whole batches only",
+                args.workload.name()
+            );
         }
         let key_space = args.key_space.or(match args.workload {
             Workload::Compaction => Some(COMPACTION_KEY_SPACE),
@@ -132,6 +140,7 @@ impl Settings {
         match self.workload {
             Workload::GroupCommit | Workload::Replicated => 1,
             Workload::Tail => TAIL_APPENDS_INFLIGHT,
+            Workload::Serve => SERVE_APPENDS_INFLIGHT,
             _ => APPENDS_INFLIGHT,
         }
     }
