@@ -1,6 +1,11 @@
-//! One client connection: read a request frame, answer it, in order, until the client leaves,
-//! the connection idles past `connections.max.idle.ms`, a frame is bad, or the server stops.
+//! One client connection: read request frames and answer them, in order, until the client
+//! leaves, the connection idles past `connections.max.idle.ms`, a frame is bad, or the server
+//! stops. Produce requests are pipelined: up to [`PRODUCES_IN_FLIGHT_MAX`] are sent to the
+//! engine before the first is answered; any other request waits for them.
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +18,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::api_versions;
 use crate::broker::Broker;
@@ -38,6 +45,21 @@ pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Rec
     }
 }
 
+/// Produce requests a connection keeps in flight: read and sent to the engine, their answers not
+/// yet written. The next request is read while they are written; answers go out in order.
+const PRODUCES_IN_FLIGHT_MAX: usize = 16;
+
+/// A request being answered, the response frame to come (`None`: nothing to send).
+type Answer = Pin<Box<dyn Future<Output = Result<Option<Bytes>, ConnectionError>> + Send>>;
+
+/// What the connection's loop waits for.
+enum Event {
+    Stopped,
+    Idle,
+    Answered(Result<Option<Bytes>, ConnectionError>),
+    Frame(Option<Result<Bytes, ConnectionError>>),
+}
+
 async fn serve_requests(
     broker: &Broker,
     stream: TcpStream,
@@ -45,36 +67,192 @@ async fn serve_requests(
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let (reader, mut writer) = stream.into_split();
-    let mut reader = BufReader::new(reader);
     let idle_ms = broker.config.connections_max_idle_ms;
-    let size_max_bytes = broker.config.socket_request_max_bytes;
+    // Frames are read on a task of their own: a read cut off half way would lose its bytes.
+    let (frames_sender, mut frames) = mpsc::channel(1);
+    let reading = tokio::spawn(read_frames(
+        reader,
+        broker.config.socket_request_max_bytes,
+        frames_sender,
+    ));
+    let _reading = AbortOnDrop(reading);
+    let mut in_flight: VecDeque<Answer> = VecDeque::new();
     loop {
-        let frame = tokio::select! {
+        let event = tokio::select! {
             biased;
-            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
-            frame = tokio::time::timeout(
-                Duration::from_millis(idle_ms),
-                read_frame(&mut reader, size_max_bytes),
-            ) => frame.map_err(|_elapsed| ConnectionError::Idle { idle_ms })?,
+            _ = stop.wait_for(|stopped| *stopped) => Event::Stopped,
+            answered = first(&mut in_flight), if !in_flight.is_empty() => Event::Answered(answered),
+            frame = frames.recv(), if in_flight.len() < PRODUCES_IN_FLIGHT_MAX => Event::Frame(frame),
+            () = tokio::time::sleep(Duration::from_millis(idle_ms)), if in_flight.is_empty() => {
+                Event::Idle
+            }
         };
-        let Some(frame) = frame? else {
-            return Ok(());
-        };
-        let Some(response) = answer(broker, frame).await? else {
-            continue;
-        };
-        // Written first, even when stopping (the answer of a long-poll cut short by the stop
-        // included); but a client that stops reading holds its response no longer than an idle
-        // one, and does not hold up a stopping server.
-        tokio::select! {
-            biased;
-            written = tokio::time::timeout(
-                Duration::from_millis(idle_ms),
-                writer.write_all(&response),
-            ) => written.map_err(|_elapsed| ConnectionError::Idle { idle_ms })??,
-            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
+        match event {
+            Event::Stopped => return Ok(()),
+            Event::Idle => return Err(ConnectionError::Idle { idle_ms }),
+            Event::Answered(answer) => {
+                in_flight.pop_front();
+                if !write_answer(&mut writer, answer?, idle_ms, &mut stop).await? {
+                    return Ok(());
+                }
+            }
+            // The client is gone: what it sent is still answered, in case it only closed its
+            // sending half.
+            Event::Frame(None) => {
+                drain(&mut in_flight, &mut writer, idle_ms, &mut stop).await?;
+                return Ok(());
+            }
+            Event::Frame(Some(frame)) => match start(broker, frame?).await? {
+                Started::InFlight(answer) => in_flight.push_back(answer),
+                Started::Inline(frame) => {
+                    // Any other request sees every produce before it applied.
+                    if !drain(&mut in_flight, &mut writer, idle_ms, &mut stop).await? {
+                        return Ok(());
+                    }
+                    let answer = answer(broker, frame).await?;
+                    if !write_answer(&mut writer, answer, idle_ms, &mut stop).await? {
+                        return Ok(());
+                    }
+                }
+            },
         }
     }
+}
+
+/// Reads request frames into `frames` until the peer closes (the channel then closes) or a
+/// frame is bad (sent as the last item).
+async fn read_frames(
+    reader: OwnedReadHalf,
+    size_max_bytes: u32,
+    frames: mpsc::Sender<Result<Bytes, ConnectionError>>,
+) {
+    let mut reader = BufReader::new(reader);
+    loop {
+        let frame = match read_frame(&mut reader, size_max_bytes).await {
+            Ok(Some(frame)) => Ok(frame),
+            Ok(None) => return,
+            Err(error) => Err(error),
+        };
+        let failed = frame.is_err();
+        if frames.send(frame).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Aborts the task when dropped: the reader ends with its connection.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The oldest request's answer, once it is ready.
+async fn first(in_flight: &mut VecDeque<Answer>) -> Result<Option<Bytes>, ConnectionError> {
+    match in_flight.front_mut() {
+        Some(answer) => answer.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes every answer in flight, in order. `false`: the server stopped meanwhile.
+async fn drain(
+    in_flight: &mut VecDeque<Answer>,
+    writer: &mut OwnedWriteHalf,
+    idle_ms: u64,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<bool, ConnectionError> {
+    while let Some(answer) = in_flight.pop_front() {
+        if !write_answer(writer, answer.await?, idle_ms, stop).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Writes `response`, if any. `false`: the server stopped first.
+///
+/// Written first, even when stopping (the answer of a long-poll cut short by the stop
+/// included); but a client that stops reading holds its response no longer than an idle one,
+/// and does not hold up a stopping server.
+async fn write_answer(
+    writer: &mut OwnedWriteHalf,
+    response: Option<Bytes>,
+    idle_ms: u64,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<bool, ConnectionError> {
+    let Some(response) = response else {
+        return Ok(true);
+    };
+    tokio::select! {
+        biased;
+        written = tokio::time::timeout(
+            Duration::from_millis(idle_ms),
+            writer.write_all(&response),
+        ) => {
+            written.map_err(|_elapsed| ConnectionError::Idle { idle_ms })??;
+            Ok(true)
+        }
+        _ = stop.wait_for(|stopped| *stopped) => Ok(false),
+    }
+}
+
+/// How a request is answered: a produce is sent to the engine now and answered later, in
+/// order; any other request is answered once every produce before it was.
+enum Started {
+    InFlight(Answer),
+    Inline(Bytes),
+}
+
+async fn start(broker: &Broker, frame: Bytes) -> Result<Started, ConnectionError> {
+    let Some((api_key, version)) = api_and_version(&frame) else {
+        return Ok(Started::Inline(frame));
+    };
+    if api_key != ApiKey::Produce || !api_versions::is_supported(api_key, version) {
+        return Ok(Started::Inline(frame));
+    }
+    let mut body = frame;
+    let header = decode_header(&mut body, api_key, version)?;
+    let request = decode::<ProduceRequest>(&mut body, api_key, version)?;
+    let settled = produce::submit(broker, request).await;
+    let correlation_id = header.correlation_id;
+    Ok(Started::InFlight(Box::pin(async move {
+        match settled.await {
+            ProduceOutcome::Answer(response) => response.frame(api_key, version, correlation_id),
+            ProduceOutcome::Unanswered => Ok(None),
+            ProduceOutcome::UnansweredFailure(error) => {
+                Err(ConnectionError::UnansweredProduceFailed {
+                    error_code: error.code(),
+                })
+            }
+        }
+    })))
+}
+
+/// The API key and version of a frame, if it holds a whole header prefix naming a known API.
+fn api_and_version(frame: &Bytes) -> Option<(ApiKey, i16)> {
+    if frame.len() < HEADER_PREFIX_BYTES {
+        return None;
+    }
+    let api_key = ApiKey::try_from(frame.slice(0..2).get_i16()).ok()?;
+    Some((api_key, frame.slice(2..4).get_i16()))
+}
+
+fn decode_header(
+    frame: &mut Bytes,
+    api_key: ApiKey,
+    version: i16,
+) -> Result<RequestHeader, ConnectionError> {
+    // A request header holds no array: the codec reserves nothing from it.
+    RequestHeader::decode(frame, api_key.request_header_version(version)).map_err(|source| {
+        ConnectionError::Decode {
+            api_key: api_key as i16,
+            version,
+            source: source.into(),
+        }
+    })
 }
 
 /// The response frame to one request frame; `None` when the request expects none (a produce
@@ -93,13 +271,7 @@ async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, Conn
     if !api_versions::is_supported(api_key, version) {
         return refuse_version(api_key, version, &frame);
     }
-    // A request header holds no array: the codec reserves nothing from it.
-    let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
-        .map_err(|source| ConnectionError::Decode {
-            api_key: api_key_code,
-            version,
-            source: source.into(),
-        })?;
+    let header = decode_header(&mut frame, api_key, version)?;
     answer_api(broker, api_key, version, header.correlation_id, frame).await
 }
 
@@ -137,7 +309,7 @@ async fn answer_api(
         }
         ApiKey::Produce => {
             let request = decode::<ProduceRequest>(&mut body, api_key, version)?;
-            match produce::answer(broker, request).await {
+            match produce::submit(broker, request).await.await {
                 ProduceOutcome::Answer(response) => respond(&response),
                 ProduceOutcome::Unanswered => Ok(None),
                 ProduceOutcome::UnansweredFailure(error) => {

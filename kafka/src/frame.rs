@@ -9,9 +9,12 @@ use crate::error::ConnectionError;
 
 /// The bytes of a frame's size prefix.
 const SIZE_PREFIX_BYTES: usize = 4;
+/// The most a frame's body is given room for before its bytes arrive.
+const FRAME_RESERVE_BYTES_MAX: usize = 1024 * 1024;
 
 /// Reads one request frame. `None`: the peer closed the connection between frames. The body is
-/// read as it arrives, never allocated ahead from the size a peer claims.
+/// read as it arrives; no more than [`FRAME_RESERVE_BYTES_MAX`] is allocated ahead of the bytes a
+/// peer claims.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     size_max_bytes: u32,
@@ -30,7 +33,9 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
             size_bytes: i64::from(size_bytes),
             size_max_bytes,
         })?;
-    let mut body = Vec::new();
+    // Room for the body up to a bound: a frame of that size or less is read straight into it,
+    // and a peer that claims more without sending it holds no more than the bound.
+    let mut body = Vec::with_capacity((size_bytes as usize).min(FRAME_RESERVE_BYTES_MAX));
     reader
         .take(u64::from(size_bytes))
         .read_to_end(&mut body)

@@ -2,7 +2,7 @@
 //! answers after the engine's group commit synced them (`Durability::Durable`); `acks=1` once
 //! written; `acks=0` is never answered (a failure closes the connection). Every partition's
 //! append is validated and sent to its shard before any is awaited, so a request's partitions are
-//! written in parallel.
+//! written in parallel, and the connection's next produce requests are sent behind them.
 
 use bytes::Bytes;
 use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
@@ -40,7 +40,13 @@ pub(crate) enum ProduceOutcome {
     UnansweredFailure(ResponseError),
 }
 
-pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> ProduceOutcome {
+/// Sends every append of `request` to its shard, in order, and returns what settles them: the
+/// connection may read its next request before they are written (and sends their answers in
+/// order), while the engine applies each partition's appends in the order they were sent.
+pub(crate) async fn submit(
+    broker: &Broker,
+    request: ProduceRequest,
+) -> impl Future<Output = ProduceOutcome> + Send + 'static {
     let acks = request.acks;
     let durability = match acks {
         -1 => Some(Durability::Durable),
@@ -54,18 +60,22 @@ pub(crate) async fn answer(broker: &Broker, request: ProduceRequest) -> ProduceO
         .filter_map(|partition| partition.records.as_ref().map(Bytes::len))
         .sum();
     let appends = match records_bytes > VALIDATE_INLINE_BYTES_MAX {
-        false => send_all(&broker.engine, request, durability),
+        false => Ok(send_all(&broker.engine, request, durability)),
         true => {
             let sent = broker.blocking(move |engine| send_all(engine, request, durability));
-            match sent.await {
-                Ok(appends) => appends,
-                Err(error) => return ProduceOutcome::UnansweredFailure(error),
-            }
+            sent.await
         }
     };
-    // Awaited whatever the acks: the connection's next request is read after these appends,
-    // so a client's requests are applied in order.
-    let responses = settle_all(appends).await;
+    async move {
+        let appends = match appends {
+            Ok(appends) => appends,
+            Err(error) => return ProduceOutcome::UnansweredFailure(error),
+        };
+        outcome(acks, settle_all(appends).await)
+    }
+}
+
+fn outcome(acks: i16, responses: Vec<TopicProduceResponse>) -> ProduceOutcome {
     if acks != 0 {
         return ProduceOutcome::Answer(ProduceResponse::default().with_responses(responses));
     }

@@ -2,7 +2,8 @@
 //! client built from the `kafka-protocol` crate's encoders. Proven: ApiVersions lists exactly
 //! what is implemented (and answers an unknown version with `UNSUPPORTED_VERSION`); Metadata
 //! names this broker as every partition's leader and auto-creates topics; a produced batch is
-//! fetched back byte for byte (`acks` all, 1 and 0); Fetch long-polls, limits bytes and reports
+//! fetched back byte for byte (`acks` all, 1 and 0); pipelined produces are applied and answered
+//! in order, before a fetch sent after them; Fetch long-polls, limits bytes and reports
 //! errors as Kafka codes; ListOffsets finds the earliest, the latest and by timestamp; topics are
 //! created, grown and deleted; records are deleted; configs are described; a corrupt batch is
 //! refused whole, as is a produce to an unknown topic or partition; a malformed or oversized
@@ -262,6 +263,35 @@ async fn a_produced_batch_is_fetched_back_as_sent() {
     // Fetch 4, the oldest version answered, reads the same bytes.
     let old: FetchResponse = client.call(&fetch_request("orders", 1, 0), 4).await;
     assert_eq!(old.responses[0].partitions[0].records, Some(records));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_produces_are_applied_and_answered_in_order_before_a_later_fetch() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "pipelined", 1).await;
+    // Twenty requests sent before any answer is read: more than a connection keeps in flight.
+    let mut sent = Vec::new();
+    for round in 0..20 {
+        let request = produce_request("pipelined", 0, batch(round + 1, 1_000), 1);
+        sent.push((client.send(&request, 9).await, round + 1));
+    }
+    let fetch_id = client.send(&fetch_request("pipelined", 0, 0), 12).await;
+    let mut expected_offset = 0;
+    for (correlation_id, records) in sent {
+        let response: ProduceResponse = client.receive::<ProduceRequest>(9, correlation_id).await;
+        let answer = &response.responses[0].partition_responses[0];
+        assert_eq!(
+            (answer.error_code, answer.base_offset),
+            (0, expected_offset)
+        );
+        expected_offset += records as i64;
+    }
+    // The fetch read after them sees every one.
+    let response: FetchResponse = client.receive::<FetchRequest>(12, fetch_id).await;
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(partition.high_watermark, expected_offset);
     broker.stop().await;
 }
 
