@@ -97,17 +97,23 @@ fn describe(output: &Output) -> String {
     )
 }
 
-/// Runs a kafka-python script with `args`; `None` after a `SKIP:` line when python3 or the
-/// packages it needs are missing. Panics if the script fails.
+/// The Python that runs the client scripts: `SEGLOG_KAFKA_PYTHON` (CI's venv), else `python3`.
+fn python() -> String {
+    std::env::var("SEGLOG_KAFKA_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Runs a client script with `args`; `None` after a `SKIP:` line when Python or the packages it
+/// needs are missing. Panics if the script fails.
 fn run_python(test: &str, script_name: &str, args: &[&str]) -> Option<()> {
-    let run = Command::new("python3")
+    let python = python();
+    let run = Command::new(&python)
         .arg(script(script_name))
         .args(args)
         .output();
     let output = match run {
         Ok(output) => output,
         Err(error) => {
-            seglog::testing::skip(test, format!("python3 cannot run: {error}"));
+            seglog::testing::skip(test, format!("{python} cannot run: {error}"));
             return None;
         }
     };
