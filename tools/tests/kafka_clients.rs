@@ -1,7 +1,7 @@
 //! `seglog serve` with Kafka clients that others wrote (issue 44). The `seglog` binary serves on
 //! loopback; kafka-python (`kafka/tests/clients/kafka_python_roundtrip.py`), for each codec
 //! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
-//! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once, and
+//! produces 20,000 keyed records with `acks='all'` and consumes every one back exactly once, and
 //! so does confluent-kafka (librdkafka, `confluent_kafka_roundtrip.py`), every delivery report OK;
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
 //! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM

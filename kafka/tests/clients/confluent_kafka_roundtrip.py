@@ -1,6 +1,6 @@
 """confluent-kafka (librdkafka) against `seglog serve` (issue 44).
 
-Creates a topic with 3 partitions through AdminClient, produces 2,000 keyed records with
+Creates a topic with 3 partitions through AdminClient, produces 20,000 keyed records with
 acks=all and the given codec (every delivery report OK), then consumes the three partitions
 from the beginning (assigned, no group: group APIs are not served yet) and checks that every
 record came back exactly once at the offset its delivery report gave.
@@ -12,7 +12,7 @@ Exit codes: 0 passed, 1 failed, 77 confluent-kafka is not installed (the caller 
 
 import sys
 
-RECORD_COUNT = 2000
+RECORD_COUNT = 20000
 PARTITION_COUNT = 3
 # Guards against a hang, never a measure of speed.
 ADMIN_TIMEOUT_S = 30

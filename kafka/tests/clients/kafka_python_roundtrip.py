@@ -1,6 +1,6 @@
 """kafka-python against `seglog serve` (issue 44): a client that others wrote, end to end.
 
-Creates a topic with 3 partitions through KafkaAdminClient, produces 2,000 keyed records with
+Creates a topic with 3 partitions through KafkaAdminClient, produces 20,000 keyed records with
 acks='all' (every delivery acknowledged, each key in the partition Kafka's partitioner picks),
 then consumes the three partitions from the beginning and checks that every record came back
 exactly once, in order per partition, with its key and value.
@@ -14,7 +14,7 @@ caller reports a SKIP).
 
 import sys
 
-RECORD_COUNT = 2000
+RECORD_COUNT = 20000
 PARTITION_COUNT = 3
 # Guards against a hang, never a measure of speed.
 DELIVERY_TIMEOUT_S = 60
