@@ -27,14 +27,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
 /// Kafka's defaults with each `KEY=VALUE` applied in order.
 fn serve_config(settings: &[String]) -> anyhow::Result<ServeConfig> {
     let mut config = ServeConfig::default();
-    for setting in settings {
-        let (key, value) = setting
-            .split_once('=')
-            .with_context(|| format!("--config {setting:?} is not KEY=VALUE"))?;
-        config
-            .set(key.trim(), value.trim())
-            .with_context(|| format!("invalid --config {setting:?}"))?;
-    }
+    crate::topic_config::apply_settings(settings, |key, value| config.set(key, value))?;
     Ok(config)
 }
 

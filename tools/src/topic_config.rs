@@ -10,15 +10,26 @@ use seglog::config::LogConfig;
 /// The default configuration with each `KEY=VALUE` applied in order.
 pub fn parse_configs(settings: &[String]) -> anyhow::Result<LogConfig> {
     let mut config = LogConfig::default();
+    apply_settings(settings, |key, value| config.set(key, value))?;
+    Ok(config)
+}
+
+/// Applies each `--config KEY=VALUE` of `settings` in order with `set` (keys and values
+/// trimmed); the first malformed or refused one is the error.
+pub fn apply_settings<E>(
+    settings: &[String],
+    mut set: impl FnMut(&str, &str) -> Result<(), E>,
+) -> anyhow::Result<()>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     for setting in settings {
         let (key, value) = setting
             .split_once('=')
             .with_context(|| format!("--config {setting:?} is not KEY=VALUE"))?;
-        config
-            .set(key.trim(), value.trim())
-            .with_context(|| format!("invalid --config {setting:?}"))?;
+        set(key.trim(), value.trim()).with_context(|| format!("invalid --config {setting:?}"))?;
     }
-    Ok(config)
+    Ok(())
 }
 
 /// The settings of `config` that differ from Kafka's defaults, in `LogConfig::to_pairs` order.

@@ -259,25 +259,51 @@ pub fn merge(
     })
 }
 
-/// Waits for a phase's tasks, updating `bar` as [`watch`] does for threads.
-pub async fn watch_tasks(
-    tasks: Vec<JoinHandle<anyhow::Result<WorkerStats>>>,
-    bar: &ProgressBar,
-    limit: Limit,
-    started: Instant,
-    shared: &Shared,
-) -> anyhow::Result<Vec<WorkerStats>> {
-    while !tasks.iter().all(JoinHandle::is_finished) {
-        tokio::time::sleep(PROGRESS_INTERVAL).await;
-        show_progress(bar, limit, started, shared.appended.load(Ordering::Relaxed));
+/// A phase run as tasks on an async runtime: its clock, CPU count, counters and progress bar,
+/// started together.
+pub struct TaskPhase {
+    name: &'static str,
+    pub limit: Limit,
+    pub started: Instant,
+    pub shared: std::sync::Arc<Shared>,
+    bar: ProgressBar,
+    cpu_started: f64,
+}
+
+impl TaskPhase {
+    pub fn start(name: &'static str, limit: Limit) -> TaskPhase {
+        TaskPhase {
+            name,
+            limit,
+            bar: progress_bar(limit, name),
+            started: Instant::now(),
+            cpu_started: process_cpu_seconds(),
+            shared: std::sync::Arc::default(),
+        }
     }
-    bar.finish_and_clear();
-    let mut stats = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        stats.push(
-            task.await
-                .map_err(|error| anyhow!("a producer task failed: {error}"))??,
-        );
+
+    /// Waits for the phase's tasks, updating the bar as [`watch`] does for threads, and merges
+    /// their figures, the process's CPU time included.
+    pub async fn finish(
+        self,
+        tasks: Vec<JoinHandle<anyhow::Result<WorkerStats>>>,
+    ) -> anyhow::Result<Phase> {
+        while !tasks.iter().all(JoinHandle::is_finished) {
+            tokio::time::sleep(PROGRESS_INTERVAL).await;
+            let done = self.shared.appended.load(Ordering::Relaxed);
+            show_progress(&self.bar, self.limit, self.started, done);
+        }
+        self.bar.finish_and_clear();
+        let mut stats = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let finished = task.await;
+            stats.push(
+                finished.map_err(|error| anyhow!("a task of {} failed: {error}", self.name))??,
+            );
+        }
+        let seconds = phase_seconds(self.started, &stats);
+        let mut phase = merge(self.name, &stats, Some(seconds))?;
+        phase.cpu_s = Some(process_cpu_seconds() - self.cpu_started);
+        Ok(phase)
     }
-    Ok(stats)
 }

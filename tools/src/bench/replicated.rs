@@ -34,10 +34,7 @@ use tokio::task::JoinHandle;
 
 use super::TOPIC;
 use super::batches::BatchSource;
-use super::progress::{
-    Limit, Phase, Shared, WorkerStats, merge, micros, phase_seconds, process_cpu_seconds,
-    progress_bar, watch_tasks,
-};
+use super::progress::{Limit, Phase, Shared, TaskPhase, WorkerStats, micros};
 use super::settings::Settings;
 
 /// The phase's name: its row in the table and its key in the JSON.
@@ -175,11 +172,7 @@ async fn produce_on_cluster(settings: &Settings, addresses: Vec<String>) -> anyh
         .await
         .with_context(|| format!("cannot create topic {TOPIC} on the cluster"))?;
     wait_for_leaders(&mut client, settings.partitions).await?;
-    let shared = Arc::new(Shared::default());
-    let limit = settings.limit;
-    let bar = progress_bar(limit, PHASE);
-    let started = Instant::now();
-    let cpu_started = process_cpu_seconds();
+    let phase = TaskPhase::start(PHASE, settings.limit);
     let mut tasks = Vec::with_capacity(settings.producers);
     for producer in 0..settings.producers {
         let worker = ClusterProducer {
@@ -189,17 +182,13 @@ async fn produce_on_cluster(settings: &Settings, addresses: Vec<String>) -> anyh
             sequences: vec![0; settings.partitions as usize],
             partitions: settings.partitions,
             next_partition: producer as u32 % settings.partitions,
-            shared: shared.clone(),
-            limit,
-            started,
+            shared: phase.shared.clone(),
+            limit: phase.limit,
+            started: phase.started,
         };
         tasks.push(tokio::spawn(worker.run()));
     }
-    let stats = watch_tasks(tasks, &bar, limit, started, &shared).await?;
-    let seconds = phase_seconds(started, &stats);
-    let mut phase = merge(PHASE, &stats, Some(seconds))?;
-    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
-    Ok(phase)
+    phase.finish(tasks).await
 }
 
 /// Waits until every partition of the topic has a node that calls itself its leader.

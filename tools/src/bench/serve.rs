@@ -39,10 +39,7 @@ use tokio::sync::oneshot;
 
 use super::TOPIC;
 use super::batches::BatchSource;
-use super::progress::{
-    Limit, Phase, Shared, WorkerStats, merge, micros, phase_seconds, process_cpu_seconds,
-    progress_bar, watch_tasks,
-};
+use super::progress::{Limit, Phase, Shared, TaskPhase, WorkerStats, micros};
 use super::settings::Settings;
 
 /// The produce phase's name: its row in the table and its key in the JSON.
@@ -137,11 +134,7 @@ async fn log_end_offsets(engine: &Engine, partitions: u32) -> anyhow::Result<Vec
 }
 
 async fn produce_phase(settings: &Settings, address: SocketAddr) -> anyhow::Result<Phase> {
-    let shared = Arc::new(Shared::default());
-    let limit = settings.limit;
-    let bar = progress_bar(limit, PRODUCE_PHASE);
-    let started = Instant::now();
-    let cpu_started = process_cpu_seconds();
+    let phase = TaskPhase::start(PRODUCE_PHASE, settings.limit);
     let mut tasks = Vec::with_capacity(settings.producers);
     for producer in 0..settings.producers {
         let worker = KafkaProducer {
@@ -150,16 +143,13 @@ async fn produce_phase(settings: &Settings, address: SocketAddr) -> anyhow::Resu
             in_flight_max: settings.appends_inflight(),
             partitions: settings.partitions,
             next_partition: producer as u32 % settings.partitions,
-            shared: shared.clone(),
-            limit,
-            started,
+            shared: phase.shared.clone(),
+            limit: phase.limit,
+            started: phase.started,
         };
         tasks.push(tokio::spawn(worker.run()));
     }
-    let stats = watch_tasks(tasks, &bar, limit, started, &shared).await?;
-    let mut phase = merge(PRODUCE_PHASE, &stats, Some(phase_seconds(started, &stats)))?;
-    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
-    Ok(phase)
+    phase.finish(tasks).await
 }
 
 async fn fetch_phase(
@@ -168,12 +158,8 @@ async fn fetch_phase(
     ends: Vec<u64>,
 ) -> anyhow::Result<Phase> {
     let consumers = settings.consumers.clamp(1, ends.len().max(1));
-    let shared = Arc::new(Shared::default());
     let total: u64 = ends.iter().sum();
-    let limit = Limit::Records(total.max(1));
-    let bar = progress_bar(limit, FETCH_PHASE);
-    let started = Instant::now();
-    let cpu_started = process_cpu_seconds();
+    let phase = TaskPhase::start(FETCH_PHASE, Limit::Records(total.max(1)));
     let mut tasks = Vec::with_capacity(consumers);
     for consumer in 0..consumers {
         // Partition p goes to consumer p % consumers; each starts at offset 0.
@@ -184,14 +170,11 @@ async fn fetch_phase(
         let worker = KafkaConsumer {
             connection: Connection::open(address).await?,
             partitions,
-            shared: shared.clone(),
+            shared: phase.shared.clone(),
         };
         tasks.push(tokio::spawn(worker.run()));
     }
-    let stats = watch_tasks(tasks, &bar, limit, started, &shared).await?;
-    let mut phase = merge(FETCH_PHASE, &stats, Some(phase_seconds(started, &stats)))?;
-    phase.cpu_s = Some(process_cpu_seconds() - cpu_started);
-    Ok(phase)
+    phase.finish(tasks).await
 }
 
 /// One Kafka-protocol connection of the load generator.
