@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, RequestHeader,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -28,7 +30,10 @@ use crate::error::ConnectionError;
 use crate::frame::{read_frame, response_frame};
 use crate::produce::ProduceOutcome;
 use crate::shape_check;
-use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
+use crate::{
+    delete_records, describe_configs, fetch, groups, list_offsets, metadata, offsets, produce,
+    topics,
+};
 
 /// Every request header starts with API key (2 bytes), version (2) and correlation id (4),
 /// whatever the header's version.
@@ -272,6 +277,9 @@ async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, Conn
         return refuse_version(api_key, version, &frame);
     }
     let header = decode_header(&mut frame, api_key, version)?;
+    if is_group_api(api_key) {
+        return answer_group(broker, api_key, version, &header, frame).await;
+    }
     answer_api(broker, api_key, version, header.correlation_id, frame).await
 }
 
@@ -361,6 +369,94 @@ async fn answer_admin(
             respond(&describe_configs::answer(broker, request).await)
         }
         // `is_supported` let only the APIs above through.
+        _ => Err(ConnectionError::UnsupportedVersion {
+            api_key: api_key as i16,
+            version,
+        }),
+    }
+}
+
+fn is_group_api(api_key: ApiKey) -> bool {
+    matches!(
+        api_key,
+        ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+    )
+}
+
+/// The group APIs; a JoinGroup or SyncGroup may wait for the rest of its group.
+async fn answer_group(
+    broker: &Broker,
+    api_key: ApiKey,
+    version: i16,
+    header: &RequestHeader,
+    mut body: Bytes,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let respond = |response: &dyn EncodeAt| response.frame(api_key, version, header.correlation_id);
+    match api_key {
+        ApiKey::FindCoordinator => {
+            let request = decode::<FindCoordinatorRequest>(&mut body, api_key, version)?;
+            respond(&groups::find_coordinator(broker, &request))
+        }
+        ApiKey::JoinGroup => {
+            let request = decode::<JoinGroupRequest>(&mut body, api_key, version)?;
+            let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
+            respond(&groups::join(broker, request, version, client_id).await)
+        }
+        ApiKey::SyncGroup => {
+            let request = decode::<SyncGroupRequest>(&mut body, api_key, version)?;
+            respond(&groups::sync(broker, request).await)
+        }
+        ApiKey::Heartbeat => {
+            let request = decode::<HeartbeatRequest>(&mut body, api_key, version)?;
+            respond(&groups::heartbeat(broker, &request))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode::<LeaveGroupRequest>(&mut body, api_key, version)?;
+            respond(&groups::leave(broker, &request, version))
+        }
+        _ => answer_offsets(broker, api_key, version, header.correlation_id, body).await,
+    }
+}
+
+async fn answer_offsets(
+    broker: &Broker,
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    mut body: Bytes,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let respond = |response: &dyn EncodeAt| response.frame(api_key, version, correlation_id);
+    match api_key {
+        ApiKey::OffsetCommit => {
+            let request = decode::<OffsetCommitRequest>(&mut body, api_key, version)?;
+            respond(&offsets::commit(broker, request).await)
+        }
+        ApiKey::OffsetFetch => {
+            let request = decode::<OffsetFetchRequest>(&mut body, api_key, version)?;
+            respond(&offsets::fetch(broker, request).await)
+        }
+        ApiKey::ListGroups => {
+            decode::<ListGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::list(broker).await)
+        }
+        ApiKey::DescribeGroups => {
+            let request = decode::<DescribeGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::describe(broker, request).await)
+        }
+        ApiKey::DeleteGroups => {
+            let request = decode::<DeleteGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::delete(broker, request).await)
+        }
+        // `is_group_api` let only the group APIs through.
         _ => Err(ConnectionError::UnsupportedVersion {
             api_key: api_key as i16,
             version,
