@@ -3,6 +3,9 @@
 //! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
 //! produces 2,000 keyed records with `acks='all'` and consumes every one back exactly once, and
 //! so does confluent-kafka (librdkafka, `confluent_kafka_roundtrip.py`), every delivery report OK;
+//! a confluent-kafka consumer group of two members (`confluent_kafka_group.py`) consumes a topic
+//! of 3 partitions exactly once across a rebalance, committing, and after a server restart two
+//! new members resume from the commits with nothing re-read;
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
 //! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
 //! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
@@ -147,6 +150,37 @@ fn confluent_kafka_creates_produces_with_acks_all_and_consumes_everything() {
     }
     server.stop();
     verify_clean(dir.path());
+}
+
+#[test]
+fn confluent_kafka_group_consumes_once_across_a_rebalance_and_a_restart() {
+    let test = "confluent_kafka_group_consumes_once_across_a_rebalance_and_a_restart";
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("consumed.json");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let script_name = "confluent_kafka_group.py";
+    let server = Server::start(&data);
+    let args = [
+        server.address.as_str(),
+        "grouped",
+        "first",
+        path_arg(&state),
+    ];
+    if run_python(test, script_name, &args).is_none() {
+        return;
+    }
+    server.stop();
+    let server = Server::start(&data);
+    let args = [
+        server.address.as_str(),
+        "grouped",
+        "second",
+        path_arg(&state),
+    ];
+    run_python(test, script_name, &args);
+    server.stop();
+    verify_clean(&data);
 }
 
 #[test]
