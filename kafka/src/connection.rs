@@ -41,10 +41,13 @@ const HEADER_PREFIX_BYTES: usize = 8;
 
 /// Serves one connection until it ends; why it ended is logged here, once.
 pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Receiver<bool>) {
+    let peer_ip = stream.peer_addr().ok().map(|peer| peer.ip());
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown peer".to_owned(), |peer| peer.to_string());
-    match serve_requests(&broker, stream, stop).await {
+    // Kafka's form of a group member's `client_host`.
+    let client_host = peer_ip.map_or_else(String::new, |ip| format!("/{ip}"));
+    match serve_requests(&broker, stream, stop, &client_host).await {
         Ok(()) => log::debug!("connection from {peer} closed"),
         Err(error) => log::info!("connection from {peer} closed: {error}"),
     }
@@ -69,6 +72,7 @@ async fn serve_requests(
     broker: &Broker,
     stream: TcpStream,
     mut stop: watch::Receiver<bool>,
+    client_host: &str,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let (reader, mut writer) = stream.into_split();
@@ -114,7 +118,7 @@ async fn serve_requests(
                     if !drain(&mut in_flight, &mut writer, idle_ms, &mut stop).await? {
                         return Ok(());
                     }
-                    let answer = answer(broker, frame).await?;
+                    let answer = answer(broker, frame, client_host).await?;
                     if !write_answer(&mut writer, answer, idle_ms, &mut stop).await? {
                         return Ok(());
                     }
@@ -262,7 +266,11 @@ fn decode_header(
 
 /// The response frame to one request frame; `None` when the request expects none (a produce
 /// with `acks=0`).
-async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+async fn answer(
+    broker: &Broker,
+    mut frame: Bytes,
+    client_host: &str,
+) -> Result<Option<Bytes>, ConnectionError> {
     if frame.len() < HEADER_PREFIX_BYTES {
         return Err(ConnectionError::HeaderTruncated {
             size_bytes: frame.len(),
@@ -278,7 +286,11 @@ async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, Conn
     }
     let header = decode_header(&mut frame, api_key, version)?;
     if is_group_api(api_key) {
-        return answer_group(broker, api_key, version, &header, frame).await;
+        let client = Client {
+            header: &header,
+            host: client_host,
+        };
+        return answer_group(broker, api_key, version, client, frame).await;
     }
     answer_api(broker, api_key, version, header.correlation_id, frame).await
 }
@@ -392,14 +404,22 @@ fn is_group_api(api_key: ApiKey) -> bool {
     )
 }
 
+/// Who sent a request: its header, and the host it came from.
+#[derive(Clone, Copy)]
+struct Client<'a> {
+    header: &'a RequestHeader,
+    host: &'a str,
+}
+
 /// The group APIs; a JoinGroup or SyncGroup may wait for the rest of its group.
 async fn answer_group(
     broker: &Broker,
     api_key: ApiKey,
     version: i16,
-    header: &RequestHeader,
+    client: Client<'_>,
     mut body: Bytes,
 ) -> Result<Option<Bytes>, ConnectionError> {
+    let header = client.header;
     let respond = |response: &dyn EncodeAt| response.frame(api_key, version, header.correlation_id);
     match api_key {
         ApiKey::FindCoordinator => {
@@ -408,8 +428,11 @@ async fn answer_group(
         }
         ApiKey::JoinGroup => {
             let request = decode::<JoinGroupRequest>(&mut body, api_key, version)?;
-            let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
-            respond(&groups::join(broker, request, version, client_id).await)
+            let member = groups::Joining {
+                client_id: header.client_id.as_ref().map_or("", |id| id.as_str()),
+                client_host: client.host,
+            };
+            respond(&groups::join(broker, request, version, member).await)
         }
         ApiKey::SyncGroup => {
             let request = decode::<SyncGroupRequest>(&mut body, api_key, version)?;

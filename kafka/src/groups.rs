@@ -109,11 +109,18 @@ fn text(value: &StrBytes) -> String {
     value.as_str().to_owned()
 }
 
+/// The client a JoinGroup came from, as DescribeGroups shows its member.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Joining<'a> {
+    pub(crate) client_id: &'a str,
+    pub(crate) client_host: &'a str,
+}
+
 pub(crate) async fn join(
     broker: &Broker,
     request: JoinGroupRequest,
     version: i16,
-    client_id: &str,
+    client: Joining<'_>,
 ) -> JoinGroupResponse {
     // Version 0 has no rebalance timeout: Kafka takes the session timeout.
     let rebalance_timeout_ms = match version {
@@ -123,8 +130,8 @@ pub(crate) async fn join(
     let join = JoinRequest {
         group_id: text(&request.group_id.0),
         member_id: text(&request.member_id),
-        client_id: client_id.to_owned(),
-        client_host: String::new(),
+        client_id: client.client_id.to_owned(),
+        client_host: client.client_host.to_owned(),
         session_timeout: duration_ms(request.session_timeout_ms),
         rebalance_timeout: duration_ms(rebalance_timeout_ms),
         protocol_type: text(&request.protocol_type),

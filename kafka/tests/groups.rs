@@ -185,6 +185,8 @@ async fn two_members_join_sync_heartbeat_and_leave_through_a_rebalance() {
     assert_eq!(described.group_state.as_str(), "CompletingRebalance");
     assert_eq!(described.protocol_type.as_str(), "consumer");
     assert_eq!(described.members.len(), 1);
+    assert_eq!(described.members[0].client_id.as_str(), "seglog-kafka-test");
+    assert_eq!(described.members[0].client_host.as_str(), "/127.0.0.1");
     broker.stop().await;
 }
 
