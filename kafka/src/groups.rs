@@ -182,7 +182,10 @@ fn join_response(answer: JoinAnswer) -> JoinGroupResponse {
         .with_error_code(answer.error.map_or(0, |error| error.code()))
         .with_generation_id(answer.generation)
         .with_protocol_type(answer.protocol_type.map(StrBytes::from_string))
-        .with_protocol_name(answer.protocol_name.map(StrBytes::from_string))
+        // Null only from version 7 (not answered here): Kafka sends "" before.
+        .with_protocol_name(Some(StrBytes::from_string(
+            answer.protocol_name.unwrap_or_default(),
+        )))
         .with_leader(StrBytes::from_string(answer.leader))
         .with_member_id(StrBytes::from_string(answer.member_id))
         .with_members(members)
