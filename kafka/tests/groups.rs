@@ -5,7 +5,7 @@
 //! members' metadata, SyncGroup relays the leader's assignments to the waiting follower); stale
 //! generations and unknown members are refused; a leave starts a rebalance; offsets commit only
 //! from the current generation, are read back by OffsetFetch, survive a server restart, are
-//! listed and described, and are deleted by DeleteGroups.
+//! listed and described, and are deleted by DeleteGroups; a stop answers a waiting JoinGroup.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -338,4 +338,27 @@ async fn offsets_commit_from_the_current_generation_and_survive_a_restart() {
         code(ResponseError::GroupIdNotFound)
     );
     broker.stop().await;
+}
+
+/// A JoinGroup waiting for the rest of its group does not hold up a stop: it is answered
+/// `COORDINATOR_NOT_AVAILABLE` (the client looks for the coordinator again) and the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answers_a_waiting_join() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut first = broker.client().await;
+    let (a, pending) = join_new(&mut first).await;
+    assert_eq!(receive_join(&mut first, pending).await.error_code, 0);
+    let mut second = broker.client().await;
+    let (_b, pending_b) = join_new(&mut second).await;
+    until_rebalancing(&mut first, &a, 1).await;
+    let stopping = tokio::spawn(broker.stop());
+    let cut_short = receive_join(&mut second, pending_b).await;
+    assert_eq!(
+        cut_short.error_code,
+        code(ResponseError::CoordinatorNotAvailable)
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), stopping)
+        .await
+        .expect("the server stops")
+        .unwrap();
 }
