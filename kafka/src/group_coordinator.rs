@@ -1011,6 +1011,27 @@ mod tests {
     }
 
     #[test]
+    fn commits_wait_for_the_leaders_plan_and_a_late_follower_gets_it_at_once() {
+        let now = Instant::now();
+        let mut groups = Membership::default();
+        let (a, joined) = join_new(&mut groups, 1, &["range"], now);
+        assert_eq!(only_join(joined, 1).generation, 1);
+        let (b, _) = join_new(&mut groups, 2, &["range"], now);
+        let joined = groups.join(request(&a, &["range"]), 1, now);
+        assert_eq!(joined.joins.len(), 2);
+        // Between the join and the leader's plan, nobody owns anything: commits wait.
+        let rebalancing = Err(ResponseError::RebalanceInProgress);
+        assert_eq!(groups.check_commit("g", 2, &b, now), rebalancing);
+        assert_eq!(groups.heartbeat("g", 2, &b, now), Ok(()));
+        let plan = vec![(a.clone(), Bytes::from("A")), (b.clone(), Bytes::from("B"))];
+        let synced = groups.sync("g", 2, &a, plan, 1, now);
+        assert_eq!(synced.syncs.len(), 1, "only the leader was waiting");
+        let late = groups.sync("g", 2, &b, Vec::new(), 2, now);
+        assert_eq!(late.syncs[0].1.assignment, Bytes::from("B"));
+        assert_eq!(groups.check_commit("g", 2, &b, now), Ok(()));
+    }
+
+    #[test]
     fn a_first_join_before_v4_needs_no_second_round() {
         let now = Instant::now();
         let mut groups = Membership::default();
