@@ -27,12 +27,14 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{GroupId, TopicName as WireTopicName};
 use kafka_protocol::protocol::StrBytes;
+use seglog::group::offset_record::OFFSET_METADATA_BYTES_MAX;
 use seglog::group::{CommitError, DeleteGroupError, GroupCoordinator, OffsetAndMetadata};
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::broker::{Broker, partition_count};
 
-/// Kafka's `ConsumerProtocol.PROTOCOL_TYPE`: what a group of offsets alone is listed as.
+/// The protocol type a group of committed offsets alone (no members) is listed with, as Kafka
+/// lists a group that never used its membership protocol.
 const NO_PROTOCOL_TYPE: &str = "";
 /// The state of a group DescribeGroups does not know (Kafka's, without an error).
 const DEAD: &str = "Dead";
@@ -73,6 +75,10 @@ fn check_partition(
     };
     let offset =
         u64::try_from(offset).map_err(|_negative| ResponseError::InvalidCommitOffsetSize)?;
+    // Refused per partition, as Kafka does (the store would refuse the whole commit).
+    if metadata.len() > OFFSET_METADATA_BYTES_MAX {
+        return Err(ResponseError::OffsetMetadataTooLarge);
+    }
     Ok((
         TopicPartition { topic, partition },
         OffsetAndMetadata {

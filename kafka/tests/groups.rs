@@ -4,8 +4,9 @@
 //! heartbeat, both JoinGroups complete together at the next generation, the leader receives both
 //! members' metadata, SyncGroup relays the leader's assignments to the waiting follower); stale
 //! generations and unknown members are refused; a leave starts a rebalance; offsets commit only
-//! from the current generation, are read back by OffsetFetch, survive a server restart, are
-//! listed and described, and are deleted by DeleteGroups; a stop answers a waiting JoinGroup.
+//! from the current generation (oversized metadata refused per partition), are read back by
+//! OffsetFetch, survive a server restart, are listed and described, and are deleted by
+//! DeleteGroups; a stop answers a waiting JoinGroup.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -282,7 +283,14 @@ async fn offsets_commit_from_the_current_generation_and_survive_a_restart() {
         commit_codes(&unknown_topic),
         [code(ResponseError::UnknownTopicOrPartition)]
     );
-    assert_eq!(fetch_offsets(&mut client).await, [5, -1, 9]);
+    let mut oversized = commit_request(&member, 1, &[("t", 0, 7), ("t", 1, 7)]);
+    oversized.topics[1].partitions[0].committed_metadata = Some(text(&"m".repeat(4097)));
+    let oversized = client.call(&oversized, 7).await;
+    assert_eq!(
+        commit_codes(&oversized),
+        [0, code(ResponseError::OffsetMetadataTooLarge)]
+    );
+    assert_eq!(fetch_offsets(&mut client).await, [7, -1, 9]);
     let all: OffsetFetchResponse = client
         .call(
             &OffsetFetchRequest::default()
@@ -300,7 +308,7 @@ async fn offsets_commit_from_the_current_generation_and_survive_a_restart() {
     let dir = broker.stop_keeping_dir().await;
     let broker = Broker::start_in(dir, ServeConfig::default()).await;
     let mut client = broker.client().await;
-    assert_eq!(fetch_offsets(&mut client).await, [5, -1, 9]);
+    assert_eq!(fetch_offsets(&mut client).await, [7, -1, 9]);
     // The membership did not survive: the member learns it must join again.
     assert_eq!(
         heartbeat(&mut client, &member, 1).await,
@@ -311,7 +319,7 @@ async fn offsets_commit_from_the_current_generation_and_survive_a_restart() {
         .call(&commit_request("", -1, &[("t", 1, 3)]), 7)
         .await;
     assert_eq!(commit_codes(&simple), [0]);
-    assert_eq!(fetch_offsets(&mut client).await, [5, 3, 9]);
+    assert_eq!(fetch_offsets(&mut client).await, [7, 3, 9]);
 
     let listed = client.call(&ListGroupsRequest::default(), 2).await;
     let names: Vec<&str> = listed
