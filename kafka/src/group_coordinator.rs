@@ -1031,6 +1031,81 @@ mod tests {
         assert_eq!(groups.check_commit("g", 2, &b, now), Ok(()));
     }
 
+    /// A group of members `a` and `b` in `state`; returns `a` and the generation.
+    fn group_in(state: GroupState, now: Instant) -> (Membership<u32>, String, i32) {
+        let mut groups = Membership::default();
+        let (a, b, generation) = stable_pair(&mut groups, now);
+        if state == GroupState::Stable {
+            return (groups, a, generation);
+        }
+        join_new(&mut groups, 3, &["range"], now);
+        if state == GroupState::PreparingRebalance {
+            return (groups, a, generation);
+        }
+        groups.join(request(&a, &["range"]), 1, now);
+        let joined = groups.join(request(&b, &["range"]), 2, now);
+        assert_eq!(joined.joins.len(), 3);
+        (groups, a, generation + 1)
+    }
+
+    /// Heartbeat, OffsetCommit and SyncGroup in every state a group with members can be in, from
+    /// a known or unknown member, at the current or a stale generation: Kafka's answers.
+    #[test]
+    fn every_state_member_and_generation_is_answered_as_kafka_does() {
+        use GroupState::{CompletingRebalance, PreparingRebalance, Stable};
+        use ResponseError::{IllegalGeneration, RebalanceInProgress, UnknownMemberId};
+        let now = Instant::now();
+        for state in [PreparingRebalance, CompletingRebalance, Stable] {
+            for known in [true, false] {
+                for current in [true, false] {
+                    let (mut groups, a, generation) = group_in(state, now);
+                    assert_eq!(groups.describe("g").unwrap().state, state);
+                    let member = if known { a.as_str() } else { "nobody" };
+                    let generation = if current { generation } else { generation - 1 };
+                    let fenced = match (known, current) {
+                        (false, _) => Some(UnknownMemberId),
+                        (true, false) => Some(IllegalGeneration),
+                        (true, true) => None,
+                    };
+                    let case = format!("{state:?} known {known} current {current}");
+                    let heartbeat = match (fenced, state) {
+                        (Some(error), _) => Err(error),
+                        (None, PreparingRebalance) => Err(RebalanceInProgress),
+                        (None, _) => Ok(()),
+                    };
+                    assert_eq!(
+                        groups.heartbeat("g", generation, member, now),
+                        heartbeat,
+                        "{case}"
+                    );
+                    let commit = match (fenced, state) {
+                        (Some(error), _) => Err(error),
+                        (None, CompletingRebalance) => Err(RebalanceInProgress),
+                        (None, _) => Ok(()),
+                    };
+                    let committed = groups.check_commit("g", generation, member, now);
+                    assert_eq!(committed, commit, "{case}");
+                    let sync = match (fenced, state) {
+                        (Some(error), _) => Some(error),
+                        (None, PreparingRebalance) => Some(RebalanceInProgress),
+                        (None, _) => None,
+                    };
+                    let synced = groups.sync("g", generation, member, Vec::new(), 7, now);
+                    let answer = synced.syncs.iter().find(|(waiter, _)| *waiter == 7);
+                    assert_eq!(answer.map(|(_, answer)| answer.error), Some(sync), "{case}");
+                }
+            }
+        }
+        let mut groups: Membership<u32> = Membership::default();
+        let unknown = Err(UnknownMemberId);
+        assert_eq!(groups.heartbeat("none", 1, "m", now), unknown);
+        assert_eq!(
+            groups.check_commit("none", 1, "m", now),
+            Err(IllegalGeneration)
+        );
+        assert_eq!(groups.check_commit("none", -1, "", now), Ok(()));
+    }
+
     #[test]
     fn a_first_join_before_v4_needs_no_second_round() {
         let now = Instant::now();
