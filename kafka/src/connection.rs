@@ -468,8 +468,8 @@ async fn answer_offsets(
             respond(&offsets::fetch(broker, request).await)
         }
         ApiKey::ListGroups => {
-            decode::<ListGroupsRequest>(&mut body, api_key, version)?;
-            respond(&offsets::list(broker).await)
+            let request = decode::<ListGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::list(broker, &request).await)
         }
         ApiKey::DescribeGroups => {
             let request = decode::<DescribeGroupsRequest>(&mut body, api_key, version)?;

@@ -229,7 +229,8 @@ pub(crate) fn heartbeat(broker: &Broker, request: &HeartbeatRequest) -> Heartbea
     HeartbeatResponse::default().with_error_code(outcome.err().map_or(0, |error| error.code()))
 }
 
-/// Versions 0-2 name one member; 3 and later a list, each answered.
+/// Versions 0-2 name one member; 3 and later a list, each answered (a reason, from 5, is not
+/// kept).
 pub(crate) fn leave(
     broker: &Broker,
     request: &LeaveGroupRequest,

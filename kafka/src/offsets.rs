@@ -14,6 +14,7 @@ use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::describe_groups_response::{
     DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
 };
+use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
 use kafka_protocol::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequest, OffsetCommitRequestTopic,
@@ -32,6 +33,7 @@ use seglog::group::{CommitError, DeleteGroupError, GroupCoordinator, OffsetAndMe
 use seglog::types::{Offset, TopicName, TopicPartition};
 
 use crate::broker::{Broker, partition_count};
+use crate::group_coordinator::GroupState;
 
 /// The protocol type a group of committed offsets alone (no members) is listed with, as Kafka
 /// lists a group that never used its membership protocol.
@@ -254,15 +256,16 @@ fn all_committed(
         .collect()
 }
 
-/// The groups with members, and those with committed offsets alone (listed with no protocol
-/// type, as Kafka lists them).
-pub(crate) async fn list(broker: &Broker) -> ListGroupsResponse {
-    let mut groups: BTreeMap<String, String> = match store(broker).await {
+/// The groups with members, and those with committed offsets alone (listed `Empty` with no
+/// protocol type, as Kafka lists them); from version 4 only those in the states asked for, if any.
+pub(crate) async fn list(broker: &Broker, request: &ListGroupsRequest) -> ListGroupsResponse {
+    let empty = || (NO_PROTOCOL_TYPE.to_owned(), GroupState::Empty.name());
+    let mut groups: BTreeMap<String, (String, &str)> = match store(broker).await {
         Some(store) => store
             .committed_offsets()
             .groups()
             .into_iter()
-            .map(|group| (group, NO_PROTOCOL_TYPE.to_owned()))
+            .map(|group| (group, empty()))
             .collect(),
         None => {
             return ListGroupsResponse::default()
@@ -270,14 +273,23 @@ pub(crate) async fn list(broker: &Broker) -> ListGroupsResponse {
         }
     };
     for live in broker.groups.lock().list() {
-        groups.insert(live.group_id, live.protocol_type);
+        groups.insert(live.group_id, (live.protocol_type, live.state.name()));
     }
+    let wanted = |state: &str| {
+        let filter = &request.states_filter;
+        filter.is_empty()
+            || filter
+                .iter()
+                .any(|s| s.as_str().eq_ignore_ascii_case(state))
+    };
     let groups = groups
         .into_iter()
-        .map(|(group_id, protocol_type)| {
+        .filter(|(_, (_, state))| wanted(state))
+        .map(|(group_id, (protocol_type, state))| {
             ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(group_id)))
                 .with_protocol_type(StrBytes::from_string(protocol_type))
+                .with_group_state(StrBytes::from_static_str(state))
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)

@@ -657,7 +657,9 @@ mod tests {
             .with_name(text("range"))
             .with_metadata(Bytes::from_static(b"subscription"));
         let instance_id = (version >= 5).then(|| text("i"));
+        let reason = (version >= 8).then(|| text("r"));
         JoinGroupRequest::default()
+            .with_reason(reason)
             .with_group_id(group())
             .with_member_id(text("m"))
             .with_group_instance_id(instance_id)
@@ -683,7 +685,8 @@ mod tests {
             3.. => {
                 let member = leave_group_request::MemberIdentity::default()
                     .with_member_id(text("m"))
-                    .with_group_instance_id(Some(text("i")));
+                    .with_group_instance_id(Some(text("i")))
+                    .with_reason((version >= 5).then(|| text("r")));
                 request.with_members(two(member))
             }
             _ => request.with_member_id(text("m")),
@@ -727,7 +730,12 @@ mod tests {
             ApiKey::LeaveGroup => leave_group(version).encode(body, version),
             ApiKey::OffsetCommit => offset_commit().encode(body, version),
             ApiKey::OffsetFetch => offset_fetch().encode(body, version),
-            ApiKey::ListGroups => ListGroupsRequest::default().encode(body, version),
+            ApiKey::ListGroups => {
+                let states = (version >= 4).then(|| two(text("Stable")));
+                ListGroupsRequest::default()
+                    .with_states_filter(states.unwrap_or_default())
+                    .encode(body, version)
+            }
             ApiKey::DescribeGroups => DescribeGroupsRequest::default()
                 .with_groups(two(group()))
                 .encode(body, version),
