@@ -30,7 +30,9 @@ const fn api(key: ApiKey, name: &'static str, min_version: i16, max_version: i16
 
 /// Every API this broker answers. The upper bounds stop where a version needs what is not built:
 /// Produce 13 and Fetch 13 name topics by id only; ListOffsets 7 asks for the offset of the
-/// largest timestamp.
+/// largest timestamp; FindCoordinator 4 batches keys; JoinGroup 9 lets a static leader skip
+/// assigning; SyncGroup 5 checks the protocol type and name; OffsetCommit 9 and OffsetFetch 8
+/// serve the new group protocol and batched groups.
 pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::Produce, "Produce", 3, 12),
     api(ApiKey::Fetch, "Fetch", 4, 12),
@@ -42,6 +44,16 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::CreatePartitions, "CreatePartitions", 0, 3),
     api(ApiKey::DeleteRecords, "DeleteRecords", 0, 2),
     api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
+    api(ApiKey::FindCoordinator, "FindCoordinator", 0, 3),
+    api(ApiKey::JoinGroup, "JoinGroup", 0, 8),
+    api(ApiKey::SyncGroup, "SyncGroup", 0, 4),
+    api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
+    api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
+    api(ApiKey::OffsetCommit, "OffsetCommit", 2, 8),
+    api(ApiKey::OffsetFetch, "OffsetFetch", 1, 7),
+    api(ApiKey::ListGroups, "ListGroups", 0, 4),
+    api(ApiKey::DescribeGroups, "DescribeGroups", 0, 5),
+    api(ApiKey::DeleteGroups, "DeleteGroups", 0, 2),
 ];
 
 /// Whether `version` of `api_key` is answered.

@@ -4,9 +4,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::BrokerId;
 use kafka_protocol::protocol::StrBytes;
 use seglog::engine::Engine;
-use tokio::sync::watch;
+use seglog::group::GroupCoordinator;
+use tokio::sync::{OnceCell, watch};
 
 use crate::config::ServeConfig;
+use crate::groups::Groups;
 
 /// The broker as the request handlers see it.
 #[derive(Debug)]
@@ -19,6 +21,10 @@ pub(crate) struct Broker {
     pub(crate) port: i32,
     /// Becomes `true` when the server stops.
     pub(crate) stop: watch::Receiver<bool>,
+    /// The groups' membership (Kafka's classic group protocol).
+    pub(crate) groups: Groups,
+    /// seglog's store of committed offsets, opened by the first group request that needs it.
+    pub(crate) offsets_store: OnceCell<GroupCoordinator>,
 }
 
 impl Broker {

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, RequestHeader,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -28,7 +30,10 @@ use crate::error::ConnectionError;
 use crate::frame::{read_frame, response_frame};
 use crate::produce::ProduceOutcome;
 use crate::shape_check;
-use crate::{delete_records, describe_configs, fetch, list_offsets, metadata, produce, topics};
+use crate::{
+    delete_records, describe_configs, fetch, groups, list_offsets, metadata, offsets, produce,
+    topics,
+};
 
 /// Every request header starts with API key (2 bytes), version (2) and correlation id (4),
 /// whatever the header's version.
@@ -36,10 +41,13 @@ const HEADER_PREFIX_BYTES: usize = 8;
 
 /// Serves one connection until it ends; why it ended is logged here, once.
 pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Receiver<bool>) {
+    let peer_ip = stream.peer_addr().ok().map(|peer| peer.ip());
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown peer".to_owned(), |peer| peer.to_string());
-    match serve_requests(&broker, stream, stop).await {
+    // Kafka's form of a group member's `client_host`.
+    let client_host = peer_ip.map_or_else(String::new, |ip| format!("/{ip}"));
+    match serve_requests(&broker, stream, stop, &client_host).await {
         Ok(()) => log::debug!("connection from {peer} closed"),
         Err(error) => log::info!("connection from {peer} closed: {error}"),
     }
@@ -64,6 +72,7 @@ async fn serve_requests(
     broker: &Broker,
     stream: TcpStream,
     mut stop: watch::Receiver<bool>,
+    client_host: &str,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let (reader, mut writer) = stream.into_split();
@@ -109,7 +118,7 @@ async fn serve_requests(
                     if !drain(&mut in_flight, &mut writer, idle_ms, &mut stop).await? {
                         return Ok(());
                     }
-                    let answer = answer(broker, frame).await?;
+                    let answer = answer(broker, frame, client_host).await?;
                     if !write_answer(&mut writer, answer, idle_ms, &mut stop).await? {
                         return Ok(());
                     }
@@ -257,7 +266,11 @@ fn decode_header(
 
 /// The response frame to one request frame; `None` when the request expects none (a produce
 /// with `acks=0`).
-async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+async fn answer(
+    broker: &Broker,
+    mut frame: Bytes,
+    client_host: &str,
+) -> Result<Option<Bytes>, ConnectionError> {
     if frame.len() < HEADER_PREFIX_BYTES {
         return Err(ConnectionError::HeaderTruncated {
             size_bytes: frame.len(),
@@ -272,6 +285,13 @@ async fn answer(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, Conn
         return refuse_version(api_key, version, &frame);
     }
     let header = decode_header(&mut frame, api_key, version)?;
+    if is_group_api(api_key) {
+        let client = Client {
+            header: &header,
+            host: client_host,
+        };
+        return answer_group(broker, api_key, version, client, frame).await;
+    }
     answer_api(broker, api_key, version, header.correlation_id, frame).await
 }
 
@@ -361,6 +381,105 @@ async fn answer_admin(
             respond(&describe_configs::answer(broker, request).await)
         }
         // `is_supported` let only the APIs above through.
+        _ => Err(ConnectionError::UnsupportedVersion {
+            api_key: api_key as i16,
+            version,
+        }),
+    }
+}
+
+fn is_group_api(api_key: ApiKey) -> bool {
+    matches!(
+        api_key,
+        ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+    )
+}
+
+/// Who sent a request: its header, and the host it came from.
+#[derive(Clone, Copy)]
+struct Client<'a> {
+    header: &'a RequestHeader,
+    host: &'a str,
+}
+
+/// The group APIs; a JoinGroup or SyncGroup may wait for the rest of its group.
+async fn answer_group(
+    broker: &Broker,
+    api_key: ApiKey,
+    version: i16,
+    client: Client<'_>,
+    mut body: Bytes,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let header = client.header;
+    let respond = |response: &dyn EncodeAt| response.frame(api_key, version, header.correlation_id);
+    match api_key {
+        ApiKey::FindCoordinator => {
+            let request = decode::<FindCoordinatorRequest>(&mut body, api_key, version)?;
+            respond(&groups::find_coordinator(broker, &request))
+        }
+        ApiKey::JoinGroup => {
+            let request = decode::<JoinGroupRequest>(&mut body, api_key, version)?;
+            let member = groups::Joining {
+                client_id: header.client_id.as_ref().map_or("", |id| id.as_str()),
+                client_host: client.host,
+            };
+            respond(&groups::join(broker, request, version, member).await)
+        }
+        ApiKey::SyncGroup => {
+            let request = decode::<SyncGroupRequest>(&mut body, api_key, version)?;
+            respond(&groups::sync(broker, request).await)
+        }
+        ApiKey::Heartbeat => {
+            let request = decode::<HeartbeatRequest>(&mut body, api_key, version)?;
+            respond(&groups::heartbeat(broker, &request))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode::<LeaveGroupRequest>(&mut body, api_key, version)?;
+            respond(&groups::leave(broker, &request, version))
+        }
+        _ => answer_offsets(broker, api_key, version, header.correlation_id, body).await,
+    }
+}
+
+async fn answer_offsets(
+    broker: &Broker,
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    mut body: Bytes,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let respond = |response: &dyn EncodeAt| response.frame(api_key, version, correlation_id);
+    match api_key {
+        ApiKey::OffsetCommit => {
+            let request = decode::<OffsetCommitRequest>(&mut body, api_key, version)?;
+            respond(&offsets::commit(broker, request).await)
+        }
+        ApiKey::OffsetFetch => {
+            let request = decode::<OffsetFetchRequest>(&mut body, api_key, version)?;
+            respond(&offsets::fetch(broker, request).await)
+        }
+        ApiKey::ListGroups => {
+            let request = decode::<ListGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::list(broker, &request).await)
+        }
+        ApiKey::DescribeGroups => {
+            let request = decode::<DescribeGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::describe(broker, request).await)
+        }
+        ApiKey::DeleteGroups => {
+            let request = decode::<DeleteGroupsRequest>(&mut body, api_key, version)?;
+            respond(&offsets::delete(broker, request).await)
+        }
+        // `is_group_api` let only the group APIs through.
         _ => Err(ConnectionError::UnsupportedVersion {
             api_key: api_key as i16,
             version,

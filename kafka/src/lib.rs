@@ -33,9 +33,15 @@
 //! code in the answer.
 //!
 //! The APIs ([`SUPPORTED_APIS`] lists their versions): ApiVersions, Metadata, Produce, Fetch,
-//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs.
-//! This node is the only broker and the leader of every partition; there are no consumer groups,
-//! transactions or idempotent producers yet, no authentication and no TLS.
+//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
+//! and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+//! Membership lives in memory (`group_coordinator.rs`, a pure state machine; members rejoin
+//! after a restart); committed offsets are durable in seglog's `__consumer_offsets` through
+//! [`seglog::group::GroupCoordinator`], which the server opens at the first group request (it
+//! takes the engine's coordinator lock). This node is the only broker and the leader of every
+//! partition; there are no transactions, idempotent producers or static group members yet, no
+//! authentication and no TLS.
 
 mod api_versions;
 mod broker;
@@ -47,8 +53,11 @@ mod error;
 mod error_code;
 mod fetch;
 mod frame;
+mod group_coordinator;
+mod groups;
 mod list_offsets;
 mod metadata;
+mod offsets;
 mod produce;
 mod server;
 mod shape_check;

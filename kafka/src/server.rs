@@ -7,13 +7,14 @@ use std::time::Duration;
 use kafka_protocol::protocol::StrBytes;
 use seglog::engine::Engine;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OnceCell, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::broker::Broker;
 use crate::config::ServeConfig;
 use crate::connection;
 use crate::error::ServeError;
+use crate::groups::{self, Groups};
 
 /// How long the loop pauses after a failed accept (out of file descriptors, for one), so that a
 /// lasting failure does not spin.
@@ -49,7 +50,10 @@ pub async fn serve(
         host: StrBytes::from_string(host),
         port: i32::from(port),
         stop: stop.clone(),
+        groups: Groups::default(),
+        offsets_store: OnceCell::new(),
     });
+    let ticking = tokio::spawn(tick_groups(Arc::clone(&broker)));
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -83,7 +87,20 @@ pub async fn serve(
     while let Some(finished) = connections.join_next().await {
         log_panic(finished);
     }
+    log_panic(ticking.await);
     Ok(())
+}
+
+/// Expires group members' sessions and completes overdue rebalances until the server stops.
+async fn tick_groups(broker: Arc<Broker>) {
+    let mut interval = tokio::time::interval(groups::TICK_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => broker.groups.tick(),
+            () = broker.stopping() => return,
+        }
+    }
 }
 
 /// A connection task that panicked took only its own connection down; it is logged.

@@ -203,6 +203,113 @@ const DESCRIBE_CONFIGS: Schema = Schema {
     ],
 };
 
+const FIND_COORDINATOR: Schema = Schema {
+    flexible_from: 3,
+    fields: &[
+        at(Str, 0, 3),
+        at(Int8, 1, i16::MAX),
+        at(ArrayOf(&Str), 4, i16::MAX),
+    ],
+};
+
+const JOIN_GROUP: Schema = Schema {
+    flexible_from: 6,
+    fields: &[
+        always(Str),
+        always(Int32),
+        at(Int32, 1, i16::MAX),
+        always(Str),
+        at(Str, 5, i16::MAX),
+        always(Str),
+        always(Array(&[always(Str), always(Bytes)])),
+        at(Str, 8, i16::MAX),
+    ],
+};
+
+const SYNC_GROUP: Schema = Schema {
+    flexible_from: 4,
+    fields: &[
+        always(Str),
+        always(Int32),
+        always(Str),
+        at(Str, 3, i16::MAX),
+        at(Str, 5, i16::MAX),
+        at(Str, 5, i16::MAX),
+        always(Array(&[always(Str), always(Bytes)])),
+    ],
+};
+
+const HEARTBEAT: Schema = Schema {
+    flexible_from: 4,
+    fields: &[
+        always(Str),
+        always(Int32),
+        always(Str),
+        at(Str, 3, i16::MAX),
+    ],
+};
+
+const LEAVE_GROUP: Schema = Schema {
+    flexible_from: 4,
+    fields: &[
+        always(Str),
+        at(Str, 0, 2),
+        at(
+            Array(&[always(Str), always(Str), at(Str, 5, i16::MAX)]),
+            3,
+            i16::MAX,
+        ),
+    ],
+};
+
+const OFFSET_COMMIT: Schema = Schema {
+    flexible_from: 8,
+    fields: &[
+        always(Str),
+        at(Int32, 1, i16::MAX),
+        at(Str, 1, i16::MAX),
+        at(Str, 7, i16::MAX),
+        at(Int64, 2, 4),
+        always(Array(&[
+            always(Str),
+            always(Array(&[
+                always(Int32),
+                always(Int64),
+                at(Int32, 6, i16::MAX),
+                at(Int64, 1, 1),
+                always(Str),
+            ])),
+        ])),
+    ],
+};
+
+const OFFSET_FETCH: Schema = Schema {
+    flexible_from: 6,
+    fields: &[
+        at(Str, 0, 7),
+        at(Array(&[always(Str), always(ArrayOf(&Int32))]), 0, 7),
+        at(Int8, 7, i16::MAX),
+    ],
+};
+
+const LIST_GROUPS: Schema = Schema {
+    flexible_from: 3,
+    fields: &[
+        at(ArrayOf(&Str), 4, i16::MAX),
+        at(ArrayOf(&Str), 5, i16::MAX),
+    ],
+};
+
+const DESCRIBE_GROUPS: Schema = Schema {
+    flexible_from: 5,
+    fields: &[always(ArrayOf(&Str)), at(Int8, 3, i16::MAX)],
+};
+
+const DELETE_GROUPS: Schema = Schema {
+    flexible_from: 2,
+    fields: &[always(ArrayOf(&Str))],
+};
+
 fn schema(api_key: ApiKey) -> Option<&'static Schema> {
     match api_key {
         ApiKey::ApiVersions => Some(&API_VERSIONS),
@@ -215,6 +322,22 @@ fn schema(api_key: ApiKey) -> Option<&'static Schema> {
         ApiKey::CreatePartitions => Some(&CREATE_PARTITIONS),
         ApiKey::DeleteRecords => Some(&DELETE_RECORDS),
         ApiKey::DescribeConfigs => Some(&DESCRIBE_CONFIGS),
+        _ => group_schema(api_key),
+    }
+}
+
+fn group_schema(api_key: ApiKey) -> Option<&'static Schema> {
+    match api_key {
+        ApiKey::FindCoordinator => Some(&FIND_COORDINATOR),
+        ApiKey::JoinGroup => Some(&JOIN_GROUP),
+        ApiKey::SyncGroup => Some(&SYNC_GROUP),
+        ApiKey::Heartbeat => Some(&HEARTBEAT),
+        ApiKey::LeaveGroup => Some(&LEAVE_GROUP),
+        ApiKey::OffsetCommit => Some(&OFFSET_COMMIT),
+        ApiKey::OffsetFetch => Some(&OFFSET_FETCH),
+        ApiKey::ListGroups => Some(&LIST_GROUPS),
+        ApiKey::DescribeGroups => Some(&DESCRIBE_GROUPS),
+        ApiKey::DeleteGroups => Some(&DELETE_GROUPS),
         _ => None,
     }
 }
@@ -521,6 +644,109 @@ mod tests {
             .with_client_software_version(StrBytes::from_static_str("1.0"))
     }
 
+    fn text(value: &'static str) -> StrBytes {
+        StrBytes::from_static_str(value)
+    }
+
+    fn group() -> GroupId {
+        GroupId(text("g"))
+    }
+
+    fn join_group(version: i16) -> JoinGroupRequest {
+        let protocol = join_group_request::JoinGroupRequestProtocol::default()
+            .with_name(text("range"))
+            .with_metadata(Bytes::from_static(b"subscription"));
+        let instance_id = (version >= 5).then(|| text("i"));
+        let reason = (version >= 8).then(|| text("r"));
+        JoinGroupRequest::default()
+            .with_reason(reason)
+            .with_group_id(group())
+            .with_member_id(text("m"))
+            .with_group_instance_id(instance_id)
+            .with_protocol_type(text("consumer"))
+            .with_protocols(two(protocol))
+    }
+
+    fn sync_group(version: i16) -> SyncGroupRequest {
+        let assignment = sync_group_request::SyncGroupRequestAssignment::default()
+            .with_member_id(text("m"))
+            .with_assignment(Bytes::from_static(b"assignment"));
+        let instance_id = (version >= 3).then(|| text("i"));
+        SyncGroupRequest::default()
+            .with_group_id(group())
+            .with_member_id(text("m"))
+            .with_group_instance_id(instance_id)
+            .with_assignments(two(assignment))
+    }
+
+    fn leave_group(version: i16) -> LeaveGroupRequest {
+        let request = LeaveGroupRequest::default().with_group_id(group());
+        match version {
+            3.. => {
+                let member = leave_group_request::MemberIdentity::default()
+                    .with_member_id(text("m"))
+                    .with_group_instance_id(Some(text("i")))
+                    .with_reason((version >= 5).then(|| text("r")));
+                request.with_members(two(member))
+            }
+            _ => request.with_member_id(text("m")),
+        }
+    }
+
+    fn offset_commit() -> OffsetCommitRequest {
+        let partition = offset_commit_request::OffsetCommitRequestPartition::default()
+            .with_partition_index(1)
+            .with_committed_offset(5)
+            .with_committed_metadata(Some(text("meta")));
+        let topic = offset_commit_request::OffsetCommitRequestTopic::default()
+            .with_name(name("t"))
+            .with_partitions(two(partition));
+        OffsetCommitRequest::default()
+            .with_group_id(group())
+            .with_member_id(text("m"))
+            .with_topics(two(topic))
+    }
+
+    fn offset_fetch() -> OffsetFetchRequest {
+        let topic = offset_fetch_request::OffsetFetchRequestTopic::default()
+            .with_name(name("t"))
+            .with_partition_indexes(vec![0, 1]);
+        OffsetFetchRequest::default()
+            .with_group_id(group())
+            .with_topics(Some(two(topic)))
+    }
+
+    fn group_request(api_key: ApiKey, version: i16, body: &mut BytesMut) {
+        let encoded = match api_key {
+            ApiKey::FindCoordinator => FindCoordinatorRequest::default()
+                .with_key(text("g"))
+                .encode(body, version),
+            ApiKey::JoinGroup => join_group(version).encode(body, version),
+            ApiKey::SyncGroup => sync_group(version).encode(body, version),
+            ApiKey::Heartbeat => HeartbeatRequest::default()
+                .with_group_id(group())
+                .with_member_id(text("m"))
+                .encode(body, version),
+            ApiKey::LeaveGroup => leave_group(version).encode(body, version),
+            ApiKey::OffsetCommit => offset_commit().encode(body, version),
+            ApiKey::OffsetFetch => offset_fetch().encode(body, version),
+            ApiKey::ListGroups => {
+                let states = (version >= 4).then(|| two(text("Stable")));
+                ListGroupsRequest::default()
+                    .with_states_filter(states.unwrap_or_default())
+                    .encode(body, version)
+            }
+            ApiKey::DescribeGroups => DescribeGroupsRequest::default()
+                .with_groups(two(group()))
+                .encode(body, version),
+            ApiKey::DeleteGroups => DeleteGroupsRequest::default()
+                .with_groups_names(two(group()))
+                .encode(body, version),
+            other => panic!("no request built for {other:?}"),
+        };
+        encoded.unwrap_or_else(|error| panic!("{api_key:?} v{version}: {error}"));
+    }
+
     /// A request of `api_key` with every array holding two elements, encoded at `version`.
     fn encoded(api_key: ApiKey, version: i16) -> BytesMut {
         let mut body = BytesMut::new();
@@ -535,7 +761,10 @@ mod tests {
             ApiKey::CreatePartitions => create_partitions().encode(&mut body, version),
             ApiKey::DeleteRecords => delete_records().encode(&mut body, version),
             ApiKey::DescribeConfigs => describe_configs().encode(&mut body, version),
-            other => panic!("no request built for {other:?}"),
+            other => {
+                group_request(other, version, &mut body);
+                Ok(())
+            }
         };
         encoded.unwrap_or_else(|error| panic!("{api_key:?} v{version}: {error}"));
         body
@@ -599,6 +828,16 @@ mod tests {
             ApiKey::CreatePartitions => CreatePartitionsRequest::decode(body, version).is_ok(),
             ApiKey::DeleteRecords => DeleteRecordsRequest::decode(body, version).is_ok(),
             ApiKey::DescribeConfigs => DescribeConfigsRequest::decode(body, version).is_ok(),
+            ApiKey::FindCoordinator => FindCoordinatorRequest::decode(body, version).is_ok(),
+            ApiKey::JoinGroup => JoinGroupRequest::decode(body, version).is_ok(),
+            ApiKey::SyncGroup => SyncGroupRequest::decode(body, version).is_ok(),
+            ApiKey::Heartbeat => HeartbeatRequest::decode(body, version).is_ok(),
+            ApiKey::LeaveGroup => LeaveGroupRequest::decode(body, version).is_ok(),
+            ApiKey::OffsetCommit => OffsetCommitRequest::decode(body, version).is_ok(),
+            ApiKey::OffsetFetch => OffsetFetchRequest::decode(body, version).is_ok(),
+            ApiKey::ListGroups => ListGroupsRequest::decode(body, version).is_ok(),
+            ApiKey::DescribeGroups => DescribeGroupsRequest::decode(body, version).is_ok(),
+            ApiKey::DeleteGroups => DeleteGroupsRequest::decode(body, version).is_ok(),
             other => panic!("no decoder for {other:?}"),
         }
     }

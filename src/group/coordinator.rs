@@ -454,15 +454,8 @@ impl GroupCoordinator {
         if entries.is_empty() {
             return CommitHandle::ready(Ok(()));
         }
-        if let Some((tp, value)) = entries
-            .iter()
-            .find(|(_, value)| value.metadata.len() > OFFSET_METADATA_BYTES_MAX)
-        {
-            return CommitHandle::ready(Err(CommitError::MetadataTooLarge {
-                partition: tp.clone(),
-                size_bytes: value.metadata.len(),
-                max_bytes: OFFSET_METADATA_BYTES_MAX,
-            }));
+        if let Err(error) = check_metadata(&entries) {
+            return CommitHandle::ready(Err(error));
         }
         let mut state = self.shared.lock_state();
         self.shared.maintain(&mut state);
@@ -474,6 +467,36 @@ impl GroupCoordinator {
             .map(|(tp, value)| (tp, Some(value)))
             .collect();
         drop(state);
+        self.append_commit(group, entries)
+    }
+
+    /// Commits `offsets` for `group` as they are, without the membership, generation and
+    /// ownership checks of an in-process [`Consumer`]'s commit: for a group whose members are
+    /// managed elsewhere, such as by a Kafka-protocol broker that runs Kafka's group protocol
+    /// over this engine and fences its members itself. The offsets are durable (and survive a
+    /// restart) once the handle completes `Ok`; [`GroupCoordinator::committed`] then answers them.
+    ///
+    /// Refused: metadata longer than Kafka's `offset.metadata.max.bytes` (4096 bytes). An empty
+    /// `offsets` completes at once. Deleting the group's offsets is [`GroupCoordinator::delete_group`].
+    pub fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<(TopicPartition, OffsetAndMetadata)>,
+    ) -> CommitHandle {
+        if offsets.is_empty() {
+            return CommitHandle::ready(Ok(()));
+        }
+        if let Err(error) = check_metadata(&offsets) {
+            return CommitHandle::ready(Err(error));
+        }
+        {
+            let mut state = self.shared.lock_state();
+            self.shared.resolve_parked(&mut state);
+        }
+        let entries = offsets
+            .into_iter()
+            .map(|(tp, value)| (tp, Some(value)))
+            .collect();
         self.append_commit(group, entries)
     }
 
@@ -530,6 +553,21 @@ impl GroupCoordinator {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JoinRefused {
     InconsistentStrategy { group_strategy: AssignmentStrategy },
+}
+
+/// Kafka's `OFFSET_METADATA_TOO_LARGE`: the first partition whose metadata is too long.
+fn check_metadata(entries: &[(TopicPartition, OffsetAndMetadata)]) -> Result<(), CommitError> {
+    match entries
+        .iter()
+        .find(|(_, value)| value.metadata.len() > OFFSET_METADATA_BYTES_MAX)
+    {
+        Some((tp, value)) => Err(CommitError::MetadataTooLarge {
+            partition: tp.clone(),
+            size_bytes: value.metadata.len(),
+            max_bytes: OFFSET_METADATA_BYTES_MAX,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn check_committer(

@@ -3,6 +3,10 @@
 //! (none, gzip, snappy, lz4, zstd), creates a topic of 3 partitions with its admin client,
 //! produces 20,000 keyed records with `acks='all'` and consumes every one back exactly once, and
 //! so does confluent-kafka (librdkafka, `confluent_kafka_roundtrip.py`), every delivery report OK;
+//! a confluent-kafka consumer group of two members (`confluent_kafka_group.py`) consumes a topic
+//! of 3 partitions exactly once across a rebalance, committing, and after a server restart two
+//! new members resume from the commits with nothing re-read, and so does a kafka-python group
+//! (`kafka_python_group.py`);
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
 //! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
 //! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
@@ -153,6 +157,52 @@ fn confluent_kafka_creates_produces_with_acks_all_and_consumes_everything() {
     }
     server.stop();
     verify_clean(dir.path());
+}
+
+/// A group's first phase (a rebalance, commits), a server restart, then its second phase (the
+/// group resumes from its commits), each run by `script_name`.
+fn group_resumes_after_restart(test: &str, script_name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("consumed.json");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let server = Server::start(&data);
+    let args = [
+        server.address.as_str(),
+        "grouped",
+        "first",
+        path_arg(&state),
+    ];
+    if run_python(test, script_name, &args).is_none() {
+        return;
+    }
+    server.stop();
+    let server = Server::start(&data);
+    let args = [
+        server.address.as_str(),
+        "grouped",
+        "second",
+        path_arg(&state),
+    ];
+    run_python(test, script_name, &args);
+    server.stop();
+    verify_clean(&data);
+}
+
+#[test]
+fn confluent_kafka_group_consumes_once_across_a_rebalance_and_a_restart() {
+    group_resumes_after_restart(
+        "confluent_kafka_group_consumes_once_across_a_rebalance_and_a_restart",
+        "confluent_kafka_group.py",
+    );
+}
+
+#[test]
+fn kafka_python_group_consumes_once_across_a_rebalance_and_a_restart() {
+    group_resumes_after_restart(
+        "kafka_python_group_consumes_once_across_a_rebalance_and_a_restart",
+        "kafka_python_group.py",
+    );
 }
 
 #[test]

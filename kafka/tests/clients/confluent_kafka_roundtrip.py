@@ -2,8 +2,8 @@
 
 Creates a topic with 3 partitions through AdminClient, produces 20,000 keyed records with
 acks=all and the given codec (every delivery report OK), then consumes the three partitions
-from the beginning (assigned, no group: group APIs are not served yet) and checks that every
-record came back exactly once at the offset its delivery report gave.
+from the beginning (assigned, not subscribed: groups are confluent_kafka_group.py's) and checks
+that every record came back exactly once at the offset its delivery report gave.
 
 Usage: confluent_kafka_roundtrip.py HOST:PORT TOPIC [CODEC]
 CODEC is librdkafka's `compression.codec`: none (the default), gzip, snappy, lz4 or zstd.

@@ -23,12 +23,16 @@ pub struct Broker {
     pub engine: Engine,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), ServeError>>,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Broker {
     pub async fn start(config: ServeConfig) -> Broker {
-        let dir = tempfile::tempdir().unwrap();
+        Broker::start_in(tempfile::tempdir().unwrap(), config).await
+    }
+
+    /// A broker over the engine in `dir` (a restart, when `dir` held one before).
+    pub async fn start_in(dir: TempDir, config: ServeConfig) -> Broker {
         let engine_config = EngineConfig {
             shard_count: 2,
             pin_shards: false,
@@ -47,7 +51,7 @@ impl Broker {
             engine,
             stop,
             task,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -56,9 +60,15 @@ impl Broker {
     }
 
     pub async fn stop(self) {
+        self.stop_keeping_dir().await;
+    }
+
+    /// Stops the broker and closes its engine; the data directory stays for a restart.
+    pub async fn stop_keeping_dir(self) -> TempDir {
         self.stop.send(()).unwrap();
         self.task.await.unwrap().unwrap();
         self.engine.close().unwrap();
+        self.dir
     }
 }
 

@@ -1,0 +1,180 @@
+"""A kafka-python consumer group against `seglog serve` (issue 44), as
+confluent_kafka_group.py does it with librdkafka.
+
+Phase `first`: creates a topic of 3 partitions and produces RECORD_COUNT keyed records
+(acks=all). Member A of group GROUP consumes alone, then member B joins: the group rebalances
+(eager: A gives up its partitions, committing what it consumed) and both consume until about half
+the records are read. Every batch is committed synchronously before the next poll, so at any
+rebalance everything consumed is committed. Both members then close (leaving the group), and
+the keys consumed are written to STATE.
+
+Phase `second`, against a restarted server: two new members of the same group resume from the
+committed offsets and consume the rest. Every key must have been consumed exactly once across
+both phases: nothing lost, nothing re-read.
+
+Usage: kafka_python_group.py HOST:PORT TOPIC first|second STATE
+Exit codes: 0 passed, 1 failed, 77 kafka-python is not installed (the caller reports a SKIP).
+"""
+
+import json
+import sys
+import time
+
+RECORD_COUNT = 3000
+PARTITION_COUNT = 3
+GROUP = "seglog-kafka-python-group-test"
+BATCH_MAX = 20
+# Guards against a hang, never a measure of speed.
+ADMIN_TIMEOUT_S = 30
+FLUSH_TIMEOUT_S = 60
+PHASE_TIMEOUT_S = 90
+# Kafka's minimum session timeout; heartbeats often, so a rebalance is seen at once.
+SESSION_TIMEOUT_MS = 6000
+HEARTBEAT_INTERVAL_MS = 100
+
+try:
+    from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError
+except ImportError as error:
+    print(f"kafka-python is not installed: {error}")
+    sys.exit(77)
+
+
+def create_and_produce(bootstrap, topic):
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics(
+            [NewTopic(name=topic, num_partitions=PARTITION_COUNT, replication_factor=1)]
+        )
+    finally:
+        admin.close()
+    # Idempotence needs InitProducerId, which this broker does not answer yet.
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=False
+    )
+    futures = [
+        producer.send(topic, key=f"key-{i}".encode(), value=b"v") for i in range(RECORD_COUNT)
+    ]
+    producer.flush()
+    failures = []
+    for future in futures:
+        try:
+            future.get(timeout=FLUSH_TIMEOUT_S)
+        except KafkaError as error:
+            failures.append(f"a delivery failed: {error}")
+    producer.close()
+    return failures
+
+
+class Member(ConsumerRebalanceListener):
+    """One consumer of the group, and what it consumed and committed."""
+
+    def __init__(self, bootstrap, topic, name, failures):
+        self.name, self.failures, self.keys = name, failures, []
+        self.revocations = 0
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=GROUP,
+            client_id=name,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        )
+        self.consumer.subscribe([topic], listener=self)
+
+    def on_partitions_revoked(self, revoked):
+        self.revocations += 1
+
+    def on_partitions_assigned(self, assigned):
+        pass
+
+    def poll(self):
+        """One batch, its positions committed synchronously before the next poll."""
+        batches = self.consumer.poll(timeout_ms=100, max_records=BATCH_MAX)
+        for messages in batches.values():
+            self.keys.extend(message.key.decode() for message in messages)
+        if batches:
+            try:
+                self.consumer.commit()
+            except KafkaError as error:
+                self.failures.append(f"{self.name}: commit failed: {error}")
+        return len(batches)
+
+    def close(self):
+        self.consumer.close()
+
+
+def run_until(members, done):
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while not done() and time.monotonic() < deadline:
+        for member in members:
+            member.poll()
+        time.sleep(0.01)
+    return done()
+
+
+def first(bootstrap, topic, failures):
+    failures += create_and_produce(bootstrap, topic)
+    a = Member(bootstrap, topic, "member-a", failures)
+    if not run_until([a], lambda: len(a.keys) >= RECORD_COUNT // 4):
+        failures.append(f"member A alone consumed only {len(a.keys)} records")
+    b = Member(bootstrap, topic, "member-b", failures)
+    total = lambda: len(a.keys) + len(b.keys)
+    if not run_until([a, b], lambda: len(b.keys) > 0 and total() >= RECORD_COUNT // 2):
+        failures.append(f"after B joined: A {len(a.keys)}, B {len(b.keys)} records")
+    if a.revocations == 0:
+        failures.append("member A saw no rebalance when B joined")
+    a.close()
+    b.close()
+    return a.keys + b.keys
+
+
+def second(bootstrap, topic, failures, earlier):
+    a = Member(bootstrap, topic, "member-c", failures)
+    b = Member(bootstrap, topic, "member-d", failures)
+    total = lambda: len(earlier) + len(a.keys) + len(b.keys)
+    if not run_until([a, b], lambda: total() >= RECORD_COUNT):
+        failures.append(f"after the restart only {total()} of {RECORD_COUNT} records consumed")
+    # A little longer: anything re-read would arrive now.
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        a.poll()
+        b.poll()
+    a.close()
+    b.close()
+    if not a.keys and not b.keys:
+        failures.append("the resumed group consumed nothing")
+    return a.keys + b.keys
+
+
+def main():
+    bootstrap, topic, phase, state = sys.argv[1:5]
+    failures = []
+    if phase == "first":
+        keys = first(bootstrap, topic, failures)
+        with open(state, "w") as file:
+            json.dump(keys, file)
+        expected = None
+    else:
+        with open(state) as file:
+            earlier = json.load(file)
+        keys = earlier + second(bootstrap, topic, failures, earlier)
+        expected = {f"key-{i}" for i in range(RECORD_COUNT)}
+    seen = set()
+    for key in keys:
+        if key in seen:
+            failures.append(f"{key} consumed twice")
+        seen.add(key)
+    if expected is not None and seen != expected:
+        failures.append(f"{len(expected - seen)} records never consumed")
+    for failure in failures[:20]:
+        print(f"FAIL: {failure}")
+    if failures:
+        sys.exit(1)
+    print(f"OK: phase {phase}, {len(keys)} records consumed once")
+
+
+if __name__ == "__main__":
+    main()
