@@ -20,6 +20,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
 use seglog::config::LogConfig;
 use seglog::engine::{Engine, EngineConfig, FetchOptions};
+use seglog::error::ReadError;
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::types::{Offset, TopicName};
 use serde::{Deserialize, Serialize};
@@ -690,11 +691,12 @@ impl Node {
         let Some(group) = self.group(&id) else {
             return Response::UnknownGroup(id);
         };
-        let high_watermark = group.replica.high_watermark();
+        let log_start = group.replica.log_start_offset();
+        // Everything below the log start was committed (a purge or an installed snapshot took
+        // it), also while the state machine has not yet applied the snapshot.
+        let high_watermark = group.replica.high_watermark().max(log_start);
         // Below the log start: from the log start (the records asked for are gone).
-        let start = offset
-            .max(group.replica.log_start_offset())
-            .min(high_watermark);
+        let start = offset.max(log_start).min(high_watermark);
         let options = FetchOptions {
             max_bytes,
             ..FetchOptions::default()
@@ -714,6 +716,15 @@ impl Node {
                     high_watermark,
                 })
             }
+            // The engine's log moves to the replica's new start just after the replica's state
+            // does (a purge, or a restart at an installed snapshot): nothing to read yet.
+            Err(ReadError::OffsetOutOfRange {
+                log_start_offset, ..
+            }) => Response::Fetched(Fetched {
+                records: bytes::Bytes::new(),
+                log_start_offset: log_start_offset.0.max(log_start),
+                high_watermark,
+            }),
             Err(error) => Response::Error(error.to_string()),
         }
     }
