@@ -10,6 +10,7 @@ mod append;
 pub(crate) mod cleaned_end;
 mod compaction;
 mod open;
+pub mod producer_state;
 mod retention;
 mod seal_sync;
 mod segments;
