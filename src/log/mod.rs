@@ -11,6 +11,7 @@ pub(crate) mod cleaned_end;
 mod compaction;
 mod open;
 pub mod producer_state;
+mod producers;
 mod retention;
 mod seal_sync;
 mod segments;
@@ -56,7 +57,7 @@ impl Default for LogWriteMode {
         }
     }
 }
-pub use append::{AppendInfo, ValidatedBatches};
+pub use append::{AppendInfo, AppendOutcome, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 pub use seal_sync::UnsyncedSeal;
@@ -151,6 +152,8 @@ pub struct PartitionLog {
     /// (taken or not): until then a segment's files may not be as sealed on the device (the
     /// trims), so the cleaner leaves it alone.
     pending_seal_ends: std::collections::VecDeque<Offset>,
+    /// The idempotent producers' state as of the log end (`producer_state.rs`).
+    producers: producer_state::ProducerStateTable,
 }
 
 impl PartitionLog {
@@ -389,7 +392,9 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        let result = self.cut_segments_from(offset);
+        let result = self
+            .cut_segments_from(offset)
+            .and_then(|()| self.rebuild_producer_state());
         self.fail_on(result)?;
         // A cleaned group read before the cut must not be swapped in after it.
         self.instance = open::next_log_instance();
@@ -458,6 +463,7 @@ impl PartitionLog {
         self.log_start_offset = offset;
         self.recovery_point = offset;
         self.pending_seal_ends.clear();
+        self.producers.clear();
         Ok(())
     }
 

@@ -131,7 +131,7 @@ pub struct ProducerEntry {
 }
 
 impl ProducerEntry {
-    fn new(producer_epoch: i16) -> ProducerEntry {
+    pub fn new(producer_epoch: i16) -> ProducerEntry {
         ProducerEntry {
             producer_epoch,
             batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER_MAX),
@@ -168,7 +168,7 @@ impl ProducerEntry {
     }
 
     /// Records a written batch: a new epoch forgets the old epoch's batches.
-    fn push(&mut self, producer_epoch: i16, batch: ProducerBatch) {
+    pub fn push(&mut self, producer_epoch: i16, batch: ProducerBatch) {
         if producer_epoch != self.producer_epoch {
             self.batches.clear();
             self.producer_epoch = producer_epoch;
@@ -396,6 +396,53 @@ impl ProducerOverlay {
         self.changed
             .get(&producer_id)
             .or_else(|| table.entry(producer_id))
+    }
+
+    /// Checks one append's batches in order: each against its producer as the table, this
+    /// overlay and the append's earlier batches leave it. The first batch that repeats one
+    /// already kept makes the whole append a duplicate, answered with that batch (Kafka's rule); a
+    /// batch repeating an earlier one of the same append is out of order.
+    pub fn check_append(
+        &self,
+        table: &ProducerStateTable,
+        batches: impl Iterator<Item = ProducerBatchHeader>,
+    ) -> ProducerCheck {
+        // The entries this append's batches changed so far; appends carry few producers.
+        let mut local: Vec<(i64, ProducerEntry)> = Vec::new();
+        for batch in batches {
+            let local_index = local.iter().position(|(id, _)| *id == batch.producer_id);
+            let entry = match local_index.and_then(|index| local.get(index)) {
+                Some((_, entry)) => Some(entry),
+                None => self.entry(table, batch.producer_id),
+            };
+            match check_against(entry, &batch) {
+                ProducerCheck::Accept => {}
+                ProducerCheck::Duplicate(original) if local_index.is_none() => {
+                    return ProducerCheck::Duplicate(original);
+                }
+                ProducerCheck::Duplicate(_) => {
+                    let last_sequence = entry.map_or(NO_SEQUENCE, ProducerEntry::last_sequence);
+                    return ProducerCheck::Refuse(ProducerRefusal::OutOfOrderSequence {
+                        producer_id: batch.producer_id,
+                        producer_epoch: batch.producer_epoch,
+                        first_sequence: batch.first_sequence,
+                        current_epoch: batch.producer_epoch,
+                        last_sequence,
+                    });
+                }
+                refused @ ProducerCheck::Refuse(_) => return refused,
+            }
+            let mut changed = entry
+                .cloned()
+                .unwrap_or_else(|| ProducerEntry::new(batch.producer_epoch));
+            // Offsets are not known yet; only sequences matter to the batches after it.
+            changed.push(batch.producer_epoch, written(&batch, Offset(0), TimestampMs(-1)));
+            match local_index.and_then(|index| local.get_mut(index)) {
+                Some((_, entry)) => *entry = changed,
+                None => local.push((batch.producer_id, changed)),
+            }
+        }
+        ProducerCheck::Accept
     }
 
     /// Records `batch` on top of the table's entry.
@@ -687,5 +734,38 @@ mod tests {
                 offset_delta: 1,
             })
         );
+    }
+
+    #[test]
+    fn an_append_is_checked_batch_by_batch_and_a_repeat_inside_it_is_out_of_order() {
+        let table = table_with(&[(batch(1, 0, 0, 2), 1)]);
+        let overlay = ProducerOverlay::default();
+        let in_order = [batch(1, 0, 2, 2), batch(1, 0, 4, 1), batch(2, 0, 9, 1)];
+        assert_eq!(
+            overlay.check_append(&table, in_order.into_iter()),
+            ProducerCheck::Accept
+        );
+        let gap = [batch(1, 0, 2, 2), batch(1, 0, 5, 1)];
+        assert!(matches!(
+            overlay.check_append(&table, gap.into_iter()),
+            ProducerCheck::Refuse(ProducerRefusal::OutOfOrderSequence {
+                first_sequence: 5,
+                last_sequence: 3,
+                ..
+            })
+        ));
+        let repeated = [batch(1, 0, 2, 2), batch(1, 0, 2, 2)];
+        assert!(matches!(
+            overlay.check_append(&table, repeated.into_iter()),
+            ProducerCheck::Refuse(ProducerRefusal::OutOfOrderSequence { .. })
+        ));
+        let retried = [batch(1, 0, 0, 2), batch(1, 0, 2, 1)];
+        assert!(matches!(
+            overlay.check_append(&table, retried.into_iter()),
+            ProducerCheck::Duplicate(ProducerBatch {
+                last_offset: Offset(1),
+                ..
+            })
+        ));
     }
 }
