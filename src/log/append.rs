@@ -14,6 +14,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::producer_state::{ProducerBatch, ProducerBatchHeader, ProducerCheck, ProducerOverlay};
+use super::producers::SnapshotSync;
 use super::{PartitionLog, UnsyncedSeal};
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
@@ -413,6 +414,12 @@ impl PartitionLog {
         self.segments.push_active(segment);
         let prewrite_bytes = self.prewrite_bytes;
         self.active_mut().set_prewrite_bytes(prewrite_bytes);
+        // The state as of the new segment's base, from which a later open replays. Its syncs
+        // are the seal's, off the append path, as Kafka flushes it with the rolled segment.
+        let snapshot_path = self.write_producer_snapshot(SnapshotSync::WithSeal)?;
+        if let Some(seal) = self.unsynced_seals.last_mut() {
+            seal.snapshot_path = Some(snapshot_path);
+        }
         failpoint!("roll.after_create");
         Ok(())
     }

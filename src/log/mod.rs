@@ -366,6 +366,7 @@ impl PartitionLog {
         if offset > self.log_start_offset {
             self.log_start_offset = offset;
             self.delete_segments_below_log_start(now)?;
+            self.remove_producer_snapshots(|snapshot| snapshot < offset)?;
         }
         Ok(self.log_start_offset)
     }
@@ -392,9 +393,12 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        let result = self
-            .cut_segments_from(offset)
-            .and_then(|()| self.rebuild_producer_state());
+        let result = self.cut_segments_from(offset).and_then(|()| {
+            // Snapshots above the new end describe batches that are gone.
+            let log_end_offset = self.log_end_offset();
+            self.remove_producer_snapshots(|snapshot| snapshot > log_end_offset)?;
+            self.rebuild_producer_state()
+        });
         self.fail_on(result)?;
         // A cleaned group read before the cut must not be swapped in after it.
         self.instance = open::next_log_instance();
@@ -440,6 +444,8 @@ impl PartitionLog {
     }
 
     fn start_over_at(&mut self, offset: Offset, now: TimestampMs) -> Result<(), StorageError> {
+        // Every snapshot describes batches that go: removed first, so that none outlives them.
+        self.remove_producer_snapshots(|_| true)?;
         let reuses_a_name = self
             .segments
             .slots()
@@ -612,7 +618,10 @@ impl PartitionLog {
         self.sync_untaken_seals()?;
         self.active_mut().seal()?;
         self.recovery_point = self.log_end_offset();
+        // The state as of the log end: the next open replays nothing.
+        self.write_producer_snapshot(producers::SnapshotSync::Now)?;
         Ok(())
+
     }
 
     /// Releases the log's files and maps without syncing (to bound open files): the indexes are

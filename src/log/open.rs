@@ -141,7 +141,7 @@ impl PartitionLog {
         }
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
-        log.rebuild_producer_state()?;
+        log.load_producer_state()?;
         if recorded_cleaned_end.is_none() {
             // From here on the log is appended to: what lies above its end now is dense.
             let end = log.log_end_offset();
