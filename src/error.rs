@@ -268,6 +268,37 @@ pub enum AppendError {
         /// The partition's log end offset.
         log_end_offset: Offset,
     },
+    /// A batch's producer epoch is below the epoch its producer already wrote with: a fenced
+    /// (zombie) producer (Kafka's `INVALID_PRODUCER_EPOCH`). Nothing of the append is written.
+    #[error(
+        "producer {producer_id} wrote with epoch {producer_epoch}, below its current epoch {current_epoch}"
+    )]
+    InvalidProducerEpoch {
+        /// The batch's `producerId`.
+        producer_id: i64,
+        /// The batch's `producerEpoch`.
+        producer_epoch: i16,
+        /// The epoch the partition last saw from the producer.
+        current_epoch: i16,
+    },
+    /// A batch's first sequence number does not follow its producer's last one (or a new epoch
+    /// does not start at 0): a batch in between was lost (Kafka's `OUT_OF_ORDER_SEQUENCE_NUMBER`).
+    /// Nothing of the append is written.
+    #[error(
+        "producer {producer_id} epoch {producer_epoch} sent first sequence {first_sequence}, which does not follow its last sequence {last_sequence} (epoch {current_epoch})"
+    )]
+    OutOfOrderSequence {
+        /// The batch's `producerId`.
+        producer_id: i64,
+        /// The batch's `producerEpoch`.
+        producer_epoch: i16,
+        /// The batch's `baseSequence`.
+        first_sequence: i32,
+        /// The epoch the partition last saw from the producer.
+        current_epoch: i16,
+        /// The last sequence of the producer's last batch in that epoch (-1: none).
+        last_sequence: i32,
+    },
     /// The topic does not exist or has fewer partitions.
     #[error("topic {topic} has no partition {partition}")]
     UnknownPartition {

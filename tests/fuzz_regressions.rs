@@ -372,6 +372,25 @@ fn a_batch_starting_just_before_the_invalid_one_and_reaching_into_it_is_damage()
     assert_refused(&log);
 }
 
+/// sim_crash (misdirected writes, seed 5080 once producer snapshots were written, 2026-12-07): an
+/// `O_DIRECT` rewrite of the block holding the batches for offsets 0 and 1 (the latter at 508,
+/// four bytes before a sector boundary) landed at 2048 and was synced: the batch for offset 1
+/// was acknowledged. Recovery found zeros at 508 and the batch for offset 1 at 2556, but took it
+/// for a torn write whose first sector was lost, since its four bytes there (the top of its base
+/// offset) are zeros: it cut acknowledged records. A lost first sector holding at most the top
+/// four bytes of the base offset cannot make a batch read as the expected offset (the offsets of
+/// one segment lie within 2^31 of each other): the batch is misplaced, and the partition refused.
+#[test]
+fn a_misplaced_batch_with_only_its_base_offsets_top_bytes_in_its_first_sector_is_damage() {
+    let written = batches_of_sizes(&[508, 73]);
+    let mut log = written.clone();
+    log[508..].fill(0);
+    log.resize(2048, 0);
+    log.extend_from_slice(&written);
+    assert_eq!(&log[2556..2560], &[0, 0, 0, 0]);
+    assert_refused(&log);
+}
+
 /// Recovery of `log` (a segment based at 0) cuts it as a torn tail: the segment keeps its first
 /// `kept_bytes`, and its next offset is `next_offset`.
 fn assert_cut_to(log: &[u8], kept_bytes: u64, next_offset: u64) {

@@ -37,8 +37,8 @@ use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
-    AppendInfo, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions, LogWriteMode,
-    PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
+    AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions,
+    LogWriteMode, PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
 };
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
@@ -1022,22 +1022,16 @@ impl Shard {
             }
         };
         let first = log.log_end_offset();
-        let group = refuse_unexpected_offsets(group, first);
-        if group.is_empty() {
-            return None;
-        }
-        let durable_requested = group.iter().any(|append| append.durable);
         let batches: Vec<ValidatedBatches> =
             group.iter().map(|append| append.batches.clone()).collect();
         match log.append_validated_behind(&batches, now) {
-            Ok(infos) => {
+            Ok(outcomes) => {
+                let (answers, durable_requested) = answer_refused(group, outcomes);
+                if answers.is_empty() {
+                    return None;
+                }
                 let must_sync = durable_requested || log.flush_due(now);
                 let background_sync = !must_sync && log.take_background_sync(background_sync_bytes);
-                let answers = group
-                    .into_iter()
-                    .map(|append| append.reply)
-                    .zip(infos)
-                    .collect();
                 Some(WrittenGroup {
                     tp,
                     answers,
@@ -1738,27 +1732,28 @@ impl_from_lookup!(ReadError);
 impl_from_lookup!(DeleteRecordsError);
 impl_from_lookup!(TruncateError);
 
-/// Answers the appends that expect their first record at an offset other than the one it would
-/// get (`Engine::append_at`), and returns the others, in order.
-fn refuse_unexpected_offsets(group: Vec<PendingAppend>, first: Offset) -> Vec<PendingAppend> {
-    let mut next_offset = first;
-    let mut kept = Vec::with_capacity(group.len());
-    for append in group {
-        match append.batches.expected_first_offset() {
-            Some(expected) if expected != next_offset => {
-                let error = AppendError::LogEndMismatch {
-                    expected,
-                    log_end_offset: next_offset,
-                };
-                let _ = append.reply.send(Err(error));
+/// Answers the appends refused one by one (they wrote nothing) and returns the others' answers,
+/// with whether one of them waits for a sync. A duplicate is answered with its group, so no
+/// sooner than the writes before it, and after a sync when it asks for one and its original was
+/// not synced yet.
+fn answer_refused(
+    group: Vec<PendingAppend>,
+    outcomes: Vec<AppendOutcome>,
+) -> (WrittenAnswers, bool) {
+    let mut durable_requested = false;
+    let mut answers = Vec::with_capacity(outcomes.len());
+    for (append, outcome) in group.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(info) => {
+                durable_requested |= append.durable && !info.durable;
+                answers.push((append.reply, info));
             }
-            _ => {
-                next_offset = Offset(next_offset.0 + append.batches.record_count());
-                kept.push(append);
+            Err(error) => {
+                let _ = append.reply.send(Err(error));
             }
         }
     }
-    kept
+    (answers, durable_requested)
 }
 
 fn lookup_error_into<E: FromLookup>(tp: &TopicPartition, error: LookupError) -> E {

@@ -130,6 +130,74 @@ impl SegmentFileName {
     }
 }
 
+/// A producer-state snapshot's name (FORMAT.md §5.8): `<20-digit offset>.snapshot`, the offset
+/// the state is as of; `.snapshot.tmp` while it is written, before its atomic rename.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SnapshotFileName {
+    /// The offset the snapshot's state is as of: the next offset to apply.
+    pub offset: Offset,
+    /// Live, or still being written.
+    pub state: SnapshotFileState,
+}
+
+/// Whether a snapshot file is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SnapshotFileState {
+    /// `.snapshot`: written, synced and renamed.
+    Live,
+    /// `.snapshot.tmp`: being written; a leftover of a crash, removed at open.
+    Writing,
+}
+
+const SNAPSHOT_EXTENSION: &str = ".snapshot";
+
+impl SnapshotFileName {
+    /// The live snapshot as of `offset`.
+    pub fn live(offset: Offset) -> SnapshotFileName {
+        SnapshotFileName {
+            offset,
+            state: SnapshotFileState::Live,
+        }
+    }
+
+    /// The name it is written under before its rename.
+    pub fn writing(self) -> SnapshotFileName {
+        SnapshotFileName {
+            state: SnapshotFileState::Writing,
+            ..self
+        }
+    }
+
+    /// Parses a file name, or `None` if it is not a snapshot file.
+    pub fn parse(name: &str) -> Option<SnapshotFileName> {
+        let (stem, rest) = name.split_at_checked(FILE_NAME_OFFSET_DIGITS)?;
+        if !stem.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        let offset = Offset(stem.parse::<u64>().ok().filter(|o| *o <= i64::MAX as u64)?);
+        let state = match rest.strip_prefix(SNAPSHOT_EXTENSION)? {
+            "" => SnapshotFileState::Live,
+            CHECKPOINT_TMP_SUFFIX => SnapshotFileState::Writing,
+            _ => return None,
+        };
+        Some(SnapshotFileName { offset, state })
+    }
+
+    /// The file name.
+    pub fn file_name(&self) -> String {
+        let suffix = match self.state {
+            SnapshotFileState::Live => "",
+            SnapshotFileState::Writing => CHECKPOINT_TMP_SUFFIX,
+        };
+        format!("{:020}{SNAPSHOT_EXTENSION}{suffix}", self.offset.0)
+    }
+
+    /// The file's path in the partition directory `dir`.
+    pub fn path_in(&self, dir: &Path) -> PathBuf {
+        dir.join(self.file_name())
+    }
+}
+
 /// Path of a live segment file.
 pub fn segment_path(dir: &Path, base_offset: Offset, kind: SegmentFileKind) -> PathBuf {
     SegmentFileName::live(base_offset, kind).path_in(dir)
@@ -213,6 +281,28 @@ mod tests {
             "00000000000000368769",
         ] {
             assert_eq!(SegmentFileName::parse(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn snapshot_names_have_twenty_digits() {
+        let name = SnapshotFileName::live(Offset(368_769));
+        assert_eq!(name.file_name(), "00000000000000368769.snapshot");
+        assert_eq!(
+            SnapshotFileName::parse("00000000000000368769.snapshot"),
+            Some(name)
+        );
+        let writing = name.writing();
+        assert_eq!(writing.file_name(), "00000000000000368769.snapshot.tmp");
+        assert_eq!(SnapshotFileName::parse(&writing.file_name()), Some(writing));
+        for other in [
+            "00000000000000368769.log",
+            "00000000000000368769.snapshot.deleted",
+            "0000000000000036876a.snapshot",
+            "99999999999999999999.snapshot",
+            "368769.snapshot",
+        ] {
+            assert_eq!(SnapshotFileName::parse(other), None, "{other:?}");
         }
     }
 

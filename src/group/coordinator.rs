@@ -1136,6 +1136,7 @@ mod tests {
             max_timestamp: TimestampMs(0),
             log_append_time: None,
             durable: true,
+            duplicate: false,
         }
     }
 

@@ -5,9 +5,16 @@
 //! the engine runs it on the caller's thread; the owner of the log then only assigns offsets and
 //! writes. Several appends to one partition are coalesced into one positioned write
 //! ([`PartitionLog::append_validated`]), and the caller decides when to sync (group commit).
+//!
+//! Before an append is staged its idempotent producers' batches are checked
+//! (`producer_state.rs`): a refused append is answered with its error and a duplicate with the
+//! offsets its original got, and neither writes anything. The table takes a batch only once the
+//! write holding it was issued; a failed write fails the log, which then answers nothing from it.
 
 use bytes::{Bytes, BytesMut};
 
+use super::producer_state::{ProducerBatch, ProducerBatchHeader, ProducerCheck, ProducerOverlay};
+use super::producers::SnapshotSync;
 use super::{PartitionLog, UnsyncedSeal};
 use crate::config::{CleanupPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StorageError};
@@ -36,7 +43,15 @@ pub struct AppendInfo {
     pub log_append_time: Option<TimestampMs>,
     /// True when the append was synced before returning.
     pub durable: bool,
+    /// True when the append repeated batches an idempotent producer had already written: nothing
+    /// was written, and the offsets are those the original got (Kafka's `DUPLICATE_SEQUENCE`,
+    /// answered as a success).
+    pub duplicate: bool,
 }
+
+/// One append's answer from [`PartitionLog::append_validated`]: what it got, or why it alone was
+/// refused (its producer's epoch or sequence, or a replica's expected offset).
+pub type AppendOutcome = Result<AppendInfo, AppendError>;
 
 /// One batch of a validated append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +59,8 @@ struct IncomingBatch {
     position: usize,
     record_count: u64,
     max_timestamp: i64,
+    /// Its idempotent producer's fields, when it has one.
+    producer: Option<ProducerBatchHeader>,
 }
 
 /// A producer's batches that passed every check; only offsets remain to be assigned.
@@ -100,6 +117,7 @@ impl ValidatedBatches {
                 position,
                 record_count: u64::from(batch.header().records_count as u32),
                 max_timestamp: batch.header().max_timestamp,
+                producer: ProducerBatchHeader::of(batch.header()),
             });
         }
         if batches.is_empty() {
@@ -143,6 +161,11 @@ impl ValidatedBatches {
         self.batches.len()
     }
 
+    /// The idempotent producers' batches, in order.
+    fn producer_batches(&self) -> impl Iterator<Item = ProducerBatchHeader> + '_ {
+        self.batches.iter().filter_map(|batch| batch.producer)
+    }
+
     /// The largest `maxTimestamp` of the batches.
     pub fn max_timestamp(&self) -> TimestampMs {
         TimestampMs(
@@ -161,6 +184,9 @@ struct PendingWrite {
     bytes: BytesMut,
     batches: Vec<AppendedBatch>,
     first_batch_timestamp: Option<TimestampMs>,
+    /// The producers whose batches the write holds: the table takes their overlay entries once
+    /// it is issued.
+    producer_ids: Vec<i64>,
 }
 
 impl PartitionLog {
@@ -169,8 +195,8 @@ impl PartitionLog {
     /// as Kafka's leader does.
     pub fn append(&mut self, batches: Bytes, now: TimestampMs) -> Result<AppendInfo, AppendError> {
         let validated = ValidatedBatches::validate(batches, &self.config)?;
-        let mut infos = self.append_validated(std::slice::from_ref(&validated), now)?;
-        let mut info = infos.pop().ok_or(AppendError::Empty)?;
+        let mut outcomes = self.append_validated(std::slice::from_ref(&validated), now)?;
+        let mut info = outcomes.pop().ok_or(AppendError::Empty)??;
         if self.flush_due(now) {
             self.flush()?;
             info.durable = true;
@@ -180,6 +206,8 @@ impl PartitionLog {
 
     /// Appends several validated appends in order, coalesced into as few positioned writes as the
     /// segment boundaries allow (one, unless a roll falls in between), and waits for the writes.
+    /// Each append has its own outcome: one refused or found a duplicate writes nothing and the
+    /// others go on; an `Err` of the whole is a storage failure (the log failed).
     /// Does not sync: the caller calls [`PartitionLog::flush`] (or syncs
     /// [`PartitionLog::active_log_file`] with others and then [`PartitionLog::mark_flushed`])
     /// when durability is due.
@@ -187,10 +215,10 @@ impl PartitionLog {
         &mut self,
         appends: &[ValidatedBatches],
         now: TimestampMs,
-    ) -> Result<Vec<AppendInfo>, AppendError> {
-        let infos = self.append_validated_behind(appends, now)?;
+    ) -> Result<Vec<AppendOutcome>, AppendError> {
+        let outcomes = self.append_validated_behind(appends, now)?;
         self.finish_writes_behind()?;
-        Ok(infos)
+        Ok(outcomes)
     }
 
     /// [`PartitionLog::append_validated`], leaving `O_DIRECT` writes on io_uring in flight
@@ -201,7 +229,7 @@ impl PartitionLog {
         &mut self,
         appends: &[ValidatedBatches],
         now: TimestampMs,
-    ) -> Result<Vec<AppendInfo>, AppendError> {
+    ) -> Result<Vec<AppendOutcome>, AppendError> {
         self.check_not_failed()?;
         let total_records: u64 = appends.iter().map(ValidatedBatches::record_count).sum();
         let first_offset = self.log_end_offset();
@@ -212,13 +240,18 @@ impl PartitionLog {
                 next_offset: first_offset,
                 record_count: total_records,
             })?;
-        check_expected_offsets(appends, first_offset)?;
         let log_append_time =
             (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
-        let mut infos = Vec::with_capacity(appends.len());
+        let mut outcomes = Vec::with_capacity(appends.len());
         let mut pending = PendingWrite::default();
+        let mut overlay = ProducerOverlay::default();
         let mut next_offset = first_offset;
+        let mut written_records = 0;
         for append in appends {
+            if let Some(refused) = self.refusal(append, next_offset, &overlay) {
+                outcomes.push(refused);
+                continue;
+            }
             let incoming = IncomingAppend {
                 size_bytes: append.size_bytes() as u64,
                 last_offset: Offset(next_offset.0 + append.record_count - 1),
@@ -229,30 +262,71 @@ impl PartitionLog {
             // index, write them first, so that the roll check sees the index as it would after
             // appending one at a time (a full index rolls the segment; entries are never dropped).
             if pending.batches.len() >= self.active().index_entries_free() {
-                self.write_pending(&mut pending)?;
+                self.write_pending(&mut pending, &overlay)?;
             }
             let pending_bytes = pending.bytes.len() as u64;
             if self
                 .active()
                 .should_roll(&self.config, pending_bytes, &incoming)
             {
-                self.write_pending(&mut pending)?;
+                self.write_pending(&mut pending, &overlay)?;
                 self.roll(now)?;
             }
-            let info = stage_append(&mut pending, append, next_offset, log_append_time);
+            let staged = Staged {
+                first_offset: next_offset,
+                log_append_time,
+            };
+            let info = stage_append(&mut pending, append, staged, &self.producers, &mut overlay);
             next_offset = info.last_offset.next();
-            infos.push(info);
+            written_records += append.record_count;
+            self.bytes_since_sync += append.size_bytes() as u64;
+            self.bytes_since_background_sync += append.size_bytes() as u64;
+            outcomes.push(Ok(info));
         }
-        self.write_pending(&mut pending)?;
-        let appended_bytes = appends
-            .iter()
-            .map(|append| append.size_bytes() as u64)
-            .sum::<u64>();
-        self.bytes_since_sync += appended_bytes;
-        self.bytes_since_background_sync += appended_bytes;
-        self.unflushed_records += total_records;
-        self.first_unflushed_at.get_or_insert(now);
-        Ok(infos)
+        self.write_pending(&mut pending, &overlay)?;
+        if written_records > 0 {
+            self.unflushed_records += written_records;
+            self.first_unflushed_at.get_or_insert(now);
+        }
+        Ok(outcomes)
+    }
+
+    /// The answer for an append that must not be written: a replica's that would not land at the
+    /// offset it expects, one its producer's state refuses, or a duplicate (answered with the
+    /// offsets of the batch it repeats). `None` when it is to be written.
+    fn refusal(
+        &self,
+        append: &ValidatedBatches,
+        next_offset: Offset,
+        overlay: &ProducerOverlay,
+    ) -> Option<AppendOutcome> {
+        if let Some(expected) = append.expected_first_offset() {
+            // A replica's batches were checked by its leader; they are recorded unchecked.
+            return (expected != next_offset).then_some(Err(AppendError::LogEndMismatch {
+                expected,
+                log_end_offset: next_offset,
+            }));
+        }
+        match overlay.check_append(&self.producers, append.producer_batches()) {
+            ProducerCheck::Accept => None,
+            ProducerCheck::Refuse(refusal) => Some(Err(refusal.into())),
+            ProducerCheck::Duplicate(original) => Some(Ok(self.duplicate_info(&original))),
+        }
+    }
+
+    /// What a duplicate append is answered with: the offsets and timestamp its original got.
+    fn duplicate_info(&self, original: &ProducerBatch) -> AppendInfo {
+        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        AppendInfo {
+            first_offset: original.first_offset(),
+            last_offset: original.last_offset,
+            record_count: original.record_count(),
+            batch_count: 1,
+            max_timestamp: original.max_timestamp,
+            log_append_time: log_append_time.then_some(original.max_timestamp),
+            durable: original.last_offset < self.recovery_point,
+            duplicate: true,
+        }
     }
 
     /// Completes the thread's writes behind and checks the active segment's: a failure fails the
@@ -283,8 +357,13 @@ impl PartitionLog {
         self.fail_on(result)
     }
 
-    /// Writes what `pending` gathered with one positioned write to the active segment.
-    fn write_pending(&mut self, pending: &mut PendingWrite) -> Result<(), StorageError> {
+    /// Writes what `pending` gathered with one positioned write to the active segment; once it
+    /// is issued, the producer table takes the producers' entries from `overlay`.
+    fn write_pending(
+        &mut self,
+        pending: &mut PendingWrite,
+        overlay: &ProducerOverlay,
+    ) -> Result<(), StorageError> {
         let Some(first_batch_timestamp) = pending.first_batch_timestamp else {
             return Ok(());
         };
@@ -296,8 +375,14 @@ impl PartitionLog {
             first_batch_timestamp,
             interval,
         );
+        let producer_ids = std::mem::take(&mut pending.producer_ids);
         *pending = PendingWrite::default();
         self.fail_on(result)?;
+        for producer_id in producer_ids {
+            if let Some(entry) = overlay.changed(producer_id) {
+                self.producers.insert(producer_id, entry.clone());
+            }
+        }
         failpoint!("append.after_write");
         Ok(())
     }
@@ -329,39 +414,38 @@ impl PartitionLog {
         self.segments.push_active(segment);
         let prewrite_bytes = self.prewrite_bytes;
         self.active_mut().set_prewrite_bytes(prewrite_bytes);
+        // The state as of the new segment's base, from which a later open replays. Its syncs
+        // are the seal's, off the append path, as Kafka flushes it with the rolled segment.
+        let snapshot_path = self.write_producer_snapshot(SnapshotSync::WithSeal)?;
+        if let Some(seal) = self.unsynced_seals.last_mut() {
+            seal.snapshot_path = Some(snapshot_path);
+        }
         failpoint!("roll.after_create");
         Ok(())
     }
 }
 
-/// Refuses the appends, before anything is written, if one expects its first record at an offset
-/// other than the one it would get.
-fn check_expected_offsets(
-    appends: &[ValidatedBatches],
+/// Where a staged append's offsets start, and the append time it is stamped with.
+struct Staged {
     first_offset: Offset,
-) -> Result<(), AppendError> {
-    let mut next_offset = first_offset;
-    for append in appends {
-        if let Some(expected) = append.expected_first_offset().filter(|e| *e != next_offset) {
-            return Err(AppendError::LogEndMismatch {
-                expected,
-                log_end_offset: next_offset,
-            });
-        }
-        next_offset = Offset(next_offset.0 + append.record_count);
-    }
-    Ok(())
+    log_append_time: Option<TimestampMs>,
 }
 
 /// Copies `append` into `pending`, stamping base offsets from `first_offset` (and
 /// `LogAppendTime`), and returns what the append got. Each batch is recorded separately, so the
-/// segment indexes batch by batch exactly as recovery rebuilds the index.
+/// segment indexes batch by batch exactly as recovery rebuilds the index; its producers' batches
+/// go to `overlay`, on top of `table`.
 fn stage_append(
     pending: &mut PendingWrite,
     append: &ValidatedBatches,
-    first_offset: Offset,
-    log_append_time: Option<TimestampMs>,
+    staged: Staged,
+    table: &super::producer_state::ProducerStateTable,
+    overlay: &mut ProducerOverlay,
 ) -> AppendInfo {
+    let Staged {
+        first_offset,
+        log_append_time,
+    } = staged;
     let start = pending.bytes.len();
     pending.bytes.extend_from_slice(&append.bytes);
     let mut next_offset = first_offset.0;
@@ -394,6 +478,10 @@ fn stage_append(
             last_offset: Offset(next_offset - 1),
             max_timestamp: TimestampMs(timestamp),
         });
+        if let Some(producer) = &batch.producer {
+            overlay.update(table, producer, Offset(next_offset - 1), TimestampMs(timestamp));
+            pending.producer_ids.push(producer.producer_id);
+        }
     }
     AppendInfo {
         first_offset,
@@ -403,5 +491,6 @@ fn stage_append(
         max_timestamp: TimestampMs(max_timestamp),
         log_append_time,
         durable: false,
+        duplicate: false,
     }
 }

@@ -10,6 +10,8 @@ mod append;
 pub(crate) mod cleaned_end;
 mod compaction;
 mod open;
+pub mod producer_state;
+mod producers;
 mod retention;
 mod seal_sync;
 mod segments;
@@ -55,7 +57,7 @@ impl Default for LogWriteMode {
         }
     }
 }
-pub use append::{AppendInfo, ValidatedBatches};
+pub use append::{AppendInfo, AppendOutcome, ValidatedBatches};
 pub use open::{LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 pub use seal_sync::UnsyncedSeal;
@@ -150,6 +152,8 @@ pub struct PartitionLog {
     /// (taken or not): until then a segment's files may not be as sealed on the device (the
     /// trims), so the cleaner leaves it alone.
     pending_seal_ends: std::collections::VecDeque<Offset>,
+    /// The idempotent producers' state as of the log end (`producer_state.rs`).
+    producers: producer_state::ProducerStateTable,
 }
 
 impl PartitionLog {
@@ -362,6 +366,7 @@ impl PartitionLog {
         if offset > self.log_start_offset {
             self.log_start_offset = offset;
             self.delete_segments_below_log_start(now)?;
+            self.remove_producer_snapshots(|snapshot| snapshot < offset)?;
         }
         Ok(self.log_start_offset)
     }
@@ -388,7 +393,12 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        let result = self.cut_segments_from(offset);
+        let result = self.cut_segments_from(offset).and_then(|()| {
+            // Snapshots above the new end describe batches that are gone.
+            let log_end_offset = self.log_end_offset();
+            self.remove_producer_snapshots(|snapshot| snapshot > log_end_offset)?;
+            self.rebuild_producer_state()
+        });
         self.fail_on(result)?;
         // A cleaned group read before the cut must not be swapped in after it.
         self.instance = open::next_log_instance();
@@ -434,6 +444,8 @@ impl PartitionLog {
     }
 
     fn start_over_at(&mut self, offset: Offset, now: TimestampMs) -> Result<(), StorageError> {
+        // Every snapshot describes batches that go: removed first, so that none outlives them.
+        self.remove_producer_snapshots(|_| true)?;
         let reuses_a_name = self
             .segments
             .slots()
@@ -457,6 +469,7 @@ impl PartitionLog {
         self.log_start_offset = offset;
         self.recovery_point = offset;
         self.pending_seal_ends.clear();
+        self.producers.clear();
         Ok(())
     }
 
@@ -605,7 +618,10 @@ impl PartitionLog {
         self.sync_untaken_seals()?;
         self.active_mut().seal()?;
         self.recovery_point = self.log_end_offset();
+        // The state as of the log end: the next open replays nothing.
+        self.write_producer_snapshot(producers::SnapshotSync::Now)?;
         Ok(())
+
     }
 
     /// Releases the log's files and maps without syncing (to bound open files): the indexes are

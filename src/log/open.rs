@@ -134,12 +134,14 @@ impl PartitionLog {
             digest_budget: DigestBudget::unlimited(),
             unsynced_seals: Vec::new(),
             pending_seal_ends: std::collections::VecDeque::new(),
+            producers: Default::default(),
         };
         for base_offset in leftover_deletions {
             log.schedule_file_deletion(base_offset, TimestampMs(i64::MIN));
         }
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
+        log.load_producer_state()?;
         if recorded_cleaned_end.is_none() {
             // From here on the log is appended to: what lies above its end now is dense.
             let end = log.log_end_offset();

@@ -138,6 +138,8 @@ impl PartitionLog {
         let removed = self.segments.drain_front(count);
         let first_remaining = self.segments.slots()[0].base_offset();
         self.log_start_offset = self.log_start_offset.max(first_remaining);
+        let log_start_offset = self.log_start_offset;
+        self.remove_producer_snapshots(|snapshot| snapshot < log_start_offset)?;
         let delay_ms = i64::try_from(self.config.file_delete_delay_ms).unwrap_or(i64::MAX);
         let due = TimestampMs(now.0.saturating_add(delay_ms));
         let segments_deleted = removed.len();

@@ -33,13 +33,13 @@ use std::sync::Arc;
 use super::PartitionLog;
 use crate::error::StorageError;
 use crate::index::mmap::sync_index_file;
-use crate::io::{Storage, StorageFile};
+use crate::io::{OpenMode, Storage, StorageFile};
 use crate::segment::Segment;
 use crate::types::Offset;
 
 /// A sealed segment whose sync is due: its `.log` (the shared descriptor, so the sync may outlive
-/// the segment's place in the log), its indexes and the partition directory, which names the
-/// segment created after it.
+/// the segment's place in the log), its indexes, the producer snapshot the roll wrote and the
+/// partition directory, which names the segment and snapshot created after it.
 #[derive(Debug, Clone)]
 pub struct UnsyncedSeal {
     pub log_file: Arc<dyn StorageFile>,
@@ -48,6 +48,8 @@ pub struct UnsyncedSeal {
     pub dir: PathBuf,
     /// The sealed segment's end: what its sync makes durable.
     pub through: Offset,
+    /// The producer snapshot written at the roll (`producers.rs`), synced before the directory.
+    pub snapshot_path: Option<PathBuf>,
 }
 
 impl UnsyncedSeal {
@@ -61,6 +63,7 @@ impl UnsyncedSeal {
             ],
             dir,
             through: segment.next_offset(),
+            snapshot_path: None,
         }
     }
 
@@ -72,15 +75,30 @@ impl UnsyncedSeal {
         self.sync_indexes_and_dir(storage)
     }
 
-    /// Syncs the indexes (an index deleted since, with its segment, has nothing left to sync) and
-    /// the directory. For an owner that syncs the `.log` with other files.
+    /// Syncs the indexes and the producer snapshot (one deleted since, with its segment, has
+    /// nothing left to sync) and the directory. For an owner that syncs the `.log` with other
+    /// files.
     pub fn sync_indexes_and_dir(&self, storage: &dyn Storage) -> Result<(), StorageError> {
         for path in &self.index_paths {
             sync_index_file(path)?;
         }
+        if let Some(path) = &self.snapshot_path {
+            sync_snapshot_file(storage, path)?;
+        }
         storage
             .sync_dir(&self.dir)
             .map_err(|source| StorageError::io("fsync directory", &self.dir, source))
+    }
+}
+
+/// Syncs the snapshot file at `path` whole, unless it is gone.
+fn sync_snapshot_file(storage: &dyn Storage, path: &std::path::Path) -> Result<(), StorageError> {
+    match storage.open(path, OpenMode::Existing) {
+        Ok(file) => file
+            .sync_all()
+            .map_err(|source| StorageError::io("fsync", path, source)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StorageError::io("open", path, source)),
     }
 }
 

@@ -639,6 +639,31 @@ impl Segment {
         }
     }
 
+    /// Calls `visit` with the header of every batch whose last offset is `from` or later, in
+    /// order, from the offset index's entry for `from` (headers only: no CRC is checked, as a
+    /// trusted load walks them). A header that does not frame is a `Corrupt` error.
+    pub fn for_each_header_from(
+        &self,
+        from: Offset,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> Result<(), StorageError> {
+        let start = self.offset_index.lookup(from);
+        let mut scanner = LogScanner::new(
+            self.log.as_ref(),
+            &self.log_path,
+            u64::from(start.position),
+            self.size_bytes,
+        );
+        loop {
+            match scanner.next_header()? {
+                ScanStep::Item { item, .. } if item.last_offset() >= from.0 as i64 => visit(&item),
+                ScanStep::Item { .. } => {}
+                ScanStep::End => return Ok(()),
+                ScanStep::Invalid { position, error } => return Err(self.corrupt(position, error)),
+            }
+        }
+    }
+
     /// Reads and checks the one batch at `location`.
     pub fn read_batch(
         &self,

@@ -688,12 +688,16 @@ impl Segment {
     /// to the wrong place (R14) and the data it carries was acknowledged.
     ///
     /// A batch whose bytes in its first sector are what a crash leaves there (zeros, prewritten
-    /// space) is not taken: that sector's write was lost with the base offset in it, so the
-    /// offset it reads as says nothing (fuzz finding F14: 0 read as the empty segment's first).
+    /// space) is not taken: that sector's write may have been lost with the base offset in it,
+    /// so the offset it reads as says nothing (fuzz finding F14: 0 read as the empty segment's
+    /// first). Unless that sector holds at most the top four bytes of the base offset: a lost
+    /// sector changes the offset read by a multiple of 2^32, and every batch of the segment lies
+    /// within 2^31 of the offset expected, so one read as that offset is that offset's.
     fn misplaced_batch(&self, from: u64) -> Result<Option<u64>, StorageError> {
         let expected = self.next_offset.0 as i64;
         self.valid_batch_in(from, self.size_bytes, Some(expected), |position, batch| {
-            !first_sector_lost(position, batch.bytes())
+            low_offset_bytes_past_first_sector(position)
+                || !first_sector_lost(position, batch.bytes())
         })
     }
 
@@ -729,6 +733,12 @@ pub(crate) fn recover_hint(log_path: &Path) -> String {
         "to serve the batches before the damage, `{command}` shows what truncating the partition \
          to its last valid batch would discard and, once confirmed, truncates it"
     )
+}
+
+/// Whether a batch at `position` keeps the low four bytes of its base offset (and everything
+/// after them) past its first 512-byte sector.
+fn low_offset_bytes_past_first_sector(position: u64) -> bool {
+    SECTOR_BYTES - position % SECTOR_BYTES <= 4
 }
 
 /// Whether `bytes`, a batch's from `position`, reach past their first 512-byte sector and hold
