@@ -15,9 +15,7 @@ Usage: confluent_kafka_group.py HOST:PORT TOPIC first|second STATE
 Exit codes: 0 passed, 1 failed, 77 confluent-kafka is not installed (the caller reports a SKIP).
 """
 
-import json
 import sys
-import time
 
 RECORD_COUNT = 3000
 PARTITION_COUNT = 3
@@ -105,75 +103,7 @@ class Member:
         self.consumer.close()
 
 
-def run_until(members, done):
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while not done() and time.monotonic() < deadline:
-        for member in members:
-            member.poll()
-        time.sleep(0.01)
-    return done()
-
-
-def first(bootstrap, topic, failures):
-    failures += create_and_produce(bootstrap, topic)
-    a = Member(bootstrap, topic, "member-a", failures)
-    if not run_until([a], lambda: len(a.keys) >= RECORD_COUNT // 4):
-        failures.append(f"member A alone consumed only {len(a.keys)} records")
-    b = Member(bootstrap, topic, "member-b", failures)
-    total = lambda: len(a.keys) + len(b.keys)
-    if not run_until([a, b], lambda: len(b.keys) > 0 and total() >= RECORD_COUNT // 2):
-        failures.append(f"after B joined: A {len(a.keys)}, B {len(b.keys)} records")
-    if a.revocations == 0:
-        failures.append("member A saw no rebalance when B joined")
-    a.close()
-    b.close()
-    return a.keys + b.keys
-
-
-def second(bootstrap, topic, failures, earlier):
-    a = Member(bootstrap, topic, "member-c", failures)
-    b = Member(bootstrap, topic, "member-d", failures)
-    total = lambda: len(earlier) + len(a.keys) + len(b.keys)
-    if not run_until([a, b], lambda: total() >= RECORD_COUNT):
-        failures.append(f"after the restart only {total()} of {RECORD_COUNT} records consumed")
-    # A little longer: anything re-read would arrive now.
-    deadline = time.monotonic() + 1
-    while time.monotonic() < deadline:
-        a.poll()
-        b.poll()
-    a.close()
-    b.close()
-    if not a.keys and not b.keys:
-        failures.append("the resumed group consumed nothing")
-    return a.keys + b.keys
-
-
-def main():
-    bootstrap, topic, phase, state = sys.argv[1:5]
-    failures = []
-    if phase == "first":
-        keys = first(bootstrap, topic, failures)
-        with open(state, "w") as file:
-            json.dump(keys, file)
-        expected = None
-    else:
-        with open(state) as file:
-            earlier = json.load(file)
-        keys = earlier + second(bootstrap, topic, failures, earlier)
-        expected = {f"key-{i}" for i in range(RECORD_COUNT)}
-    seen = set()
-    for key in keys:
-        if key in seen:
-            failures.append(f"{key} consumed twice")
-        seen.add(key)
-    if expected is not None and seen != expected:
-        failures.append(f"{len(expected - seen)} records never consumed")
-    for failure in failures[:20]:
-        print(f"FAIL: {failure}")
-    if failures:
-        sys.exit(1)
-    print(f"OK: phase {phase}, {len(keys)} records consumed once")
-
-
 if __name__ == "__main__":
-    main()
+    import group_phases
+
+    group_phases.main(sys.modules[__name__])
