@@ -102,6 +102,29 @@ impl StorageError {
     }
 }
 
+/// Why no producer id could be handed out ([`crate::engine::Engine::allocate_producer_id`]).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProducerIdError {
+    /// The engine is closed or offline.
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
+    /// Reading or writing the producer-id block file failed: no id was handed out.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The producer-id block file does not parse: which ids were handed out is unknown.
+    #[error("{file}: {source}")]
+    Corrupt {
+        /// The block file.
+        file: PathBuf,
+        /// What is wrong with it.
+        source: crate::format::producer_ids::ProducerIdBlockError,
+    },
+    /// Every producer id up to `i64::MAX` was handed out.
+    #[error("every producer id was handed out")]
+    Exhausted,
+}
+
 /// Why the engine could not take a request at all.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]

@@ -17,6 +17,8 @@ pub(crate) fn append_error(error: &AppendError) -> ResponseError {
         AppendError::UnknownPartition { .. } => ResponseError::UnknownTopicOrPartition,
         AppendError::InternalTopic { .. } => ResponseError::InvalidTopicException,
         AppendError::Unavailable(unavailable) => unavailable_error(unavailable),
+        AppendError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        AppendError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         _ => ResponseError::UnknownServerError,
     }
 }

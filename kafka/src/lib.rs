@@ -34,14 +34,14 @@
 //!
 //! The APIs ([`SUPPORTED_APIS`] lists their versions): ApiVersions, Metadata, Produce, Fetch,
 //! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-//! and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
+//! InitProducerId (idempotent producers: the engine checks their sequences), and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 //! Membership lives in memory (`group_coordinator.rs`, a pure state machine; members rejoin
 //! after a restart); committed offsets are durable in seglog's `__consumer_offsets` through
 //! [`seglog::group::GroupCoordinator`], which the server opens at the first group request (it
 //! takes the engine's coordinator lock). This node is the only broker and the leader of every
-//! partition; there are no transactions, idempotent producers or static group members yet, no
-//! authentication and no TLS.
+//! partition; there are no transactions or static group members yet, no authentication and no
+//! TLS.
 
 mod api_versions;
 mod broker;
@@ -55,6 +55,7 @@ mod fetch;
 mod frame;
 mod group_coordinator;
 mod groups;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod offsets;

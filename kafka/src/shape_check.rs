@@ -310,6 +310,16 @@ const DELETE_GROUPS: Schema = Schema {
     fields: &[always(ArrayOf(&Str))],
 };
 
+const INIT_PRODUCER_ID: Schema = Schema {
+    flexible_from: 2,
+    fields: &[
+        always(Str),
+        always(Int32),
+        at(Int64, 3, i16::MAX),
+        at(Int16, 3, i16::MAX),
+    ],
+};
+
 fn schema(api_key: ApiKey) -> Option<&'static Schema> {
     match api_key {
         ApiKey::ApiVersions => Some(&API_VERSIONS),
@@ -322,6 +332,7 @@ fn schema(api_key: ApiKey) -> Option<&'static Schema> {
         ApiKey::CreatePartitions => Some(&CREATE_PARTITIONS),
         ApiKey::DeleteRecords => Some(&DELETE_RECORDS),
         ApiKey::DescribeConfigs => Some(&DESCRIBE_CONFIGS),
+        ApiKey::InitProducerId => Some(&INIT_PRODUCER_ID),
         _ => group_schema(api_key),
     }
 }
@@ -716,6 +727,18 @@ mod tests {
             .with_topics(Some(two(topic)))
     }
 
+    fn init_producer_id(version: i16) -> InitProducerIdRequest {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(text("tx"))))
+            .with_transaction_timeout_ms(60_000);
+        match version {
+            3.. => request
+                .with_producer_id(ProducerId(7))
+                .with_producer_epoch(2),
+            _ => request,
+        }
+    }
+
     fn group_request(api_key: ApiKey, version: i16, body: &mut BytesMut) {
         let encoded = match api_key {
             ApiKey::FindCoordinator => FindCoordinatorRequest::default()
@@ -761,6 +784,7 @@ mod tests {
             ApiKey::CreatePartitions => create_partitions().encode(&mut body, version),
             ApiKey::DeleteRecords => delete_records().encode(&mut body, version),
             ApiKey::DescribeConfigs => describe_configs().encode(&mut body, version),
+            ApiKey::InitProducerId => init_producer_id(version).encode(&mut body, version),
             other => {
                 group_request(other, version, &mut body);
                 Ok(())

@@ -19,6 +19,7 @@ pub(crate) mod data_dir;
 mod deleter;
 mod inline;
 mod pending;
+mod producer_ids;
 pub mod repair;
 mod shard;
 mod syncer;
@@ -36,8 +37,8 @@ use crossbeam_channel::{Receiver, TrySendError};
 
 use crate::config::LogConfig;
 use crate::error::{
-    AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ReadError,
-    StorageError, TopicError, TruncateError,
+    AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ProducerIdError,
+    ReadError, StorageError, TopicError, TruncateError,
 };
 use crate::format::file_name::{DELETE_DIR_SUFFIX, partition_dir_name};
 use crate::io::{Storage, sync_dir};
@@ -403,6 +404,7 @@ struct Inner {
     /// files did not, or they would be offline alone). Requests then fail until reopened.
     offline: Mutex<Option<String>>,
     cleaner: CleanerHandle,
+    producer_ids: Mutex<producer_ids::ProducerIds>,
 }
 
 /// The data directory's own files and the checkpoints' contents, including partitions not
@@ -522,6 +524,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             offline: Mutex::new(None),
             cleaner,
+            producer_ids: Mutex::default(),
         });
         let checkpointer = match interval_ms {
             0 => None,
@@ -981,6 +984,21 @@ impl<T, E: From<EngineUnavailable>> SendOutcome<T, E> {
             SendOutcome::Sent(pending) => pending,
             SendOutcome::Refused(error) => Pending::ready(Err(error.into())),
         }
+    }
+}
+
+/// Idempotent producers' ids.
+impl Engine {
+    /// A producer id never handed out before by this data directory, for an idempotent producer
+    /// (Kafka's `InitProducerId`; its epoch starts at 0). Blocks while a new block of ids is
+    /// written durably, once per thousand ids.
+    pub fn allocate_producer_id(&self) -> Result<i64, ProducerIdError> {
+        self.check_open()?;
+        self.inner
+            .producer_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .allocate(self.inner.storage.as_ref(), &self.inner.root)
     }
 }
 

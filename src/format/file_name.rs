@@ -243,6 +243,8 @@ pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 pub const LOCK_FILE: &str = ".lock";
 /// The topic registry (seglog's own; Kafka keeps topics in its metadata log).
 pub const TOPIC_REGISTRY: &str = "seglog-topics";
+/// The last block of producer ids handed out (seglog's own; Kafka keeps it in its metadata log).
+pub const PRODUCER_ID_BLOCK: &str = "seglog-producer-ids";
 /// Suffix a partition directory gets while it is being deleted (Kafka's `-delete`).
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
 /// Suffix of a checkpoint being written, before its atomic rename.

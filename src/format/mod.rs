@@ -12,6 +12,7 @@ pub mod crc;
 pub mod file_name;
 pub mod index_entry;
 pub mod prewrite;
+pub mod producer_ids;
 pub mod producer_snapshot;
 pub mod record;
 pub mod topics;

@@ -18,8 +18,8 @@ use anyhow::Context;
 use seglog::config::LogConfig;
 use seglog::engine::TopicMetadata;
 use seglog::format::file_name::{
-    CLEANER_OFFSET_CHECKPOINT, FileState, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-    SegmentFileKind, SegmentFileName, parse_partition_dir_name,
+    CLEANER_OFFSET_CHECKPOINT, FileState, LOG_START_OFFSET_CHECKPOINT, PRODUCER_ID_BLOCK,
+    RECOVERY_POINT_CHECKPOINT, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
 use seglog::types::TopicName;
 
@@ -70,6 +70,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     };
     if targets.whole_directory {
         verify_checkpoints(&targets.root, &mut report)?;
+        verify_producer_id_block(&targets.root, &mut report)?;
     }
     for partition_dir in &targets.partition_dirs {
         let config = topic_config(&topics, partition_dir);
@@ -153,6 +154,22 @@ fn verify_checkpoints(root: &Path, report: &mut Report) -> anyhow::Result<()> {
                 format!("no valid copy ({cause}); the next open recovers every partition in full, and records removed below a log start offset may reappear"),
             );
         }
+    }
+    Ok(())
+}
+
+/// A producer-id block file that does not parse: the engine refuses to hand out producer ids,
+/// since which ones it handed out is unknown.
+fn verify_producer_id_block(root: &Path, report: &mut Report) -> anyhow::Result<()> {
+    let path = root.join(PRODUCER_ID_BLOCK);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    };
+    if let Err(error) = seglog::format::producer_ids::decode(&bytes) {
+        let problem = format!("{error}; idempotent producers get no producer id until it is fixed");
+        report.problem_in_file(&path, problem);
     }
     Ok(())
 }

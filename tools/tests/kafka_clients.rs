@@ -6,7 +6,9 @@
 //! a confluent-kafka consumer group of two members (`confluent_kafka_group.py`) consumes a topic
 //! of 3 partitions exactly once across a rebalance, committing, and after a server restart two
 //! new members resume from the commits with nothing re-read, and so does a kafka-python group
-//! (`kafka_python_group.py`);
+//! (`kafka_python_group.py`); an idempotent producer of each client (`idempotent_produce.py`)
+//! keeps producing while the server is killed and restarted on its address, and every record is
+//! stored once, in order;
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
 //! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
 //! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
@@ -28,6 +30,8 @@ use support::{assert_success, path_arg, seglog};
 
 /// How long the server may take to print its ready line: a guard against a hang.
 const READY_WAIT: Duration = Duration::from_secs(30);
+/// How long a client script may stay silent: a guard against a hang.
+const SCRIPT_WAIT: Duration = Duration::from_secs(120);
 /// kafka-python's script reports a missing package with this exit code.
 const SCRIPT_SKIP_CODE: i32 = 77;
 /// Kafka's codecs, each produced with and read back (kafka-python's `compression_type`).
@@ -41,8 +45,12 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Server {
+        Server::start_on(dir, "127.0.0.1:0")
+    }
+
+    fn start_on(dir: &Path, listen: &str) -> Server {
         let mut child = seglog()
-            .args(["serve", "--dir", path_arg(dir), "--listen", "127.0.0.1:0"])
+            .args(["serve", "--dir", path_arg(dir), "--listen", listen])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -68,6 +76,12 @@ impl Server {
         kill_process(pid, Signal::TERM).unwrap();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "seglog serve exited with {status:?}");
+    }
+
+    /// SIGKILL: a crash.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 }
 
@@ -202,6 +216,83 @@ fn kafka_python_group_consumes_once_across_a_rebalance_and_a_restart() {
     group_resumes_after_restart(
         "kafka_python_group_consumes_once_across_a_rebalance_and_a_restart",
         "kafka_python_group.py",
+    );
+}
+
+/// A loopback address no one listens on now, for a server that must come back at the same one.
+fn free_loopback_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// An idempotent producer of `client` (`idempotent_produce.py`) keeps producing while the
+/// server is killed once half its records were acknowledged and started again on the same
+/// address; the script then finds every record stored once, in order.
+fn idempotent_produce_survives_a_server_crash(test: &str, client: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let listen = free_loopback_address();
+    let server = Server::start_on(&data, &listen);
+    let python = python();
+    let spawned = Command::new(&python)
+        .arg(script("idempotent_produce.py"))
+        .args([client, server.address.as_str(), "idempotent"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut producer = match spawned {
+        Ok(child) => child,
+        Err(error) => return seglog::testing::skip(test, format!("{python} cannot run: {error}")),
+    };
+    let stdout = producer.stdout.take().unwrap();
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = sender.send(line.unwrap());
+        }
+    });
+    let mut printed = Vec::new();
+    while let Ok(line) = lines.recv_timeout(SCRIPT_WAIT) {
+        let half = line == "half acknowledged";
+        printed.push(line);
+        if half {
+            break;
+        }
+    }
+    if printed.last().map(String::as_str) != Some("half acknowledged") {
+        let output = producer.wait_with_output().unwrap();
+        if output.status.code() == Some(SCRIPT_SKIP_CODE) {
+            return seglog::testing::skip(test, format!("{client}: {printed:?}"));
+        }
+        panic!("no half line: {printed:?}\n{}", describe(&output));
+    }
+    server.kill();
+    let server = Server::start_on(&data, &listen);
+    let output = producer.wait_with_output().unwrap();
+    printed.extend(lines.try_iter());
+    assert!(
+        output.status.success(),
+        "{printed:?}\n{}",
+        describe(&output)
+    );
+    server.stop();
+    verify_clean(&data);
+}
+
+#[test]
+fn confluent_kafka_idempotent_produce_survives_a_server_crash_without_duplicates() {
+    idempotent_produce_survives_a_server_crash(
+        "confluent_kafka_idempotent_produce_survives_a_server_crash_without_duplicates",
+        "confluent-kafka",
+    );
+}
+
+#[test]
+fn kafka_python_idempotent_produce_survives_a_server_crash_without_duplicates() {
+    idempotent_produce_survives_a_server_crash(
+        "kafka_python_idempotent_produce_survives_a_server_crash_without_duplicates",
+        "kafka-python",
     );
 }
 

@@ -2,7 +2,8 @@
 //! proves that: with a middle segment removed, `verify` exits 1 naming the offset gap and the
 //! segment after it, where the engine refuses to open the partition, while the gaps compaction
 //! leaves between segments stay accepted; and segment files whose names the log ignores
-//! (`123.log`, `00000000000000000abc.log`) are reported, each by name.
+//! (`123.log`, `00000000000000000abc.log`) are reported, each by name, as is a producer-id block
+//! file that does not parse.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -144,4 +145,20 @@ fn verify_reports_a_checkpoint_with_no_valid_copy_and_accepts_one_valid_copy() {
         data.join("recovery-point-offset-checkpoint").display()
     );
     assert_prints_line_starting(&output, &reported);
+}
+
+/// A producer-id block file that does not parse is reported (the engine would refuse to hand
+/// out producer ids); a valid one is accepted.
+#[test]
+fn verify_reports_a_producer_id_block_file_that_does_not_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    produce(&data, "t", &[], "a\n");
+    let block = data.join("seglog-producer-ids");
+    fs::write(&block, b"1\n1000 1999\n").unwrap();
+    assert_success(&verify(&data));
+    fs::write(&block, b"1\n1999 1000\n").unwrap();
+    let output = verify(&data);
+    assert_exit_code(&output, 1);
+    assert_prints_line_starting(&output, &format!("{}: producer-id block", block.display()));
 }

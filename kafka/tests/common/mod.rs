@@ -151,7 +151,12 @@ impl Client {
 
 /// A batch of `count` records `key-i` / `value-i`, timestamps `timestamp_ms + i`.
 pub fn batch(count: usize, timestamp_ms: i64) -> Bytes {
-    let mut builder = BatchBuilder::new(0);
+    idempotent_batch(count, timestamp_ms, (-1, -1, -1))
+}
+
+/// [`batch`] from an idempotent producer: `(producer id, epoch, first sequence)`.
+pub fn idempotent_batch(count: usize, timestamp_ms: i64, producer: (i64, i16, i32)) -> Bytes {
+    let mut builder = BatchBuilder::new(0).with_producer(producer.0, producer.1, producer.2);
     for i in 0..count {
         let key = format!("key-{i}");
         let value = format!("value-{i}");
