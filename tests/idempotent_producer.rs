@@ -5,7 +5,8 @@
 //! its original got and is not written again, also while the original is still in flight and
 //! when the retry asks for durability the original did not have (the answer then waits for a
 //! sync covering the original); out-of-order sequences and fenced epochs are refused with typed
-//! errors and write nothing; the state survives reopening, cleanly closed or not.
+//! errors and write nothing; the state survives reopening, cleanly closed or not; a producer idle
+//! past `producer.id.expiration.ms` is forgotten.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,7 +22,7 @@ use support::assert_matches;
 use support::batches::{T0, record};
 use support::configs::small_segments;
 use support::dirs::scratch;
-use support::engines::{engine_config, fetch_batches, inline_config};
+use support::engines::{engine_config, fetch_batches, inline_config, keeping_producers};
 
 /// A batch of `records` records from producer `producer_id` at `epoch`, first sequence `sequence`.
 fn producer_batch(producer_id: i64, epoch: i16, sequence: i32, records: usize) -> Bytes {
@@ -369,11 +370,11 @@ fn assert_state_survived(engine: &Engine, topic: &TopicName, infos: &[seglog::en
 #[test]
 fn producer_state_survives_a_clean_close() {
     let dir = scratch();
-    let (engine, topic) = open(dir.path(), engine_config(1));
+    let (engine, topic) = open(dir.path(), keeping_producers(1));
     let infos = fill(&engine, &topic, 40);
     assert!(engine.describe_topic("idem").unwrap().partitions[0].segment_count > 2);
     engine.close().unwrap();
-    let (engine, topic) = open(dir.path(), engine_config(1));
+    let (engine, topic) = open(dir.path(), keeping_producers(1));
     assert_state_survived(&engine, &topic, &infos);
     engine.close().unwrap();
 }
@@ -381,13 +382,13 @@ fn producer_state_survives_a_clean_close() {
 #[test]
 fn producer_state_survives_an_unclean_shutdown() {
     let dir = scratch();
-    let (engine, topic) = open(dir.path(), engine_config(1));
+    let (engine, topic) = open(dir.path(), keeping_producers(1));
     let infos = fill(&engine, &topic, 40);
     engine.flush(&topic, 0).wait().unwrap();
     // Dropping the last handle stops the shards without the clean-shutdown marker.
     drop(engine);
     assert!(!dir.path().join(".kafka_cleanshutdown").exists());
-    let (engine, topic) = open(dir.path(), engine_config(1));
+    let (engine, topic) = open(dir.path(), keeping_producers(1));
     assert_state_survived(&engine, &topic, &infos);
     engine.close().unwrap();
 }
@@ -496,5 +497,62 @@ fn truncation_rebuilds_the_state_of_what_remains() {
     )
     .unwrap();
     assert_eq!(fresh.first_offset, Offset(1000));
+    engine.close().unwrap();
+}
+
+/// A producer's batch whose records carry `timestamp_ms`.
+fn producer_batch_at(producer_id: i64, sequence: i32, timestamp_ms: i64) -> Bytes {
+    let mut builder = BatchBuilder::new(0).with_producer(producer_id, 0, sequence);
+    builder.push(&record(timestamp_ms, None, Some(b"v")));
+    builder.build().unwrap()
+}
+
+/// `producer.id.expiration.ms`: a producer whose last batch is older than it is forgotten at the
+/// next check (at most every 10 minutes, on an append), so its retry is written as a new
+/// producer's batch; a producer within it is kept, its retry still answered as a duplicate.
+#[test]
+fn producers_idle_past_the_expiration_are_forgotten_and_others_kept() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    const MINUTE_MS: i64 = 60_000;
+    let time_ms = Arc::new(AtomicI64::new(T0));
+    let config = EngineConfig {
+        clock: support::engines::counter_clock(&time_ms),
+        producer_id_expiration_ms: 5 * MINUTE_MS,
+        ..engine_config(1)
+    };
+    let dir = scratch();
+    let (engine, topic) = open(dir.path(), config);
+    let idle = producer_batch_at(7, 0, T0);
+    assert_eq!(
+        send(&engine, &topic, idle.clone(), Durability::Written)
+            .unwrap()
+            .first_offset,
+        Offset(0)
+    );
+    time_ms.store(T0 + 8 * MINUTE_MS, Ordering::Relaxed);
+    let recent = producer_batch_at(9, 0, T0 + 8 * MINUTE_MS);
+    assert_eq!(
+        send(&engine, &topic, recent.clone(), Durability::Written)
+            .unwrap()
+            .first_offset,
+        Offset(1)
+    );
+
+    time_ms.store(T0 + 10 * MINUTE_MS + 1_000, Ordering::Relaxed);
+    let retried_recent = send(&engine, &topic, recent, Durability::Written).unwrap();
+    assert!(
+        retried_recent.duplicate,
+        "a producer within the expiration is kept"
+    );
+    assert_eq!(retried_recent.first_offset, Offset(1));
+    let retried_idle = send(&engine, &topic, idle, Durability::Written).unwrap();
+    assert!(!retried_idle.duplicate, "the idle producer was forgotten");
+    assert_eq!(retried_idle.first_offset, Offset(2));
+    assert_eq!(
+        served(&engine, &topic),
+        vec![(7, 0, 0), (9, 0, 1), (7, 0, 2)]
+    );
     engine.close().unwrap();
 }

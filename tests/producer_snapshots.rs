@@ -26,7 +26,7 @@ use support::assert_matches;
 use support::batches::{T0, record};
 use support::configs::small_segments;
 use support::dirs::{flip_byte, names_ending, scratch, segment_bases};
-use support::engines::engine_config;
+use support::engines::{engine_config, keeping_producers};
 
 const PRODUCER: i64 = 21;
 const EPOCH: i16 = 4;
@@ -42,7 +42,7 @@ fn producer_batch(epoch: i16, sequence: i32) -> Bytes {
 }
 
 fn open(dir: &Path) -> (Engine, TopicName) {
-    let engine = Engine::open(dir, engine_config(1)).unwrap();
+    let engine = Engine::open(dir, keeping_producers(1)).unwrap();
     let topic = match engine.create_topic("snap", 1, small_segments(1024, 256)) {
         Ok(topic) => topic,
         Err(_) => TopicName::parse("snap").unwrap(),
@@ -282,7 +282,7 @@ fn roll_snapshots_synced_with_their_seals_survive_a_power_cut() {
     let sim = SimStorage::new(dir.path(), 3).unwrap();
     let config = EngineConfig {
         direct_writes: false,
-        ..engine_config(1)
+        ..keeping_producers(1)
     };
     let open_sim = || {
         let engine =

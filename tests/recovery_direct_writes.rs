@@ -46,6 +46,7 @@ fn direct_config() -> LogConfig {
 const DIRECT: LogWriteMode = LogWriteMode {
     direct_writes: true,
     prewrite_synced: true,
+    producer_id_expiration_ms: seglog::log::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
 };
 
 /// A scratch directory on a disk (tmpfs before Linux 6.6 has no `O_DIRECT`): `/var/tmp` when it

@@ -165,6 +165,10 @@ pub struct EngineConfig {
     /// the file already has, with no block allocation or length change to journal, at the cost
     /// of writing those blocks twice (DESIGN.md § The append path).
     pub prewrite_synced_logs: bool,
+    /// How long an idempotent producer's state is kept after its last batch's timestamp
+    /// (Kafka's `producer.id.expiration.ms`, default a day): a producer idle longer is forgotten,
+    /// and a batch of it that comes later is taken as a new producer's.
+    pub producer_id_expiration_ms: i64,
     /// Once this many bytes were appended to a partition and no sync covered them, the shard
     /// hands the partition's active `.log` to its sync threads, which sync it in the background
     /// (default 0: never). The appends are answered at once, as before. What it bounds is the
@@ -253,6 +257,7 @@ impl Default for EngineConfig {
             sync_inline_when_idle: true,
             inline: false,
             prewrite_synced_logs: true,
+            producer_id_expiration_ms: crate::log::PRODUCER_ID_EXPIRATION_MS_DEFAULT,
             background_sync_bytes: 0,
             lookup_digest_bytes_max: 64 * 1024 * 1024,
             clock: Clock::system(),
@@ -489,6 +494,7 @@ impl Engine {
                 direct_writes: config.direct_writes,
                 sync_inline_when_idle: config.sync_inline_when_idle,
                 prewrite_synced_logs: config.prewrite_synced_logs,
+                producer_id_expiration_ms: config.producer_id_expiration_ms,
                 background_sync_bytes: config.background_sync_bytes,
                 digest_budget: DigestBudget::new(config.lookup_digest_bytes_max),
                 clock: config.clock.clone(),

@@ -243,6 +243,8 @@ pub(crate) struct ShardContext {
     pub sync_inline_when_idle: bool,
     /// `EngineConfig::prewrite_synced_logs`, given to every partition this shard opens.
     pub prewrite_synced_logs: bool,
+    /// `EngineConfig::producer_id_expiration_ms`, likewise.
+    pub producer_id_expiration_ms: i64,
     /// `EngineConfig::background_sync_bytes`.
     pub background_sync_bytes: u64,
     /// `EngineConfig::lookup_digest_bytes_max`, shared by every partition this shard opens.
@@ -848,6 +850,7 @@ impl Shard {
             mode: LogWriteMode {
                 direct_writes: self.context.direct_writes,
                 prewrite_synced: self.context.prewrite_synced_logs,
+                producer_id_expiration_ms: self.context.producer_id_expiration_ms,
             },
         };
         let dir = self.context.root.join(partition_dir_name(tp));

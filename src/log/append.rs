@@ -231,6 +231,7 @@ impl PartitionLog {
         now: TimestampMs,
     ) -> Result<Vec<AppendOutcome>, AppendError> {
         self.check_not_failed()?;
+        self.expire_producers(now);
         let total_records: u64 = appends.iter().map(ValidatedBatches::record_count).sum();
         let first_offset = self.log_end_offset();
         first_offset

@@ -47,13 +47,20 @@ pub struct LogWriteMode {
     /// `format::prewrite`), so that `fdatasync`s rewrite allocated blocks instead of growing the
     /// file (`EngineConfig::prewrite_synced_logs`).
     pub prewrite_synced: bool,
+    /// An idempotent producer whose last batch's timestamp is this long before the append time
+    /// is forgotten (Kafka's `producer.id.expiration.ms`; `EngineConfig::producer_id_expiration_ms`).
+    pub producer_id_expiration_ms: i64,
 }
+
+/// Kafka's default `producer.id.expiration.ms`: a day.
+pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
 
 impl Default for LogWriteMode {
     fn default() -> LogWriteMode {
         LogWriteMode {
             direct_writes: false,
             prewrite_synced: true,
+            producer_id_expiration_ms: PRODUCER_ID_EXPIRATION_MS_DEFAULT,
         }
     }
 }
@@ -154,6 +161,8 @@ pub struct PartitionLog {
     pending_seal_ends: std::collections::VecDeque<Offset>,
     /// The idempotent producers' state as of the log end (`producer_state.rs`).
     producers: producer_state::ProducerStateTable,
+    /// When expired producers were last forgotten (`producers.rs`); `None`: not since open.
+    producers_expired_at: Option<TimestampMs>,
 }
 
 impl PartitionLog {

@@ -135,6 +135,7 @@ impl PartitionLog {
             unsynced_seals: Vec::new(),
             pending_seal_ends: std::collections::VecDeque::new(),
             producers: Default::default(),
+            producers_expired_at: None,
         };
         for base_offset in leftover_deletions {
             log.schedule_file_deletion(base_offset, TimestampMs(i64::MIN));
@@ -142,6 +143,7 @@ impl PartitionLog {
         let repaired = report != RecoveryReport::default();
         log.settle_offsets(log_start_checkpoint, &options, repaired)?;
         log.load_producer_state()?;
+        log.expire_producers(options.now);
         if recorded_cleaned_end.is_none() {
             // From here on the log is appended to: what lies above its end now is dense.
             let end = log.log_end_offset();

@@ -316,6 +316,18 @@ impl ProducerStateTable {
         self.producers.insert(producer_id, entry);
     }
 
+    /// Forgets every producer whose last batch's `maxTimestamp` is `expiration_ms` or more before
+    /// `now` (Kafka's `producer.id.expiration.ms`; a producer with no batch has timestamp −1):
+    /// a batch of it that comes later is taken as a new producer's. Returns how many it forgot.
+    pub fn remove_expired(&mut self, now: TimestampMs, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, entry| {
+            let last_timestamp = entry.batches.back().map_or(-1, |batch| batch.max_timestamp.0);
+            now.0.saturating_sub(last_timestamp) < expiration_ms
+        });
+        before - self.producers.len()
+    }
+
     /// Forgets every producer.
     pub fn clear(&mut self) {
         self.producers.clear();
@@ -471,6 +483,25 @@ impl ProducerOverlay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_expired_forgets_producers_by_their_last_batch_timestamp() {
+        let mut table = ProducerStateTable::default();
+        for (producer_id, timestamp_ms) in [(1, 1_000), (2, 5_000), (3, 9_999)] {
+            let batch = ProducerBatchHeader {
+                producer_id,
+                producer_epoch: 0,
+                first_sequence: 0,
+                last_sequence: 0,
+                offset_delta: 0,
+            };
+            table.update(&batch, Offset(producer_id as u64), TimestampMs(timestamp_ms));
+        }
+        table.insert(4, ProducerEntry::new(0));
+        assert_eq!(table.remove_expired(TimestampMs(10_000), 5_000), 3);
+        assert!(table.entry(3).is_some(), "within the expiration: kept");
+        assert_eq!(table.producer_count(), 1);
+    }
 
     fn batch(producer_id: i64, epoch: i16, first: i32, records: i32) -> ProducerBatchHeader {
         ProducerBatchHeader {

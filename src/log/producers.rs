@@ -27,7 +27,27 @@ use crate::format::producer_snapshot;
 use crate::io::{OpenMode, Storage, read_small_file, sync_dir, write_durably};
 use crate::types::{Offset, TimestampMs};
 
+/// How often a log forgets expired producers, at most (Kafka's default
+/// `producer.id.expiration.check.interval.ms`): checked at open and before an append.
+const PRODUCER_EXPIRATION_CHECK_INTERVAL_MS: i64 = 10 * 60 * 1000;
+
 impl PartitionLog {
+    /// Forgets the producers idle past `producer.id.expiration.ms` (`LogWriteMode`), when the
+    /// last check is [`PRODUCER_EXPIRATION_CHECK_INTERVAL_MS`] old or there was none since open.
+    pub(super) fn expire_producers(&mut self, now: TimestampMs) {
+        let due = self.producers_expired_at.is_none_or(|checked| {
+            now.0.saturating_sub(checked.0) >= PRODUCER_EXPIRATION_CHECK_INTERVAL_MS
+        });
+        if due {
+            let expiration_ms = self.mode.producer_id_expiration_ms;
+            let forgotten = self.producers.remove_expired(now, expiration_ms);
+            if forgotten > 0 {
+                log::debug!("{}: {forgotten} idle producers forgotten", self.topic_partition);
+            }
+            self.producers_expired_at = Some(now);
+        }
+    }
+
     /// The idempotent producers' state, as of the log end.
     pub fn producer_state(&self) -> &ProducerStateTable {
         &self.producers

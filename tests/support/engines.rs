@@ -21,6 +21,15 @@ pub fn engine_config(shard_count: usize) -> EngineConfig {
     }
 }
 
+/// [`engine_config`] whose idempotent producers never expire: tests whose batches carry
+/// timestamps of 2023 (`T0`), which the system clock would expire at a reopen.
+pub fn keeping_producers(shard_count: usize) -> EngineConfig {
+    EngineConfig {
+        producer_id_expiration_ms: i64::MAX,
+        ..engine_config(shard_count)
+    }
+}
+
 /// An inline engine (`EngineConfig::inline`: one shard, run by the callers, each request
 /// answered before its call returns) whose topics default to `topic_config`.
 pub fn inline_config(topic_config: LogConfig) -> EngineConfig {
