@@ -178,7 +178,8 @@ impl Replica {
 
     /// The last committed entry that retention (`retention_ms`, `retention_bytes`; negative: no
     /// limit) lets go, if it is past the last purged one: the entries up to it are older than
-    /// `retention_ms` at `now_ms`, or dropping them keeps the log within `retention_bytes`.
+    /// `retention_ms` at `now_ms`, or the log still holds `retention_bytes` without them (as
+    /// Kafka's and the engine's retention: never below it).
     pub fn retention_point(
         &self,
         retention_ms: i64,
@@ -193,7 +194,8 @@ impl Replica {
             if position.next_offset > committed {
                 break;
             }
-            let too_big = retention_bytes >= 0 && remaining > retention_bytes as u64;
+            let rest = remaining - position.size_bytes;
+            let too_big = retention_bytes >= 0 && rest >= retention_bytes as u64;
             let too_old =
                 retention_ms >= 0 && position.max_timestamp < now_ms.saturating_sub(retention_ms);
             if !too_big && !too_old {

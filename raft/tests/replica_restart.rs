@@ -1,7 +1,7 @@
 //! A partition's Raft log across restarts: the entry map rebuilt from the batches and the state
 //! file's anchors gives back every entry, its term and payload, after appends, a gap, a
 //! truncation, a purge and a snapshot installed on a follower; the batches are Kafka's, the
-//! control ones marked so.
+//! control ones marked so; retention by bytes keeps at least the limit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -48,6 +48,15 @@ fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
 }
 
 async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
+    let (engine, replica) = open_replica(dir).await;
+    (
+        engine,
+        LogStore::new(replica.clone()),
+        StateMachine::new(replica),
+    )
+}
+
+async fn open_replica(dir: &Path) -> (Engine, Replica) {
     let config = EngineConfig {
         shard_count: 1,
         pin_shards: false,
@@ -61,11 +70,7 @@ async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
             .unwrap(),
     };
     let replica = Replica::open(engine.clone(), topic, 0, dir).await.unwrap();
-    (
-        engine,
-        LogStore::new(replica.clone()),
-        StateMachine::new(replica),
-    )
+    (engine, replica)
 }
 
 async fn append(store: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
@@ -135,6 +140,37 @@ async fn blank_and_membership_entries_are_control_batches() {
         .collect();
     assert_eq!(control, vec![true, true, false]);
     drop(store);
+    engine.close().unwrap();
+}
+
+/// Retention by bytes lets go of the oldest committed entries only while the rest still hold
+/// `retention.bytes`, as Kafka's: an entry larger than it is kept, not purged with the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_by_bytes_keeps_at_least_retention_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, replica) = open_replica(dir.path()).await;
+    let mut store = LogStore::new(replica.clone());
+    let mut state_machine = StateMachine::new(replica.clone());
+    // Four entries of one size.
+    let entries: Vec<Entry<TypeConfig>> = (1..=4).map(|index| data(1, index, 3)).collect();
+    append(&mut store, entries.clone()).await;
+    let size = engine.describe_partition("t", 0).unwrap().size_bytes / 4;
+    assert_eq!(replica.retention_point(-1, 0, 0), None, "nothing committed");
+    state_machine.apply(entries).await.unwrap();
+    let size = i64::try_from(size).unwrap();
+    // Two entries hold one entry's size and a byte: the first two go.
+    assert_eq!(replica.retention_point(-1, size + 1, 0), Some(log_id(1, 2)));
+    assert_eq!(replica.retention_point(-1, size, 0), Some(log_id(1, 3)));
+    // Even a limit below every entry's size keeps the newest.
+    assert_eq!(replica.retention_point(-1, 1, 0), Some(log_id(1, 3)));
+    assert_eq!(replica.retention_point(-1, 0, 0), Some(log_id(1, 4)));
+    assert_eq!(replica.retention_point(-1, 4 * size, 0), None);
+    // Records of 1970 are past any `retention.ms`: every committed entry goes.
+    assert_eq!(
+        replica.retention_point(1_000, -1, 1_000_000),
+        Some(log_id(1, 4))
+    );
+    drop((store, state_machine));
     engine.close().unwrap();
 }
 
