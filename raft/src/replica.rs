@@ -108,6 +108,9 @@ pub struct Replica {
     pub(crate) shared: Arc<Mutex<Shared>>,
     /// Held while the state file is written.
     writing: Arc<tokio::sync::Mutex<()>>,
+    /// Held while the log's front is purged, or restarted at an installed snapshot: a purge
+    /// and the install it follows run on two tasks, in either order.
+    pub(crate) purging: Arc<tokio::sync::Mutex<()>>,
     /// The log store's appends begun and reported flushed (the produce queue waits on it).
     pub(crate) appends: Arc<tokio::sync::watch::Sender<AppendProgress>>,
 }
@@ -140,6 +143,7 @@ impl Replica {
                 failure: None,
             })),
             writing: Arc::new(tokio::sync::Mutex::new(())),
+            purging: Arc::new(tokio::sync::Mutex::new(())),
             appends: Arc::new(tokio::sync::watch::Sender::new(AppendProgress::default())),
         };
         replica.rebuild().await?;
@@ -420,6 +424,24 @@ impl Replica {
         let stored = state.clone();
         blocking(self.file.clone(), move |file| file.store(&stored)).await??;
         self.lock().state = state;
+        Ok(())
+    }
+
+    /// Restarts the log empty at `next`, the entry after an installed snapshot at the leader's
+    /// offset: the anchor first, durably, then the log.
+    pub(crate) async fn restart_at(&self, next: Anchor) -> Result<(), ReplicaError> {
+        self.update_state(|state| state.anchors = vec![next])
+            .await?;
+        let pending = self.engine.truncate_fully_and_start_at(
+            &self.topic,
+            self.partition,
+            Offset(next.offset),
+        );
+        pending.await?;
+        let mut shared = self.lock();
+        shared.entries.clear();
+        shared.recent = RecentEntries::default();
+        shared.next_offset = next.offset;
         Ok(())
     }
 
