@@ -253,7 +253,8 @@ impl LogStore {
     async fn purge_through(&mut self, log_id: LogId<u64>) -> Result<(), ReplicaError> {
         self.replica.check_not_failed()?;
         let upto = log_id.index;
-        let (first_kept, next_offset, installed_next, last_purged) = {
+        let _turn = self.replica.purging.lock().await;
+        let (first_kept, next_offset, snapshot_next, last_purged) = {
             let shared = self.replica.lock();
             let first_kept = shared
                 .entries
@@ -263,11 +264,17 @@ impl LogStore {
                     index: *index,
                     offset: position.base_offset,
                 });
-            let installed = shared.installed_next.filter(|next| next.index == upto + 1);
+            // The snapshot purged through names where the log goes on: the leader's offset
+            // where this follower installed it (also when it stopped before this purge).
+            let snapshot = shared.state.snapshot.as_ref();
+            let snapshot_next = snapshot
+                .filter(|snapshot| snapshot.meta.last_log_id == Some(log_id))
+                .map(|snapshot| snapshot.next)
+                .filter(|next| next.index == upto + 1);
             (
                 first_kept,
                 shared.next_offset,
-                installed,
+                snapshot_next,
                 shared.state.last_purged,
             )
         };
@@ -290,9 +297,10 @@ impl LogStore {
                     .await?;
             }
             None => {
-                // Nothing is left: the log restarts where the next entry will be, which a
-                // snapshot just installed names (else the log end, with nothing to remove).
-                let start = installed_next.map_or(next_offset, |next| next.offset);
+                // Nothing is left: the log restarts where the next entry will be, which the
+                // snapshot names (a built one: the log end, with nothing to remove). An install
+                // that comes after this purge restarts the log itself.
+                let start = snapshot_next.map_or(next_offset, |next| next.offset);
                 self.replica
                     .update_state(|state| {
                         state.last_purged = Some(log_id);

@@ -108,6 +108,9 @@ pub struct Replica {
     pub(crate) shared: Arc<Mutex<Shared>>,
     /// Held while the state file is written.
     writing: Arc<tokio::sync::Mutex<()>>,
+    /// Held while the log's front is purged, or restarted at an installed snapshot: a purge
+    /// and the install it follows run on two tasks, in either order.
+    pub(crate) purging: Arc<tokio::sync::Mutex<()>>,
     /// The log store's appends begun and reported flushed (the produce queue waits on it).
     pub(crate) appends: Arc<tokio::sync::watch::Sender<AppendProgress>>,
 }
@@ -140,6 +143,7 @@ impl Replica {
                 failure: None,
             })),
             writing: Arc::new(tokio::sync::Mutex::new(())),
+            purging: Arc::new(tokio::sync::Mutex::new(())),
             appends: Arc::new(tokio::sync::watch::Sender::new(AppendProgress::default())),
         };
         replica.rebuild().await?;
@@ -178,7 +182,8 @@ impl Replica {
 
     /// The last committed entry that retention (`retention_ms`, `retention_bytes`; negative: no
     /// limit) lets go, if it is past the last purged one: the entries up to it are older than
-    /// `retention_ms` at `now_ms`, or dropping them keeps the log within `retention_bytes`.
+    /// `retention_ms` at `now_ms`, or the log still holds `retention_bytes` without them (as
+    /// Kafka's and the engine's retention: never below it).
     pub fn retention_point(
         &self,
         retention_ms: i64,
@@ -193,7 +198,8 @@ impl Replica {
             if position.next_offset > committed {
                 break;
             }
-            let too_big = retention_bytes >= 0 && remaining > retention_bytes as u64;
+            let rest = remaining - position.size_bytes;
+            let too_big = retention_bytes >= 0 && rest >= retention_bytes as u64;
             let too_old =
                 retention_ms >= 0 && position.max_timestamp < now_ms.saturating_sub(retention_ms);
             if !too_big && !too_old {
@@ -418,6 +424,24 @@ impl Replica {
         let stored = state.clone();
         blocking(self.file.clone(), move |file| file.store(&stored)).await??;
         self.lock().state = state;
+        Ok(())
+    }
+
+    /// Restarts the log empty at `next`, the entry after an installed snapshot at the leader's
+    /// offset: the anchor first, durably, then the log.
+    pub(crate) async fn restart_at(&self, next: Anchor) -> Result<(), ReplicaError> {
+        self.update_state(|state| state.anchors = vec![next])
+            .await?;
+        let pending = self.engine.truncate_fully_and_start_at(
+            &self.topic,
+            self.partition,
+            Offset(next.offset),
+        );
+        pending.await?;
+        let mut shared = self.lock();
+        shared.entries.clear();
+        shared.recent = RecentEntries::default();
+        shared.next_offset = next.offset;
         Ok(())
     }
 

@@ -148,14 +148,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Err(ReplicaError::Snapshot(why).in_snapshot());
         }
         let installed = record.clone();
+        let _turn = self.replica.purging.lock().await;
         self.replica
             .update_state(|state| state.snapshot = Some(installed))
             .await
             .map_err(ReplicaError::in_snapshot)?;
-        {
+        let restart = {
             let mut shared = self.replica.lock();
             shared.installed_next = Some(record.next);
             shared.high_watermark = shared.high_watermark.max(record.next.offset);
+            // openraft's core may purge through the snapshot before this task installs it:
+            // the log then restarted at its own end. It restarts at the leader's offset now,
+            // not at the next entry, which the leader may not have yet.
+            let purged = shared.state.last_purged >= meta.last_log_id;
+            let kept = shared.entries.range(record.next.index..).next().is_some();
+            purged && !kept && shared.next_offset != record.next.offset
+        };
+        if restart {
+            let restarted = self.replica.restart_at(record.next).await;
+            restarted.map_err(ReplicaError::in_snapshot)?;
         }
         self.last_applied = meta.last_log_id;
         self.memberships = vec![meta.last_membership.clone()];
@@ -203,6 +214,12 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+        // A snapshot installed since the point was named is newer: it stays the current one.
+        let current = self.replica.lock().state.snapshot.clone();
+        if let Some(current) = current.filter(|current| current.meta.last_log_id > self.point) {
+            return snapshot_of(&current)
+                .map_err(|error| ReplicaError::Snapshot(error.to_string()).in_snapshot());
+        }
         let next_index = self.point.map_or(0, |point| point.index + 1);
         let next = {
             let shared = self.replica.lock();

@@ -2,7 +2,8 @@
 //! all; produced batches are committed with their offsets and read back from every node; after
 //! the leader stops, another takes over and produce goes on, and a retried batch of an
 //! idempotent producer is not written twice; batches sent together are committed in groups,
-//! each answered its own offsets.
+//! each answered its own offsets; a follower behind the leader's retention restarts at its
+//! offsets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -231,12 +232,31 @@ async fn group_batches_at(address: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
-    let root = tempfile::tempdir().unwrap();
-    let (peers, mut nodes, mut client) = start_three(root.path()).await;
+    // The leader keeps the newest 64 KiB: the follower is sent a snapshot and entries after it.
     let retention = Retention {
         ms: -1,
         bytes: 64 * 1024,
     };
+    follower_behind_the_leaders_retention(retention, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_behind_a_leader_that_purged_its_whole_log_restarts_at_its_end() {
+    // Records of 1970 (`support::batch`) are past any `retention.ms`: the leader purges every
+    // committed entry, and the follower is sent a snapshot and no entry after it.
+    let retention = Retention {
+        ms: 60_000,
+        bytes: -1,
+    };
+    follower_behind_the_leaders_retention(retention, true).await;
+}
+
+/// A follower stopped while the leader takes far more than `retention` keeps restarts, is sent
+/// a snapshot, and holds the leader's records at the leader's offsets from its log start on,
+/// its log ending where the leader's does; `whole_log`: once the leader purged its whole log.
+async fn follower_behind_the_leaders_retention(retention: Retention, whole_log: bool) {
+    let root = tempfile::tempdir().unwrap();
+    let (peers, mut nodes, mut client) = start_three(root.path()).await;
     client.create_topic("t", 1, retention).await.unwrap();
     client
         .produce("t", 0, batch(9, 0, &["first".into()]))
@@ -259,32 +279,31 @@ async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
     }
     let mut leader_reader =
         ClusterClient::new(vec![peers[&leader].clone()], Duration::from_secs(10));
-    let mut leader_start = 0;
+    let mut purged = None;
     for _ in 0..200 {
-        leader_start = leader_reader
-            .fetch("t", 0, 0, 1)
-            .await
-            .unwrap()
-            .log_start_offset;
-        if leader_start > 0 {
+        let fetched = leader_reader.fetch("t", 0, 0, 1).await.unwrap();
+        let start = fetched.log_start_offset;
+        if start > 0 && (!whole_log || start == fetched.high_watermark) {
+            purged = Some(fetched);
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(leader_start > 0, "the leader never applied its retention");
+    let purged = purged.expect("the leader never applied its retention");
+    let (leader_start, leader_end) = (purged.log_start_offset, purged.high_watermark);
 
     nodes.insert(follower, start(follower, root.path(), &peers).await);
     let mut follower_reader =
         ClusterClient::new(vec![peers[&follower].clone()], Duration::from_secs(10));
-    let leader_end = leader_reader
-        .fetch("t", 0, 0, 1)
-        .await
-        .unwrap()
-        .high_watermark;
     let mut caught_up = None;
     for _ in 0..400 {
         let fetched = follower_reader.fetch("t", 0, 0, 1).await.unwrap();
-        if fetched.high_watermark >= leader_end {
+        let statuses = follower_reader.status().await;
+        let end = statuses
+            .iter()
+            .find(|status| status.topic == "t" && status.partition == 0)
+            .map(|status| status.end_offset);
+        if fetched.high_watermark >= leader_end && end == Some(leader_end) {
             caught_up = Some(fetched);
             break;
         }
@@ -301,10 +320,11 @@ async fn a_follower_behind_the_leaders_retention_restarts_from_its_log_start() {
     let from_leader = values_at(&peers[&leader]).await;
     let common: Vec<_> = from_leader
         .iter()
-        .filter(|(offset, _)| *offset >= from_follower[0].0)
+        .filter(|(offset, _)| *offset >= caught_up.log_start_offset)
         .cloned()
         .collect();
     assert_eq!(from_follower, common);
+    assert_eq!(from_follower.is_empty(), whole_log);
     for (_, node) in nodes {
         stop(node).await;
     }

@@ -1,7 +1,7 @@
 //! A partition's Raft log across restarts: the entry map rebuilt from the batches and the state
 //! file's anchors gives back every entry, its term and payload, after appends, a gap, a
-//! truncation, a purge and a snapshot installed on a follower; the batches are Kafka's, the
-//! control ones marked so.
+//! truncation, a purge and a snapshot installed on a follower (before or after its purge); the
+//! batches are Kafka's, the control ones marked so; retention by bytes keeps at least the limit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,8 +10,8 @@ use std::path::Path;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{
-    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader, SnapshotMeta,
-    StoredMembership,
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftLogReader,
+    SnapshotMeta, StoredMembership,
 };
 use seglog::engine::{Engine, EngineConfig, FetchOptions};
 use seglog::format::batch::BatchIter;
@@ -48,6 +48,15 @@ fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
 }
 
 async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
+    let (engine, replica) = open_replica(dir).await;
+    (
+        engine,
+        LogStore::new(replica.clone()),
+        StateMachine::new(replica),
+    )
+}
+
+async fn open_replica(dir: &Path) -> (Engine, Replica) {
     let config = EngineConfig {
         shard_count: 1,
         pin_shards: false,
@@ -61,11 +70,7 @@ async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
             .unwrap(),
     };
     let replica = Replica::open(engine.clone(), topic, 0, dir).await.unwrap();
-    (
-        engine,
-        LogStore::new(replica.clone()),
-        StateMachine::new(replica),
-    )
+    (engine, replica)
 }
 
 async fn append(store: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
@@ -138,12 +143,42 @@ async fn blank_and_membership_entries_are_control_batches() {
     engine.close().unwrap();
 }
 
+/// Retention by bytes lets go of the oldest committed entries only while the rest still hold
+/// `retention.bytes`, as Kafka's: an entry larger than it is kept, not purged with the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_that_installs_a_snapshot_restarts_its_log_at_the_leaders_offset() {
+async fn retention_by_bytes_keeps_at_least_retention_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, mut store, mut state_machine) = open(dir.path()).await;
-    // A stale suffix this follower holds from an old term.
-    append(&mut store, vec![blank(1, 0), data(1, 1, 4), data(1, 2, 4)]).await;
+    let (engine, replica) = open_replica(dir.path()).await;
+    let mut store = LogStore::new(replica.clone());
+    let mut state_machine = StateMachine::new(replica.clone());
+    // Four entries of one size.
+    let entries: Vec<Entry<TypeConfig>> = (1..=4).map(|index| data(1, index, 3)).collect();
+    append(&mut store, entries.clone()).await;
+    let size = engine.describe_partition("t", 0).unwrap().size_bytes / 4;
+    assert_eq!(replica.retention_point(-1, 0, 0), None, "nothing committed");
+    state_machine.apply(entries).await.unwrap();
+    let size = i64::try_from(size).unwrap();
+    // Two entries hold one entry's size and a byte: the first two go.
+    assert_eq!(replica.retention_point(-1, size + 1, 0), Some(log_id(1, 2)));
+    assert_eq!(replica.retention_point(-1, size, 0), Some(log_id(1, 3)));
+    // Even a limit below every entry's size keeps the newest.
+    assert_eq!(replica.retention_point(-1, 1, 0), Some(log_id(1, 3)));
+    assert_eq!(replica.retention_point(-1, 0, 0), Some(log_id(1, 4)));
+    assert_eq!(replica.retention_point(-1, 4 * size, 0), None);
+    // Records of 1970 are past any `retention.ms`: every committed entry goes.
+    assert_eq!(
+        replica.retention_point(1_000, -1, 1_000_000),
+        Some(log_id(1, 4))
+    );
+    drop((store, state_machine));
+    engine.close().unwrap();
+}
+
+/// The snapshot of a leader whose log goes on at entry 50, offset 1,000: its metadata, and
+/// the snapshot installed by `state_machine`.
+async fn install_leaders_snapshot(
+    state_machine: &mut StateMachine,
+) -> SnapshotMeta<u64, BasicNode> {
     let voters: BTreeSet<u64> = [1, 2, 3].into();
     let meta = SnapshotMeta {
         last_log_id: Some(log_id(3, 49)),
@@ -168,26 +203,88 @@ async fn a_follower_that_installs_a_snapshot_restarts_its_log_at_the_leaders_off
         .install_snapshot(&meta, data_box)
         .await
         .unwrap();
-    store.purge(log_id(3, 49)).await.unwrap();
+    meta
+}
+
+/// The log of `engine`'s t-0 starts and ends at `offset`.
+fn assert_log_empty_at(engine: &Engine, offset: u64) {
     let description = engine.describe_partition("t", 0).unwrap();
-    assert_eq!(description.log_start_offset, Offset(1_000));
-    assert_eq!(description.log_end_offset, Offset(1_000));
+    assert_eq!(description.log_start_offset, Offset(offset));
+    assert_eq!(description.log_end_offset, Offset(offset));
+}
+
+/// After the restart, the follower's entries 50 and 51 and its snapshot read back.
+async fn assert_restarted_at_the_leaders_offset(
+    dir: &Path,
+    engine: Engine,
+    mut store: LogStore,
+    state_machine: StateMachine,
+    meta: &SnapshotMeta<u64, BasicNode>,
+) {
     append(&mut store, vec![data(3, 50, 2), data(3, 51, 2)]).await;
     drop((store, state_machine));
     engine.close().unwrap();
 
-    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    let (engine, mut store, mut state_machine) = open(dir).await;
     let entries = store.try_get_log_entries(0..).await.unwrap();
     let ids: Vec<LogId<u64>> = entries.iter().map(|entry| entry.log_id).collect();
     assert_eq!(ids, vec![log_id(3, 50), log_id(3, 51)]);
+    let EntryPayload::Normal(Batches(bytes)) = &entries[0].payload else {
+        panic!("entry 50 is data");
+    };
+    let batch = seglog::format::Batch::decode(bytes, u64::MAX).unwrap();
+    assert_eq!(batch.base_offset(), 1_000);
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(3, 49)));
     let (applied, _) = state_machine.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(3, 49)));
     let current = state_machine.get_current_snapshot().await.unwrap().unwrap();
-    assert_eq!(current.meta, meta);
+    assert_eq!(current.meta, *meta);
     drop((store, state_machine));
     engine.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_installs_a_snapshot_restarts_its_log_at_the_leaders_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    // A stale suffix this follower holds from an old term.
+    append(&mut store, vec![blank(1, 0), data(1, 1, 4), data(1, 2, 4)]).await;
+    let meta = install_leaders_snapshot(&mut state_machine).await;
+    store.purge(log_id(3, 49)).await.unwrap();
+    assert_log_empty_at(&engine, 1_000);
+    assert_restarted_at_the_leaders_offset(dir.path(), engine, store, state_machine, &meta).await;
+}
+
+/// openraft's core purges the log through an installed snapshot while its state machine task
+/// installs it: a purge done first restarts the log at the leader's offset all the same, with
+/// no entry after the snapshot needed (the leader may have none yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_purges_before_it_installs_the_snapshot_restarts_at_the_leaders_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    append(&mut store, vec![blank(1, 0), data(1, 1, 4), data(1, 2, 4)]).await;
+    store.purge(log_id(3, 49)).await.unwrap();
+    let meta = install_leaders_snapshot(&mut state_machine).await;
+    assert_log_empty_at(&engine, 1_000);
+    assert_restarted_at_the_leaders_offset(dir.path(), engine, store, state_machine, &meta).await;
+}
+
+/// A follower stopped after it installed a snapshot, before its purge: openraft purges through
+/// the snapshot at the next start, and the log restarts at the leader's offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_stopped_between_install_and_purge_restarts_at_the_leaders_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, mut store, mut state_machine) = open(dir.path()).await;
+    append(&mut store, vec![blank(1, 0), data(1, 1, 4), data(1, 2, 4)]).await;
+    let meta = install_leaders_snapshot(&mut state_machine).await;
+    drop((store, state_machine));
+    engine.close().unwrap();
+
+    let (engine, mut store, state_machine) = open(dir.path()).await;
+    store.purge(log_id(3, 49)).await.unwrap();
+    assert_log_empty_at(&engine, 1_000);
+    assert_restarted_at_the_leaders_offset(dir.path(), engine, store, state_machine, &meta).await;
 }
 
 fn data_batch(tag: &str, records: usize) -> bytes::Bytes {

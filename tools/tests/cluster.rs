@@ -792,7 +792,6 @@ fn first_served_offset(address: &str) -> Option<u64> {
 }
 
 #[test]
-#[ignore = "bug: since group entries, the frozen follower intermittently never catches up (stuck at its own log end; 2 of 5 CI runs); the in-process test of raft/tests/cluster_in_process.rs passes"]
 fn a_follower_frozen_past_the_leaders_retention_restarts_from_its_log_start() {
     let cluster = Cluster::start();
     // A topic that keeps about 64 KiB: retention, through Raft, purges the rest.
