@@ -13,9 +13,9 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -31,8 +31,8 @@ use crate::frame::{read_frame, response_frame};
 use crate::produce::ProduceOutcome;
 use crate::shape_check;
 use crate::{
-    delete_records, describe_configs, fetch, groups, list_offsets, metadata, offsets, produce,
-    topics,
+    alter_configs, delete_records, describe_configs, fetch, groups, list_offsets, metadata,
+    offsets, produce, topics,
 };
 
 /// Every request header starts with API key (2 bytes), version (2) and correlation id (4),
@@ -379,6 +379,10 @@ async fn answer_admin(
         ApiKey::DescribeConfigs => {
             let request = decode::<DescribeConfigsRequest>(&mut body, api_key, version)?;
             respond(&describe_configs::answer(broker, request).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request = decode::<IncrementalAlterConfigsRequest>(&mut body, api_key, version)?;
+            respond(&alter_configs::answer(broker, request).await)
         }
         // `is_supported` let only the APIs above through.
         _ => Err(ConnectionError::UnsupportedVersion {

@@ -34,7 +34,7 @@
 //!
 //! The APIs ([`SUPPORTED_APIS`] lists their versions): ApiVersions, Metadata, Produce, Fetch,
 //! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-//! and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
+//! IncrementalAlterConfigs (topics' settings, applied to their live logs), and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 //! Membership lives in memory (`group_coordinator.rs`, a pure state machine; members rejoin
 //! after a restart); committed offsets are durable in seglog's `__consumer_offsets` through
@@ -43,6 +43,7 @@
 //! partition; there are no transactions, idempotent producers or static group members yet, no
 //! authentication and no TLS.
 
+mod alter_configs;
 mod api_versions;
 mod broker;
 mod config;
