@@ -45,6 +45,25 @@ impl CleanupPolicy {
         self != CleanupPolicy::Delete
     }
 
+    /// The policy a `cleanup.policy` list names (Kafka's list type: items separated by commas,
+    /// each `delete` or `compact`, in any order, at least one); `None` for anything else.
+    pub fn from_list(value: &str) -> Option<CleanupPolicy> {
+        let (mut delete, mut compact) = (false, false);
+        for item in value.split(',').map(str::trim) {
+            match item {
+                "delete" => delete = true,
+                "compact" => compact = true,
+                _ => return None,
+            }
+        }
+        match (delete, compact) {
+            (true, false) => Some(CleanupPolicy::Delete),
+            (false, true) => Some(CleanupPolicy::Compact),
+            (true, true) => Some(CleanupPolicy::CompactAndDelete),
+            (false, false) => None,
+        }
+    }
+
     /// The policy's `cleanup.policy` value: `delete`, `compact` or `compact,delete`.
     pub fn name(self) -> &'static str {
         match self {
@@ -182,6 +201,47 @@ pub enum ConfigError {
         /// What the value must be.
         reason: &'static str,
     },
+    /// An append to or subtraction from a setting that is not a list: only `cleanup.policy` is
+    /// (Kafka's `INVALID_CONFIG`, "its type is not LIST").
+    #[error(
+        "config {key} is not a list: only cleanup.policy can be appended to or subtracted from"
+    )]
+    NotAList {
+        /// The key given.
+        key: String,
+    },
+}
+
+/// One change of an incremental alteration, as Kafka's IncrementalAlterConfigs names them
+/// ([`LogConfig::altered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigChange<'a> {
+    /// `SET`: the setting `key` takes `value`.
+    Set {
+        /// The setting's Kafka name.
+        key: &'a str,
+        /// Its new value, as text.
+        value: &'a str,
+    },
+    /// `DELETE`: the setting `key` goes back to its default.
+    Reset {
+        /// The setting's Kafka name.
+        key: &'a str,
+    },
+    /// `APPEND`: the comma-separated items of `value` join the list `key`, those not in it yet.
+    Append {
+        /// The list setting's Kafka name (`cleanup.policy`).
+        key: &'a str,
+        /// The items to add, separated by commas.
+        value: &'a str,
+    },
+    /// `SUBTRACT`: the comma-separated items of `value` leave the list `key`.
+    Subtract {
+        /// The list setting's Kafka name (`cleanup.policy`).
+        key: &'a str,
+        /// The items to remove, separated by commas.
+        value: &'a str,
+    },
 }
 
 impl LogConfig {
@@ -248,18 +308,124 @@ impl LogConfig {
             }
             "retention.bytes" => self.retention_bytes = signed()?,
             "cleanup.policy" => {
-                self.cleanup_policy = match value {
-                    "delete" => CleanupPolicy::Delete,
-                    "compact" => CleanupPolicy::Compact,
-                    "compact,delete" | "delete,compact" => CleanupPolicy::CompactAndDelete,
-                    _ => return Err(invalid("expected delete, compact or compact,delete")),
-                }
+                self.cleanup_policy = CleanupPolicy::from_list(value)
+                    .ok_or(invalid("expected delete, compact or compact,delete"))?
             }
             "compression.type" => {
                 self.compression = value
                     .parse()
                     .map_err(|_| invalid("expected none, gzip, snappy, lz4 or zstd"))?
             }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// This configuration with `changes` applied in order, a `Reset` taking the setting's value
+    /// in `defaults` (Kafka's IncrementalAlterConfigs on one topic). The retention settings are
+    /// ranked afresh: within the changes, `retention.ms` wins over `.minutes` over `.hours`,
+    /// whatever the configuration was given with. The result is validated; on error nothing is
+    /// changed.
+    pub fn altered(
+        &self,
+        changes: &[ConfigChange<'_>],
+        defaults: &LogConfig,
+    ) -> Result<LogConfig, ConfigError> {
+        let mut altered = self.clone();
+        altered.retention_precedence = RetentionPrecedence::Default;
+        for change in changes {
+            match *change {
+                ConfigChange::Set { key, value } => altered.apply(key, value)?,
+                ConfigChange::Reset { key } => altered.reset(key, defaults)?,
+                ConfigChange::Append { key, value } => {
+                    let mut items = altered.list_items(key)?;
+                    for item in value.split(',').map(str::trim) {
+                        if !items.iter().any(|present| present == item) {
+                            items.push(item.to_owned());
+                        }
+                    }
+                    altered.apply(key, &items.join(","))?;
+                }
+                ConfigChange::Subtract { key, value } => {
+                    let mut items = altered.list_items(key)?;
+                    let removed: Vec<&str> = value.split(',').map(str::trim).collect();
+                    items.retain(|item| !removed.contains(&item.as_str()));
+                    altered.apply(key, &items.join(","))?;
+                }
+            }
+        }
+        altered.validate()?;
+        Ok(altered)
+    }
+
+    /// The items of the list setting `key` (`cleanup.policy`, the only list among the topic
+    /// settings); `NotAList` for any other key.
+    fn list_items(&self, key: &str) -> Result<Vec<String>, ConfigError> {
+        match key {
+            "cleanup.policy" => Ok(self
+                .cleanup_policy
+                .name()
+                .split(',')
+                .map(str::to_owned)
+                .collect()),
+            _ => Err(ConfigError::NotAList {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    /// Gives the setting `key` its value in `defaults`. `flush.messages` and `flush.ms` share
+    /// one policy: resetting either restores the default policy when the current one is that
+    /// setting's (a `flush.ms` policy stays when `flush.messages` is reset). A retention unit
+    /// less precise than the one that set `retention_ms` leaves it alone, as setting it would.
+    fn reset(&mut self, key: &str, defaults: &LogConfig) -> Result<(), ConfigError> {
+        match key {
+            "segment.bytes" => self.segment_bytes = defaults.segment_bytes,
+            "segment.ms" => self.segment_ms = defaults.segment_ms,
+            "segment.index.bytes" => self.segment_index_bytes = defaults.segment_index_bytes,
+            "index.interval.bytes" => self.index_interval_bytes = defaults.index_interval_bytes,
+            "max.message.bytes" => self.max_message_bytes = defaults.max_message_bytes,
+            "message.timestamp.type" => {
+                self.message_timestamp_type = defaults.message_timestamp_type;
+            }
+            "flush.messages" => {
+                if matches!(
+                    self.flush_policy,
+                    FlushPolicy::EveryAppend | FlushPolicy::Messages(_)
+                ) {
+                    self.flush_policy = defaults.flush_policy;
+                }
+            }
+            "flush.ms" => {
+                if matches!(self.flush_policy, FlushPolicy::IntervalMs(_)) {
+                    self.flush_policy = defaults.flush_policy;
+                }
+            }
+            "retention.ms" | "retention.minutes" | "retention.hours" => {
+                let precedence = match key {
+                    "retention.ms" => RetentionPrecedence::Milliseconds,
+                    "retention.minutes" => RetentionPrecedence::Minutes,
+                    _ => RetentionPrecedence::Hours,
+                };
+                if precedence >= self.retention_precedence {
+                    self.retention_ms = defaults.retention_ms;
+                    self.retention_precedence = RetentionPrecedence::Default;
+                }
+            }
+            "file.delete.delay.ms" => self.file_delete_delay_ms = defaults.file_delete_delay_ms,
+            "delete.retention.ms" => self.delete_retention_ms = defaults.delete_retention_ms,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = defaults.min_compaction_lag_ms,
+            "preallocate" => self.preallocate = defaults.preallocate,
+            "min.cleanable.dirty.ratio" => {
+                self.min_cleanable_dirty_ratio = defaults.min_cleanable_dirty_ratio;
+            }
+            "retention.bytes" => self.retention_bytes = defaults.retention_bytes,
+            "cleanup.policy" => self.cleanup_policy = defaults.cleanup_policy,
+            "compression.type" => self.compression = defaults.compression,
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: key.to_owned(),
@@ -435,6 +601,134 @@ mod tests {
             rebuilt.set(key, &value).unwrap();
         }
         assert_eq!(rebuilt, config);
+    }
+
+    #[test]
+    fn cleanup_policy_is_a_list_in_any_order() {
+        let mut config = LogConfig::default();
+        for (value, policy) in [
+            ("compact", CleanupPolicy::Compact),
+            ("delete, compact", CleanupPolicy::CompactAndDelete),
+            ("compact,delete", CleanupPolicy::CompactAndDelete),
+            ("delete", CleanupPolicy::Delete),
+        ] {
+            config.set("cleanup.policy", value).unwrap();
+            assert_eq!(config.cleanup_policy, policy, "{value}");
+        }
+        for value in ["", "compact,", "archive", "delete,archive"] {
+            let refused = config.set("cleanup.policy", value);
+            assert!(
+                matches!(refused, Err(ConfigError::InvalidValue { .. })),
+                "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn altered_applies_sets_resets_appends_and_subtracts_in_order() {
+        let defaults = LogConfig {
+            retention_ms: 1000,
+            ..LogConfig::default()
+        };
+        let mut current = LogConfig::default();
+        current.set("retention.ms", "5").unwrap();
+        current.set("segment.bytes", "4096").unwrap();
+        let altered = current
+            .altered(
+                &[
+                    ConfigChange::Append {
+                        key: "cleanup.policy",
+                        value: "compact,delete",
+                    },
+                    ConfigChange::Reset {
+                        key: "segment.bytes",
+                    },
+                    ConfigChange::Set {
+                        key: "retention.hours",
+                        value: "2",
+                    },
+                ],
+                &defaults,
+            )
+            .unwrap();
+        assert_eq!(altered.cleanup_policy, CleanupPolicy::CompactAndDelete);
+        assert_eq!(altered.segment_bytes, defaults.segment_bytes);
+        assert_eq!(
+            altered.retention_ms, 7_200_000,
+            "the retention units are ranked afresh within one alteration"
+        );
+        let subtracted = altered
+            .altered(
+                &[ConfigChange::Subtract {
+                    key: "cleanup.policy",
+                    value: "delete",
+                }],
+                &defaults,
+            )
+            .unwrap();
+        assert_eq!(subtracted.cleanup_policy, CleanupPolicy::Compact);
+        let reset = subtracted
+            .altered(
+                &[ConfigChange::Reset {
+                    key: "retention.ms",
+                }],
+                &defaults,
+            )
+            .unwrap();
+        assert_eq!(reset.retention_ms, 1000);
+    }
+
+    #[test]
+    fn altered_refuses_what_kafka_refuses_and_changes_nothing() {
+        let current = LogConfig::default();
+        let defaults = LogConfig::default();
+        let refused = |change: ConfigChange<'_>| current.altered(&[change], &defaults).unwrap_err();
+        assert!(matches!(
+            refused(ConfigChange::Append {
+                key: "retention.ms",
+                value: "1"
+            }),
+            ConfigError::NotAList { key } if key == "retention.ms"
+        ));
+        assert!(matches!(
+            refused(ConfigChange::Subtract {
+                key: "cleanup.policy",
+                value: "delete"
+            }),
+            ConfigError::InvalidValue { key, .. } if key == "cleanup.policy"
+        ));
+        assert!(matches!(
+            refused(ConfigChange::Reset { key: "no.such.key" }),
+            ConfigError::UnknownKey { .. }
+        ));
+        assert!(matches!(
+            refused(ConfigChange::Set {
+                key: "segment.bytes",
+                value: "12"
+            }),
+            ConfigError::InvalidValue { .. }
+        ));
+        assert_eq!(current, LogConfig::default());
+    }
+
+    #[test]
+    fn resetting_a_flush_setting_restores_the_default_policy_only_when_it_set_it() {
+        let defaults = LogConfig::default();
+        let mut current = LogConfig::default();
+        current.set("flush.ms", "250").unwrap();
+        let reset = |config: &LogConfig, key| {
+            config
+                .altered(&[ConfigChange::Reset { key }], &defaults)
+                .unwrap()
+                .flush_policy
+        };
+        assert_eq!(
+            reset(&current, "flush.messages"),
+            FlushPolicy::IntervalMs(250)
+        );
+        assert_eq!(reset(&current, "flush.ms"), FlushPolicy::Never);
+        current.set("flush.messages", "10").unwrap();
+        assert_eq!(reset(&current, "flush.messages"), FlushPolicy::Never);
     }
 
     #[test]

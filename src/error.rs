@@ -525,7 +525,7 @@ pub enum FlushError {
     Unavailable(#[from] EngineUnavailable),
 }
 
-/// Creating, describing, growing or deleting topics.
+/// Creating, describing, growing, reconfiguring or deleting topics.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum TopicError {
@@ -550,8 +550,8 @@ pub enum TopicError {
         /// The topic's name.
         topic: String,
     },
-    /// The topic is internal (`engine::is_internal_topic`): only its owner creates, grows or
-    /// deletes it.
+    /// The topic is internal (`engine::is_internal_topic`): only its owner creates, grows,
+    /// reconfigures or deletes it.
     #[error(
         "topic {topic} is internal: the group coordinator manages it (the committed offsets of consumer groups), so it can be read but not written, created, grown or deleted directly"
     )]

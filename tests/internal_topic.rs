@@ -106,6 +106,9 @@ fn creating_growing_deleting_and_deleting_records_of_the_offsets_topic_are_refus
     for refused in [
         engine.add_partitions(OFFSETS_TOPIC, 4).unwrap_err(),
         engine.delete_topic(OFFSETS_TOPIC).unwrap_err(),
+        engine
+            .alter_topic_config(OFFSETS_TOPIC, LogConfig::default())
+            .unwrap_err(),
         create().unwrap_err(),
     ] {
         assert_matches!(refused, TopicError::InternalTopic { .. });

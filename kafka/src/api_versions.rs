@@ -45,6 +45,12 @@ pub const SUPPORTED_APIS: &[SupportedApi] = &[
     api(ApiKey::DeleteRecords, "DeleteRecords", 0, 2),
     api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
     api(ApiKey::InitProducerId, "InitProducerId", 0, 5),
+    api(
+        ApiKey::IncrementalAlterConfigs,
+        "IncrementalAlterConfigs",
+        0,
+        1,
+    ),
     api(ApiKey::FindCoordinator, "FindCoordinator", 0, 3),
     api(ApiKey::JoinGroup, "JoinGroup", 0, 8),
     api(ApiKey::SyncGroup, "SyncGroup", 0, 4),

@@ -13,9 +13,10 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, SyncGroupRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -31,8 +32,8 @@ use crate::frame::{read_frame, response_frame};
 use crate::produce::ProduceOutcome;
 use crate::shape_check;
 use crate::{
-    delete_records, describe_configs, fetch, groups, init_producer_id, list_offsets, metadata,
-    offsets, produce, topics,
+    alter_configs, delete_records, describe_configs, fetch, groups, init_producer_id, list_offsets,
+    metadata, offsets, produce, topics,
 };
 
 /// Every request header starts with API key (2 bytes), version (2) and correlation id (4),
@@ -383,6 +384,10 @@ async fn answer_admin(
         ApiKey::InitProducerId => {
             let request = decode::<InitProducerIdRequest>(&mut body, api_key, version)?;
             respond(&init_producer_id::answer(broker, request).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request = decode::<IncrementalAlterConfigsRequest>(&mut body, api_key, version)?;
+            respond(&alter_configs::answer(broker, request).await)
         }
         // `is_supported` let only the APIs above through.
         _ => Err(ConnectionError::UnsupportedVersion {

@@ -1,4 +1,5 @@
 //! DescribeConfigs: a topic's settings (its overrides as `DYNAMIC_TOPIC_CONFIG`, the rest as
+//! `STATIC_BROKER_CONFIG` where this broker's topic defaults differ from Kafka's, else
 //! `DEFAULT_CONFIG`), and this broker's own settings (read-only, `STATIC_BROKER_CONFIG`). Kafka's
 //! config types and documentation are not reported (`UNKNOWN`, null).
 
@@ -57,7 +58,8 @@ async fn settings(
                 .await
                 .map_err(|error| (error, "the engine call failed".to_owned()))?
                 .map_err(|error| (error_code::topic_error(&error), error.to_string()))?;
-            Ok(topic_settings(&described.config))
+            let sources = ConfigSources::new(&broker.config.topic_defaults);
+            Ok(topic_settings(&described.config, &sources))
         }
         RESOURCE_BROKER if is_this_broker(broker, &resource.resource_name) => {
             Ok(broker_settings(broker))
@@ -79,16 +81,45 @@ fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
     name.is_empty() || name.as_str() == broker.config.broker_id.to_string()
 }
 
-fn topic_settings(config: &LogConfig) -> Vec<Setting> {
-    let defaults = LogConfig::default().to_pairs();
+/// Where each of a topic's settings comes from, as Kafka reports it. The topic registry keeps
+/// every setting's value, not which ones were given: a value other than the one this broker
+/// gives a topic without overrides is the topic's own (`DYNAMIC_TOPIC_CONFIG`); the broker's
+/// value is its setting (`STATIC_BROKER_CONFIG`) where it differs from Kafka's default, else
+/// Kafka's default (`DEFAULT_CONFIG`).
+pub(crate) struct ConfigSources {
+    broker: Vec<(&'static str, String)>,
+    kafka: Vec<(&'static str, String)>,
+}
+
+impl ConfigSources {
+    pub(crate) fn new(topic_defaults: &LogConfig) -> ConfigSources {
+        ConfigSources {
+            broker: topic_defaults.to_pairs(),
+            kafka: LogConfig::default().to_pairs(),
+        }
+    }
+
+    /// The source of `key=value` in a topic's configuration.
+    pub(crate) fn of(&self, key: &'static str, value: &str) -> i8 {
+        let is_in = |pairs: &[(&'static str, String)]| {
+            pairs
+                .iter()
+                .any(|(known, known_value)| *known == key && known_value == value)
+        };
+        match (is_in(&self.broker), is_in(&self.kafka)) {
+            (false, _) => SOURCE_DYNAMIC_TOPIC,
+            (true, false) => SOURCE_STATIC_BROKER,
+            (true, true) => SOURCE_DEFAULT,
+        }
+    }
+}
+
+fn topic_settings(config: &LogConfig, sources: &ConfigSources) -> Vec<Setting> {
     config
         .to_pairs()
         .into_iter()
         .map(|(key, value)| {
-            let source = match defaults.contains(&(key, value.clone())) {
-                true => SOURCE_DEFAULT,
-                false => SOURCE_DYNAMIC_TOPIC,
-            };
+            let source = sources.of(key, &value);
             (key.to_owned(), value, source, false)
         })
         .collect()

@@ -34,8 +34,10 @@
 //!
 //! The APIs ([`SUPPORTED_APIS`] lists their versions): ApiVersions, Metadata, Produce, Fetch,
 //! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-//! InitProducerId (idempotent producers: the engine checks their sequences), and Kafka's classic consumer-group protocol: FindCoordinator, JoinGroup, SyncGroup,
-//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+//! IncrementalAlterConfigs (topics' settings, applied to their live logs), InitProducerId
+//! (idempotent producers: the engine checks their sequences), and Kafka's classic consumer-group
+//! protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 //! Membership lives in memory (`group_coordinator.rs`, a pure state machine; members rejoin
 //! after a restart); committed offsets are durable in seglog's `__consumer_offsets` through
 //! [`seglog::group::GroupCoordinator`], which the server opens at the first group request (it
@@ -43,6 +45,7 @@
 //! partition; there are no transactions or static group members yet, no authentication and no
 //! TLS.
 
+mod alter_configs;
 mod api_versions;
 mod broker;
 mod config;

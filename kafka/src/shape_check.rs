@@ -203,6 +203,18 @@ const DESCRIBE_CONFIGS: Schema = Schema {
     ],
 };
 
+const INCREMENTAL_ALTER_CONFIGS: Schema = Schema {
+    flexible_from: 1,
+    fields: &[
+        always(Array(&[
+            always(Int8),
+            always(Str),
+            always(Array(&[always(Str), always(Int8), always(Str)])),
+        ])),
+        always(Int8),
+    ],
+};
+
 const FIND_COORDINATOR: Schema = Schema {
     flexible_from: 3,
     fields: &[
@@ -333,6 +345,7 @@ fn schema(api_key: ApiKey) -> Option<&'static Schema> {
         ApiKey::DeleteRecords => Some(&DELETE_RECORDS),
         ApiKey::DescribeConfigs => Some(&DESCRIBE_CONFIGS),
         ApiKey::InitProducerId => Some(&INIT_PRODUCER_ID),
+        ApiKey::IncrementalAlterConfigs => Some(&INCREMENTAL_ALTER_CONFIGS),
         _ => group_schema(api_key),
     }
 }
@@ -649,6 +662,20 @@ mod tests {
         DescribeConfigsRequest::default().with_resources(two(resource))
     }
 
+    fn incremental_alter_configs() -> IncrementalAlterConfigsRequest {
+        let config = incremental_alter_configs_request::AlterableConfig::default()
+            .with_name(StrBytes::from_static_str("cleanup.policy"))
+            .with_config_operation(2)
+            .with_value(Some(StrBytes::from_static_str("compact")));
+        let resource = incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("t"))
+            .with_configs(two(config));
+        IncrementalAlterConfigsRequest::default()
+            .with_resources(two(resource))
+            .with_validate_only(true)
+    }
+
     fn api_versions() -> ApiVersionsRequest {
         ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("name"))
@@ -785,6 +812,9 @@ mod tests {
             ApiKey::DeleteRecords => delete_records().encode(&mut body, version),
             ApiKey::DescribeConfigs => describe_configs().encode(&mut body, version),
             ApiKey::InitProducerId => init_producer_id(version).encode(&mut body, version),
+            ApiKey::IncrementalAlterConfigs => {
+                incremental_alter_configs().encode(&mut body, version)
+            }
             other => {
                 group_request(other, version, &mut body);
                 Ok(())
@@ -852,6 +882,9 @@ mod tests {
             ApiKey::CreatePartitions => CreatePartitionsRequest::decode(body, version).is_ok(),
             ApiKey::DeleteRecords => DeleteRecordsRequest::decode(body, version).is_ok(),
             ApiKey::DescribeConfigs => DescribeConfigsRequest::decode(body, version).is_ok(),
+            ApiKey::IncrementalAlterConfigs => {
+                IncrementalAlterConfigsRequest::decode(body, version).is_ok()
+            }
             ApiKey::FindCoordinator => FindCoordinatorRequest::decode(body, version).is_ok(),
             ApiKey::JoinGroup => JoinGroupRequest::decode(body, version).is_ok(),
             ApiKey::SyncGroup => SyncGroupRequest::decode(body, version).is_ok(),

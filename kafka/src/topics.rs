@@ -26,12 +26,8 @@ use seglog::engine::Engine;
 use seglog::error::TopicError;
 
 use crate::broker::{Broker, partition_count};
+use crate::describe_configs::ConfigSources;
 use crate::error_code;
-
-/// Kafka's `ConfigSource.DEFAULT_CONFIG` and `DYNAMIC_TOPIC_CONFIG`, as CreateTopics 5+ reports
-/// each setting of a new topic.
-const CONFIG_SOURCE_DEFAULT: i8 = 5;
-const CONFIG_SOURCE_TOPIC: i8 = 1;
 
 /// A topic request refused, with its code and why.
 type Refusal = (ResponseError, String);
@@ -59,7 +55,9 @@ pub(crate) async fn create(
             false => create_one(broker, topic, request.validate_only).await,
         };
         results.push(match outcome {
-            Ok((partition_count, config)) => created(result, partition_count, &config, version),
+            Ok((partition_count, config)) => {
+                created(broker, result, (partition_count, &config), version)
+            }
             Err((error, message)) => result
                 .with_error_code(error.code())
                 .with_error_message(Some(StrBytes::from_string(message))),
@@ -142,23 +140,20 @@ fn assignment_message(broker: &Broker) -> String {
 }
 
 fn created(
+    broker: &Broker,
     result: CreatableTopicResult,
-    partition_count: u32,
-    config: &LogConfig,
+    (partition_count, config): (u32, &LogConfig),
     version: i16,
 ) -> CreatableTopicResult {
     if version < 5 {
         return result;
     }
-    let defaults = LogConfig::default().to_pairs();
+    let sources = ConfigSources::new(&broker.config.topic_defaults);
     let configs = config
         .to_pairs()
         .into_iter()
         .map(|(key, value)| {
-            let source = match defaults.contains(&(key, value.clone())) {
-                true => CONFIG_SOURCE_DEFAULT,
-                false => CONFIG_SOURCE_TOPIC,
-            };
+            let source = sources.of(key, &value);
             CreatableTopicConfigs::default()
                 .with_name(StrBytes::from_static_str(key))
                 .with_value(Some(StrBytes::from_string(value)))

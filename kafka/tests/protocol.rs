@@ -5,7 +5,9 @@
 //! fetched back byte for byte (`acks` all, 1 and 0); pipelined produces are applied and answered
 //! in order, before a fetch sent after them; Fetch long-polls, limits bytes and reports
 //! errors as Kafka codes; ListOffsets finds the earliest, the latest and by timestamp; topics are
-//! created, grown and deleted; records are deleted; configs are described; a corrupt batch is
+//! created, grown and deleted; records are deleted; configs are described, and a topic's are
+//! altered (SET, DELETE back to the default, APPEND and SUBTRACT on `cleanup.policy`,
+//! `validate_only`, errors per resource as Kafka answers them); a corrupt batch is
 //! refused whole, as is a produce to an unknown topic or partition; a malformed or oversized
 //! frame (an array count past the frame's end included), a client that stalls mid-frame past
 //! `connections.max.idle.ms`, or one past `max.connections`, closes its own connection and no
@@ -29,14 +31,17 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::FetchResponse;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest, FetchRequest,
-    ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    ResponseHeader, TopicName,
+    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use seglog_kafka::{SUPPORTED_APIS, ServeConfig};
@@ -706,6 +711,334 @@ async fn describe_configs_reports_a_topics_settings_and_the_brokers() {
     );
     let code = response.results[2].error_code;
     assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());
+    broker.stop().await;
+}
+
+/// Kafka's `AlterConfigOp.OpType` ids.
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+
+fn op(name: &'static str, operation: i8, value: Option<&'static str>) -> AlterableConfig {
+    AlterableConfig::default()
+        .with_name(StrBytes::from_static_str(name))
+        .with_config_operation(operation)
+        .with_value(value.map(StrBytes::from_static_str))
+}
+
+fn alter_resource(
+    resource_type: i8,
+    name: &'static str,
+    ops: Vec<AlterableConfig>,
+) -> AlterConfigsResource {
+    AlterConfigsResource::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(StrBytes::from_static_str(name))
+        .with_configs(ops)
+}
+
+/// Alters the topic `topic` with `ops` at `version`; its error code and message.
+async fn alter_topic(
+    client: &mut Client,
+    topic: &'static str,
+    ops: Vec<AlterableConfig>,
+    (validate_only, version): (bool, i16),
+) -> (i16, Option<String>) {
+    let request = IncrementalAlterConfigsRequest::default()
+        .with_resources(vec![alter_resource(2, topic, ops)])
+        .with_validate_only(validate_only);
+    let response = client.call(&request, version).await;
+    assert_eq!(response.responses.len(), 1);
+    let answer = &response.responses[0];
+    assert_eq!(
+        (answer.resource_type, answer.resource_name.as_str()),
+        (2, topic)
+    );
+    (
+        answer.error_code,
+        answer.error_message.as_ref().map(ToString::to_string),
+    )
+}
+
+/// The topic's settings named `keys` as DescribeConfigs reports them: (name, value, source).
+async fn described(
+    client: &mut Client,
+    topic: &'static str,
+    keys: &[&'static str],
+) -> Vec<(String, String, i8)> {
+    let keys = keys
+        .iter()
+        .map(|key| StrBytes::from_static_str(key))
+        .collect();
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str(topic))
+        .with_configuration_keys(Some(keys));
+    let request = DescribeConfigsRequest::default().with_resources(vec![resource]);
+    let response = client.call(&request, 4).await;
+    assert_eq!(response.results[0].error_code, 0);
+    response.results[0]
+        .configs
+        .iter()
+        .map(|c| {
+            let value = c.value.as_ref().unwrap().to_string();
+            (c.name.to_string(), value, c.config_source)
+        })
+        .collect()
+}
+
+fn setting(name: &str, value: &str, source: i8) -> (String, String, i8) {
+    (name.to_owned(), value.to_owned(), source)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_sets_and_deletes_a_topics_settings() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "tuned", 2).await;
+    for version in [0, 1] {
+        let ops = vec![
+            op("retention.ms", SET, Some("3600000")),
+            op("segment.bytes", SET, Some("1048576")),
+        ];
+        let answer = alter_topic(&mut client, "tuned", ops, (false, version)).await;
+        assert_eq!(answer, (0, None), "v{version}");
+    }
+    let keys = ["segment.bytes", "retention.ms", "cleanup.policy"];
+    assert_eq!(
+        described(&mut client, "tuned", &keys).await,
+        vec![
+            setting("segment.bytes", "1048576", 1),
+            setting("retention.ms", "3600000", 1),
+            setting("cleanup.policy", "delete", 5),
+        ],
+        "altered values are the topic's own (DYNAMIC_TOPIC_CONFIG)"
+    );
+    let config = broker.engine.describe_topic("tuned").unwrap().config;
+    assert_eq!(
+        (config.retention_ms, config.segment_bytes),
+        (3_600_000, 1 << 20)
+    );
+
+    let ops = vec![op("retention.ms", DELETE, None)];
+    assert_eq!(
+        alter_topic(&mut client, "tuned", ops, (false, 1)).await.0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "tuned", &keys).await,
+        vec![
+            setting("segment.bytes", "1048576", 1),
+            setting("retention.ms", "604800000", 5),
+            setting("cleanup.policy", "delete", 5),
+        ],
+        "DELETE goes back to the default (DEFAULT_CONFIG)"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_deletes_back_to_this_brokers_topic_default() {
+    let mut config = ServeConfig::default();
+    config.set("retention.ms", "86400000").unwrap();
+    let broker = Broker::start(config).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "inherits", 1).await;
+    let keys = ["retention.ms"];
+    let ops = vec![op("retention.ms", SET, Some("1000"))];
+    assert_eq!(
+        alter_topic(&mut client, "inherits", ops, (false, 1))
+            .await
+            .0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "inherits", &keys).await,
+        vec![setting("retention.ms", "1000", 1)]
+    );
+    let ops = vec![op("retention.ms", DELETE, None)];
+    assert_eq!(
+        alter_topic(&mut client, "inherits", ops, (false, 1))
+            .await
+            .0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "inherits", &keys).await,
+        vec![setting("retention.ms", "86400000", 4)],
+        "the broker's own topic default (STATIC_BROKER_CONFIG)"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_validate_only_changes_nothing() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "checked", 1).await;
+    let ops = || vec![op("retention.ms", SET, Some("1000"))];
+    assert_eq!(
+        alter_topic(&mut client, "checked", ops(), (true, 1))
+            .await
+            .0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "checked", &["retention.ms"]).await,
+        vec![setting("retention.ms", "604800000", 5)]
+    );
+    let bad = vec![op("segment.bytes", SET, Some("ten"))];
+    let (code, _) = alter_topic(&mut client, "checked", bad, (true, 1)).await;
+    assert_eq!(
+        code,
+        ResponseError::InvalidConfig.code(),
+        "validated all the same"
+    );
+    let (code, _) = alter_topic(&mut client, "nowhere", ops(), (true, 1)).await;
+    assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_appends_to_and_subtracts_from_the_cleanup_policy() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "policy", 1).await;
+    let keys = ["cleanup.policy"];
+    let append = vec![op("cleanup.policy", APPEND, Some("compact"))];
+    assert_eq!(
+        alter_topic(&mut client, "policy", append, (false, 1))
+            .await
+            .0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "policy", &keys).await,
+        vec![setting("cleanup.policy", "compact,delete", 1)]
+    );
+    let again = vec![op("cleanup.policy", APPEND, Some("delete,compact"))];
+    assert_eq!(
+        alter_topic(&mut client, "policy", again, (false, 1))
+            .await
+            .0,
+        0
+    );
+    let subtract = vec![op("cleanup.policy", SUBTRACT, Some("delete"))];
+    assert_eq!(
+        alter_topic(&mut client, "policy", subtract, (false, 0))
+            .await
+            .0,
+        0
+    );
+    assert_eq!(
+        described(&mut client, "policy", &keys).await,
+        vec![setting("cleanup.policy", "compact", 1)]
+    );
+    let everything = vec![op("cleanup.policy", SUBTRACT, Some("compact"))];
+    let (code, _) = alter_topic(&mut client, "policy", everything, (false, 1)).await;
+    assert_eq!(
+        code,
+        ResponseError::InvalidConfig.code(),
+        "a policy is needed"
+    );
+    let scalar = vec![op("retention.ms", APPEND, Some("1"))];
+    let (code, message) = alter_topic(&mut client, "policy", scalar, (false, 1)).await;
+    assert_eq!(code, ResponseError::InvalidConfig.code(), "{message:?}");
+    assert_eq!(
+        described(&mut client, "policy", &keys).await,
+        vec![setting("cleanup.policy", "compact", 1)],
+        "refused changes changed nothing"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_answers_each_resource_with_kafkas_error() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "fine", 1).await;
+    create_topic(&mut client, "twice", 1).await;
+    create_topic(&mut client, "bad", 1).await;
+    let retention = || vec![op("retention.ms", SET, Some("1000"))];
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        alter_resource(2, "fine", retention()),
+        alter_resource(2, "missing", retention()),
+        alter_resource(2, "twice", retention()),
+        alter_resource(2, "twice", retention()),
+        alter_resource(4, "0", vec![op("num.partitions", SET, Some("3"))]),
+        alter_resource(8, "0", vec![op("kafka.server", SET, Some("DEBUG"))]),
+        alter_resource(2, "", retention()),
+        alter_resource(2, "__consumer_offsets", retention()),
+        alter_resource(2, "bad", vec![op("segment.bytes", SET, Some("ten"))]),
+        alter_resource(2, "bad", vec![op("no.such.config", SET, Some("1"))]),
+        alter_resource(
+            2,
+            "fine",
+            vec![
+                op("retention.ms", SET, Some("1")),
+                op("retention.ms", DELETE, None),
+            ],
+        ),
+    ]);
+    let response = client.call(&request, 1).await;
+    let codes: Vec<(String, i16)> = response
+        .responses
+        .iter()
+        .map(|r| (r.resource_name.to_string(), r.error_code))
+        .collect();
+    let invalid_request = ResponseError::InvalidRequest.code();
+    assert_eq!(
+        codes,
+        vec![
+            ("fine".to_owned(), invalid_request),
+            (
+                "missing".to_owned(),
+                ResponseError::UnknownTopicOrPartition.code()
+            ),
+            ("twice".to_owned(), invalid_request),
+            ("twice".to_owned(), invalid_request),
+            ("0".to_owned(), invalid_request),
+            ("0".to_owned(), invalid_request),
+            (String::new(), invalid_request),
+            ("__consumer_offsets".to_owned(), invalid_request),
+            ("bad".to_owned(), invalid_request),
+            ("bad".to_owned(), invalid_request),
+            ("fine".to_owned(), invalid_request),
+        ],
+        "a resource named twice is refused each time, whatever its operations"
+    );
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        alter_resource(2, "fine", retention()),
+        alter_resource(2, "missing", retention()),
+        alter_resource(2, "twice", vec![op("segment.bytes", SET, Some("ten"))]),
+        alter_resource(2, "bad", vec![op("no.such.config", SET, Some("1"))]),
+        alter_resource(
+            2,
+            "__consumer_offsets",
+            vec![
+                op("retention.ms", SET, Some("1")),
+                op("retention.ms", DELETE, None),
+            ],
+        ),
+    ]);
+    let response = client.call(&request, 0).await;
+    let codes: Vec<i16> = response.responses.iter().map(|r| r.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![
+            0,
+            ResponseError::UnknownTopicOrPartition.code(),
+            ResponseError::InvalidConfig.code(),
+            ResponseError::InvalidConfig.code(),
+            invalid_request,
+        ]
+    );
+    assert_eq!(
+        described(&mut client, "fine", &["retention.ms"]).await,
+        vec![setting("retention.ms", "1000", 1)],
+        "the valid resource was altered beside the refused ones"
+    );
     broker.stop().await;
 }
 

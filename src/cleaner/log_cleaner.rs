@@ -52,6 +52,9 @@ pub struct CleanableLog {
     pub dir: PathBuf,
     pub config: LogConfig,
     pub log_start_offset: Offset,
+    /// Where the log's offsets become dense: below it the cleaner may have left gaps, even in a
+    /// log whose policy no longer compacts (`log/cleaned_end.rs`).
+    pub cleaned_end: Offset,
     /// The sealed segments in offset order (the active segment is never cleaned).
     pub sealed: Vec<SealedSegment>,
 }
@@ -555,6 +558,7 @@ mod tests {
             dir: PathBuf::from("/nowhere"),
             config,
             log_start_offset: Offset(0),
+            cleaned_end: Offset(0),
             sealed,
         }
     }

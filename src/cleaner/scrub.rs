@@ -67,8 +67,10 @@ fn scrub_segment(
         return Ok(false);
     };
     let mut expected_next = segment.base_offset.0;
-    // A log that is never compacted has no offset gaps.
-    let dense = !log.config.cleanup_policy.compacts();
+    // A log that is never compacted has no offset gaps; one compacted before its policy
+    // became `delete` may have them below its cleaned end.
+    let dense =
+        !log.config.cleanup_policy.compacts() && segment.base_offset >= log.cleaned_end;
     reader.for_each_batch(throttle, |batch| {
         let base = u64::try_from(batch.base_offset()).unwrap_or(u64::MAX);
         let last = u64::try_from(batch.last_offset()).unwrap_or(u64::MAX);

@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, TrySendError};
 
-use crate::config::LogConfig;
+use crate::config::{ConfigError, LogConfig};
 use crate::error::{
     AppendError, DeleteRecordsError, EngineUnavailable, FlushError, OpenError, ProducerIdError,
     ReadError, StorageError, TopicError, TruncateError,
@@ -71,8 +71,8 @@ use wake::{ShardSender, ShardWaker};
 
 /// Whether `topic` is one of the engine's internal topics, which only the engine's own components
 /// write: the group coordinator's `__consumer_offsets` (Kafka's `Topic.isInternal`). The public
-/// API refuses to append to them, create, grow or delete them, or delete their records (an
-/// `InternalTopic` error); fetching them is allowed.
+/// API refuses to append to them, create, grow, reconfigure or delete them, or delete their
+/// records (an `InternalTopic` error); fetching them is allowed.
 pub fn is_internal_topic(topic: &str) -> bool {
     topic == OFFSETS_TOPIC
 }
@@ -400,7 +400,7 @@ struct Inner {
     storage: Arc<dyn Storage>,
     shards: Vec<ShardHandle>,
     topics: Arc<RwLock<TopicRegistry>>,
-    /// Serialises topic administration (create, grow, delete) and checkpoint writes.
+    /// Serialises topic administration (create, grow, alter, delete) and checkpoint writes.
     admin: Mutex<Checkpoints>,
     inflight_bytes: Arc<AtomicU64>,
     config: EngineConfig,
@@ -1178,6 +1178,85 @@ impl Engine {
         drop(topics);
         self.describe_partitions(&topic, current..partition_count)?;
         Ok(())
+    }
+
+    /// Changes a topic's configuration (Kafka's IncrementalAlterConfigs): validates `config`,
+    /// writes it to the topic registry durably, then has every shard holding one of the topic's
+    /// partitions give it to their open logs, so that it takes effect without a restart and
+    /// survives one. What a log reads as it runs (retention, the roll rules, the flush policy,
+    /// the appends' limits, the cleaner's settings) follows at once; what a segment fixes when it
+    /// is created (`segment.index.bytes`, `preallocate`) applies from the next segment. Retention
+    /// applies the new limits at its next pass (`retention_check_interval_ms`, or
+    /// [`Engine::apply_retention`]). Refused for an internal topic ([`is_internal_topic`]).
+    ///
+    /// An error once the registry is written (a shard's queue full, a failed shard) leaves the
+    /// new configuration durable and the logs that missed it with the old one until they are
+    /// next opened; calling again completes the change.
+    pub fn alter_topic_config(&self, topic: &str, config: LogConfig) -> Result<(), TopicError> {
+        self.update_topic_config(topic, |_| Ok(config)).map(drop)
+    }
+
+    /// [`Engine::alter_topic_config`] with the new configuration computed from the current one
+    /// by `change` (for example with [`LogConfig::altered`]), under the lock that serialises
+    /// topic administration, so that two changes at once never lose one. `change` must not call
+    /// the engine's topic administration (it would wait for itself). Returns the new
+    /// configuration; on any error before the registry is written nothing changed.
+    pub fn update_topic_config(
+        &self,
+        topic: &str,
+        change: impl FnOnce(&LogConfig) -> Result<LogConfig, ConfigError>,
+    ) -> Result<LogConfig, TopicError> {
+        let topic = TopicName::parse(topic)?;
+        refuse_internal_topic(&topic)?;
+        self.check_open()?;
+        let _admin = self.lock_admin();
+        let unknown = || TopicError::UnknownTopic {
+            topic: topic.to_string(),
+        };
+        let metadata = self
+            .read_topics()
+            .get(&topic)
+            .cloned()
+            .ok_or_else(unknown)?;
+        let config = change(&metadata.config)?;
+        config.validate()?;
+        {
+            let mut topics = self.write_topics();
+            let previous = topics
+                .set_config(&topic, config.clone())
+                .ok_or_else(unknown)?;
+            if let Err(error) = topics.save(self.inner.storage.as_ref()) {
+                topics.set_config(&topic, previous);
+                return Err(error.into());
+            }
+        }
+        let shards: std::collections::BTreeSet<usize> = (0..metadata.partition_count)
+            .map(|partition| {
+                let tp = TopicPartition {
+                    topic: topic.clone(),
+                    partition,
+                };
+                shard_for(&tp, self.inner.shards.len())
+            })
+            .collect();
+        let pendings: Vec<Pending<(), TopicError>> = shards
+            .into_iter()
+            .map(|shard| {
+                self.send_to(shard, |reply| Request::AlterConfig {
+                    topic: topic.clone(),
+                    config: Box::new(config.clone()),
+                    reply,
+                })
+                .into_pending()
+            })
+            .collect();
+        let mut first_error = None;
+        for pending in pendings {
+            if let Err(error) = pending.wait() {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(config), Err)
     }
 
     /// Deletes a topic: its shards drop the partitions, then the directories are removed. Refused

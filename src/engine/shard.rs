@@ -28,7 +28,7 @@ use super::wake::ShardWaker;
 use super::{ConsumerRecord, consumer_record};
 use super::{FetchOptions, Isolation, PartitionDescription};
 use crate::cleaner::log_cleaner::{CleanableLog, CleanedGroup, SwapOutcome};
-use crate::config::CleanupPolicy;
+use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::{
     AppendError, DeleteRecordsError, FlushError, OpenError, ReadError, StorageError, TopicError,
     TruncateError,
@@ -98,6 +98,14 @@ pub(crate) enum Request {
         tps: Vec<TopicPartition>,
         reply: Reply<(), TopicError>,
     },
+    /// The topic's configuration changed (the registry holds the new one already): the open
+    /// logs of its partitions take it; the others read it from the registry when they open.
+    AlterConfig {
+        topic: TopicName,
+        /// Boxed: every request's slot in the queue is as large as the largest request.
+        config: Box<LogConfig>,
+        reply: Reply<(), TopicError>,
+    },
     Checkpoint {
         /// Wait for the syncs in flight first (an explicit checkpoint; the background one does
         /// not, so it never holds the shard up behind a seal sync).
@@ -149,6 +157,7 @@ impl Request {
                 | Request::FetchByTimestamp { .. }
                 | Request::Checkpoint { settle: false, .. }
                 | Request::RetainPartitions { .. }
+                | Request::AlterConfig { .. }
         )
     }
 }
@@ -686,6 +695,13 @@ impl Shard {
             Request::DropPartitions { tps, reply } => {
                 self.drop_partitions(&tps);
                 let _ = reply.send(Ok(()));
+            }
+            Request::AlterConfig {
+                topic,
+                config,
+                reply,
+            } => {
+                let _ = reply.send(self.alter_config(&topic, &config));
             }
             Request::Checkpoint { reply, .. } => {
                 let _ = reply.send(Ok(self.checkpoints()));
@@ -1441,6 +1457,25 @@ impl Shard {
             segment_count: 0,
             offline: Some(cause),
         }
+    }
+
+    /// Gives the open logs of `topic`'s partitions `config`, and moves their `flush.ms` timers
+    /// to the new policy. Closed, released and offline partitions read the registry when they
+    /// open.
+    fn alter_config(&mut self, topic: &TopicName, config: &LogConfig) -> Result<(), TopicError> {
+        let open: BTreeSet<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|tp| tp.topic == *topic)
+            .cloned()
+            .collect();
+        for tp in &open {
+            if let Some(log) = self.partitions.get_mut(tp) {
+                log.set_config(config.clone())?;
+            }
+        }
+        self.note_flush_deadlines(&open);
+        Ok(())
     }
 
     fn drop_partitions(&mut self, tps: &[TopicPartition]) {

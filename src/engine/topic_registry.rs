@@ -148,6 +148,12 @@ impl TopicRegistry {
         self.topics.remove(topic)
     }
 
+    /// Replaces the topic's configuration; returns the one it had (`None`: no such topic).
+    pub(crate) fn set_config(&mut self, topic: &TopicName, config: LogConfig) -> Option<LogConfig> {
+        let metadata = self.topics.get_mut(topic)?;
+        Some(std::mem::replace(&mut metadata.config, config))
+    }
+
     pub(crate) fn set_partition_count(&mut self, topic: &TopicName, partition_count: u32) {
         if let Some(metadata) = self.topics.get_mut(topic) {
             metadata.partition_count = partition_count;

@@ -32,6 +32,21 @@ pub fn read(storage: &dyn Storage, dir: &Path) -> Result<Option<Offset>, Storage
     Ok(parse(&bytes))
 }
 
+/// Where the log's offsets become dense: its recorded cleaned end, whatever its policy is now (a
+/// log compacted before its `cleanup.policy` changed to `delete` keeps the gaps the cleaner
+/// left); without a record, 0 for a policy that does not compact (never cleaned), `None` for
+/// one that does, or when the record is unreadable (it may have been cleaned anywhere).
+pub fn dense_from(
+    storage: &dyn Storage,
+    dir: &Path,
+    compacts: bool,
+) -> Result<Option<Offset>, StorageError> {
+    if !compacts && !storage.exists(&dir.join(CLEANED_END_FILE)) {
+        return Ok(Some(Offset(0)));
+    }
+    read(storage, dir)
+}
+
 fn parse(bytes: &[u8]) -> Option<Offset> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut lines = text.lines();

@@ -56,6 +56,7 @@ impl PartitionLog {
             dir: self.dir.clone(),
             config: self.config.clone(),
             log_start_offset: self.log_start_offset,
+            cleaned_end: self.cleaned_end,
             sealed,
         }
     }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::{FlushPolicy, LogConfig};
+use crate::config::{ConfigError, FlushPolicy, LogConfig};
 use crate::error::{DeleteRecordsError, ReadError, StorageError};
 use crate::failpoint::failpoint;
 use crate::format::batch::BatchIter;
@@ -178,6 +178,23 @@ impl PartitionLog {
         &self.config
     }
 
+    /// Changes the log's configuration while it serves (Kafka's `UnifiedLog.updateConfig`),
+    /// refusing an invalid one. What reads the configuration as it runs follows at once: the
+    /// appends' validation (`max.message.bytes`, null keys in a compacted log), the roll rules
+    /// (`segment.bytes`, `segment.ms`: an active segment already past a lowered bound rolls at
+    /// the next append), `message.timestamp.type`, `index.interval.bytes`, the flush policy,
+    /// retention (`retention.ms`, `retention.bytes`, `cleanup.policy`, at its next pass),
+    /// `file.delete.delay.ms` (for segments deleted from then on) and the cleaner's settings.
+    /// What a segment fixes when it is created applies from the next one: the indexes' size
+    /// (`segment.index.bytes`) and the active `.log`'s preallocation (`preallocate`). Offsets the
+    /// cleaner left with gaps stay read as such whatever the new `cleanup.policy` (the log's
+    /// cleaned end is kept).
+    pub fn set_config(&mut self, config: LogConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
     pub fn log_start_offset(&self) -> Offset {
         self.log_start_offset
     }
@@ -263,8 +280,9 @@ impl PartitionLog {
 
     /// The segment at `index`, opened if its files were released.
     fn open_segment(&mut self, index: usize) -> Result<&Segment, StorageError> {
+        let dense_from = self.cleaned_end;
         self.segments
-            .open(index, self.storage.as_ref(), &self.dir, &self.config)
+            .open(index, self.storage.as_ref(), &self.dir, (&self.config, dense_from))
     }
 
     /// Reads whole batches starting with the batch that holds `offset`, up to `max_bytes` but
@@ -293,9 +311,12 @@ impl PartitionLog {
         self.check_readable(offset)?;
         for index in self.segments.floor_index(offset)..self.segments.len() {
             let dense = self.is_dense(index);
-            let segment =
-                self.segments
-                    .open(index, self.storage.as_ref(), &self.dir, &self.config)?;
+            let segment = self.segments.open(
+                index,
+                self.storage.as_ref(),
+                &self.dir,
+                (&self.config, self.cleaned_end),
+            )?;
             match segment.read_record(offset, dense, &self.digest_budget)? {
                 RecordRead::PastEnd => {}
                 read => return Ok(read),
@@ -418,7 +439,12 @@ impl PartitionLog {
         let keep = self.segments.count_at_or_below(offset).max(1);
         let removed =
             self.segments
-                .truncate_from(keep, self.storage.as_ref(), &self.dir, &self.config)?;
+                .truncate_from(
+                    keep,
+                    self.storage.as_ref(),
+                    &self.dir,
+                    (&self.config, self.cleaned_end),
+                )?;
         for slot in removed {
             slot.delete(self.storage.as_ref(), &self.dir)?;
         }

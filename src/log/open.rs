@@ -75,11 +75,8 @@ impl PartitionLog {
         let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
         // Below the cleaned end the cleaner may have left gaps; a compacted log without the
         // record may have been cleaned anywhere. A log never compacted is dense throughout.
-        let recorded_cleaned_end = if config.cleanup_policy.compacts() {
-            cleaned_end::read(storage.as_ref(), dir)?
-        } else {
-            Some(Offset(0))
-        };
+        let compacts = config.cleanup_policy.compacts();
+        let recorded_cleaned_end = cleaned_end::dense_from(storage.as_ref(), dir, compacts)?;
         let dense_from = recorded_cleaned_end.unwrap_or(Offset(u64::MAX));
         let mut segments = load_segments(
             storage.as_ref(),

@@ -13,7 +13,7 @@ use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::index::time_index::TimestampOffset;
 use crate::io::Storage;
-use crate::segment::recovery::LoadMode;
+use crate::segment::recovery::{InvalidTail, LoadMode, LoadedSegment};
 use crate::segment::{ActiveSegment, ReleasedSegment, Segment};
 use crate::types::{Offset, TimestampMs};
 
@@ -188,18 +188,17 @@ impl SegmentList {
 
     /// The segment at `index`, opened if it was released (its files were sealed, so they are
     /// trusted), counted as most recently used.
+    /// `dense_from`: where the log's offsets become dense (its cleaned end).
     pub(crate) fn open(
         &mut self,
         index: usize,
         storage: &dyn Storage,
         dir: &Path,
-        config: &LogConfig,
+        (config, dense_from): (&LogConfig, Offset),
     ) -> Result<&Segment, StorageError> {
         if let Some(SegmentSlot::Released(released)) = self.slots.get(index) {
             let base_offset = released.base_offset;
-            let mode = LoadMode::Trusted;
-            let loaded =
-                Segment::load(storage, dir, base_offset, config, mode, TimestampMs::now())?;
+            let loaded = reload(storage, dir, base_offset, (config, dense_from))?;
             self.slots[index] = SegmentSlot::Open(Box::new(loaded.segment));
         }
         if let Some(SegmentSlot::Open(segment)) = self.slots.get(index) {
@@ -264,10 +263,10 @@ impl SegmentList {
         index: usize,
         storage: &dyn Storage,
         dir: &Path,
-        config: &LogConfig,
+        (config, dense_from): (&LogConfig, Offset),
     ) -> Result<Vec<SegmentSlot>, StorageError> {
         let last = index.max(1) - 1;
-        self.open(last, storage, dir, config)?;
+        self.open(last, storage, dir, (config, dense_from))?;
         let removed: Vec<SegmentSlot> = self.slots.drain(last + 1..).collect();
         self.forget(&removed);
         if let Some(SegmentSlot::Open(segment)) = self.slots.last() {
@@ -279,9 +278,8 @@ impl SegmentList {
             Some(SegmentSlot::Active(active)) => *active,
             // Opened above, and the most recently used: never released since.
             Some(SegmentSlot::Released(released)) => {
-                let mode = LoadMode::Trusted;
                 let base = released.base_offset;
-                let loaded = Segment::load(storage, dir, base, config, mode, TimestampMs::now())?;
+                let loaded = reload(storage, dir, base, (config, dense_from))?;
                 ActiveSegment::from_sealed(loaded.segment)
             }
             None => return Ok(removed),
@@ -326,4 +324,26 @@ impl SegmentList {
             }
         }
     }
+}
+
+/// Loads a released segment again: its files were sealed, so they are trusted. Its offsets are
+/// held dense only in a log whose policy does not compact, at or above `dense_from` (the log's
+/// cleaned end: a log compacted before its policy became `delete` keeps its gaps below it).
+fn reload(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: Offset,
+    (config, dense_from): (&LogConfig, Offset),
+) -> Result<LoadedSegment, StorageError> {
+    let dense = !config.cleanup_policy.compacts() && base_offset >= dense_from;
+    Segment::load_with(
+        storage,
+        dir,
+        base_offset,
+        config,
+        LoadMode::Trusted,
+        InvalidTail::Truncate,
+        dense,
+        TimestampMs::now(),
+    )
 }

@@ -369,7 +369,8 @@ pub enum TopicsCommand {
     List(TopicListArgs),
     /// Print a topic's settings and each partition's offsets, size and segment count.
     Describe(TopicDescribeArgs),
-    /// Add partitions to a topic (a topic never shrinks).
+    /// Add partitions to a topic (a topic never shrinks), or change its settings while its logs
+    /// keep their data.
     Alter(TopicAlterArgs),
     /// Delete a topic and all of its data.
     Delete(TopicDeleteArgs),
@@ -415,16 +416,29 @@ pub struct TopicDescribeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("change")
+        .required(true)
+        .multiple(true)
+        .args(["partitions", "configs", "delete_configs"])
+))]
 pub struct TopicAlterArgs {
     /// Data directory.
     #[arg(long)]
     pub dir: PathBuf,
-    /// Topic to grow.
+    /// Topic to alter.
     #[arg(long)]
     pub topic: String,
     /// The new partition count, above the current one.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub partitions: u32,
+    pub partitions: Option<u32>,
+    /// A setting to change, with Kafka's topic-config name, e.g. `retention.ms=86400000`
+    /// (`kafka-configs --add-config`); repeatable.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    pub configs: Vec<String>,
+    /// A setting to put back to its default (`kafka-configs --delete-config`); repeatable.
+    #[arg(long = "delete-config", value_name = "KEY")]
+    pub delete_configs: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! `seglog topics`: topic administration through the engine, with Kafka's vocabulary
-//! (`kafka-topics --create | --list | --describe | --alter --partitions | --delete`).
+//! (`kafka-topics --create | --list | --describe | --alter --partitions | --delete`, and
+//! `kafka-configs --alter --add-config | --delete-config` as `alter --config | --delete-config`).
 //!
 //! `list` and `describe` only read: they open the data directory read-only ([`DataDirView`]),
 //! without its lock, so they work while another process holds it and on a read-only file system.
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use anyhow::Context;
+use seglog::config::{ConfigChange, LogConfig};
 use seglog::engine::{Engine, PartitionDescription, TopicDescription, TopicMetadata};
 use seglog::types::TopicName;
 use serde::Serialize;
@@ -22,7 +24,7 @@ use crate::args::{
 };
 use crate::dir_view::DataDirView;
 use crate::engine_open::{open_engine, open_existing, refuse_internal_topic, with_engine};
-use crate::topic_config::{overrides, overrides_text, parse_configs};
+use crate::topic_config::{apply_settings, overrides, overrides_text, parse_configs};
 
 pub fn run(args: &TopicsArgs) -> anyhow::Result<Outcome> {
     match &args.command {
@@ -127,28 +129,82 @@ fn write_description(out: &mut impl Write, description: &TopicDescription) -> io
     Ok(())
 }
 
+/// Grows the topic, then changes its settings (each step reported as it is done).
 fn alter(args: &TopicAlterArgs) -> anyhow::Result<()> {
     let topic = parse_topic(&args.topic)?;
-    refuse_internal_topic(&topic, "grow")?;
+    let action = match args.partitions {
+        Some(_) => "grow",
+        None => "reconfigure",
+    };
+    refuse_internal_topic(&topic, action)?;
+    let settings = config_changes(args)?;
     with_engine(open_existing(&args.dir)?, |engine| {
-        let before = partition_count(engine, &topic);
-        engine
-            .add_partitions(topic.as_str(), args.partitions)
-            .with_context(|| {
-                format!(
-                    "cannot grow topic {topic} to {} partitions",
-                    args.partitions
-                )
-            })?;
-        let mut out = io::stdout().lock();
-        writeln!(
-            out,
-            "Topic {topic} now has {} partitions (it had {}).",
-            args.partitions,
-            before.unwrap_or(0)
-        )?;
+        if let Some(partitions) = args.partitions {
+            grow(engine, &topic, partitions)?;
+        }
+        if !settings.is_empty() {
+            reconfigure(engine, &topic, &settings)?;
+        }
         Ok(())
     })
+}
+
+/// `--config KEY=VALUE` and `--delete-config KEY`, as (key, new value or the default).
+fn config_changes(args: &TopicAlterArgs) -> anyhow::Result<Vec<(String, Option<String>)>> {
+    let mut changes = Vec::new();
+    apply_settings(&args.configs, |key, value| {
+        changes.push((key.to_owned(), Some(value.to_owned())));
+        Ok::<(), std::convert::Infallible>(())
+    })?;
+    changes.extend(
+        args.delete_configs
+            .iter()
+            .map(|key| (key.trim().to_owned(), None)),
+    );
+    Ok(changes)
+}
+
+fn grow(engine: &Engine, topic: &TopicName, partitions: u32) -> anyhow::Result<()> {
+    let before = partition_count(engine, topic);
+    engine
+        .add_partitions(topic.as_str(), partitions)
+        .with_context(|| format!("cannot grow topic {topic} to {partitions} partitions"))?;
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "Topic {topic} now has {partitions} partitions (it had {}).",
+        before.unwrap_or(0)
+    )?;
+    Ok(())
+}
+
+/// Changes the topic's settings on its live logs (`Engine::update_topic_config`); a deleted
+/// setting goes back to Kafka's default, as `topics create` starts from it.
+fn reconfigure(
+    engine: &Engine,
+    topic: &TopicName,
+    settings: &[(String, Option<String>)],
+) -> anyhow::Result<()> {
+    let changes: Vec<ConfigChange<'_>> = settings
+        .iter()
+        .map(|(key, value)| match value {
+            Some(value) => ConfigChange::Set { key, value },
+            None => ConfigChange::Reset { key },
+        })
+        .collect();
+    let defaults = LogConfig::default();
+    let config = engine
+        .update_topic_config(topic.as_str(), |current| {
+            current.altered(&changes, &defaults)
+        })
+        .with_context(|| format!("cannot reconfigure topic {topic}"))?;
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "Completed updating config for topic {topic}. Configs: {}",
+        overrides_text(&config)
+    )?;
+    Ok(())
 }
 
 fn delete(args: &TopicDeleteArgs) -> anyhow::Result<()> {

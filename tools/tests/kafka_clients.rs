@@ -10,7 +10,8 @@
 //! keeps producing while the server is killed and restarted on its address, and every record is
 //! stored once, in order;
 //! kafka-python (`kafka_python_offsets.py`) finds offsets by timestamp, earliest and latest, and
-//! deletes records; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
+//! deletes records; confluent-kafka's AdminClient (`confluent_kafka_configs.py`) alters a topic's
+//! configs (SET, APPEND, `validate_only`, DELETE, refusals) and describes them back; kcat lists the metadata, produces lines and consumes them back. Then SIGTERM
 //! stops the server with exit code 0, its engine closed with the clean-shutdown marker, and
 //! `seglog verify` finds the files it wrote clean. An unknown `--config` is refused before the
 //! server listens. A missing client prints `SKIP:` (a failure under `CI=true`).
@@ -303,6 +304,19 @@ fn kafka_python_finds_offsets_by_time_and_deletes_records() {
     let server = Server::start(dir.path());
     let args = [server.address.as_str(), "offsets"];
     if run_python(test, "kafka_python_offsets.py", &args).is_none() {
+        return;
+    }
+    server.stop();
+    verify_clean(dir.path());
+}
+
+#[test]
+fn confluent_kafka_alters_and_describes_a_topics_configs() {
+    let test = "confluent_kafka_alters_and_describes_a_topics_configs";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let args = [server.address.as_str(), "configs"];
+    if run_python(test, "confluent_kafka_configs.py", &args).is_none() {
         return;
     }
     server.stop();

@@ -3,7 +3,8 @@
 //! `--config` makes a topic that `describe` shows, text and JSON, with those settings after
 //! reopening, and whose settings later appends obey (a small `segment.bytes` rolls segments);
 //! `list` prints one line per topic with its partition count and non-default settings; `alter`
-//! adds partitions that `produce` then routes to; `delete` removes a topic and its directories and
+//! adds partitions that `produce` then routes to, and changes or deletes settings that later
+//! appends obey; `delete` removes a topic and its directories and
 //! the name can be created again, empty; `produce` creates a missing topic with its `--partitions`
 //! and `--config` while an existing one keeps its own (with a warning); every error (a topic that exists or does not, an invalid
 //! name or setting, a shrinking partition count, a missing data directory) exits 1 with a clear
@@ -17,9 +18,9 @@ mod support;
 use std::path::Path;
 
 use support::{
-    RunningSeglog, assert_fails_with, assert_success, consume, consumed_values, describe_json,
-    dump, json_lines, parse_text_ack, path_arg, run, stderr_text, stdout_lines, topics, verify,
-    words,
+    RunningSeglog, assert_fails_with, assert_success, assert_usage_error, consume, consumed_values,
+    describe_json, dump, json_lines, parse_text_ack, path_arg, run, stderr_text, stdout_lines,
+    topics, verify, words,
 };
 
 fn create(data: &Path, topic: &str, extra: &[&str]) {
@@ -176,6 +177,53 @@ fn alter_adds_partitions_that_produce_then_routes_to_and_never_shrinks() {
         "cannot grow topic grow to 2 partitions: topic grow has 4 partitions; cannot change to 2",
     );
     assert_eq!(describe_json(&data, "grow")["partition_count"], 4);
+}
+
+#[test]
+fn alter_changes_and_deletes_settings_that_later_appends_obey() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    create(&data, "tuned", &words("--config retention.ms=60000"));
+    let args = words("--config segment.bytes=1024 --delete-config retention.ms");
+    let output = topics("alter", &data, "tuned", &args);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output),
+        ["Completed updating config for topic tuned. Configs: segment.bytes=1024"]
+    );
+    let description = describe_json(&data, "tuned");
+    assert_eq!(
+        description["configs"],
+        serde_json::json!({"segment.bytes": "1024"})
+    );
+    let values: String = (0..20)
+        .map(|i| format!("value-{i:04}-{}\n", "x".repeat(80)))
+        .collect();
+    produce(&data, "tuned", &values);
+    let segments = describe_json(&data, "tuned")["partitions"][0]["segment_count"]
+        .as_u64()
+        .unwrap();
+    assert!(segments > 1, "rolled at the new segment.bytes: {segments}");
+
+    let output = topics("alter", &data, "tuned", &words("--config segment.bytes=10"));
+    assert_fails_with(
+        &output,
+        "cannot reconfigure topic tuned: config segment.bytes=\"10\" is invalid",
+    );
+    let output = topics(
+        "alter",
+        &data,
+        "tuned",
+        &words("--delete-config no.such.key"),
+    );
+    assert_fails_with(&output, "unknown config \"no.such.key\"");
+    assert_eq!(
+        describe_json(&data, "tuned")["configs"],
+        serde_json::json!({"segment.bytes": "1024"}),
+        "refused changes change nothing"
+    );
+    // Nothing to change is a usage error.
+    assert_usage_error(&topics("alter", &data, "tuned", &[]));
 }
 
 #[test]
