@@ -44,6 +44,15 @@ async fn init_producer_id(
     )
 }
 
+/// Now, in ms since the epoch: batches carry it, as a client's do (a producer whose last batch
+/// is older than `producer.id.expiration.ms` is forgotten).
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since_epoch.as_millis()).unwrap()
+}
+
 /// A broker with the test's topic, of one partition.
 async fn broker_with_topic() -> Broker {
     let broker = Broker::start(ServeConfig::default()).await;
@@ -128,8 +137,8 @@ async fn a_retried_batch_is_written_once_before_and_after_a_restart() {
     let broker = broker_with_topic().await;
     let mut client = broker.client().await;
     let (_, producer_id, epoch) = init_producer_id(&mut client, None, 4).await;
-    let first = idempotent_batch(3, 1_000, (producer_id, epoch, 0));
-    let second = idempotent_batch(2, 2_000, (producer_id, epoch, 3));
+    let first = idempotent_batch(3, now_ms(), (producer_id, epoch, 0));
+    let second = idempotent_batch(2, now_ms(), (producer_id, epoch, 3));
     assert_eq!(produce(&mut client, first.clone()).await, (0, 0));
     assert_eq!(
         produce(&mut client, first).await,
@@ -151,7 +160,7 @@ async fn a_retried_batch_is_written_once_before_and_after_a_restart() {
         (0, 3),
         "the state survived"
     );
-    let third = idempotent_batch(1, 3_000, (producer_id, epoch, 5));
+    let third = idempotent_batch(1, now_ms(), (producer_id, epoch, 5));
     assert_eq!(produce(&mut client, third).await, (0, 5));
     assert_eq!(log_end_offset(&mut client).await, 6);
     broker.stop().await;
@@ -162,7 +171,8 @@ async fn a_sequence_gap_and_a_fenced_epoch_are_refused_with_kafkas_codes() {
     let broker = broker_with_topic().await;
     let mut client = broker.client().await;
     let (_, producer_id, _) = init_producer_id(&mut client, None, 4).await;
-    let at = |epoch: i16, sequence: i32| idempotent_batch(1, 1_000, (producer_id, epoch, sequence));
+    let at =
+        |epoch: i16, sequence: i32| idempotent_batch(1, now_ms(), (producer_id, epoch, sequence));
     assert_eq!(produce(&mut client, at(0, 0)).await, (0, 0));
     let (error_code, base_offset) = produce(&mut client, at(0, 5)).await;
     assert_eq!(error_code, ResponseError::OutOfOrderSequenceNumber.code());
