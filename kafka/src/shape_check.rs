@@ -885,6 +885,7 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => {
                 IncrementalAlterConfigsRequest::decode(body, version).is_ok()
             }
+            ApiKey::InitProducerId => InitProducerIdRequest::decode(body, version).is_ok(),
             ApiKey::FindCoordinator => FindCoordinatorRequest::decode(body, version).is_ok(),
             ApiKey::JoinGroup => JoinGroupRequest::decode(body, version).is_ok(),
             ApiKey::SyncGroup => SyncGroupRequest::decode(body, version).is_ok(),
