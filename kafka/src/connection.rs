@@ -28,7 +28,8 @@ use tokio::task::JoinHandle;
 use crate::api_versions;
 use crate::broker::Broker;
 use crate::error::ConnectionError;
-use crate::frame::{read_frame, response_frame};
+use crate::fetch_frame::fetch_response_frame;
+use crate::frame::{ResponseFrame, read_frame, response_frame};
 use crate::produce::ProduceOutcome;
 use crate::shape_check;
 use crate::{
@@ -59,13 +60,13 @@ pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Rec
 const PRODUCES_IN_FLIGHT_MAX: usize = 16;
 
 /// A request being answered, the response frame to come (`None`: nothing to send).
-type Answer = Pin<Box<dyn Future<Output = Result<Option<Bytes>, ConnectionError>> + Send>>;
+type Answer = Pin<Box<dyn Future<Output = Result<Option<ResponseFrame>, ConnectionError>> + Send>>;
 
 /// What the connection's loop waits for.
 enum Event {
     Stopped,
     Idle,
-    Answered(Result<Option<Bytes>, ConnectionError>),
+    Answered(Result<Option<ResponseFrame>, ConnectionError>),
     Frame(Option<Result<Bytes, ConnectionError>>),
 }
 
@@ -160,7 +161,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// The oldest request's answer, once it is ready.
-async fn first(in_flight: &mut VecDeque<Answer>) -> Result<Option<Bytes>, ConnectionError> {
+async fn first(in_flight: &mut VecDeque<Answer>) -> Result<Option<ResponseFrame>, ConnectionError> {
     match in_flight.front_mut() {
         Some(answer) => answer.as_mut().await,
         None => std::future::pending().await,
@@ -189,23 +190,55 @@ async fn drain(
 /// and does not hold up a stopping server.
 async fn write_answer(
     writer: &mut OwnedWriteHalf,
-    response: Option<Bytes>,
+    response: Option<ResponseFrame>,
     idle_ms: u64,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<bool, ConnectionError> {
-    let Some(response) = response else {
+    let Some(mut response) = response else {
         return Ok(true);
     };
     tokio::select! {
         biased;
         written = tokio::time::timeout(
             Duration::from_millis(idle_ms),
-            writer.write_all(&response),
+            write_pieces(writer, &mut response),
         ) => {
             written.map_err(|_elapsed| ConnectionError::Idle { idle_ms })??;
             Ok(true)
         }
         _ = stop.wait_for(|stopped| *stopped) => Ok(false),
+    }
+}
+
+/// Writes every piece, in order, with as few (vectored) writes as the socket takes them in.
+async fn write_pieces(writer: &mut OwnedWriteHalf, pieces: &mut [Bytes]) -> std::io::Result<()> {
+    /// More slices than a `writev` takes at once are written in the next call.
+    const SLICES_PER_WRITE_MAX: usize = 64;
+    let mut first = 0;
+    loop {
+        while pieces.get(first).is_some_and(Bytes::is_empty) {
+            first += 1;
+        }
+        let Some(rest) = pieces.get_mut(first..).filter(|rest| !rest.is_empty()) else {
+            return Ok(());
+        };
+        let slices: Vec<std::io::IoSlice<'_>> = rest
+            .iter()
+            .take(SLICES_PER_WRITE_MAX)
+            .map(|piece| std::io::IoSlice::new(piece))
+            .collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        for piece in rest.iter_mut() {
+            let advanced = written.min(piece.len());
+            piece.advance(advanced);
+            written -= advanced;
+            if written == 0 {
+                break;
+            }
+        }
     }
 }
 
@@ -271,7 +304,7 @@ async fn answer(
     broker: &Broker,
     mut frame: Bytes,
     client_host: &str,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     if frame.len() < HEADER_PREFIX_BYTES {
         return Err(ConnectionError::HeaderTruncated {
             size_bytes: frame.len(),
@@ -302,7 +335,7 @@ fn refuse_version(
     api_key: ApiKey,
     version: i16,
     frame: &Bytes,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     if api_key != ApiKey::ApiVersions {
         return Err(ConnectionError::UnsupportedVersion {
             api_key: api_key as i16,
@@ -311,7 +344,7 @@ fn refuse_version(
     }
     let correlation_id = frame.slice(4..HEADER_PREFIX_BYTES).get_i32();
     let response = api_versions::answer(false);
-    response_frame(api_key, 0, correlation_id, &response).map(Some)
+    response_frame(api_key, 0, correlation_id, &response).map(|frame| Some(vec![frame]))
 }
 
 async fn answer_api(
@@ -320,7 +353,7 @@ async fn answer_api(
     version: i16,
     correlation_id: i32,
     mut body: Bytes,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     let respond = |response: &dyn EncodeAt| response.frame(api_key, version, correlation_id);
     match api_key {
         ApiKey::ApiVersions => respond(&api_versions::answer(true)),
@@ -342,7 +375,8 @@ async fn answer_api(
         }
         ApiKey::Fetch => {
             let request = decode::<FetchRequest>(&mut body, api_key, version)?;
-            respond(&fetch::answer(broker, request).await)
+            let response = fetch::answer(broker, request).await;
+            fetch_response_frame(api_key, version, correlation_id, response).map(Some)
         }
         ApiKey::ListOffsets => {
             let request = decode::<ListOffsetsRequest>(&mut body, api_key, version)?;
@@ -358,7 +392,7 @@ async fn answer_admin(
     version: i16,
     correlation_id: i32,
     mut body: Bytes,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     let respond = |response: &dyn EncodeAt| response.frame(api_key, version, correlation_id);
     match api_key {
         ApiKey::CreateTopics => {
@@ -427,7 +461,7 @@ async fn answer_group(
     version: i16,
     client: Client<'_>,
     mut body: Bytes,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     let header = client.header;
     let respond = |response: &dyn EncodeAt| response.frame(api_key, version, header.correlation_id);
     match api_key {
@@ -465,7 +499,7 @@ async fn answer_offsets(
     version: i16,
     correlation_id: i32,
     mut body: Bytes,
-) -> Result<Option<Bytes>, ConnectionError> {
+) -> Result<Option<ResponseFrame>, ConnectionError> {
     let respond = |response: &dyn EncodeAt| response.frame(api_key, version, correlation_id);
     match api_key {
         ApiKey::OffsetCommit => {
@@ -522,7 +556,7 @@ trait EncodeAt {
         api_key: ApiKey,
         version: i16,
         correlation_id: i32,
-    ) -> Result<Option<Bytes>, ConnectionError>;
+    ) -> Result<Option<ResponseFrame>, ConnectionError>;
 }
 
 impl<R: Encodable> EncodeAt for R {
@@ -531,7 +565,7 @@ impl<R: Encodable> EncodeAt for R {
         api_key: ApiKey,
         version: i16,
         correlation_id: i32,
-    ) -> Result<Option<Bytes>, ConnectionError> {
-        response_frame(api_key, version, correlation_id, self).map(Some)
+    ) -> Result<Option<ResponseFrame>, ConnectionError> {
+        response_frame(api_key, version, correlation_id, self).map(|frame| Some(vec![frame]))
     }
 }

@@ -7,6 +7,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::ConnectionError;
 
+/// A response frame as the pieces written, in order, by one vectored write: one buffer, or a
+/// fetch's encoded fields between the record batches the engine read (`fetch_frame.rs`).
+pub(crate) type ResponseFrame = Vec<Bytes>;
+
 /// The bytes of a frame's size prefix.
 const SIZE_PREFIX_BYTES: usize = 4;
 /// The most a frame's body is given room for before its bytes arrive.

@@ -55,6 +55,7 @@ mod describe_configs;
 mod error;
 mod error_code;
 mod fetch;
+mod fetch_frame;
 mod frame;
 mod group_coordinator;
 mod groups;

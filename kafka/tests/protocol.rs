@@ -271,6 +271,50 @@ async fn a_produced_batch_is_fetched_back_as_sent() {
     broker.stop().await;
 }
 
+/// Large record sets are written from the engine's buffers, not copied into the frame
+/// (`fetch_frame.rs`): several partitions of them, beside a small one, decode at every version
+/// with each partition's batches as produced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_of_large_batches_from_several_partitions_reads_them_as_produced() {
+    let broker = Broker::start(ServeConfig::default()).await;
+    let mut client = broker.client().await;
+    create_topic(&mut client, "large", 3).await;
+    let produced = [batch(3_000, 1_000), batch(4, 2_000), batch(6_000, 3_000)];
+    for (partition, records) in produced.iter().enumerate() {
+        let partition = i32::try_from(partition).unwrap();
+        assert_eq!(
+            produce(&mut client, "large", partition, records.clone()).await,
+            (0, 0)
+        );
+    }
+    let partitions = (0..3)
+        .map(|partition| {
+            FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1024 * 1024)
+        })
+        .collect();
+    let topic = FetchTopic::default()
+        .with_topic(topic_name("large"))
+        .with_partitions(partitions);
+    let request = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(50 * 1024 * 1024)
+        .with_topics(vec![topic]);
+    for version in [4, 11, 12] {
+        let response: FetchResponse = client.call(&request, version).await;
+        let fetched: Vec<Bytes> = response.responses[0]
+            .partitions
+            .iter()
+            .map(|partition| partition.records.clone().unwrap())
+            .collect();
+        assert_eq!(fetched, produced, "v{version}");
+    }
+    broker.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_produces_are_applied_and_answered_in_order_before_a_later_fetch() {
     let broker = Broker::start(ServeConfig::default()).await;
