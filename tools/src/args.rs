@@ -192,6 +192,10 @@ pub struct ProduceArgs {
     /// without it get a null key.
     #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub key_separator: Option<String>,
+    /// A value equal to this is sent as a null value, a tombstone in a compacted topic (Kafka's
+    /// console producer's `null.marker`).
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new(), conflicts_with = "cluster")]
+    pub null_marker: Option<String>,
     /// Format of the acknowledgement lines.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
@@ -254,8 +258,9 @@ pub struct ConsumeArgs {
     /// Start at the log start offset (the default).
     #[arg(long)]
     pub from_beginning: bool,
-    /// Stop after printing this many records.
-    #[arg(long)]
+    /// Stop after printing this many records (also `--max-messages`, Kafka's console consumer's
+    /// name).
+    #[arg(long, alias = "max-messages")]
     pub max_records: Option<u64>,
     /// At the end of the log, wait for new records (appended by any process, including one that
     /// holds the directory open) and print them as they arrive, until interrupted or

@@ -70,6 +70,7 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
         };
         let settings = Settings {
             key_separator: args.key_separator.as_deref().map(str::as_bytes),
+            null_marker: args.null_marker.as_deref().map(str::as_bytes),
             producer: ProducerConfig {
                 batch_size_bytes: args.batch_size as usize,
                 linger_ms: args.linger_ms,
@@ -146,6 +147,8 @@ fn ensure_topic(
 #[derive(Debug, Clone)]
 struct Settings<'a> {
     key_separator: Option<&'a [u8]>,
+    /// A value equal to it is sent as a null value.
+    null_marker: Option<&'a [u8]>,
     producer: ProducerConfig,
     format: OutputFormat,
 }
@@ -190,7 +193,7 @@ fn produce<W: Write + Send>(
             .name("produce-acks".to_owned())
             .spawn_scoped(scope, move || acknowledge(&futures, topic, format, out))
             .context("cannot start the acknowledgement thread")?;
-        let sent = send_all(&producer, topic, settings.key_separator, lines, &sender);
+        let sent = send_all(&producer, topic, settings, lines, &sender);
         drop(sender);
         // Sends every batch still open and waits for the answers the acknowledger waits for.
         let closed = producer.close().context("cannot close the producer");
@@ -210,15 +213,16 @@ fn produce<W: Write + Send>(
 fn send_all(
     producer: &seglog::producer::Producer,
     topic: &TopicName,
-    key_separator: Option<&[u8]>,
+    settings: &Settings<'_>,
     lines: &Receiver<io::Result<Vec<u8>>>,
     futures: &SyncSender<SendFuture>,
 ) -> anyhow::Result<()> {
     for line in lines {
         let line = line.context("cannot read stdin")?;
-        let (key, value) = split_line(&line, key_separator);
+        let (key, value) = split_line(&line, settings.key_separator);
+        let value = Some(value).filter(|value| Some(*value) != settings.null_marker);
         let future = producer
-            .send(&ProducerRecord::new(topic, key, Some(value)))
+            .send(&ProducerRecord::new(topic, key, value))
             .with_context(|| format!("cannot send a record to {topic}"))?;
         if futures.send(future).is_err() {
             return Ok(());
@@ -446,6 +450,7 @@ mod engine_tests {
         drop(sender);
         let settings = Settings {
             key_separator: Some(b":"),
+            null_marker: None,
             producer: producer_config(durability),
             format: OutputFormat::Text,
         };
@@ -544,6 +549,7 @@ mod engine_tests {
         drop(sender);
         let settings = Settings {
             key_separator: Some(b":"),
+            null_marker: None,
             producer: ProducerConfig {
                 compression: seglog::format::Compression::Zstd,
                 ..producer_config(Durability::Written)

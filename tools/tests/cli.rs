@@ -687,3 +687,27 @@ fn usage_errors_exit_with_code_2() {
         assert!(help.contains(subcommand), "{help}");
     }
 }
+
+/// `produce --null-marker S` sends a value equal to S as a null value (Kafka's `null.marker`),
+/// and `consume --max-messages` is `--max-records` under Kafka's console consumer's name.
+#[test]
+fn produce_sends_the_null_marker_as_a_null_value_and_consume_takes_max_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let input = b"k1:v1\nk2:NULL\nk3:NULLish\n";
+    let extra = words("--key-separator : --null-marker NULL");
+    assert_success(&produce(&data, "t", &extra, input));
+    let output = consume(&data, "t", 0, &words("--format json --max-messages 2"));
+    assert_success(&output);
+    let values: Vec<serde_json::Value> = stdout_lines(&output)
+        .iter()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["value"].clone())
+        .collect();
+    assert_eq!(values, [serde_json::json!("v1"), serde_json::Value::Null]);
+    let all = consume(&data, "t", 0, &words("--format json"));
+    let last: serde_json::Value = serde_json::from_str(stdout_lines(&all).last().unwrap()).unwrap();
+    assert_eq!(
+        last["value"], "NULLish",
+        "only a value equal to the marker is null"
+    );
+}
