@@ -289,6 +289,18 @@ pub enum GroupsCommand {
     /// Print a group's committed offset, log end offset and lag per partition, like
     /// `kafka-consumer-groups --describe` (no live members: groups live in their own process).
     Describe(GroupDescribeArgs),
+    /// Delete an empty group's committed offsets, like `kafka-consumer-groups --delete`.
+    Delete(GroupDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupDeleteArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Group to delete.
+    #[arg(long)]
+    pub group: String,
 }
 
 #[derive(Debug, Args)]

@@ -1,26 +1,33 @@
-//! `seglog groups`: consumer groups as `kafka-consumer-groups --list | --describe` shows them.
+//! `seglog groups`: consumer groups as `kafka-consumer-groups --list | --describe | --delete`
+//! handles them.
 //!
 //! Groups live in the process that runs them (`seglog::group::GroupCoordinator`), so a data
 //! directory opened here has no live members: the commands show what is durable, the offsets each
 //! group committed to `__consumer_offsets`, with each partition's log end offset and lag. Every
 //! group is therefore `Empty`. The directory is read read-only ([`DataDirView`], without its
 //! lock): nothing is created or changed, and without an offsets topic there are no groups.
+//! `delete` opens the engine (its lock) and appends the group's tombstones through the group
+//! coordinator.
 
 use std::io::{self, Write};
 
 use anyhow::Context;
-use seglog::group::{GroupDescription, PartitionLag};
+use seglog::group::{GroupCoordinator, GroupDescription, PartitionLag};
 use serde::Serialize;
 
 use crate::Outcome;
-use crate::args::{GroupDescribeArgs, GroupListArgs, GroupsArgs, GroupsCommand, OutputFormat};
+use crate::args::{
+    GroupDeleteArgs, GroupDescribeArgs, GroupListArgs, GroupsArgs, GroupsCommand, OutputFormat,
+};
 use crate::committed_offsets::{CommittedOffsets, describe_committed};
 use crate::dir_view::DataDirView;
+use crate::engine_open::{open_existing, with_engine};
 
 pub fn run(args: &GroupsArgs) -> anyhow::Result<Outcome> {
     match &args.command {
         GroupsCommand::List(args) => list(args),
         GroupsCommand::Describe(args) => describe(args),
+        GroupsCommand::Delete(args) => delete(args),
     }?;
     Ok(Outcome::Clean)
 }
@@ -43,6 +50,20 @@ fn list(args: &GroupListArgs) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// Kafka's words: `Deletion of requested consumer groups ('G') was successful.`
+fn delete(args: &GroupDeleteArgs) -> anyhow::Result<()> {
+    let group = args.group.as_str();
+    with_engine(open_existing(&args.dir)?, |engine| {
+        let coordinator =
+            GroupCoordinator::open(engine).context("cannot open the group coordinator")?;
+        coordinator
+            .delete_group(group)
+            .with_context(|| format!("cannot delete consumer group {group}"))
+    })?;
+    println!("Deletion of requested consumer groups ('{group}') was successful.");
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! `GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG` table (no active members, since
 //! groups live in their own process) and JSON, with the lag of records appended since; an
 //! unknown group, a bad property and conflicting arguments are rejected (exit 1 or 2); and a
-//! directory without groups lists none and gains no offsets topic.
+//! directory without groups lists none and gains no offsets topic; `groups delete` forgets one
+//! group's committed offsets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -222,4 +223,35 @@ fn bad_group_arguments_are_rejected() {
     assert_success(&output);
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(help.contains("no live members"), "{help}");
+}
+
+/// `groups delete` removes a group's committed offsets as `kafka-consumer-groups --delete`
+/// does: the group is no longer listed, a consume of it starts over, other groups keep theirs,
+/// and deleting it again (or a group that never committed) fails naming the group.
+#[test]
+fn groups_delete_forgets_a_groups_committed_offsets_and_only_its() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let lines = numbered("v", 6);
+    produce(&data, "t", 2, &lines);
+    assert_eq!(consume_group(&data, "gone", &[]).len(), 6);
+    assert_eq!(consume_group(&data, "kept", &[]).len(), 6);
+
+    let output = groups("delete", &data, &["--group", "gone"]);
+    assert_success(&output);
+    assert_eq!(
+        stdout_lines(&output),
+        ["Deletion of requested consumer groups ('gone') was successful."]
+    );
+    let listed = groups("list", &data, &[]);
+    assert_eq!(stdout_lines(&listed), ["kept"]);
+    assert_eq!(consume_group(&data, "gone", &[]).len(), 6, "it starts over");
+    assert!(
+        consume_group(&data, "kept", &[]).is_empty(),
+        "the other kept its commits"
+    );
+
+    assert_success(&groups("delete", &data, &["--group", "gone"]));
+    let output = groups("delete", &data, &["--group", "never"]);
+    assert_fails_with(&output, "cannot delete consumer group never");
 }
