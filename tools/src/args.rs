@@ -291,6 +291,47 @@ pub enum GroupsCommand {
     Describe(GroupDescribeArgs),
     /// Delete an empty group's committed offsets, like `kafka-consumer-groups --delete`.
     Delete(GroupDeleteArgs),
+    /// Move a group's committed offsets on a topic, like `kafka-consumer-groups --reset-offsets`:
+    /// each partition's new offset, clamped to its log start and end, is printed (`--dry-run`) or
+    /// committed and printed (`--execute`).
+    ResetOffsets(GroupResetArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by"])))]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["dry_run", "execute"])))]
+pub struct GroupResetArgs {
+    /// Data directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Group whose offsets move.
+    #[arg(long)]
+    pub group: String,
+    /// Topic whose partitions' offsets move (all of them).
+    #[arg(long)]
+    pub topic: String,
+    /// To each partition's log start offset.
+    #[arg(long)]
+    pub to_earliest: bool,
+    /// To each partition's log end offset.
+    #[arg(long)]
+    pub to_latest: bool,
+    /// To this offset.
+    #[arg(long, value_name = "OFFSET")]
+    pub to_offset: Option<u64>,
+    /// To the first offset whose record's timestamp is at or after this time (the log end where
+    /// there is none): `YYYY-MM-DDTHH:mm:SS[.sss]`, UTC unless a zone (`Z`, `+hh:mm`) follows.
+    #[arg(long, value_name = "DATETIME", value_parser = crate::reset_offsets::parse_datetime)]
+    pub to_datetime: Option<i64>,
+    /// By this many offsets from the committed one (negative: back).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub shift_by: Option<i64>,
+    /// Print the new offsets without committing them.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Commit the new offsets.
+    #[arg(long)]
+    pub execute: bool,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,7 @@ pub fn run(args: &GroupsArgs) -> anyhow::Result<Outcome> {
         GroupsCommand::List(args) => list(args),
         GroupsCommand::Describe(args) => describe(args),
         GroupsCommand::Delete(args) => delete(args),
+        GroupsCommand::ResetOffsets(args) => crate::reset_offsets::reset(args),
     }?;
     Ok(Outcome::Clean)
 }
@@ -134,21 +135,30 @@ fn write_description(out: &mut impl Write, description: &GroupDescription) -> io
         )?;
         writeln!(out)?;
     }
-    let rows: Vec<[String; 9]> = description
+    let rows: Vec<Vec<String>> = description
         .partitions
         .iter()
-        .map(|partition| row(&description.group, partition))
+        .map(|partition| Vec::from(row(&description.group, partition)))
         .collect();
-    let mut widths = HEADER.map(str::len);
-    for cells in &rows {
+    write_table(out, &HEADER, &rows)
+}
+
+/// Kafka's tables: `header` and `rows`, each column as wide as its widest cell.
+pub(crate) fn write_table(
+    out: &mut impl Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|cell| cell.len()).collect();
+    for cells in rows {
         for (width, cell) in widths.iter_mut().zip(cells) {
             *width = (*width).max(cell.len());
         }
     }
-    let header = HEADER.map(str::to_owned);
-    for cells in std::iter::once(&header).chain(&rows) {
+    let header: Vec<String> = header.iter().map(|cell| (*cell).to_owned()).collect();
+    for cells in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
-        for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
+        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
             if index + 1 == cells.len() {
                 line.push_str(cell);
             } else {

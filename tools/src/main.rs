@@ -50,6 +50,7 @@ mod produce;
 mod read_only;
 mod record_view;
 mod recover;
+mod reset_offsets;
 mod serve;
 mod topic_config;
 mod topics;

@@ -9,7 +9,7 @@
 //! groups live in their own process) and JSON, with the lag of records appended since; an
 //! unknown group, a bad property and conflicting arguments are rejected (exit 1 or 2); and a
 //! directory without groups lists none and gains no offsets topic; `groups delete` forgets one
-//! group's committed offsets.
+//! group's committed offsets and `groups reset-offsets` moves them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -254,4 +254,94 @@ fn groups_delete_forgets_a_groups_committed_offsets_and_only_its() {
     assert_success(&groups("delete", &data, &["--group", "gone"]));
     let output = groups("delete", &data, &["--group", "never"]);
     assert_fails_with(&output, "cannot delete consumer group never");
+}
+
+/// `groups reset-offsets GROUP TOPIC` rows: (partition, new offset), from Kafka's table.
+fn reset_offsets(data: &Path, group: &str, extra: &[&str]) -> Vec<(u32, u64)> {
+    let output = groups(
+        "reset-offsets",
+        data,
+        &[&["--group", group, "--topic", "t"][..], extra].concat(),
+    );
+    assert_success(&output);
+    let lines = stdout_lines(&output);
+    assert_eq!(lines[0], "");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    );
+    lines[2..]
+        .iter()
+        .map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells[..2], [group, "t"]);
+            (cells[2].parse().unwrap(), cells[3].parse().unwrap())
+        })
+        .collect()
+}
+
+/// `groups reset-offsets`, as `kafka-consumer-groups --reset-offsets`: `--dry-run` prints the new
+/// offsets and commits nothing; `--execute` commits them, and the group's next consume starts
+/// there; `--to-datetime` finds the first record at or after a time, `--shift-by` moves from the
+/// committed offset, `--to-offset` is clamped to the log end; a target is required, and a shift
+/// needs a committed offset.
+#[test]
+fn groups_reset_offsets_moves_committed_offsets_as_kafka_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    produce(&data, "t", 2, &numbered("a", 6));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let between = chrono::DateTime::from_timestamp_millis(i64::try_from(now_ms).unwrap())
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%S%.3f")
+        .to_string();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    produce(&data, "t", 2, &numbered("b", 4));
+    assert_eq!(consume_group(&data, "g", &[]).len(), 10);
+
+    assert_eq!(
+        reset_offsets(&data, "g", &["--to-earliest", "--dry-run"]),
+        [(0, 0), (1, 0)]
+    );
+    assert!(
+        consume_group(&data, "g", &[]).is_empty(),
+        "a dry run commits nothing"
+    );
+
+    let at_time = reset_offsets(&data, "g", &["--to-datetime", &between, "--execute"]);
+    assert_eq!(at_time, [(0, 3), (1, 3)]);
+    assert_eq!(
+        sorted(values(&consume_group(&data, "g", &[]))),
+        numbered("b", 4),
+        "the group resumes at the first record after the time"
+    );
+    assert_eq!(
+        reset_offsets(&data, "g", &["--shift-by", "-1", "--execute"]),
+        [(0, 4), (1, 4)]
+    );
+    assert_eq!(consume_group(&data, "g", &[]).len(), 2);
+    assert_eq!(
+        reset_offsets(&data, "g", &["--to-offset", "100", "--execute"]),
+        [(0, 5), (1, 5)],
+        "clamped to the log end"
+    );
+
+    let no_target = groups(
+        "reset-offsets",
+        &data,
+        &words("--group g --topic t --execute"),
+    );
+    assert_eq!(no_target.status.code(), Some(2), "a target is required");
+    let never = groups(
+        "reset-offsets",
+        &data,
+        &words("--group never --topic t --shift-by 1 --execute"),
+    );
+    assert_fails_with(
+        &never,
+        "group never has no committed offset on t-0 to shift",
+    );
 }
