@@ -268,9 +268,15 @@ pub struct ConsumeArgs {
     /// the directory, so no other process can append while it follows.
     #[arg(long, conflicts_with = "group")]
     pub follow: bool,
-    /// Format of the record lines.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub format: OutputFormat,
+    /// Format of the record lines: `text` (every field as `name=value`) or `json` [default: the
+    /// value alone, as kafka-console-consumer prints it, with what --property adds].
+    #[arg(long, value_enum)]
+    pub format: Option<OutputFormat>,
+    /// Without --format, what kafka-console-consumer's `--property` prints: `print.key`,
+    /// `print.value`, `print.offset`, `print.partition`, `print.timestamp`, `print.headers`
+    /// (`=true`/`=false`) and `key.separator` (default a tab); repeatable.
+    #[arg(long = "property", value_name = "KEY=VALUE", conflicts_with = "format")]
+    pub properties: Vec<String>,
 }
 
 #[derive(Debug, Args)]

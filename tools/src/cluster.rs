@@ -28,6 +28,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::Outcome;
 use crate::args::{ClusterCommand, ConsumeArgs, NodeArgs, OutputFormat, ProduceArgs};
+use crate::console_format::RecordPrinter;
 use crate::produce::{Ack, spawn_line_reader, split_line, write_ack};
 
 /// A batch is closed before it grows past this many bytes of records.
@@ -354,6 +355,7 @@ pub fn consume(
     let max_records = args.max_records.unwrap_or(u64::MAX);
     runtime()?.block_on(async {
         let mut client = ClusterClient::new(addresses(cluster), READ_TIMEOUT);
+        let printer = RecordPrinter::of(args.format, &args.properties)?;
         let mut offset = args.offset.unwrap_or(0);
         let mut printed = 0u64;
         let mut out = io::stdout().lock();
@@ -366,9 +368,13 @@ pub fn consume(
             let mut next = from;
             for batch in BatchIter::new(fetched.records, u64::MAX) {
                 let batch = batch.context("a fetched batch does not decode")?;
-                let remaining = max_records - printed;
-                printed +=
-                    crate::consume::print_batch(&mut out, &batch, from, remaining, args.format)?;
+                let to_print = crate::consume::BatchToPrint {
+                    batch: &batch,
+                    partition,
+                    from_offset: from,
+                    max_records: max_records - printed,
+                };
+                printed += crate::consume::print_batch(&mut out, &to_print, &printer)?;
                 next = next.max(batch.last_offset() as u64 + 1);
                 if printed >= max_records {
                     break;

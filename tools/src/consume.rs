@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use seglog::config::TimestampType;
 use seglog::engine::Engine;
 use seglog::format::Batch;
 use seglog::group::{
@@ -32,10 +33,11 @@ use serde::Serialize;
 
 use crate::Outcome;
 use crate::args::{ConsumeArgs, OutputFormat};
+use crate::console_format::{ConsoleRecord, RecordPrinter};
 use crate::dir_view::DataDirView;
 use crate::engine_open::{open_existing, with_engine};
 use crate::partition_view::PartitionView;
-use crate::record_view::{json_line, lossy, record_offset, text_line};
+use crate::record_view::{json_line, lossy, record_offset, record_timestamp, text_line};
 
 /// Bytes read from the log at a time; a read always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
@@ -137,6 +139,8 @@ impl PartitionReader {
 /// `--follow`, on and on as records arrive; `--max-records` stops both.
 fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Result<()> {
     let max_records = args.max_records.unwrap_or(u64::MAX);
+    let printer = RecordPrinter::of(args.format, &args.properties)?;
+    let partition = reader.topic_partition.partition;
     let mut next_offset = reader.first_offset(args.offset)?;
     let mut out = io::stdout().lock();
     let mut printed = 0u64;
@@ -152,7 +156,13 @@ fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Re
         let fetched_from = next_offset;
         for batch in &batches {
             let remaining = max_records - printed;
-            printed += print_batch(&mut out, batch, next_offset, remaining, args.format)?;
+            let to_print = BatchToPrint {
+                batch,
+                partition,
+                from_offset: next_offset,
+                max_records: remaining,
+            };
+            printed += print_batch(&mut out, &to_print, &printer)?;
             out.flush()?;
             let after = u64::try_from(batch.last_offset().saturating_add(1)).unwrap_or(0);
             next_offset = next_offset.max(after);
@@ -167,15 +177,29 @@ fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Re
     Ok(())
 }
 
+/// A batch of a partition, and which of its records to print.
+pub(crate) struct BatchToPrint<'a> {
+    pub batch: &'a Batch,
+    pub partition: u32,
+    /// The first offset printed.
+    pub from_offset: u64,
+    /// The most records printed.
+    pub max_records: u64,
+}
+
 /// Prints the batch's records at or after `from_offset`, at most `max_records`; returns how many
 /// it printed.
 pub(crate) fn print_batch(
     out: &mut impl Write,
-    batch: &Batch,
-    from_offset: u64,
-    max_records: u64,
-    format: OutputFormat,
+    to_print: &BatchToPrint<'_>,
+    printer: &RecordPrinter,
 ) -> anyhow::Result<u64> {
+    let BatchToPrint {
+        batch,
+        partition,
+        from_offset,
+        max_records,
+    } = *to_print;
     if batch.header().attributes.is_control() {
         // Transaction markers and other control records are not data: consumers never see them.
         return Ok(0);
@@ -195,9 +219,18 @@ pub(crate) fn print_batch(
         if count >= max_records {
             break;
         }
-        let line = match format {
-            OutputFormat::Text => text_line(batch.header(), record),
-            OutputFormat::Json => json_line(batch.header(), record)?,
+        let line = match printer {
+            RecordPrinter::Format(OutputFormat::Text) => text_line(batch.header(), record),
+            RecordPrinter::Format(OutputFormat::Json) => json_line(batch.header(), record)?,
+            RecordPrinter::Console(console) => console.line(&ConsoleRecord {
+                partition,
+                offset,
+                timestamp: record_timestamp(batch.header(), record),
+                log_append_time: batch.header().attributes.is_log_append_time(),
+                key: record.key.as_ref(),
+                value: record.value.as_ref(),
+                headers: &record.headers,
+            }),
         };
         writeln!(out, "{line}")?;
         count += 1;
@@ -257,6 +290,7 @@ fn print_group_records(
     args: &ConsumeArgs,
 ) -> anyhow::Result<()> {
     let max_records = args.max_records.unwrap_or(u64::MAX);
+    let printer = RecordPrinter::of(args.format, &args.properties)?;
     let mut printed = 0u64;
     let mut out = io::stdout().lock();
     // Every poll either prints records (moving positions towards the log end offsets, which do
@@ -271,9 +305,20 @@ fn print_group_records(
         };
         let records = consumer.poll_with(options)?;
         for record in &records {
-            let line = match args.format {
-                OutputFormat::Text => group_text_line(record),
-                OutputFormat::Json => serde_json::to_string(&JsonGroupRecord::of(record))?,
+            let line = match &printer {
+                RecordPrinter::Format(OutputFormat::Text) => group_text_line(record),
+                RecordPrinter::Format(OutputFormat::Json) => {
+                    serde_json::to_string(&JsonGroupRecord::of(record))?
+                }
+                RecordPrinter::Console(console) => console.line(&ConsoleRecord {
+                    partition: record.partition,
+                    offset: i64::try_from(record.offset.0).unwrap_or(i64::MAX),
+                    timestamp: record.timestamp.0,
+                    log_append_time: record.timestamp_type == TimestampType::LogAppendTime,
+                    key: record.key.as_ref(),
+                    value: record.value.as_ref(),
+                    headers: &record.headers,
+                }),
             };
             writeln!(out, "{line}")?;
         }

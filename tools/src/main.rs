@@ -35,6 +35,7 @@ mod bench;
 mod clean;
 mod cluster;
 mod committed_offsets;
+mod console_format;
 mod consume;
 mod data_dir;
 mod dir_view;

@@ -29,8 +29,8 @@ mod support;
 use support::{
     RunningSeglog, assert_exit_code, assert_fails_with, assert_prints_line_starting,
     assert_success, assert_usage_error, assert_verify_finds_incomplete_batch, consume, dump,
-    json_lines, parse_text_ack, produce, run, segment_logs, stdout_lines, text_field, verify,
-    words,
+    json_lines, parse_text_ack, path_arg, produce, run, segment_logs, stdout_lines, text_field,
+    verify, words,
 };
 
 const FIRST_LOG: &str = "00000000000000000000.log";
@@ -710,4 +710,57 @@ fn produce_sends_the_null_marker_as_a_null_value_and_consume_takes_max_messages(
         last["value"], "NULLish",
         "only a value equal to the marker is null"
     );
+}
+
+/// Without `--format`, `consume` prints as `kafka-console-consumer` does: the value alone, and
+/// with `--property print.*=true` Kafka's columns before it, joined by `key.separator`.
+#[test]
+fn consume_prints_values_alone_by_default_and_kafkas_columns_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let extra = words("--key-separator : --null-marker NULL");
+    assert_success(&produce(&data, "t", &extra, b"k1:v1\nk2:NULL\nunkeyed\n"));
+    let run_consume = |extra: &[&str]| {
+        let base = [
+            "consume",
+            "--dir",
+            path_arg(&data),
+            "--topic",
+            "t",
+            "--partition",
+            "0",
+        ];
+        let output = run(&[&base[..], extra].concat());
+        assert_success(&output);
+        stdout_lines(&output)
+    };
+    assert_eq!(run_consume(&[]), ["v1", "null", "unkeyed"]);
+    let columns = run_consume(&words(
+        "--property print.key=true --property print.offset=true --property print.partition=true \
+         --property key.separator=|",
+    ));
+    assert_eq!(
+        columns,
+        [
+            "Partition:0|Offset:0|k1|v1",
+            "Partition:0|Offset:1|k2|null",
+            "Partition:0|Offset:2|null|unkeyed"
+        ]
+    );
+    let timestamped = run_consume(&words("--property print.timestamp=true --max-messages 1"));
+    assert!(timestamped[0].starts_with("CreateTime:"), "{timestamped:?}");
+    let refused = run(&[
+        &[
+            "consume",
+            "--dir",
+            path_arg(&data),
+            "--topic",
+            "t",
+            "--partition",
+            "0",
+        ][..],
+        &words("--property print.everything=true"),
+    ]
+    .concat());
+    assert_fails_with(&refused, "unknown --property \"print.everything\"");
 }

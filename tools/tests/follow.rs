@@ -29,7 +29,8 @@ fn data_directory(parent: &Path, input: &str) -> PathBuf {
 
 fn follow(data: &Path, extra: &[&str]) -> RunningSeglog {
     let base = ["consume", "--dir", path_arg(data), "--topic", "t"];
-    RunningSeglog::spawn(&[&base[..], &["--partition", "0", "--follow"], extra].concat())
+    let text = ["--partition", "0", "--follow", "--format", "text"];
+    RunningSeglog::spawn(&[&base[..], &text, extra].concat())
 }
 
 /// `offset=O ... value=V ...` -> (O, V).

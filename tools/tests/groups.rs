@@ -46,7 +46,9 @@ fn consume_group(data: &Path, group: &str, extra: &[&str]) -> Vec<String> {
         "--group",
         group,
     ];
-    let output = run(&[&base[..], extra].concat());
+    let chosen = extra.contains(&"--format");
+    let format: &[&str] = if chosen { &[] } else { &["--format", "text"] };
+    let output = run(&[&base[..], format, extra].concat());
     assert_success(&output);
     stdout_lines(&output)
 }

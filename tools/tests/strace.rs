@@ -100,6 +100,8 @@ fn values_read_back(dir: &Path, strace_args: &[&str]) -> BTreeSet<String> {
             "u",
             "--partition",
             &partition,
+            "--format",
+            "text",
         ];
         let output = under_strace(strace_args, &args, b"");
         assert_success(&output);

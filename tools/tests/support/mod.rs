@@ -119,11 +119,16 @@ pub fn produce(data: &Path, topic: &str, extra: &[&str], input: &[u8]) -> Output
     run_with_stdin(&args, input)
 }
 
-/// `seglog consume --dir DATA --topic TOPIC --partition PARTITION EXTRA...`.
+/// `seglog consume --dir DATA --topic TOPIC --partition PARTITION EXTRA...`, in `--format text`
+/// (every field) unless `EXTRA` names a format or a `--property`.
 pub fn consume(data: &Path, topic: &str, partition: u32, extra: &[&str]) -> Output {
     let partition = partition.to_string();
     let base = ["consume", "--dir", path_arg(data), "--topic", topic];
-    run(&[&base[..], &["--partition", &partition], extra].concat())
+    let chosen = extra
+        .iter()
+        .any(|arg| *arg == "--format" || *arg == "--property");
+    let format: &[&str] = if chosen { &[] } else { &["--format", "text"] };
+    run(&[&base[..], &["--partition", &partition], format, extra].concat())
 }
 
 /// `seglog topics COMMAND --dir DATA --topic TOPIC EXTRA...`.
