@@ -27,7 +27,7 @@ pub enum Command {
     /// then as they arrive), read-only; or, with --group, of every partition of the topic as a
     /// member of a consumer group.
     Consume(ConsumeArgs),
-    /// List consumer groups and describe their committed offsets and lag
+    /// List, describe, delete consumer groups and reset their offsets
     /// (Kafka's `kafka-consumer-groups`).
     Groups(GroupsArgs),
     /// Run retention and compaction once, now, and print what they did.
@@ -51,6 +51,18 @@ pub enum Command {
     /// Serve Kafka's wire protocol over a data directory until SIGTERM or SIGINT: a single-node
     /// broker that Kafka clients (kcat, librdkafka, kafka-python) produce to and consume from.
     Serve(ServeArgs),
+    /// Print a shell's completion script for seglog, e.g. `seglog completions bash >
+    /// /etc/bash_completion.d/seglog`.
+    Completions(CompletionsArgs),
+    /// Print seglog's man page (roff), e.g. `seglog man | man -l -`.
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]

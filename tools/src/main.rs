@@ -73,6 +73,28 @@ pub enum Outcome {
     Findings,
 }
 
+/// `seglog completions SHELL`: the script, generated from the clap definitions.
+fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<Outcome> {
+    use clap_complete::Generator;
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.set_bin_name("seglog");
+    command.build();
+    let mut out = io::stdout().lock();
+    shell.try_generate(&command, &mut out)?;
+    out.flush()?;
+    Ok(Outcome::Clean)
+}
+
+/// `seglog man`: the man page of `seglog`, its subcommands listed, generated from the clap
+/// definitions (`seglog <command> --help` has each one's options).
+fn print_man_page() -> anyhow::Result<Outcome> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let mut out = io::stdout().lock();
+    clap_mangen::Man::new(command).render(&mut out)?;
+    out.flush()?;
+    Ok(Outcome::Clean)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -88,6 +110,8 @@ fn main() -> ExitCode {
         Command::Cluster(command) => cluster::run(&command),
         Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Completions(args) => print_completions(args.shell),
+        Command::Man => print_man_page(),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,

@@ -764,3 +764,26 @@ fn consume_prints_values_alone_by_default_and_kafkas_columns_on_request() {
     .concat());
     assert_fails_with(&refused, "unknown --property \"print.everything\"");
 }
+
+/// `seglog completions SHELL` prints the shell's completion script and `seglog man` the man
+/// page, both generated from the command-line definitions, so they name every subcommand.
+#[test]
+fn completions_and_the_man_page_name_every_subcommand() {
+    let subcommands = ["topics", "produce", "consume", "groups", "verify", "serve"];
+    for shell in ["bash", "zsh", "fish"] {
+        let output = run(&["completions", shell]);
+        assert_success(&output);
+        let script = String::from_utf8(output.stdout).unwrap();
+        for subcommand in subcommands.iter().chain(&["reset-offsets"]) {
+            assert!(script.contains(subcommand), "{shell}: no {subcommand}");
+        }
+    }
+    let output = run(&["man"]);
+    assert_success(&output);
+    let page = String::from_utf8(output.stdout).unwrap();
+    assert!(page.contains(".TH seglog 1"), "a roff man page");
+    for subcommand in subcommands {
+        assert!(page.contains(subcommand), "man: no {subcommand}");
+    }
+    assert_usage_error(&run(&["completions", "tcsh"]));
+}
