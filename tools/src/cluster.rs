@@ -187,6 +187,27 @@ fn print_status(lines: &[PartitionLine], format: OutputFormat) -> anyhow::Result
     Ok(())
 }
 
+/// The topic's partition count, asked until the node that answers knows the topic: the
+/// metadata leader answered its creation once it applied it, and the other nodes apply it
+/// moments later.
+async fn partition_count_once_known(
+    client: &mut ClusterClient,
+    topic: &TopicName,
+    timeout: Duration,
+) -> anyhow::Result<u32> {
+    const POLL_INTERVAL: Duration = Duration::from_millis(20);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(count) = client.topics().await?.get(topic.as_str()) {
+            return Ok(*count);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("topic {topic} is not in the cluster");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
 /// `seglog produce --cluster`.
 pub fn produce(cluster: &str, topic: &TopicName, args: &ProduceArgs) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_millis(args.request_timeout_ms);
@@ -198,10 +219,7 @@ pub fn produce(cluster: &str, topic: &TopicName, args: &ProduceArgs) -> anyhow::
             .create_topic(topic.as_str(), args.partitions.unwrap_or(1), retention)
             .await
             .with_context(|| format!("cannot create topic {topic}"))?;
-        let topics = client.topics().await?;
-        let partition_count = *topics
-            .get(topic.as_str())
-            .with_context(|| format!("topic {topic} is not in the cluster"))?;
+        let partition_count = partition_count_once_known(&mut client, topic, timeout).await?;
         let mut producer = ClusterProducer {
             client,
             topic: topic.to_string(),
