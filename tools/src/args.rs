@@ -289,6 +289,21 @@ pub struct ConsumeArgs {
     /// (`=true`/`=false`) and `key.separator` (default a tab); repeatable.
     #[arg(long = "property", value_name = "KEY=VALUE", conflicts_with = "format")]
     pub properties: Vec<String>,
+    /// With --format json: how keys and values (and header values) are written, so that any
+    /// bytes survive: `utf8` (invalid UTF-8 replaced by U+FFFD), `base64` or `hex`.
+    #[arg(long, value_enum, default_value_t = Encoding::Utf8)]
+    pub encoding: Encoding,
+}
+
+/// How `consume --format json` writes record bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Encoding {
+    /// As text; invalid UTF-8 is replaced by U+FFFD.
+    Utf8,
+    /// Standard base64 with padding.
+    Base64,
+    /// Lowercase hexadecimal, two digits per byte.
+    Hex,
 }
 
 #[derive(Debug, Args)]

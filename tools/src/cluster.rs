@@ -373,7 +373,7 @@ pub fn consume(
     let max_records = args.max_records.unwrap_or(u64::MAX);
     runtime()?.block_on(async {
         let mut client = ClusterClient::new(addresses(cluster), READ_TIMEOUT);
-        let printer = RecordPrinter::of(args.format, &args.properties)?;
+        let printer = RecordPrinter::of(args)?;
         let mut offset = args.offset.unwrap_or(0);
         let mut printed = 0u64;
         let mut out = io::stdout().lock();

@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use seglog::format::RecordHeader;
 
-use crate::args::OutputFormat;
-use crate::record_view::lossy;
+use crate::args::{ConsumeArgs, Encoding, OutputFormat};
+use crate::record_view::printable;
 
 /// What the console format prints, as `kafka-console-consumer`'s `--property` settings say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +115,7 @@ pub struct ConsoleRecord<'a> {
 }
 
 fn nullable(bytes: Option<&Bytes>) -> Cow<'_, str> {
-    bytes.map_or(Cow::Borrowed("null"), lossy)
+    bytes.map_or(Cow::Borrowed("null"), printable)
 }
 
 fn headers_text(headers: &[RecordHeader]) -> String {
@@ -132,20 +132,23 @@ fn headers_text(headers: &[RecordHeader]) -> String {
 /// How `consume` prints its records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordPrinter {
-    /// `--format text` or `--format json`.
-    Format(OutputFormat),
+    /// `--format text`.
+    Text,
+    /// `--format json`, bytes as `--encoding` says.
+    Json(Encoding),
     /// No `--format`: Kafka's console consumer's lines.
     Console(ConsoleFormat),
 }
 
 impl RecordPrinter {
-    pub fn of(
-        format: Option<OutputFormat>,
-        properties: &[String],
-    ) -> anyhow::Result<RecordPrinter> {
-        match format {
-            Some(format) => Ok(RecordPrinter::Format(format)),
-            None => ConsoleFormat::parse(properties).map(RecordPrinter::Console),
+    pub fn of(args: &ConsumeArgs) -> anyhow::Result<RecordPrinter> {
+        if args.encoding != Encoding::Utf8 && args.format != Some(OutputFormat::Json) {
+            bail!("--encoding applies to --format json");
+        }
+        match args.format {
+            Some(OutputFormat::Text) => Ok(RecordPrinter::Text),
+            Some(OutputFormat::Json) => Ok(RecordPrinter::Json(args.encoding)),
+            None => ConsoleFormat::parse(&args.properties).map(RecordPrinter::Console),
         }
     }
 }

@@ -32,12 +32,14 @@ use seglog::types::{Offset, TopicName, TopicPartition};
 use serde::Serialize;
 
 use crate::Outcome;
-use crate::args::{ConsumeArgs, OutputFormat};
+use crate::args::{ConsumeArgs, Encoding};
 use crate::console_format::{ConsoleRecord, RecordPrinter};
 use crate::dir_view::DataDirView;
 use crate::engine_open::{open_existing, with_engine};
 use crate::partition_view::PartitionView;
-use crate::record_view::{json_line, lossy, record_offset, record_timestamp, text_line};
+use crate::record_view::{
+    encoded, json_line, printable, record_offset, record_timestamp, text_line,
+};
 
 /// Bytes read from the log at a time; a read always returns at least one whole batch.
 const FETCH_MAX_BYTES: u64 = 1024 * 1024;
@@ -139,7 +141,7 @@ impl PartitionReader {
 /// `--follow`, on and on as records arrive; `--max-records` stops both.
 fn print_records(reader: &mut PartitionReader, args: &ConsumeArgs) -> anyhow::Result<()> {
     let max_records = args.max_records.unwrap_or(u64::MAX);
-    let printer = RecordPrinter::of(args.format, &args.properties)?;
+    let printer = RecordPrinter::of(args)?;
     let partition = reader.topic_partition.partition;
     let mut next_offset = reader.first_offset(args.offset)?;
     let mut out = io::stdout().lock();
@@ -220,8 +222,8 @@ pub(crate) fn print_batch(
             break;
         }
         let line = match printer {
-            RecordPrinter::Format(OutputFormat::Text) => text_line(batch.header(), record),
-            RecordPrinter::Format(OutputFormat::Json) => json_line(batch.header(), record)?,
+            RecordPrinter::Text => text_line(batch.header(), record),
+            RecordPrinter::Json(encoding) => json_line(batch.header(), record, *encoding)?,
             RecordPrinter::Console(console) => console.line(&ConsoleRecord {
                 partition,
                 offset,
@@ -290,7 +292,7 @@ fn print_group_records(
     args: &ConsumeArgs,
 ) -> anyhow::Result<()> {
     let max_records = args.max_records.unwrap_or(u64::MAX);
-    let printer = RecordPrinter::of(args.format, &args.properties)?;
+    let printer = RecordPrinter::of(args)?;
     let mut printed = 0u64;
     let mut out = io::stdout().lock();
     // Every poll either prints records (moving positions towards the log end offsets, which do
@@ -306,9 +308,9 @@ fn print_group_records(
         let records = consumer.poll_with(options)?;
         for record in &records {
             let line = match &printer {
-                RecordPrinter::Format(OutputFormat::Text) => group_text_line(record),
-                RecordPrinter::Format(OutputFormat::Json) => {
-                    serde_json::to_string(&JsonGroupRecord::of(record))?
+                RecordPrinter::Text => group_text_line(record),
+                RecordPrinter::Json(encoding) => {
+                    serde_json::to_string(&JsonGroupRecord::of(record, *encoding))?
                 }
                 RecordPrinter::Console(console) => console.line(&ConsoleRecord {
                     partition: record.partition,
@@ -374,7 +376,7 @@ fn group_text_line(record: &ConsumerRecord) -> String {
 }
 
 fn nullable_text(bytes: Option<&Bytes>) -> Cow<'_, str> {
-    bytes.map_or(Cow::Borrowed("null"), lossy)
+    bytes.map_or(Cow::Borrowed("null"), printable)
 }
 
 /// One JSON header of a group record line.
@@ -396,19 +398,20 @@ struct JsonGroupRecord<'a> {
 }
 
 impl<'a> JsonGroupRecord<'a> {
-    fn of(record: &'a ConsumerRecord) -> JsonGroupRecord<'a> {
+    fn of(record: &'a ConsumerRecord, encoding: Encoding) -> JsonGroupRecord<'a> {
+        let encode = |bytes| encoded(bytes, encoding);
         JsonGroupRecord {
             partition: record.partition,
             offset: record.offset.0,
             timestamp: record.timestamp.0,
-            key: record.key.as_ref().map(lossy),
-            value: record.value.as_ref().map(lossy),
+            key: record.key.as_ref().map(encode),
+            value: record.value.as_ref().map(encode),
             headers: record
                 .headers
                 .iter()
                 .map(|header| JsonGroupHeader {
                     key: &header.key,
-                    value: header.value.as_ref().map(lossy),
+                    value: header.value.as_ref().map(encode),
                 })
                 .collect(),
         }

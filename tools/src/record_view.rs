@@ -4,9 +4,12 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use seglog::format::{BatchHeader, Record};
 use serde::Serialize;
+
+use crate::args::Encoding;
 
 /// The record's absolute offset: the batch's base offset plus the record's offset delta.
 pub fn record_offset(header: &BatchHeader, record: &Record) -> i64 {
@@ -30,6 +33,46 @@ pub fn lossy(bytes: &Bytes) -> Cow<'_, str> {
     String::from_utf8_lossy(bytes)
 }
 
+/// [`lossy`] for a terminal: control characters (escape sequences, carriage returns, ...)
+/// written as `\xNN` or `\u{NNNN}`, and a backslash as `\\`, so no record can drive the
+/// terminal and every printed byte is told apart.
+pub fn printable(bytes: &Bytes) -> Cow<'_, str> {
+    let text = lossy(bytes);
+    if !text.chars().any(|c| c.is_control() || c == '\\') {
+        return text;
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                // Writing to a String cannot fail.
+                let _ = write!(escaped, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(escaped, "\\u{{{:04x}}}", c as u32);
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Bytes as `--encoding` asks for them in a JSON line.
+pub fn encoded(bytes: &Bytes, encoding: Encoding) -> Cow<'_, str> {
+    match encoding {
+        Encoding::Utf8 => lossy(bytes),
+        Encoding::Base64 => Cow::Owned(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        Encoding::Hex => {
+            let mut hex = String::with_capacity(bytes.len() * 2);
+            for byte in bytes.iter() {
+                let _ = write!(hex, "{byte:02x}");
+            }
+            Cow::Owned(hex)
+        }
+    }
+}
+
 /// One header of a JSON record line.
 #[derive(Debug, Serialize)]
 struct JsonHeader<'a> {
@@ -48,20 +91,25 @@ struct JsonRecord<'a> {
 }
 
 /// `{"offset":..,"timestamp":..,"key":..,"value":..,"headers":[{"key":..,"value":..}]}`.
-pub fn json_line(header: &BatchHeader, record: &Record) -> serde_json::Result<String> {
+pub fn json_line(
+    header: &BatchHeader,
+    record: &Record,
+    encoding: Encoding,
+) -> serde_json::Result<String> {
+    let encode = |bytes| encoded(bytes, encoding);
     let headers = record
         .headers
         .iter()
         .map(|record_header| JsonHeader {
             key: &record_header.key,
-            value: record_header.value.as_ref().map(lossy),
+            value: record_header.value.as_ref().map(encode),
         })
         .collect();
     serde_json::to_string(&JsonRecord {
         offset: record_offset(header, record),
         timestamp: record_timestamp(header, record),
-        key: record.key.as_ref().map(lossy),
-        value: record.value.as_ref().map(lossy),
+        key: record.key.as_ref().map(encode),
+        value: record.value.as_ref().map(encode),
         headers,
     })
 }
@@ -86,5 +134,26 @@ pub fn text_line(header: &BatchHeader, record: &Record) -> String {
 }
 
 fn nullable_text(bytes: Option<&Bytes>) -> Cow<'_, str> {
-    bytes.map_or(Cow::Borrowed("null"), lossy)
+    bytes.map_or(Cow::Borrowed("null"), printable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_control_characters_and_backslashes_only() {
+        let plain = Bytes::from_static("plain é".as_bytes());
+        assert!(matches!(printable(&plain), Cow::Borrowed("plain é")));
+        let hostile = Bytes::from_static(b"a\x1b[2Jb\r\\c\x00\xc2\x85");
+        assert_eq!(printable(&hostile), "a\\x1b[2Jb\\x0d\\\\c\\x00\\u{0085}");
+    }
+
+    #[test]
+    fn encodings_write_every_byte() {
+        let bytes = Bytes::from_static(b"\x00\xffA");
+        assert_eq!(encoded(&bytes, Encoding::Hex), "00ff41");
+        assert_eq!(encoded(&bytes, Encoding::Base64), "AP9B");
+        assert_eq!(encoded(&bytes, Encoding::Utf8), "\u{0}\u{fffd}A");
+    }
 }

@@ -787,3 +787,41 @@ fn completions_and_the_man_page_name_every_subcommand() {
     }
     assert_usage_error(&run(&["completions", "tcsh"]));
 }
+
+/// Bytes that are not text survive `consume --format json --encoding base64|hex`, and the
+/// text formats escape control characters instead of writing them to the terminal.
+#[test]
+fn consume_writes_any_bytes_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let value = b"a\x1b[31mred\x00\xff";
+    let mut input = b"k:".to_vec();
+    input.extend_from_slice(value);
+    input.push(b'\n');
+    assert_success(&produce(&data, "t", &words("--key-separator :"), &input));
+    let json_value = |encoding: &str| {
+        let output = consume(&data, "t", 0, &["--format", "json", "--encoding", encoding]);
+        assert_success(&output);
+        let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        record["value"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(json_value("hex"), "611b5b33316d72656400ff");
+    assert_eq!(json_value("base64"), "YRtbMzFtcmVkAP8=");
+    let text = consume(&data, "t", 0, &["--format", "text"]);
+    assert_eq!(
+        text_field(&stdout_lines(&text)[0], "value"),
+        "a\\x1b[31mred\\x00\u{fffd}"
+    );
+    let console = run(&[
+        "consume",
+        "--dir",
+        path_arg(&data),
+        "--topic",
+        "t",
+        "--partition",
+        "0",
+    ]);
+    assert_eq!(stdout_lines(&console), ["a\\x1b[31mred\\x00\u{fffd}"]);
+    let refused = consume(&data, "t", 0, &["--format", "text", "--encoding", "hex"]);
+    assert_fails_with(&refused, "--encoding applies to --format json");
+}
