@@ -8,21 +8,23 @@
 //! It then prints a summary and closes the engine.
 //!
 //! The engine's data calls return a `Pending`, which is a `Future`: `.await` it on any executor.
-//! Opening, topic administration and `close` block (they touch every shard), so the service runs
-//! them with `spawn_blocking`, off the async workers.
+//! The calls that block on a plain thread (opening, topic administration, `close`) have `_async`
+//! forms that run off the executor's threads, so the service uses only those: it runs as well on
+//! a single-threaded runtime, whose timers keep firing while the engine works (the test at the end
+//! checks that).
 //!
 //! Run it with `cargo run --example tokio_service`; `cargo test` runs it too (the test at the end).
 
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::path::PathBuf;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use seglog::config::LogConfig;
 use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions, TopicDescription};
 use seglog::format::{BatchBuilder, NewRecord};
 use seglog::types::{Offset, TimestampMs, TopicName};
-use tokio::task::{JoinSet, spawn_blocking};
+use tokio::task::JoinSet;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -76,19 +78,32 @@ async fn main() -> Result<(), BoxError> {
 
 /// The service: engine, topic, producers and consumer, then close.
 async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
-    let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    let engine = open_engine(dir.path().to_owned()).await?;
-    let topic = {
-        let engine = engine.clone();
-        spawn_blocking(move || -> Result<TopicName, BoxError> {
-            // Small segments, so that the run rolls a few.
-            let mut config = LogConfig::default();
-            config.set("segment.bytes", "16384")?;
-            Ok(engine.create_topic("events", workload.partitions, config)?)
-        })
-        .await??
-    };
+    run_service_on(workload, Engine::open_async(dir.path(), engine_config())).await
+}
+
+/// Two shards, unpinned: the service shares the machine.
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard_count: 2,
+        pin_shards: false,
+        ..EngineConfig::default()
+    }
+}
+
+/// The service on the engine `open` resolves to.
+async fn run_service_on(
+    workload: Workload,
+    open: impl Future<Output = Result<Engine, seglog::error::OpenError>>,
+) -> Result<Summary, BoxError> {
+    let started = Instant::now();
+    let engine = open.await?;
+    // Small segments, so that the run rolls a few.
+    let mut config = LogConfig::default();
+    config.set("segment.bytes", "16384")?;
+    let topic = engine
+        .create_topic_async("events", workload.partitions, config)
+        .await?;
 
     // The consumer starts first: its first fetches find nothing and wait for the producers.
     let consumer = tokio::spawn(consume(engine.clone(), topic.clone(), workload));
@@ -104,12 +119,10 @@ async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
         .await
         .map_err(|_| "the consumer did not read every record in time")???;
 
-    let description = {
-        let engine = engine.clone();
-        spawn_blocking(move || engine.describe_topic("events")).await??
-    };
-    // Close writes the checkpoints and the clean-shutdown marker.
-    spawn_blocking(move || engine.close()).await??;
+    let description = engine.describe_topic_async("events").await?;
+    // Close writes the checkpoints and the clean-shutdown marker; dropping the handle after it
+    // waits for nothing.
+    engine.close_async().await?;
     Ok(Summary {
         records_appended: u64::from(workload.producers) * u64::from(workload.records_per_producer),
         durable_appends,
@@ -117,15 +130,6 @@ async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
         description,
         elapsed: started.elapsed(),
     })
-}
-
-async fn open_engine(dir: PathBuf) -> Result<Engine, BoxError> {
-    let config = EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
-    Ok(spawn_blocking(move || Engine::open(dir, config)).await??)
 }
 
 /// One producer: its records keyed `producer-<n>`, valued with their sequence number, appended
@@ -276,10 +280,88 @@ fn print_summary(summary: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn the_service_consumes_every_record_its_producers_appended_durably_in_order() {
-        let summary = run_service(WORKLOAD).await.unwrap();
+    use seglog::io::Storage;
+    use seglog::io::hooked::{HookedStorage, StorageHooks, StorageOp};
+
+    /// How long a sync waits for the runtime's timer before it counts as stalled.
+    const STALL_AFTER: Duration = Duration::from_secs(20);
+
+    /// Every sync of the engine's files waits until the runtime's timer has ticked again. If an
+    /// engine call blocked the runtime's only thread while the engine synced, the timer could
+    /// not tick: the sync waits `STALL_AFTER`, then counts a stall and goes on.
+    #[derive(Debug, Default)]
+    struct SyncsWaitForTicks {
+        ticks: AtomicU64,
+        syncs: AtomicU64,
+        stalls: AtomicU64,
+    }
+
+    impl StorageHooks for SyncsWaitForTicks {
+        fn before(&self, op: StorageOp, _path: &Path) -> std::io::Result<()> {
+            if !matches!(
+                op,
+                StorageOp::SyncData
+                    | StorageOp::SyncAll
+                    | StorageOp::SyncDir
+                    | StorageOp::SyncGroup
+            ) {
+                return Ok(());
+            }
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            if self.stalls.load(Ordering::Relaxed) > 0 {
+                // Stalled once: the test fails; the rest of the run need not wait too.
+                return Ok(());
+            }
+            let seen = self.ticks.load(Ordering::Acquire);
+            let asked = Instant::now();
+            while self.ticks.load(Ordering::Acquire) == seen {
+                if asked.elapsed() > STALL_AFTER {
+                    self.stalls.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn on_a_single_threaded_runtime_the_timer_keeps_ticking_while_the_engine_syncs() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let gate = Arc::new(SyncsWaitForTicks::default());
+        let ticker = {
+            let gate = gate.clone();
+            runtime.spawn(async move {
+                let mut interval = tokio::time::interval(Duration::from_millis(1));
+                loop {
+                    interval.tick().await;
+                    gate.ticks.fetch_add(1, Ordering::Release);
+                }
+            })
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let storage = HookedStorage::new(
+            EngineConfig::default().backend.storage().unwrap(),
+            gate.clone(),
+        );
+        let storage: Arc<dyn Storage> = Arc::new(storage);
+        let root = dir.path().to_owned();
+        // Opening on a hooked disk is a testing call, with no async form: a thread of its own.
+        let open = async move {
+            let opened = tokio::task::spawn_blocking(move || {
+                Engine::open_with_storage(root, engine_config(), storage)
+            });
+            opened.await.expect("the open's thread panicked")
+        };
+        let summary = runtime.block_on(run_service_on(WORKLOAD, open)).unwrap();
+        ticker.abort();
         print_summary(&summary);
         assert_eq!(summary.records_appended, 8 * 500);
         assert_eq!(summary.durable_appends, 8 * 500 / 5);
@@ -292,5 +374,12 @@ mod tests {
             assert_eq!(partition.durable_offset, Offset(1000));
             assert!(partition.segment_count > 1, "16 KiB segments roll");
         }
+        let syncs = gate.syncs.load(Ordering::Relaxed);
+        assert!(syncs >= 100, "the durable appends synced: {syncs} syncs");
+        assert_eq!(
+            gate.stalls.load(Ordering::Relaxed),
+            0,
+            "a sync waited {STALL_AFTER:?} for the runtime's timer: an engine call blocked the runtime's thread"
+        );
     }
 }

@@ -164,6 +164,15 @@ pub enum EngineUnavailable {
         /// The limit, in bytes.
         limit_bytes: u64,
     },
+    /// An async form could not run its blocking work on a thread of its own: the operating
+    /// system refused the thread, or the work ended without an answer (it panicked).
+    #[error("{call} could not run off the async caller's thread: {cause}")]
+    NoThread {
+        /// The call, for example `create_topic`.
+        call: &'static str,
+        /// What went wrong, as one line.
+        cause: String,
+    },
 }
 
 /// Opening a data directory or a partition log.
@@ -199,6 +208,10 @@ pub enum OpenError {
         /// What is wrong with it.
         reason: String,
     },
+    /// [`Engine::open_async`](crate::engine::Engine::open_async) could not run the open off
+    /// the caller's thread.
+    #[error(transparent)]
+    Unavailable(#[from] EngineUnavailable),
     /// The configured I/O backend is io_uring but this kernel or process cannot set up a ring.
     #[error("io_uring was required for {dir} but cannot be set up: {source}")]
     IoUringUnavailable {

@@ -11,6 +11,7 @@
 //! shards, and the same partition lands on the same shard at every open with the same shard
 //! count. Nothing on disk depends on the placement, so changing the shard count is safe.
 
+mod asynchronous;
 mod checkpointer;
 mod cleaner_thread;
 mod clock;
@@ -52,6 +53,7 @@ pub use crate::cleaner::scrub::{CorruptSegment, ScrubOutcome};
 pub use crate::index::time_index::TimestampOffset;
 pub use crate::io::IoBackend;
 pub use crate::log::{AppendInfo, FetchData, RetentionOutcome};
+pub(crate) use asynchronous::off_thread;
 use cleaner_thread::{CleanerHandle, CleanerRequest, CleanerSettings, CleanerView, ShardLink};
 pub use cleaner_thread::{CleanerPriority, CleanerStats, ScrubStats, UncleanablePartition};
 pub use clock::Clock;
@@ -645,18 +647,33 @@ impl Engine {
         validated: ValidatedBatches,
         durability: Durability,
     ) -> Pending<AppendInfo, AppendError> {
-        let size_bytes = validated.size_bytes() as u64;
+        let size_bytes = validated.size_bytes();
+        self.send_append(tp, size_bytes, durability, |tp, durable, reply| {
+            Request::Append {
+                tp,
+                batches: validated,
+                durable,
+                reply,
+            }
+        })
+    }
+
+    /// Counts the append's bytes in flight and sends the `request` it makes to the partition's
+    /// shard.
+    fn send_append(
+        &self,
+        tp: TopicPartition,
+        size_bytes: usize,
+        durability: Durability,
+        request: impl FnOnce(TopicPartition, bool, Reply<AppendInfo, AppendError>) -> Request,
+    ) -> Pending<AppendInfo, AppendError> {
+        let size_bytes = size_bytes as u64;
         if let Err(error) = self.reserve_inflight(size_bytes) {
             return Pending::ready(Err(error.into()));
         }
         let durable = durability == Durability::Durable;
         let shard = shard_for(&tp, self.inner.shards.len());
-        let pending = self.send_to(shard, |reply| Request::Append {
-            tp,
-            batches: validated,
-            durable,
-            reply,
-        });
+        let pending = self.send_to(shard, |reply| request(tp, durable, reply));
         if matches!(pending, SendOutcome::Refused(_)) {
             self.inner
                 .inflight_bytes
@@ -862,13 +879,19 @@ impl Engine {
 
     /// Syncs every open partition's appended data, on every shard. Blocks.
     pub fn flush_all(&self) -> Result<(), FlushError> {
-        let pendings: Vec<Pending<(), FlushError>> = (0..self.inner.shards.len())
+        self.flush_all_requests()
+            .into_iter()
+            .try_for_each(Pending::wait)
+    }
+
+    /// One flush of every open partition per shard, sent.
+    fn flush_all_requests(&self) -> Vec<Pending<(), FlushError>> {
+        (0..self.inner.shards.len())
             .map(|shard| {
                 self.send_to(shard, |reply| Request::Flush { tp: None, reply })
                     .into_pending()
             })
-            .collect();
-        pendings.into_iter().try_for_each(Pending::wait)
+            .collect()
     }
 
     fn check_open(&self) -> Result<(), EngineUnavailable> {

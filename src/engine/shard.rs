@@ -60,6 +60,15 @@ pub(crate) enum Request {
         durable: bool,
         reply: Reply<AppendInfo, AppendError>,
     },
+    /// An append whose batches the shard validates first ([`Engine::append_async`]); its bytes
+    /// are already counted in flight.
+    ValidateAndAppend {
+        tp: TopicPartition,
+        batches: bytes::Bytes,
+        config: Box<LogConfig>,
+        durable: bool,
+        reply: Reply<AppendInfo, AppendError>,
+    },
     Fetch {
         tp: TopicPartition,
         offset: Offset,
@@ -637,6 +646,27 @@ impl Shard {
                         reply,
                     });
                 }
+                Request::ValidateAndAppend {
+                    tp,
+                    batches,
+                    config,
+                    durable,
+                    reply,
+                } => {
+                    let size_bytes = batches.len();
+                    match ValidatedBatches::validate(batches, &config) {
+                        Ok(batches) => appends.push(PendingAppend {
+                            tp,
+                            batches,
+                            durable,
+                            reply,
+                        }),
+                        Err(error) => {
+                            self.release_inflight(size_bytes);
+                            let _ = reply.send(Err(error));
+                        }
+                    }
+                }
                 other => {
                     self.commit_appends(std::mem::take(&mut appends), &mut touched);
                     self.complete_writing();
@@ -656,7 +686,7 @@ impl Shard {
 
     fn handle(&mut self, request: Request) -> bool {
         match request {
-            Request::Append { .. } => {}
+            Request::Append { .. } | Request::ValidateAndAppend { .. } => {}
             Request::Fetch {
                 tp,
                 offset,

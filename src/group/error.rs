@@ -212,6 +212,10 @@ pub enum JoinError {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum CommitError {
+    /// The consumer's own thread ([`AsyncConsumer`](crate::group::AsyncConsumer)) is gone or
+    /// could not be started.
+    #[error(transparent)]
+    Unavailable(#[from] crate::error::EngineUnavailable),
     /// The consumer is not a member of a group, so it has nothing to commit for.
     #[error("the consumer is not subscribed to a group")]
     NotSubscribed,
@@ -300,6 +304,10 @@ pub enum CommitError {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum CloseError {
+    /// The consumer's own thread ([`AsyncConsumer`](crate::group::AsyncConsumer)) is gone or
+    /// could not be started.
+    #[error(transparent)]
+    Unavailable(#[from] crate::error::EngineUnavailable),
     /// `unsubscribe` or `close` was called from the consumer's own rebalance listener.
     #[error("a rebalance callback cannot unsubscribe its consumer")]
     InCallback,
@@ -335,6 +343,10 @@ pub enum DeleteGroupError {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum PollError {
+    /// The consumer's own thread ([`AsyncConsumer`](crate::group::AsyncConsumer)) is gone or
+    /// could not be started.
+    #[error(transparent)]
+    Unavailable(#[from] crate::error::EngineUnavailable),
     /// The consumer is not a member of a group: `subscribe` first.
     #[error("the consumer is not subscribed to a group")]
     NotSubscribed,

@@ -42,6 +42,7 @@
 //! ```
 
 pub mod assignor;
+mod async_consumer;
 mod commit;
 mod config;
 mod consumer;
@@ -54,6 +55,7 @@ mod store;
 
 pub use crate::engine::{ConsumerRecord, OFFSETS_TOPIC};
 pub use assignor::{Assignment, AssignmentStrategy, MemberId, MemberSubscription};
+pub use async_consumer::AsyncConsumer;
 pub use commit::CommitHandle;
 pub use config::{AutoOffsetReset, ConsumerConfig};
 pub use consumer::{Consumer, GROUP_ID_LENGTH_MAX, PollOptions, RebalanceListener};

@@ -1,6 +1,7 @@
 //! [`Producer`]: the handle `send`, `flush` and `close` go through, and the state it shares with
 //! its sender thread.
 
+use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use super::result::SendFuture;
 use super::routing::SplitMix64;
 use super::sender;
 use crate::engine::Engine;
+use crate::engine::off_thread;
 use crate::format::NewRecord;
 use crate::partitioner::partition_for_key;
 use crate::types::{PartitionId, TimestampMs, TopicName};
@@ -96,6 +98,65 @@ enum Route {
     Sticky,
 }
 
+/// What `send` does while `buffer.memory` is used up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemoryWait {
+    /// Waits for memory up to `max.block.ms`.
+    UpToBlockMax,
+    /// Fails at once (`send_async` then waits on a thread of its own).
+    None,
+}
+
+/// A copy of a [`ProducerRecord`], for the thread that waits for memory on an async caller's
+/// behalf.
+#[derive(Debug)]
+struct OwnedRecord {
+    topic: TopicName,
+    partition: Option<PartitionId>,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: TimestampMs,
+}
+
+impl OwnedRecord {
+    fn from(record: &ProducerRecord<'_>) -> OwnedRecord {
+        OwnedRecord {
+            topic: record.topic.clone(),
+            partition: record.partition,
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.map(<[u8]>::to_vec),
+            headers: record
+                .headers
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), value.map(<[u8]>::to_vec)))
+                .collect(),
+            // Stamped now: the time of the `send_async` call, not of the end of the wait.
+            timestamp: record.timestamp.unwrap_or_else(TimestampMs::now),
+        }
+    }
+
+    /// Sends it with `send`, whose record borrows its parts.
+    fn send_with(
+        &self,
+        send: impl FnOnce(&ProducerRecord<'_>) -> Result<SendFuture, ProducerError>,
+    ) -> Result<SendFuture, ProducerError> {
+        let headers: Vec<(&str, Option<&[u8]>)> = self
+            .headers
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_deref()))
+            .collect();
+        send(&ProducerRecord {
+            topic: &self.topic,
+            partition: self.partition,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: &headers,
+            timestamp: Some(self.timestamp),
+        })
+    }
+}
+
 impl Engine {
     /// A producer sending to this engine's topics (see [`crate::producer`]).
     pub fn producer(&self, config: ProducerConfig) -> Result<Producer, ProducerError> {
@@ -141,77 +202,80 @@ impl Producer {
     /// Fails at once for a topic the engine does not know, a partition out of range, or a record
     /// too large for the topic's batches or for `buffer.memory`, and after `close`.
     pub fn send(&self, record: &ProducerRecord<'_>) -> Result<SendFuture, ProducerError> {
-        let started = Instant::now();
-        let new_record = NewRecord {
-            timestamp_ms: record.timestamp.unwrap_or_else(TimestampMs::now).0,
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
-        };
-        let shared = &*self.shared;
-        let mut state = shared.lock_state();
-        state.check_open()?;
-        shared.refresh_topic(&mut state, record.topic, started)?;
-        let route = shared.route(&state, record)?;
-        loop {
-            let partition = state.resolve(record.topic, route, &new_record);
-            let appended = state.accumulator.append(
-                record.topic,
-                partition,
-                &new_record,
-                shared.config.buffer_memory_bytes,
-                Instant::now(),
-            );
-            match appended {
-                Ok(appended) => {
-                    state.after_append(record.topic, route);
-                    if appended.wake_sender {
-                        shared.wake_sender(&mut state);
-                    }
-                    return Ok(appended.future);
-                }
-                Err(AppendRefused::Error(error)) => return Err(error),
-                Err(AppendRefused::Memory { requested_bytes }) => {
-                    state = shared.wait_for_memory(state, started, requested_bytes)?;
-                }
+        self.shared.send(record, MemoryWait::UpToBlockMax)
+    }
+
+    /// [`Producer::send`] for an async caller: resolves once the record is in its batch (the
+    /// returned [`SendFuture`] then resolves once the batch is appended). When `buffer.memory`
+    /// is used up, the wait for it (up to `max.block.ms`) runs on a thread of its own, with a
+    /// copy of the record, never on the caller's. Await it before the next send to keep the
+    /// records' order.
+    pub fn send_async(
+        &self,
+        record: &ProducerRecord<'_>,
+    ) -> impl Future<Output = Result<SendFuture, ProducerError>> + Send + 'static + use<> {
+        let queued = self.shared.send(record, MemoryWait::None);
+        let waiting = match &queued {
+            Err(ProducerError::BufferExhausted { .. }) => {
+                Some((self.shared.clone(), OwnedRecord::from(record)))
             }
+            _ => None,
+        };
+        async move {
+            let Some((shared, record)) = waiting else {
+                return queued;
+            };
+            off_thread("send", move || {
+                record.send_with(|record| shared.send(record, MemoryWait::UpToBlockMax))
+            })
+            .await
         }
     }
 
     /// Sends every batch now and waits until each batch opened before this call is answered
     /// (Kafka's `flush`). Errors reach the records' futures, not this call.
     pub fn flush(&self) {
-        let shared = &*self.shared;
-        let mut state = shared.lock_state();
-        let through_batch_id = state.accumulator.next_batch_id();
-        state.flushes_in_progress += 1;
-        shared.wake_sender(&mut state);
-        while state.accumulator.has_incomplete_before(through_batch_id) && !state.sender_stopped {
-            state = shared
-                .released
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        state.flushes_in_progress -= 1;
+        self.shared.flush();
+    }
+
+    /// [`Producer::flush`], waiting on a thread of its own instead of the caller's.
+    pub fn flush_async(
+        &self,
+    ) -> impl Future<Output = Result<(), ProducerError>> + Send + 'static + use<> {
+        let shared = self.shared.clone();
+        off_thread("producer flush", move || {
+            shared.flush();
+            Ok(())
+        })
     }
 
     /// Refuses further sends, sends every batch, waits for every answer and stops the sender
     /// thread (Kafka's `close`). Calling it again does nothing.
     pub fn close(&self) -> Result<(), ProducerError> {
+        join_sender(self.begin_close())
+    }
+
+    /// [`Producer::close`], waiting for the sender thread on a thread of its own instead of the
+    /// caller's. Once it resolves, dropping the producer does not block.
+    pub fn close_async(
+        &self,
+    ) -> impl Future<Output = Result<(), ProducerError>> + Send + 'static + use<> {
+        let thread = self.begin_close();
+        off_thread("producer close", move || join_sender(thread))
+    }
+
+    /// Refuses further sends and has the sender thread send what is left and stop; returns the
+    /// thread to join (`None` once taken).
+    fn begin_close(&self) -> Option<JoinHandle<()>> {
         {
             let mut state = self.shared.lock_state();
             state.closing = true;
             self.shared.wake_sender(&mut state);
         }
-        let thread = self
-            .sender_thread
+        self.sender_thread
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        match thread.map(JoinHandle::join) {
-            Some(Err(_)) => Err(ProducerError::SenderStopped),
-            Some(Ok(())) | None => Ok(()),
-        }
+            .take()
     }
 
     /// Bytes of `buffer.memory` reserved by open and unanswered batches now.
@@ -227,7 +291,73 @@ impl Drop for Producer {
     }
 }
 
+/// Waits for the sender thread to end.
+fn join_sender(thread: Option<JoinHandle<()>>) -> Result<(), ProducerError> {
+    match thread.map(JoinHandle::join) {
+        Some(Err(_)) => Err(ProducerError::SenderStopped),
+        Some(Ok(())) | None => Ok(()),
+    }
+}
+
 impl Shared {
+    /// Sends every batch now and waits until each batch opened before the call is answered.
+    fn flush(&self) {
+        let mut state = self.lock_state();
+        let through_batch_id = state.accumulator.next_batch_id();
+        state.flushes_in_progress += 1;
+        self.wake_sender(&mut state);
+        while state.accumulator.has_incomplete_before(through_batch_id) && !state.sender_stopped {
+            state = self
+                .released
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.flushes_in_progress -= 1;
+    }
+
+    /// Encodes `record` into its partition's batch; while `buffer.memory` is used up, waits as
+    /// `memory_wait` says, then fails with `BufferExhausted`.
+    fn send(
+        &self,
+        record: &ProducerRecord<'_>,
+        memory_wait: MemoryWait,
+    ) -> Result<SendFuture, ProducerError> {
+        let started = Instant::now();
+        let new_record = NewRecord {
+            timestamp_ms: record.timestamp.unwrap_or_else(TimestampMs::now).0,
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+        };
+        let mut state = self.lock_state();
+        state.check_open()?;
+        self.refresh_topic(&mut state, record.topic, started)?;
+        let route = self.route(&state, record)?;
+        loop {
+            let partition = state.resolve(record.topic, route, &new_record);
+            let appended = state.accumulator.append(
+                record.topic,
+                partition,
+                &new_record,
+                self.config.buffer_memory_bytes,
+                Instant::now(),
+            );
+            match appended {
+                Ok(appended) => {
+                    state.after_append(record.topic, route);
+                    if appended.wake_sender {
+                        self.wake_sender(&mut state);
+                    }
+                    return Ok(appended.future);
+                }
+                Err(AppendRefused::Error(error)) => return Err(error),
+                Err(AppendRefused::Memory { requested_bytes }) => {
+                    state = self.wait_for_memory(state, started, requested_bytes, memory_wait)?;
+                }
+            }
+        }
+    }
+
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -333,11 +463,13 @@ impl Shared {
         mut state: MutexGuard<'a, State>,
         started: Instant,
         requested_bytes: usize,
+        memory_wait: MemoryWait,
     ) -> Result<MutexGuard<'a, State>, ProducerError> {
         // No deadline when `max.block.ms` is beyond what `Instant` can represent.
         let deadline = started.checked_add(self.config.block_max());
         let now = Instant::now();
-        if deadline.is_some_and(|deadline| now >= deadline) {
+        let waits = memory_wait == MemoryWait::UpToBlockMax;
+        if !waits || deadline.is_some_and(|deadline| now >= deadline) {
             return Err(ProducerError::BufferExhausted {
                 requested_bytes: requested_bytes as u64,
                 buffer_memory_bytes: self.config.buffer_memory_bytes as u64,

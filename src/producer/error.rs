@@ -103,4 +103,7 @@ pub enum ProducerError {
     /// The sender thread ended (it panicked) before the batch was appended.
     #[error("the producer's sender thread stopped before the batch was appended")]
     SenderStopped,
+    /// An async form could not run its blocking part off the caller's thread.
+    #[error(transparent)]
+    Unavailable(#[from] crate::error::EngineUnavailable),
 }
