@@ -688,6 +688,8 @@ fn a_full_buffer_memory_blocks_send_for_max_block_ms_then_fails_with_buffer_exha
 fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, storage, topic, producer, held) = gated(dir.path(), 60_000);
+    // Before the opener starts: it opens no sooner than 100 ms after this.
+    let started = Instant::now();
     let opener = std::thread::spawn({
         let storage = storage.clone();
         move || {
@@ -695,7 +697,6 @@ fn a_send_blocked_on_buffer_memory_goes_through_once_the_engine_answers() {
             storage.set_closed(false);
         }
     });
-    let started = Instant::now();
     let fifth = send(&producer, &topic, None, &GATED_VALUE);
     assert!(
         started.elapsed() >= Duration::from_millis(100),
