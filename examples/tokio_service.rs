@@ -120,11 +120,9 @@ async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
 }
 
 async fn open_engine(dir: PathBuf) -> Result<Engine, BoxError> {
-    let config = EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(2)
+        .with_pin_shards(false);
     Ok(spawn_blocking(move || Engine::open(dir, config)).await??)
 }
 
