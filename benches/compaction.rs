@@ -21,11 +21,9 @@ const RECORDS: u64 = 8 * 1024;
 const KEYS: u64 = 100;
 
 fn build_log(dir: &std::path::Path) -> Option<PartitionLog> {
-    let mut config = LogConfig {
-        segment_bytes: 1 << 20,
-        segment_index_bytes: 1 << 16,
-        ..LogConfig::default()
-    };
+    let mut config = LogConfig::default()
+        .with_segment_bytes(1 << 20)
+        .with_segment_index_bytes(1 << 16);
     config.set("cleanup.policy", "compact").ok()?;
     let tp = TopicPartition {
         topic: TopicName::parse("bench").ok()?,

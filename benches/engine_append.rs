@@ -88,11 +88,9 @@ fn bench_append(c: &mut Criterion) {
     let Ok(dir) = tempfile::tempdir_in(".") else {
         return;
     };
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false);
     let Ok(engine) = Engine::open(dir.path().join("engine"), config) else {
         return;
     };

@@ -65,11 +65,9 @@ fn lookups(c: &mut Criterion) {
 
 fn lookups_in(c: &mut Criterion, group_name: &str, record_bytes: usize, batches: u64) {
     let dir = tempfile::tempdir().unwrap_or_else(|_| unreachable!());
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false);
     let engine = Engine::open(dir.path(), config).unwrap_or_else(|_| unreachable!());
     let topic = engine
         .create_topic("bench", 1, LogConfig::default())

@@ -138,11 +138,9 @@ fn bench_produce(c: &mut Criterion) {
     let Ok(dir) = tempfile::tempdir_in(".") else {
         return;
     };
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false);
     let Ok(engine) = Engine::open(dir.path().join("engine"), config) else {
         return;
     };
@@ -156,11 +154,9 @@ fn bench_produce(c: &mut Criterion) {
         let Ok(topic) = engine.create_topic(codec.name(), 1, topic_config) else {
             return;
         };
-        let producer_config = ProducerConfig {
-            compression: codec,
-            acks: Durability::Written,
-            ..ProducerConfig::default()
-        };
+        let producer_config = ProducerConfig::default()
+            .with_compression(codec)
+            .with_acks(Durability::Written);
         let Ok(producer) = engine.producer(producer_config) else {
             return;
         };

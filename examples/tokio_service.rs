@@ -84,11 +84,9 @@ async fn run_service(workload: Workload) -> Result<Summary, BoxError> {
 
 /// Two shards, unpinned: the service shares the machine.
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        shard_count: 2,
-        pin_shards: false,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_shard_count(2)
+        .with_pin_shards(false)
 }
 
 /// The service on the engine `open` resolves to.

@@ -75,7 +75,9 @@ impl CleanupPolicy {
 }
 
 /// Configuration of one partition log. Field names are Kafka's, units last.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active `.log` would grow past this.
     pub segment_bytes: u64,

@@ -67,10 +67,7 @@ fn batch(records: usize) -> bytes::Bytes {
 }
 
 fn open_log(dir: &std::path::Path) -> PartitionLog {
-    let config = LogConfig {
-        segment_index_bytes: 1 << 20,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::default().with_segment_index_bytes(1 << 20);
     let options = open_options(true, 0, T0);
     logs::open_log(storage_from_env(), dir, "alloc", config, options)
 }
@@ -136,14 +133,11 @@ fn fetching_allocates_per_fetch_not_per_record() {
 
 #[test]
 fn the_engine_appends_and_fetches_without_allocating_per_record() {
-    use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+    use seglog::engine::{Durability, Engine, FetchOptions};
     use support::engines::engine_config;
     let _serial = SERIAL.lock().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig {
-        cleaner_core: None,
-        ..engine_config(1)
-    };
+    let config = engine_config(1).with_cleaner_core(None);
     let engine = Engine::open(dir.path(), config).unwrap();
     let topic = engine
         .create_topic("alloc", 1, LogConfig::default())

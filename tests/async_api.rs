@@ -210,11 +210,9 @@ fn producer_send_async_delivers_every_record_in_order_through_a_full_buffer() {
     let (_dir, engine) = temp_engine(engine_config(1));
     let topic = engine.create_topic("t", 1, LogConfig::default()).unwrap();
     // Room for a few batches only: most sends wait for memory.
-    let config = ProducerConfig {
-        buffer_memory_bytes: 64 * 1024,
-        batch_size_bytes: 16 * 1024,
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default()
+        .with_buffer_memory_bytes(64 * 1024)
+        .with_batch_size_bytes(16 * 1024);
     let producer = engine.producer(config).unwrap();
     let value = vec![b'x'; 1000];
     block_on(async {

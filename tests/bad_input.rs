@@ -39,10 +39,7 @@ mod support;
 
 /// Kafka's defaults, with small preallocated indexes (10 MiB ones cost time in every test).
 fn config() -> LogConfig {
-    LogConfig {
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::default().with_segment_index_bytes(4096)
 }
 
 fn now() -> TimestampMs {
@@ -210,11 +207,9 @@ fn illegal_topic_names_are_typed_errors_and_create_nothing() {
 
 /// An inline engine (`EngineConfig::inline`) on `root`, with the tests' default topic config.
 fn inline_engine(root: &Path) -> Engine {
-    let config = EngineConfig {
-        inline: true,
-        default_topic_config: config(),
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_inline(true)
+        .with_default_topic_config(config());
     Engine::open(root, config).unwrap()
 }
 
@@ -255,10 +250,7 @@ fn an_unknown_partition_is_a_typed_error_and_creates_nothing() {
 
 #[test]
 fn a_batch_larger_than_max_message_bytes_is_rejected() {
-    let (_root, mut log) = new_log(LogConfig {
-        max_message_bytes: 500,
-        ..config()
-    });
+    let (_root, mut log) = new_log(config().with_max_message_bytes(500));
     let oversized = valid_batch(4, 120);
     assert!(oversized.len() > 500);
     match log.append(oversized.clone(), now()) {
@@ -292,10 +284,7 @@ fn a_batch_larger_than_max_message_bytes_is_rejected() {
 
 #[test]
 fn an_append_larger_than_a_segment_is_rejected() {
-    let (_root, mut log) = new_log(LogConfig {
-        segment_bytes: 1024,
-        ..config()
-    });
+    let (_root, mut log) = new_log(config().with_segment_bytes(1024));
     let mut bytes = Vec::new();
     while bytes.len() <= 1024 {
         bytes.extend_from_slice(&valid_batch(2, 50));
@@ -527,10 +516,7 @@ fn delete_records_beyond_the_log_end_is_rejected() {
 fn a_second_open_of_the_same_directory_is_locked() {
     let root = scratch();
     let first = inline_engine(root.path());
-    let config = EngineConfig {
-        inline: true,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default().with_inline(true);
     match Engine::open(root.path(), config) {
         Err(OpenError::Locked { dir }) => assert_eq!(dir, root.path()),
         other => panic!("{other:?}"),

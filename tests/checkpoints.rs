@@ -25,10 +25,7 @@ const KAFKA_FILES: [&str; 2] = [
 ];
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        recovery_point_checkpoint_interval_ms: 3_600_000,
-        ..engine_config(1)
-    }
+    engine_config(1).with_recovery_point_checkpoint_interval_ms(3_600_000)
 }
 
 /// Ten records in `t-0`, the first five removed by `delete_records`, checkpointed twice

@@ -34,10 +34,7 @@ fn compacted_config() -> LogConfig {
 }
 
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        cleaner_core: None,
-        ..engines::engine_config(2)
-    }
+    engines::engine_config(2).with_cleaner_core(None)
 }
 
 /// An engine in `dir` whose storage reports every operation to `hooks`.
@@ -203,11 +200,9 @@ fn the_shard_reads_only_an_index_interval_of_each_segment_it_swaps_in() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(ThreadLog::default());
     let engine = open_hooked(dir.path(), hooks.clone(), engine_config());
-    let config = LogConfig {
-        segment_bytes: 64 * 1024,
-        index_interval_bytes: 1024,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::default()
+        .with_segment_bytes(64 * 1024)
+        .with_index_interval_bytes(1024);
     let topic = engine.create_topic("wide", 1, compacted(config)).unwrap();
     // Two rounds over 2,000 keys: the first is cleaned away, the second kept (about 200 KiB).
     append_rounds(&engine, &topic, 0, 2_000, 2);
@@ -241,10 +236,7 @@ fn the_shard_reads_only_an_index_interval_of_each_segment_it_swaps_in() {
 
 #[test]
 fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
-    let (_dir, engine) = temp_engine(EngineConfig {
-        cleaner_core: Some(0),
-        ..engine_config()
-    });
+    let (_dir, engine) = temp_engine(engine_config().with_cleaner_core(Some(0)));
     // The thread sets its own scheduling as it starts; wait for it to report.
     let unknown = || engine.cleaner_stats().priority == CleanerPriority::Unknown;
     wait_until(Duration::from_secs(30), || !unknown());
@@ -300,10 +292,7 @@ fn the_cleaner_thread_runs_at_idle_priority_on_its_configured_core() {
 
 #[test]
 fn dirty_logs_are_cleaned_in_the_background() {
-    let config = EngineConfig {
-        cleaner_backoff_ms: 20,
-        ..engine_config()
-    };
+    let config = engine_config().with_cleaner_backoff_ms(20);
     let (_dir, engine, topic, before) = compacted_rounds(config, "background", 4, 30);
     let stats = wait_for_cleaner(&engine, |stats| stats.segments_cleaned > 0);
     assert!(
@@ -329,10 +318,7 @@ fn dirty_logs_are_cleaned_in_the_background() {
 fn a_closed_dirty_partition_is_cleaned_in_the_background() {
     let (dir, engine, topic, before) = compacted_rounds(engine_config(), "closed", 4, 30);
     engine.close().unwrap();
-    let config = EngineConfig {
-        cleaner_backoff_ms: 20,
-        ..engine_config()
-    };
+    let config = engine_config().with_cleaner_backoff_ms(20);
     let engine = Engine::open(dir.path(), config).unwrap();
     let stats = wait_for_cleaner(&engine, |stats| stats.segments_cleaned > 0);
     assert!(stats.logs_cleaned > 0, "{stats:?}");
@@ -348,10 +334,7 @@ fn a_closed_dirty_partition_is_cleaned_in_the_background() {
 #[test]
 fn periodic_retention_opens_only_the_partitions_with_segments_to_delete() {
     let (dir, engine) = temp_engine(engine_config());
-    let aging = LogConfig {
-        segment_bytes: 1024,
-        ..LogConfig::default()
-    };
+    let aging = LogConfig::default().with_segment_bytes(1024);
     let aging = with_settings(aging, &[("retention.hours", "24")]);
     let old = engine.create_topic("aging", 1, aging).unwrap();
     let quiet = engine
@@ -365,10 +348,7 @@ fn periodic_retention_opens_only_the_partitions_with_segments_to_delete() {
     }
     engine.close().unwrap();
     let hooks = Arc::new(ThreadLog::default());
-    let config = EngineConfig {
-        retention_check_interval_ms: 20,
-        ..engine_config()
-    };
+    let config = engine_config().with_retention_check_interval_ms(20);
     let engine = open_hooked(dir.path(), hooks.clone(), config);
     let first_segment = dir.path().join("aging-0/00000000000000000000.log");
     wait_until(Duration::from_secs(60), || !first_segment.exists());
@@ -615,10 +595,7 @@ fn the_scrubber_reports_a_bad_crc_and_a_broken_offset_and_changes_nothing() {
 
 #[test]
 fn the_scrubber_runs_on_its_own_schedule() {
-    let (_dir, engine) = temp_engine(EngineConfig {
-        scrub_interval_ms: 20,
-        ..engine_config()
-    });
+    let (_dir, engine) = temp_engine(engine_config().with_scrub_interval_ms(20));
     plain_topic_with_segments(&engine, "scheduled", 40);
     let stats = wait_for_cleaner(&engine, |stats| stats.scrub.segments_scrubbed > 0);
     assert!(
@@ -632,10 +609,7 @@ fn the_scrubber_runs_on_its_own_schedule() {
 #[test]
 fn a_dedupe_buffer_too_small_for_one_key_is_refused_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let buffer_of_one_byte = EngineConfig {
-        cleaner_dedupe_buffer_bytes: 1,
-        ..engine_config()
-    };
+    let buffer_of_one_byte = engine_config().with_cleaner_dedupe_buffer_bytes(1);
     let error = Engine::open(dir.path(), buffer_of_one_byte).unwrap_err();
     assert!(
         matches!(error, seglog::error::OpenError::DedupeBuffer(_)),

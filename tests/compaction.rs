@@ -293,12 +293,10 @@ fn the_engine_compacts_compacted_topics_and_checkpoints_the_cleaner_progress() {
 
 #[test]
 fn shards_compact_dirty_logs_on_their_own() {
-    use seglog::engine::{Engine, EngineConfig};
+    use seglog::engine::Engine;
     use std::time::Duration;
-    let (_dir, engine) = support::engines::temp_engine(EngineConfig {
-        cleaner_backoff_ms: 20,
-        ..engine_config(1)
-    });
+    let (_dir, engine) =
+        support::engines::temp_engine(engine_config(1).with_cleaner_backoff_ms(20));
     let topic = engine.create_topic("auto", 1, config()).unwrap();
     let count_records = |engine: &Engine| records_from(&fetch_batches(engine, &topic, 0), 0).len();
     for sequence in 0..40u32 {

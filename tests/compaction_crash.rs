@@ -308,13 +308,11 @@ fn a_kill_at_any_step_of_a_grouping_compaction_reopens_to_before_after_or_a_mix(
 // ---- The engine ----
 
 fn engine_config() -> EngineConfig {
-    EngineConfig {
+    engines::engine_config(1)
         // Only `Engine::compact` cleans: no background round moves the steps.
-        cleaner_backoff_ms: 3_600_000,
-        cleaner_core: None,
-        retention_check_interval_ms: 3_600_000,
-        ..engines::engine_config(1)
-    }
+        .with_cleaner_backoff_ms(3_600_000)
+        .with_cleaner_core(None)
+        .with_retention_check_interval_ms(3_600_000)
 }
 
 /// The operations the engine-level kills count: renames, syncs and directory syncs, and writes

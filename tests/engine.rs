@@ -241,10 +241,7 @@ fn checkpointing_every(
     interval_ms: u64,
     name: &str,
 ) -> (EngineConfig, (tempfile::TempDir, Engine, TopicName)) {
-    let config = EngineConfig {
-        recovery_point_checkpoint_interval_ms: interval_ms,
-        ..engine_config(1)
-    };
+    let config = engine_config(1).with_recovery_point_checkpoint_interval_ms(interval_ms);
     (config.clone(), engine_with_topic(config, name, 1))
 }
 
@@ -344,10 +341,7 @@ fn appends_past_background_sync_bytes_are_synced_in_the_background_and_answered_
     let dir = tempfile::tempdir().unwrap();
     let hooks = Arc::new(HeldLogSyncs::default());
     let storage = hooked_pio(hooks.clone());
-    let engine_config = EngineConfig {
-        background_sync_bytes: 64 * 1024,
-        ..engine_config(1)
-    };
+    let engine_config = engine_config(1).with_background_sync_bytes(64 * 1024);
     let engine = Engine::open_with_storage(dir.path(), engine_config, storage).unwrap();
     let topic = engine
         .create_topic("bulk", 1, LogConfig::default())
@@ -662,10 +656,7 @@ fn fetch_record_returns_each_record_with_its_offset_key_value_and_timestamp_comp
 #[test]
 fn fetch_record_in_large_batches_returns_each_record_on_the_first_lookup_and_on_later_ones() {
     for digest_bytes_max in [EngineConfig::default().lookup_digest_bytes_max, 0] {
-        let config = EngineConfig {
-            lookup_digest_bytes_max: digest_bytes_max,
-            ..engine_config(1)
-        };
+        let config = engine_config(1).with_lookup_digest_bytes_max(digest_bytes_max);
         let (_dir, engine, topic) = engine_with_topic(config, "lookups", 1);
         for first in [0u64, 100, 200] {
             append(&engine, &topic, 0, kib_batch(first));
@@ -760,10 +751,7 @@ fn sized_value(partition: usize, sequence: usize, bytes: usize) -> String {
 fn appends_beyond_the_writes_a_ring_keeps_in_flight_are_all_answered_and_read_back_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), engine_config(1)).unwrap();
-    let log_config = LogConfig {
-        max_message_bytes: 8 * 1024 * 1024,
-        ..LogConfig::default()
-    };
+    let log_config = LogConfig::default().with_max_message_bytes(8 * 1024 * 1024);
     let partitions = 6;
     let topic = engine.create_topic("wide", partitions, log_config).unwrap();
     let mut pending = Vec::new();

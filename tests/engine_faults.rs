@@ -135,11 +135,7 @@ impl StorageHooks for Faults {
 fn faulty_with(config: EngineConfig, log_config: LogConfig) -> Faulty {
     let dir = tempfile::tempdir().unwrap();
     let faults = Arc::new(Faults::default());
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..config
-    };
+    let config = config.with_shard_count(1).with_pin_shards(false);
     let engine = Engine::open_with_storage(dir.path(), config, hooked_pio(faults.clone())).unwrap();
     let topic = engine.create_topic("t", 1, log_config).unwrap();
     Faulty {
@@ -211,10 +207,7 @@ fn assert_refused_behind_a_held_write(config: EngineConfig, refused: fn(&Answer)
 
 #[test]
 fn a_full_shard_queue_answers_queue_full_and_recovers_when_drained() {
-    let config = EngineConfig {
-        queue_requests_max: 1,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default().with_queue_requests_max(1);
     assert_refused_behind_a_held_write(config, |answer| {
         matches!(
             answer,
@@ -227,10 +220,8 @@ fn a_full_shard_queue_answers_queue_full_and_recovers_when_drained() {
 
 #[test]
 fn bytes_in_flight_are_bounded() {
-    let config = EngineConfig {
-        inflight_bytes_max: value_batch("x").len() as u64 * 3 / 2,
-        ..EngineConfig::default()
-    };
+    let config =
+        EngineConfig::default().with_inflight_bytes_max(value_batch("x").len() as u64 * 3 / 2);
     assert_refused_behind_a_held_write(config, |answer| {
         matches!(
             answer,
@@ -307,10 +298,7 @@ fn a_shard_writes_and_answers_while_its_sync_threads_hold_a_sync() {
 
 /// Every group-commit sync through the sync threads, even a lone one the shard would sync itself.
 fn through_sync_threads() -> EngineConfig {
-    EngineConfig {
-        sync_inline_when_idle: false,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default().with_sync_inline_when_idle(false)
 }
 
 type Answer = Result<AppendInfo, AppendError>;
@@ -355,10 +343,7 @@ fn after_a_failed_sync_the_appends_written_behind_it_fail_though_their_own_sync_
 #[test]
 fn a_roll_answers_at_once_and_its_seal_sync_runs_on_the_sync_threads_before_later_syncs() {
     // Room for one batch: the second append rolls.
-    let log_config = LogConfig {
-        segment_bytes: value_batch("first").len() as u64 + 8,
-        ..LogConfig::default()
-    };
+    let log_config = LogConfig::default().with_segment_bytes(value_batch("first").len() as u64 + 8);
     let faulty = faulty_with(through_sync_threads(), log_config);
     faulty.set_mode(SYNC_BLOCKS);
     let first = faulty.answered_later("first", Durability::Durable);

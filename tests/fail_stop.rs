@@ -33,23 +33,18 @@ fn record(value: u32) -> Bytes {
 /// One shard, one open partition at a time, no background syncs or checkpoints: each sync the
 /// tests count is one they asked for.
 fn engine_config() -> EngineConfig {
-    EngineConfig {
-        open_partitions_max: 1,
-        direct_writes: false,
-        sync_inline_when_idle: false,
-        background_sync_bytes: 0,
-        recovery_point_checkpoint_interval_ms: 3_600_000,
-        retention_check_interval_ms: 3_600_000,
-        ..engines::engine_config(1)
-    }
+    engines::engine_config(1)
+        .with_open_partitions_max(1)
+        .with_direct_writes(false)
+        .with_sync_inline_when_idle(false)
+        .with_background_sync_bytes(0)
+        .with_recovery_point_checkpoint_interval_ms(3_600_000)
+        .with_retention_check_interval_ms(3_600_000)
 }
 
 /// Segments of about two records: the second append rolls.
 fn small_segments() -> LogConfig {
-    LogConfig {
-        segment_bytes: 400,
-        ..LogConfig::default()
-    }
+    LogConfig::default().with_segment_bytes(400)
 }
 
 fn open(dir: &Path, sim: &SimStorage) -> Engine {

@@ -117,11 +117,9 @@ fn load_segment(
             std::fs::write(segment_path(dir.path(), base_offset, kind), b"").unwrap();
         }
     }
-    let config = seglog::config::LogConfig {
-        segment_index_bytes: 4096,
-        index_interval_bytes: 1,
-        ..Default::default()
-    };
+    let config = seglog::config::LogConfig::default()
+        .with_segment_index_bytes(4096)
+        .with_index_interval_bytes(1);
     let loaded = seglog::segment::Segment::load(
         &seglog::io::pio::PositionedIo,
         dir.path(),

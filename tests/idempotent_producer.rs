@@ -401,10 +401,7 @@ fn a_failed_write_leaves_no_producer_state_behind() {
 
     let dir = scratch();
     let sim = SimStorage::new(dir.path(), 44).unwrap();
-    let config = EngineConfig {
-        direct_writes: false,
-        ..engine_config(1)
-    };
+    let config = engine_config(1).with_direct_writes(false);
     let open_sim = || {
         let engine =
             Engine::open_with_storage(dir.path(), config.clone(), Arc::new(sim.clone())).unwrap();
@@ -517,11 +514,9 @@ fn producers_idle_past_the_expiration_are_forgotten_and_others_kept() {
 
     const MINUTE_MS: i64 = 60_000;
     let time_ms = Arc::new(AtomicI64::new(T0));
-    let config = EngineConfig {
-        clock: support::engines::counter_clock(&time_ms),
-        producer_id_expiration_ms: 5 * MINUTE_MS,
-        ..engine_config(1)
-    };
+    let config = engine_config(1)
+        .with_clock(support::engines::counter_clock(&time_ms))
+        .with_producer_id_expiration_ms(5 * MINUTE_MS);
     let dir = scratch();
     let (engine, topic) = open(dir.path(), config);
     let idle = producer_batch_at(7, 0, T0);

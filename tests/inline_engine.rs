@@ -105,10 +105,7 @@ fn an_inline_engine_compacts_in_the_call() {
 fn an_inline_engine_reads_the_time_from_its_clock() {
     let dir = scratch();
     let time_ms = Arc::new(AtomicI64::new(T0 + 1_000));
-    let config = EngineConfig {
-        clock: counter_clock(&time_ms),
-        ..inline_config()
-    };
+    let config = inline_config().with_clock(counter_clock(&time_ms));
     let engine = Engine::open(dir.path(), config).unwrap();
     let retained = with_settings(
         small_segments(1024, 256),

@@ -381,13 +381,11 @@ fn write_until_done(spec: &WriterSpec) {
         .append(true)
         .open(&spec.ack_log)
         .unwrap();
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        cleaner_core: None,
-        direct_writes: std::env::var(DIRECT_WRITES_ENV).map_or(true, |value| value != "0"),
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false)
+        .with_cleaner_core(None)
+        .with_direct_writes(std::env::var(DIRECT_WRITES_ENV).map_or(true, |value| value != "0"));
     let engine = match Engine::open(&spec.data_dir, config) {
         Ok(engine) => engine,
         Err(error) => {
@@ -465,11 +463,9 @@ fn ensure_topic(engine: &Engine, spec: &WriterSpec) -> Result<TopicName, String>
     {
         return Ok(topic);
     }
-    let config = LogConfig {
-        segment_bytes: spec.segment_bytes,
-        segment_index_bytes: 64 * 1024,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::default()
+        .with_segment_bytes(spec.segment_bytes)
+        .with_segment_index_bytes(64 * 1024);
     engine
         .create_topic(TOPIC, spec.partitions, config)
         .map_err(|error| error_chain(&error))
@@ -599,12 +595,10 @@ impl Readback {
 /// Opens the engine on `data_dir` (recovery runs here), reads every partition, closes it.
 fn read_back(data_dir: &Path) -> Readback {
     let mut readback = Readback::default();
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        cleaner_core: None,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false)
+        .with_cleaner_core(None);
     let engine = match Engine::open(data_dir, config) {
         Ok(engine) => engine,
         Err(error) => {

@@ -41,12 +41,10 @@ const SEGMENT_BYTES: u64 = 1024;
 const LARGE_SEGMENT_BYTES: u64 = 512 * 1024;
 
 fn config(segment_bytes: u64) -> LogConfig {
-    LogConfig {
-        segment_bytes,
-        segment_index_bytes: 96,
-        index_interval_bytes: 32,
-        ..LogConfig::default()
-    }
+    LogConfig::default()
+        .with_segment_bytes(segment_bytes)
+        .with_segment_index_bytes(96)
+        .with_index_interval_bytes(32)
 }
 
 fn now() -> TimestampMs {

@@ -86,11 +86,9 @@ fn child_process_body() {
         limits.lines().any(|line| line.starts_with("Max open files")
             && line.contains(&OPEN_FILES_LIMIT.to_string()))
     );
-    let config = EngineConfig {
-        pin_shards: false,
-        direct_writes: std::env::var_os(CHILD_DIRECT_ENV).is_some(),
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_pin_shards(false)
+        .with_direct_writes(std::env::var_os(CHILD_DIRECT_ENV).is_some());
     assert!(config.open_partitions_max < PARTITION_COUNT as usize);
     let engine = Engine::open(&dir, config.clone()).unwrap();
     let topic = engine

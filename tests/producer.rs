@@ -69,10 +69,7 @@ fn producing(
 
 /// A producer that answers once written and only sends full batches unless told otherwise.
 fn config() -> ProducerConfig {
-    ProducerConfig {
-        acks: Durability::Written,
-        ..ProducerConfig::default()
-    }
+    ProducerConfig::default().with_acks(Durability::Written)
 }
 
 /// A record as read back from the log.
@@ -314,10 +311,7 @@ fn a_custom_partitioner_decides_every_record_and_an_answer_out_of_range_is_refus
     producer.close().unwrap();
 
     let refused = engine
-        .producer(ProducerConfig {
-            partitioner: Some(Arc::new(OutOfRange)),
-            ..config()
-        })
+        .producer(config().with_partitioner(Some(Arc::new(OutOfRange))))
         .unwrap();
     let error = try_send(&refused, &topic, None, b"v").unwrap_err();
     assert_matches!(
@@ -612,20 +606,17 @@ impl StorageHooks for StorageGate {
 /// topic, and a producer with room for four 1 KiB batches, each filled by one 600-byte record.
 fn gated(dir: &Path, block_ms_max: u64) -> Gated {
     // Every sync through the sync threads' `sync_data_many` (the gated operation), none inline.
-    let config = EngineConfig {
-        sync_inline_when_idle: false,
-        ..engine_config()
-    };
+    let config = engine_config().with_sync_inline_when_idle(false);
     let (engine, gate, topic) = gated_engine(dir, StorageOp::SyncGroup, config, "bounded");
     let producer = engine
-        .producer(ProducerConfig {
-            batch_size_bytes: 1024,
-            buffer_memory_bytes: 4096,
-            block_ms_max,
-            linger_ms: 0,
-            acks: Durability::Durable,
-            ..ProducerConfig::default()
-        })
+        .producer(
+            ProducerConfig::default()
+                .with_batch_size_bytes(1024)
+                .with_buffer_memory_bytes(4096)
+                .with_block_ms_max(block_ms_max)
+                .with_linger_ms(0)
+                .with_acks(Durability::Durable),
+        )
         .unwrap();
     let held = (0..4)
         .map(|_| send(&producer, &topic, None, &GATED_VALUE))
@@ -753,10 +744,7 @@ fn unknown_topics_partitions_out_of_range_oversized_records_and_closed_producers
 {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
-    let small = LogConfig {
-        max_message_bytes: 1000,
-        ..LogConfig::default()
-    };
+    let small = LogConfig::default().with_max_message_bytes(1000);
     let topic = engine.create_topic("small", 2, small).unwrap();
     let producer = engine.producer(config()).unwrap();
 
@@ -801,10 +789,7 @@ fn unknown_topics_partitions_out_of_range_oversized_records_and_closed_producers
 
     let error = try_send(&producer, &topic, None, b"v").unwrap_err();
     assert!(matches!(error, ProducerError::Closed), "{error}");
-    let invalid = engine.producer(ProducerConfig {
-        appends_inflight_max: 0,
-        ..ProducerConfig::default()
-    });
+    let invalid = engine.producer(ProducerConfig::default().with_appends_inflight_max(0));
     assert!(matches!(invalid, Err(ProducerError::Config { .. })));
     engine.close().unwrap();
 }
@@ -823,11 +808,9 @@ fn records_sent_when_the_engine_is_closed_fail_with_the_engines_error() {
 /// An engine with one shard whose request queue holds one request, blocked in a gated write: a
 /// third append in a row is refused with `QueueFull` before it reaches the shard.
 fn one_slot_queue(dir: &Path) -> (Engine, Arc<StorageGate>, TopicName) {
-    let config = EngineConfig {
-        shard_count: 1,
-        queue_requests_max: 1,
-        ..engine_config()
-    };
+    let config = engine_config()
+        .with_shard_count(1)
+        .with_queue_requests_max(1);
     gated_engine(dir, StorageOp::Write, config, "queue")
 }
 
@@ -893,14 +876,12 @@ type HeldInAFullQueue = (
 
 /// One 600-byte record per 1 KiB batch, so each send is its own append.
 fn one_append_per_record(delivery_timeout_ms: u64) -> ProducerConfig {
-    ProducerConfig {
-        batch_size_bytes: 1024,
-        linger_ms: 0,
-        retry_backoff_ms: 5,
-        delivery_timeout_ms,
-        acks: Durability::Durable,
-        ..ProducerConfig::default()
-    }
+    ProducerConfig::default()
+        .with_batch_size_bytes(1024)
+        .with_linger_ms(0)
+        .with_retry_backoff_ms(5)
+        .with_delivery_timeout_ms(delivery_timeout_ms)
+        .with_acks(Durability::Durable)
 }
 
 #[test]

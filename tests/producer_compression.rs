@@ -53,11 +53,11 @@ fn produce(dir: &Path, codec: Compression) -> Sent {
         .create_topic("codec", 1, LogConfig::default())
         .unwrap();
     let producer = engine
-        .producer(ProducerConfig {
-            compression: codec,
-            acks: Durability::Written,
-            ..ProducerConfig::default()
-        })
+        .producer(
+            ProducerConfig::default()
+                .with_compression(codec)
+                .with_acks(Durability::Written),
+        )
         .unwrap();
     let mut pending = Vec::new();
     for index in 0..300u32 {

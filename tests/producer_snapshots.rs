@@ -274,16 +274,12 @@ fn snapshots_go_with_the_log_below_its_start_and_above_a_truncation() {
 
 #[test]
 fn roll_snapshots_synced_with_their_seals_survive_a_power_cut() {
-    use seglog::engine::EngineConfig;
     use seglog::io::sim::{CrashMode, SimStorage};
     use std::sync::Arc;
 
     let dir = scratch();
     let sim = SimStorage::new(dir.path(), 3).unwrap();
-    let config = EngineConfig {
-        direct_writes: false,
-        ..keeping_producers(1)
-    };
+    let config = keeping_producers(1).with_direct_writes(false);
     let open_sim = || {
         let engine =
             Engine::open_with_storage(dir.path(), config.clone(), Arc::new(sim.clone())).unwrap();

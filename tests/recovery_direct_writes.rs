@@ -36,10 +36,7 @@ mod support;
 /// `O_DIRECT` writes (`EngineConfig::direct_writes`): segments of 16 KiB, so the active segment
 /// spans several 4 KiB blocks and the log still rolls.
 fn direct_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        ..config()
-    }
+    config().with_segment_bytes(16 * 1024)
 }
 
 /// Appends written with `O_DIRECT`.
@@ -93,11 +90,9 @@ fn direct_log(batches: usize, flush: bool) -> Option<(tempfile::TempDir, PathBuf
 
 /// Opens the log in `dir` with `preallocate=true` (256 KiB segments), from offset 0.
 fn open_preallocated(dir: &Path, clean: bool) -> (PartitionLog, RecoveryReport) {
-    let preallocating = LogConfig {
-        segment_bytes: 256 * 1024,
-        preallocate: true,
-        ..config()
-    };
+    let preallocating = config()
+        .with_segment_bytes(256 * 1024)
+        .with_preallocate(true);
     open_partition_log(dir, preallocating, clean, 0)
 }
 
@@ -168,11 +163,9 @@ fn a_consumer_catching_up_past_the_page_cache_while_the_o_direct_writer_appends_
         .storage_with_direct_cold_reads(true)
         .unwrap();
     let dir = partition_dir(root.path());
-    let config = LogConfig {
-        segment_bytes: 64 * 1024 * 1024,
-        index_interval_bytes: 4096,
-        ..config()
-    };
+    let config = config()
+        .with_segment_bytes(64 * 1024 * 1024)
+        .with_index_interval_bytes(4096);
     let (mut log, _) = open_partition_on(&dir, (config, DIRECT), false, 0, storage).unwrap();
     let append = |log: &mut PartitionLog, batches: usize| {
         for _ in 0..batches {

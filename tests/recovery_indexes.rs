@@ -212,11 +212,9 @@ fn index_entries_follow_kafkas_interval_rule_on_append_and_on_rebuild() {
     };
     let size = fixed_size_batch(0).len() as u64;
     assert!((0..10).all(|offset| fixed_size_batch(offset).len() as u64 == size));
-    let config = LogConfig {
-        index_interval_bytes: size,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::default()
+        .with_index_interval_bytes(size)
+        .with_segment_index_bytes(4096);
     let (mut log, _) = open_partition_log(&dir, config.clone(), false, 0);
     for offset in 0..10 {
         log.append(fixed_size_batch(offset), now()).unwrap();

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use seglog::config::LogConfig;
 use seglog::format::Batch;
 use seglog::io::Storage;
 use seglog::io::hooked::StorageHooks;
@@ -81,10 +80,7 @@ fn a_log_synced_in_small_steps_prewrites_ahead_and_holds_only_its_batches_after_
 
 #[test]
 fn a_log_prewrites_nothing_unsynced_with_large_syncs_or_when_told_not_to() {
-    let large = LogConfig {
-        segment_bytes: 64 * 1024 * 1024,
-        ..config()
-    };
+    let large = config().with_segment_bytes(64 * 1024 * 1024);
     type Case = (&'static str, LogWriteMode, fn(&mut PartitionLog));
     let prewrite_off = LogWriteMode {
         prewrite_synced: false,
@@ -165,10 +161,7 @@ fn try_open_on(
     dir: &Path,
     clean: bool,
 ) -> Result<(PartitionLog, RecoveryReport), String> {
-    let config = LogConfig {
-        segment_bytes: 1024 * 1024,
-        ..config()
-    };
+    let config = config().with_segment_bytes(1024 * 1024);
     open_partition(dir, config, clean, 0, storage).map_err(|error| error.to_string())
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use seglog::config::LogConfig;
-use seglog::engine::{Durability, Engine, EngineConfig, FetchOptions};
+use seglog::engine::{Durability, Engine, FetchOptions};
 use seglog::error::{ReadError, StorageError};
 use seglog::format::Batch;
 use seglog::io::{Storage, storage_from_env};
@@ -389,10 +389,7 @@ fn the_engine_applies_retention_to_every_partition_on_request() {
 
 #[test]
 fn shards_apply_retention_on_their_own_schedule() {
-    let every_20_ms = EngineConfig {
-        retention_check_interval_ms: 20,
-        ..engine_config(1)
-    };
+    let every_20_ms = engine_config(1).with_retention_check_interval_ms(20);
     let (_dir, engine) = temp_engine(every_20_ms);
     aging_topic(&engine, "aging", 40, &[("retention.ms", "60000")], 0..40, 6);
     let all_expired = || {
@@ -474,10 +471,7 @@ fn sync_of_aging_0(op: seglog::io::hooked::StorageOp, path: &Path) -> bool {
 /// records from 2023 retention deletes at once, appends six of them to partition 0, and arms
 /// `hold`.
 fn engine_with_expired_records(dir: &Path, hold: &Arc<Hold>) -> (Engine, TopicName) {
-    let config = EngineConfig {
-        retention_check_interval_ms: 20,
-        ..engine_config(1)
-    };
+    let config = engine_config(1).with_retention_check_interval_ms(20);
     let engine = Engine::open_with_storage(dir, config, hooked(hold.clone())).unwrap();
     let settings = [("retention.ms", "60000"), ("file.delete.delay.ms", "0")];
     let topic = aging_topic(&engine, "aging", 2, &settings, 0..1, 6);

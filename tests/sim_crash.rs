@@ -85,14 +85,12 @@ enum Faults {
 }
 
 fn config(regime: Regime) -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 700,
-        segment_index_bytes: 96,
-        index_interval_bytes: 64,
-        retention_ms: -1,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    };
+    let mut config = LogConfig::default()
+        .with_segment_bytes(700)
+        .with_segment_index_bytes(96)
+        .with_index_interval_bytes(64)
+        .with_retention_ms(-1)
+        .with_file_delete_delay_ms(0);
     match regime {
         Regime::Delete => config.retention_bytes = 2_000,
         Regime::Compact => config.set("cleanup.policy", "compact").unwrap(),
@@ -110,16 +108,14 @@ fn config(regime: Regime) -> LogConfig {
 fn engine_config(regime: Regime, seed: u64, time_ms: &Arc<AtomicI64>) -> EngineConfig {
     let mut topic_config = config(regime);
     topic_config.preallocate = seed % 3 == 2;
-    EngineConfig {
-        direct_writes: seed % 3 == 1,
-        prewrite_synced_logs: seed.is_multiple_of(3),
-        clock: counter_clock(time_ms),
-        recovery_point_checkpoint_interval_ms: 0,
-        cleaner_dedupe_buffer_bytes: 64 * 1024,
-        open_partitions_max: 16,
-        open_segments_max: 64,
-        ..inline_config(topic_config)
-    }
+    inline_config(topic_config)
+        .with_direct_writes(seed % 3 == 1)
+        .with_prewrite_synced_logs(seed.is_multiple_of(3))
+        .with_clock(counter_clock(time_ms))
+        .with_recovery_point_checkpoint_interval_ms(0)
+        .with_cleaner_dedupe_buffer_bytes(64 * 1024)
+        .with_open_partitions_max(16)
+        .with_open_segments_max(64)
 }
 
 fn topic() -> TopicName {

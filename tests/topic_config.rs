@@ -151,10 +151,7 @@ fn an_invalid_value_is_refused_and_changes_nothing() {
     let engine = open(dir.path());
     let config = retention_config(&[("retention.ms", "-1")]);
     let topic = filled_topic(&engine, "steady", 1, config.clone(), 4);
-    let too_small = LogConfig {
-        segment_bytes: 12,
-        ..config.clone()
-    };
+    let too_small = config.clone().with_segment_bytes(12);
     let refused = engine.alter_topic_config("steady", too_small);
     assert_matches!(
         refused,

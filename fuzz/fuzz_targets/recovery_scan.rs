@@ -152,11 +152,9 @@ fn work_dir() -> &'static Path {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_index_bytes: 4096,
-        index_interval_bytes: 128,
-        ..LogConfig::default()
-    }
+    LogConfig::default()
+        .with_segment_index_bytes(4096)
+        .with_index_interval_bytes(128)
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -238,16 +238,14 @@ fn operation(u: &mut Unstructured<'_>) -> arbitrary::Result<Operation> {
 }
 
 fn topic_config(policy: Policy, delete_retention_ms: i64) -> LogConfig {
-    let mut config = LogConfig {
-        segment_bytes: 700,
-        segment_index_bytes: 96,
-        index_interval_bytes: 64,
-        retention_ms: -1,
-        retention_bytes: 2_000,
-        file_delete_delay_ms: 0,
-        delete_retention_ms: u64::try_from(delete_retention_ms).unwrap_or(u64::MAX),
-        ..LogConfig::default()
-    };
+    let mut config = LogConfig::default()
+        .with_segment_bytes(700)
+        .with_segment_index_bytes(96)
+        .with_index_interval_bytes(64)
+        .with_retention_ms(-1)
+        .with_retention_bytes(2_000)
+        .with_file_delete_delay_ms(0)
+        .with_delete_retention_ms(u64::try_from(delete_retention_ms).unwrap_or(u64::MAX));
     let policy = match policy {
         Policy::Delete => "delete",
         Policy::Compact => "compact",
@@ -265,12 +263,14 @@ static NOW_MS: AtomicI64 = AtomicI64::new(T0);
 /// The inline engine's settings shared by every input (its defaults read `/proc` once).
 fn base_engine_config() -> &'static EngineConfig {
     static CONFIG: OnceLock<EngineConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| EngineConfig {
-        inline: true,
-        pin_shards: false,
-        cleaner_core: None,
-        clock: Clock::from_fn(|| TimestampMs(NOW_MS.load(Ordering::Relaxed))),
-        ..EngineConfig::default()
+    CONFIG.get_or_init(|| {
+        EngineConfig::default()
+            .with_inline(true)
+            .with_pin_shards(false)
+            .with_cleaner_core(None)
+            .with_clock(Clock::from_fn(|| {
+                TimestampMs(NOW_MS.load(Ordering::Relaxed))
+            }))
     })
 }
 
@@ -510,11 +510,12 @@ impl Run {
 
     /// Opens the inline engine on the simulated disk, with this run's clock.
     fn open(&self) -> Result<Engine, String> {
-        let config = EngineConfig {
-            default_topic_config: topic_config(self.policy, self.delete_retention_ms),
-            cleaner_dedupe_buffer_bytes: DEDUPE_BUFFER_BYTES[usize::from(self.small_dedupe_buffer)],
-            ..base_engine_config().clone()
-        };
+        let config = base_engine_config()
+            .clone()
+            .with_default_topic_config(topic_config(self.policy, self.delete_retention_ms))
+            .with_cleaner_dedupe_buffer_bytes(
+                DEDUPE_BUFFER_BYTES[usize::from(self.small_dedupe_buffer)],
+            );
         let storage = Arc::new(self.sim.clone());
         Engine::open_with_storage(&self.root, config, storage).map_err(|error| error.to_string())
     }

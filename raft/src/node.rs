@@ -265,11 +265,9 @@ impl Node {
             if let Ok(description) = engine.describe_topic(&topic) {
                 return Ok(description.topic);
             }
-            let config = LogConfig {
-                retention_ms: -1,
-                retention_bytes: -1,
-                ..LogConfig::default()
-            };
+            let config = LogConfig::default()
+                .with_retention_ms(-1)
+                .with_retention_bytes(-1);
             engine.create_topic(&topic, partitions, config)
         })
         .await

@@ -45,11 +45,9 @@ async fn start_node(
         peers: peers.clone(),
         join,
         // One unpinned shard per node: the tests run many nodes at once on a few cores.
-        engine: EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        },
+        engine: EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false),
     };
     let node = Node::start(config).await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();

@@ -57,11 +57,9 @@ async fn a_node_whose_disk_fails_steps_down_and_the_others_go_on() {
         let dir = root.path().join(format!("node-{id}"));
         let storage = Arc::new(HookedStorage::new(storage_from_env(), disk.clone()));
         std::fs::create_dir_all(&dir).unwrap();
-        let config = EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let config = EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false);
         let engine = Engine::open_with_storage(dir.join("log"), config, storage).unwrap();
         let node_config = NodeConfig {
             id: *id,

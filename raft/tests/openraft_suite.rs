@@ -20,11 +20,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, (TempDir, Engine)> for Bui
     ) -> Result<((TempDir, Engine), LogStore, StateMachine), StorageError<u64>> {
         let dir = tempfile::tempdir().unwrap();
         let data: PathBuf = dir.path().join("log");
-        let config = EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let config = EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false);
         let engine = Engine::open(&data, config).unwrap();
         let topic = engine
             .create_topic("raft", 1, seglog::config::LogConfig::default())

@@ -57,11 +57,9 @@ async fn open(dir: &Path) -> (Engine, LogStore, StateMachine) {
 }
 
 async fn open_replica(dir: &Path) -> (Engine, Replica) {
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false);
     let engine = Engine::open(dir.join("log"), config).unwrap();
     let topic = match engine.describe_topic("t") {
         Ok(description) => description.topic,

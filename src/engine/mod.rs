@@ -84,7 +84,9 @@ pub fn is_internal_topic(topic: &str) -> bool {
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// How the engine runs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// Number of shard threads; 0 means one per available core.
     pub shard_count: usize,

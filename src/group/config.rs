@@ -36,7 +36,9 @@ impl AutoOffsetReset {
 }
 
 /// Configuration of one consumer. Field names are Kafka's, units last.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ConsumerConfig {
     /// `group.id`: the group the consumer joins when it subscribes.
     pub group_id: String,

@@ -13,7 +13,9 @@ use crate::engine::Durability;
 use crate::format::Compression;
 
 /// How a [`Producer`](super::Producer) batches, compresses, bounds and acknowledges.
-#[derive(Clone)]
+#[derive(Clone, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ProducerConfig {
     /// `batch.size`: a partition's batch is closed once the next record would grow it past this
     /// many bytes (header included, before compression). A record larger than this goes alone in

@@ -40,7 +40,7 @@
 //! use seglog::producer::{ProducerConfig, ProducerRecord};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let engine = Engine::open(dir.path(), EngineConfig { shard_count: 1, ..EngineConfig::default() })?;
+//! let engine = Engine::open(dir.path(), EngineConfig::default().with_shard_count(1))?;
 //! let topic = engine.create_topic("orders", 3, LogConfig::default())?;
 //! let producer = engine.producer(ProducerConfig::default())?;
 //! let sent = producer.send(&ProducerRecord::new(&topic, Some(b"alice"), Some(b"book")))?;

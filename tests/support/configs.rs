@@ -6,12 +6,10 @@ use seglog::config::LogConfig;
 /// Segments of `segment_bytes`, index files of 4 KiB and an index entry every
 /// `index_interval_bytes`.
 pub fn small_segments(segment_bytes: u64, index_interval_bytes: u64) -> LogConfig {
-    LogConfig {
-        segment_bytes,
-        segment_index_bytes: 4096,
-        index_interval_bytes,
-        ..LogConfig::default()
-    }
+    LogConfig::default()
+        .with_segment_bytes(segment_bytes)
+        .with_segment_index_bytes(4096)
+        .with_index_interval_bytes(index_interval_bytes)
 }
 
 /// `config` with each `(name, value)` set as a topic's configuration sets it.

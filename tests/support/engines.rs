@@ -14,31 +14,24 @@ use super::batches::{batches_from, records_from, text};
 
 /// `shard_count` shards, not pinned to cores (tests share the machine).
 pub fn engine_config(shard_count: usize) -> EngineConfig {
-    EngineConfig {
-        shard_count,
-        pin_shards: false,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_shard_count(shard_count)
+        .with_pin_shards(false)
 }
 
 /// [`engine_config`] whose idempotent producers never expire: tests whose batches carry
 /// timestamps of 2023 (`T0`), which the system clock would expire at a reopen.
 pub fn keeping_producers(shard_count: usize) -> EngineConfig {
-    EngineConfig {
-        producer_id_expiration_ms: i64::MAX,
-        ..engine_config(shard_count)
-    }
+    engine_config(shard_count).with_producer_id_expiration_ms(i64::MAX)
 }
 
 /// An inline engine (`EngineConfig::inline`: one shard, run by the callers, each request
 /// answered before its call returns) whose topics default to `topic_config`.
 pub fn inline_config(topic_config: LogConfig) -> EngineConfig {
-    EngineConfig {
-        inline: true,
-        pin_shards: false,
-        default_topic_config: topic_config,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_inline(true)
+        .with_pin_shards(false)
+        .with_default_topic_config(topic_config)
 }
 
 /// A clock that reads `time_ms`, which the test sets (a simulation's clock: an inline engine on

@@ -30,12 +30,10 @@ pub const TOPIC: &str = "events";
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".kafka_cleanshutdown";
 
 pub fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1024,
-        index_interval_bytes: 64,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::default()
+        .with_segment_bytes(1024)
+        .with_index_interval_bytes(64)
+        .with_segment_index_bytes(4096)
 }
 
 pub fn topic() -> TopicName {

@@ -23,10 +23,7 @@ use crate::data_dir::{require_data_dir, require_data_dir_or_new};
 /// partitions are written in parallel; nothing on disk depends on it.
 pub fn open_engine(dir: &Path) -> anyhow::Result<Engine> {
     require_data_dir_or_new(dir)?;
-    let config = EngineConfig {
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default().with_pin_shards(false);
     Engine::open(dir, config)
         .with_context(|| format!("cannot open data directory {}", dir.display()))
 }

@@ -71,12 +71,10 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
         let settings = Settings {
             key_separator: args.key_separator.as_deref().map(str::as_bytes),
             null_marker: args.null_marker.as_deref().map(str::as_bytes),
-            producer: ProducerConfig {
-                batch_size_bytes: args.batch_size as usize,
-                linger_ms: args.linger_ms,
-                compression: args.compression_type.unwrap_or(metadata.config.compression),
-                ..producer_config(durability)
-            },
+            producer: producer_config(durability)
+                .with_batch_size_bytes(args.batch_size as usize)
+                .with_linger_ms(args.linger_ms)
+                .with_compression(args.compression_type.unwrap_or(metadata.config.compression)),
             format: args.format,
         };
         let lines = spawn_line_reader()?;
@@ -88,15 +86,13 @@ pub fn run(args: &ProduceArgs) -> anyhow::Result<Outcome> {
 
 /// The producer settings every run shares: the bounds above, routing, acks.
 fn producer_config(acks: Durability) -> ProducerConfig {
-    ProducerConfig {
-        buffer_memory_bytes: BUFFER_MEMORY_BYTES,
+    ProducerConfig::default()
+        .with_buffer_memory_bytes(BUFFER_MEMORY_BYTES)
         // The acknowledgement thread always frees memory: wait for it as long as it takes.
-        block_ms_max: u64::MAX,
-        appends_inflight_max: APPENDS_INFLIGHT_MAX,
-        acks,
-        partitioner: Some(Arc::new(KeyHashOrRoundRobin::default())),
-        ..ProducerConfig::default()
-    }
+        .with_block_ms_max(u64::MAX)
+        .with_appends_inflight_max(APPENDS_INFLIGHT_MAX)
+        .with_acks(acks)
+        .with_partitioner(Some(Arc::new(KeyHashOrRoundRobin::default())))
 }
 
 /// Returns the topic's metadata, creating the topic (with `--partitions`, default 1, and
@@ -431,11 +427,9 @@ mod engine_tests {
         let dir = tempfile::tempdir().unwrap();
         let slow = Arc::new(SlowSyncs::default());
         let storage = Arc::new(HookedStorage::new(Arc::new(PositionedIo), slow.clone()));
-        let config = EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let config = EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false);
         let engine = Engine::open_with_storage(dir.path(), config, storage).unwrap();
         let topic = engine
             .create_topic("t", partition_count, LogConfig::default())
@@ -534,11 +528,9 @@ mod engine_tests {
     #[test]
     fn compression_type_writes_every_batch_with_that_codec_and_acknowledges_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let config = EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let config = EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false);
         let engine = Engine::open(dir.path(), config).unwrap();
         let topic = engine.create_topic("z", 2, LogConfig::default()).unwrap();
         let (sender, lines) = mpsc::channel();
@@ -550,10 +542,8 @@ mod engine_tests {
         let settings = Settings {
             key_separator: Some(b":"),
             null_marker: None,
-            producer: ProducerConfig {
-                compression: seglog::format::Compression::Zstd,
-                ..producer_config(Durability::Written)
-            },
+            producer: producer_config(Durability::Written)
+                .with_compression(seglog::format::Compression::Zstd),
             format: OutputFormat::Text,
         };
         let mut out = Vec::new();

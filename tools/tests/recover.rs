@@ -132,11 +132,9 @@ fn with_yes_it_truncates_and_the_engine_serves_every_batch_before_the_damage() {
         "{last}"
     );
 
-    let config = EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false);
     let engine = Engine::open(&damaged.data, config).unwrap();
     let expected: Vec<String> = (0..damaged.offset).map(|n| format!("value-{n}")).collect();
     assert_eq!(values_served(&engine), expected);
@@ -170,11 +168,9 @@ fn a_directory_another_process_holds_is_refused_as_locked() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     {
-        let config = EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let config = EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false);
         let engine = Engine::open(&data, config).unwrap();
         engine.create_topic("t", 1, LogConfig::default()).unwrap();
         engine.close().unwrap();

@@ -76,10 +76,7 @@ fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_
 
 /// The engine opens `data` but refuses to open partition `t-0`, saying `reason`.
 fn assert_engine_refuses_t0(data: &Path, reason: &str) {
-    let config = EngineConfig {
-        pin_shards: false,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default().with_pin_shards(false);
     let engine = Engine::open(data, config).unwrap();
     let refused = engine.describe_partition("t", 0).unwrap_err();
     assert!(refused.to_string().contains(reason), "{refused}");

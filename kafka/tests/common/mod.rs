@@ -33,11 +33,9 @@ impl Broker {
 
     /// A broker over the engine in `dir` (a restart, when `dir` held one before).
     pub async fn start_in(dir: TempDir, config: ServeConfig) -> Broker {
-        let engine_config = EngineConfig {
-            shard_count: 2,
-            pin_shards: false,
-            ..EngineConfig::default()
-        };
+        let engine_config = EngineConfig::default()
+            .with_shard_count(2)
+            .with_pin_shards(false);
         let engine = Engine::open(dir.path(), engine_config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -43,13 +43,11 @@ impl CompactionFigures {
 
 /// The compacted topic's configuration.
 pub fn topic_config() -> LogConfig {
-    LogConfig {
-        cleanup_policy: CleanupPolicy::Compact,
-        segment_bytes: COMPACTION_SEGMENT_BYTES,
-        segment_index_bytes: super::SMALL_SEGMENT_INDEX_BYTES,
-        min_cleanable_dirty_ratio: 0.0,
-        ..LogConfig::default()
-    }
+    LogConfig::default()
+        .with_cleanup_policy(CleanupPolicy::Compact)
+        .with_segment_bytes(COMPACTION_SEGMENT_BYTES)
+        .with_segment_index_bytes(super::SMALL_SEGMENT_INDEX_BYTES)
+        .with_min_cleanable_dirty_ratio(0.0)
 }
 
 pub fn compaction_phases(

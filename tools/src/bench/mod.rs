@@ -106,20 +106,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     };
     settles.wait("engine");
     raise_open_files_limit();
-    let config = EngineConfig {
-        pin_shards: false,
-        backend: settings.backend,
-        direct_writes: settings.direct_io,
-        direct_cold_reads: settings.direct_cold_reads,
-        prewrite_synced_logs: settings.prewrite,
-        background_sync_bytes: settings.background_sync_bytes,
-        shard_count: args.shards.unwrap_or(EngineConfig::default().shard_count),
-        retention_check_interval_ms: match settings.retention_bytes {
+    let config = EngineConfig::default()
+        .with_pin_shards(false)
+        .with_backend(settings.backend)
+        .with_direct_writes(settings.direct_io)
+        .with_direct_cold_reads(settings.direct_cold_reads)
+        .with_prewrite_synced_logs(settings.prewrite)
+        .with_background_sync_bytes(settings.background_sync_bytes)
+        .with_shard_count(args.shards.unwrap_or(EngineConfig::default().shard_count))
+        .with_retention_check_interval_ms(match settings.retention_bytes {
             Some(_) => RETENTION_CHECK_INTERVAL_MS,
             None => EngineConfig::default().retention_check_interval_ms,
-        },
-        ..EngineConfig::default()
-    };
+        });
     let open_partitions_max = config.open_partitions_max;
     let served_config = config.clone();
     let engine = Engine::open(&dir, config)
@@ -271,29 +269,23 @@ fn run_workload(
 ) -> anyhow::Result<WorkloadOutcome> {
     let topic_config = match settings.workload {
         Workload::Compaction => compaction::topic_config(),
-        Workload::ManyPartitions => LogConfig {
-            segment_index_bytes: SMALL_SEGMENT_INDEX_BYTES,
-            ..LogConfig::default()
-        },
+        Workload::ManyPartitions => {
+            LogConfig::default().with_segment_index_bytes(SMALL_SEGMENT_INDEX_BYTES)
+        }
         _ => LogConfig::default(),
     };
-    let topic_config = LogConfig {
-        segment_bytes: settings.segment_bytes.unwrap_or(topic_config.segment_bytes),
-        ..topic_config
-    };
+    let segment_bytes = settings.segment_bytes.unwrap_or(topic_config.segment_bytes);
+    let topic_config = topic_config.with_segment_bytes(segment_bytes);
     let topic_config = match settings.retention_bytes {
-        Some(bytes) => LogConfig {
-            retention_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
-            file_delete_delay_ms: 0,
-            ..topic_config
-        },
+        Some(bytes) => topic_config
+            .with_retention_bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
+            .with_file_delete_delay_ms(0),
         None => topic_config,
     };
     let topic_config = match settings.flush {
-        FlushMode::IntervalMs(ms) => LogConfig {
-            flush_policy: seglog::config::FlushPolicy::IntervalMs(ms),
-            ..topic_config
-        },
+        FlushMode::IntervalMs(ms) => {
+            topic_config.with_flush_policy(seglog::config::FlushPolicy::IntervalMs(ms))
+        }
         FlushMode::None | FlushMode::Batch => topic_config,
     };
     let topic = engine

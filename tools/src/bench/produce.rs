@@ -159,14 +159,12 @@ impl Producing<'_> {
     /// records' keys and values.
     fn send_records(&self) -> anyhow::Result<WorkerStats> {
         let settings = self.settings;
-        let config = ProducerConfig {
-            batch_size_bytes: settings.batch_bytes,
-            linger_ms: settings.linger_ms.unwrap_or(0),
-            compression: settings.compression,
-            acks: settings.durability(),
-            block_ms_max: u64::MAX,
-            ..ProducerConfig::default()
-        };
+        let config = ProducerConfig::default()
+            .with_batch_size_bytes(settings.batch_bytes)
+            .with_linger_ms(settings.linger_ms.unwrap_or(0))
+            .with_compression(settings.compression)
+            .with_acks(settings.durability())
+            .with_block_ms_max(u64::MAX);
         let producer = self
             .engine
             .producer(config)

@@ -126,11 +126,9 @@ async fn start_node(
         peers: peers.clone(),
         join: false,
         // Three nodes share this machine: one unpinned shard each.
-        engine: EngineConfig {
-            shard_count: 1,
-            pin_shards: false,
-            ..EngineConfig::default()
-        },
+        engine: EngineConfig::default()
+            .with_shard_count(1)
+            .with_pin_shards(false),
     };
     let node = Node::start(config)
         .await

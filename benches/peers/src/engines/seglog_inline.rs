@@ -23,12 +23,10 @@ pub struct SeglogInline {
 }
 
 fn engine_config(direct_writes: bool) -> EngineConfig {
-    EngineConfig {
-        inline: true,
-        pin_shards: false,
-        direct_writes,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_inline(true)
+        .with_pin_shards(false)
+        .with_direct_writes(direct_writes)
 }
 
 impl SeglogInline {

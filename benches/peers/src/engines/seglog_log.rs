@@ -34,12 +34,10 @@ pub struct SeglogLog {
 }
 
 fn engine_config(direct_writes: bool) -> EngineConfig {
-    EngineConfig {
-        shard_count: 1,
-        pin_shards: false,
-        direct_writes,
-        ..EngineConfig::default()
-    }
+    EngineConfig::default()
+        .with_shard_count(1)
+        .with_pin_shards(false)
+        .with_direct_writes(direct_writes)
 }
 
 impl SeglogLog {
