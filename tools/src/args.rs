@@ -411,6 +411,10 @@ pub struct DumpArgs {
     /// Print one line per record, not only per batch.
     #[arg(long)]
     pub deep_iteration: bool,
+    /// `text`: Kafka's lines; `json`: JSON lines, streamed, one object per file, batch, record,
+    /// index entry, note and problem, each with its `type` and `file`.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -418,6 +422,10 @@ pub struct VerifyArgs {
     /// Data directory, or a single partition directory.
     #[arg(long)]
     pub dir: PathBuf,
+    /// `text`: one line per note and problem, then a summary; `json`: one JSON document (on one
+    /// line) with `ok`, the totals, and per partition what was checked and each problem.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
