@@ -173,12 +173,13 @@ fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, St
     Ok(peers)
 }
 
-/// Output format of `produce` acknowledgements, `consume` records and `topics` listings.
+/// Output format of `produce` acknowledgements, `consume` records, `topics` listings, `dump`
+/// and `verify`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// Readable lines (`name=value` fields; `topics` uses Kafka's `Name: value` columns).
+    /// Readable lines (`name=value` fields; `topics` and `dump` use Kafka's `name: value`).
     Text,
-    /// One JSON object per line.
+    /// One JSON object per line (`verify`: one in all).
     Json,
 }
 
