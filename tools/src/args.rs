@@ -173,12 +173,13 @@ fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, St
     Ok(peers)
 }
 
-/// Output format of `produce` acknowledgements, `consume` records and `topics` listings.
+/// Output format of `produce` acknowledgements, `consume` records, `topics` listings, `dump`
+/// and `verify`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// Readable lines (`name=value` fields; `topics` uses Kafka's `Name: value` columns).
+    /// Readable lines (`name=value` fields; `topics` and `dump` use Kafka's `name: value`).
     Text,
-    /// One JSON object per line.
+    /// One JSON object per line (`verify`: one in all).
     Json,
 }
 
@@ -411,6 +412,10 @@ pub struct DumpArgs {
     /// Print one line per record, not only per batch.
     #[arg(long)]
     pub deep_iteration: bool,
+    /// `text`: Kafka's lines; `json`: JSON lines, streamed, one object per file, batch, record,
+    /// index entry, note and problem, each with its `type` and `file`.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -418,6 +423,10 @@ pub struct VerifyArgs {
     /// Data directory, or a single partition directory.
     #[arg(long)]
     pub dir: PathBuf,
+    /// `text`: one line per note and problem, then a summary; `json`: one JSON document (on one
+    /// line) with `ok`, the totals, and per partition what was checked and each problem.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Args)]

@@ -1,10 +1,11 @@
 //! The lines Kafka's `kafka.tools.DumpLogSegments` prints for a batch and for a record, with
 //! Kafka's field names, order and value spellings (`OptionalLong.empty`, `CreateTime`, unsigned
-//! CRC, lower-case codec names).
+//! CRC, lower-case codec names), and the same fields as `dump --format json` objects.
 
 use std::borrow::Cow;
 
 use seglog::format::{BatchAttributes, BatchHeader, Record};
+use serde::Serialize;
 
 use crate::record_view::{lossy, record_offset, record_timestamp};
 
@@ -68,6 +69,104 @@ pub fn record_line(header: &BatchHeader, record: &Record, print_data: bool) -> S
         }
     }
     line
+}
+
+/// A batch as `dump --format json` writes it: [`batch_line`]'s fields in snake case, in the
+/// same order; field order is the documented output order.
+#[derive(Debug, Serialize)]
+pub struct BatchJson {
+    base_offset: i64,
+    last_offset: i64,
+    count: i32,
+    base_sequence: i32,
+    last_sequence: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    partition_leader_epoch: i32,
+    is_transactional: bool,
+    is_control: bool,
+    /// Null where the batch has none (Kafka's `OptionalLong.empty`).
+    delete_horizon_ms: Option<i64>,
+    position: u64,
+    timestamp_type: &'static str,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    size: u64,
+    magic: i8,
+    compression: Cow<'static, str>,
+    crc: u32,
+    crc_valid: bool,
+}
+
+pub fn batch_json(header: &BatchHeader, position: u64, crc_valid: bool) -> BatchJson {
+    BatchJson {
+        base_offset: header.base_offset,
+        last_offset: header.last_offset(),
+        count: header.records_count,
+        base_sequence: header.base_sequence,
+        last_sequence: last_sequence(header),
+        producer_id: header.producer_id,
+        producer_epoch: header.producer_epoch,
+        partition_leader_epoch: header.partition_leader_epoch,
+        is_transactional: header.attributes.is_transactional(),
+        is_control: header.attributes.is_control(),
+        delete_horizon_ms: header
+            .attributes
+            .has_delete_horizon()
+            .then_some(header.base_timestamp),
+        position,
+        timestamp_type: timestamp_type_name(header.attributes),
+        base_timestamp: header.base_timestamp,
+        max_timestamp: header.max_timestamp,
+        size: header.size_bytes(),
+        magic: header.magic,
+        compression: compression_name(header.attributes),
+        crc: header.crc,
+        crc_valid,
+    }
+}
+
+/// A record as `dump --format json` writes it: [`record_line`]'s fields in snake case; `key`
+/// and `payload` (UTF-8, invalid bytes replaced) only with `print_data`, never for a control
+/// batch, whose records carry `control` (what Kafka prints for them) instead.
+#[derive(Debug, Serialize)]
+pub struct RecordJson<'a> {
+    offset: i64,
+    timestamp: i64,
+    key_size: i64,
+    value_size: i64,
+    sequence: i32,
+    header_keys: Vec<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<Option<Cow<'a, str>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Option<Cow<'a, str>>>,
+}
+
+pub fn record_json<'a>(
+    header: &BatchHeader,
+    record: &'a Record,
+    print_data: bool,
+) -> RecordJson<'a> {
+    let is_control = header.attributes.is_control();
+    let data = print_data && !is_control;
+    RecordJson {
+        offset: record_offset(header, record),
+        timestamp: record_timestamp(header, record),
+        key_size: nullable_size(record.key.as_ref().map(|key| key.len())),
+        value_size: nullable_size(record.value.as_ref().map(|value| value.len())),
+        sequence: record_sequence(header, record),
+        header_keys: record
+            .headers
+            .iter()
+            .map(|header| header.key.as_str())
+            .collect(),
+        control: is_control.then(|| control_description(record).trim_start().to_owned()),
+        key: data.then(|| record.key.as_ref().map(lossy)),
+        payload: data.then(|| record.value.as_ref().map(lossy)),
+    }
 }
 
 fn nullable_size(length: Option<usize>) -> i64 {

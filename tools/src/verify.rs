@@ -7,11 +7,13 @@
 //! cleaned end of one it did), no misnamed segment file (`123.log`, which the log would ignore),
 //! and every `.index` / `.timeindex` entry against the batches of its `.log`. Problems are printed
 //! one per line, naming the file and the position. A directory that is neither a data directory
-//! nor a partition directory is refused.
+//! nor a partition directory is refused. `--format json` prints one document instead: `ok`, the
+//! totals, and per partition what was checked and each problem ([`ReportJson`]).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -22,9 +24,10 @@ use seglog::format::file_name::{
     RECOVERY_POINT_CHECKPOINT, SegmentFileKind, SegmentFileName, parse_partition_dir_name,
 };
 use seglog::types::TopicName;
+use serde::Serialize;
 
 use crate::Outcome;
-use crate::args::VerifyArgs;
+use crate::args::{OutputFormat, VerifyArgs};
 use crate::data_dir::{DirState, inspect, list_names, require_data_dir};
 use crate::dir_view::{read_checkpoint, read_registry};
 use crate::index_check::{
@@ -33,28 +36,102 @@ use crate::index_check::{
 use crate::log_scan::{BatchSpan, BatchWalker, LogLayout, ScanStop, WalkStep, unwritten_tail};
 use crate::read_only::ReadOnlyFile;
 
-/// Everything verification found, and what it covered.
-#[derive(Debug, Default)]
-struct Report {
-    problems: Vec<String>,
-    notes: Vec<String>,
+/// One thing verification found: the file it is in (none for the topic registry's own error), the
+/// byte position where there is one, and what.
+#[derive(Debug)]
+struct Finding {
+    file: Option<String>,
+    position: Option<u64>,
+    text: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(file) = &self.file {
+            write!(formatter, "{file}: ")?;
+        }
+        if let Some(position) = self.position {
+            write!(formatter, "position {position}: ")?;
+        }
+        write!(formatter, "{}", self.text)
+    }
+}
+
+/// What verification covered.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+struct Checked {
     segments: u64,
     batches: u64,
     records: u64,
+    /// `.index` and `.timeindex` entries checked against their `.log` (zero tails excluded).
+    index_entries: u64,
+}
+
+/// One partition directory's share of a [`Report`]: what was checked there, and the ranges of
+/// the report's problems and notes found there.
+#[derive(Debug)]
+struct PartitionReport {
+    dir: String,
+    checked: Checked,
+    problems: Range<usize>,
+    notes: Range<usize>,
+}
+
+/// Everything verification found, and what it covered.
+#[derive(Debug, Default)]
+struct Report {
+    problems: Vec<Finding>,
+    notes: Vec<Finding>,
+    checked: Checked,
+    partitions: Vec<PartitionReport>,
 }
 
 impl Report {
     fn problem(&mut self, file: &Path, position: u64, reason: impl std::fmt::Display) {
-        self.problems
-            .push(format!("{}: position {position}: {reason}", file.display()));
+        self.problems.push(Finding {
+            file: Some(file.display().to_string()),
+            position: Some(position),
+            text: reason.to_string(),
+        });
     }
 
     fn problem_in_file(&mut self, file: &Path, reason: impl std::fmt::Display) {
-        self.problems.push(format!("{}: {reason}", file.display()));
+        self.problems.push(Finding {
+            file: Some(file.display().to_string()),
+            position: None,
+            text: reason.to_string(),
+        });
     }
 
     fn note(&mut self, file: &Path, text: impl std::fmt::Display) {
-        self.notes.push(format!("note: {}: {text}", file.display()));
+        self.notes.push(Finding {
+            file: Some(file.display().to_string()),
+            position: None,
+            text: text.to_string(),
+        });
+    }
+
+    /// Verifies one partition directory, keeping what it checked and found apart.
+    fn partition(
+        &mut self,
+        dir: &Path,
+        verify: impl FnOnce(&mut Report) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let (problems, notes, before) = (self.problems.len(), self.notes.len(), self.checked);
+        verify(self)?;
+        let after = self.checked;
+        self.partitions.push(PartitionReport {
+            dir: dir.display().to_string(),
+            checked: Checked {
+                segments: after.segments - before.segments,
+                batches: after.batches - before.batches,
+                records: after.records - before.records,
+                index_entries: after.index_entries - before.index_entries,
+            },
+            problems: problems..self.problems.len(),
+            notes: notes..self.notes.len(),
+        });
+        Ok(())
     }
 }
 
@@ -64,7 +141,11 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let topics = match read_registry(&targets.root) {
         Ok(topics) => topics,
         Err(error) => {
-            report.problems.push(crate::error_line::error_line(&error));
+            report.problems.push(Finding {
+                file: None,
+                position: None,
+                text: crate::error_line::error_line(&error),
+            });
             BTreeMap::new()
         }
     };
@@ -74,22 +155,136 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     }
     for partition_dir in &targets.partition_dirs {
         let config = topic_config(&topics, partition_dir);
-        verify_partition(partition_dir, &config, &mut report)?;
+        report.partition(partition_dir, |report| {
+            verify_partition(partition_dir, &config, report)
+        })?;
     }
     let mut out = io::stdout().lock();
-    for line in report.notes.iter().chain(&report.problems) {
-        writeln!(out, "{line}")?;
+    match args.format {
+        OutputFormat::Text => print_text(&mut out, &report)?,
+        OutputFormat::Json => {
+            serde_json::to_writer(&mut out, &report_json(&args.dir, &report))?;
+            writeln!(out)?;
+        }
     }
-    let totals = format!(
-        "{} segments, {} batches, {} records",
-        report.segments, report.batches, report.records
-    );
-    if report.problems.is_empty() {
-        writeln!(out, "OK {totals}")?;
-        return Ok(Outcome::Clean);
+    match report.problems.is_empty() {
+        true => Ok(Outcome::Clean),
+        false => Ok(Outcome::Findings),
     }
-    writeln!(out, "FAILED {} problems in {totals}", report.problems.len())?;
-    Ok(Outcome::Findings)
+}
+
+fn print_text(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    for note in &report.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    for problem in &report.problems {
+        writeln!(out, "{problem}")?;
+    }
+    let Checked {
+        segments,
+        batches,
+        records,
+        ..
+    } = report.checked;
+    let totals = format!("{segments} segments, {batches} batches, {records} records");
+    match report.problems.len() {
+        0 => writeln!(out, "OK {totals}"),
+        count => writeln!(out, "FAILED {count} problems in {totals}"),
+    }
+}
+
+/// A problem in `verify --format json`.
+#[derive(Serialize)]
+struct ProblemJson<'a> {
+    file: Option<&'a str>,
+    position: Option<u64>,
+    reason: &'a str,
+}
+
+/// A note in `verify --format json`.
+#[derive(Serialize)]
+struct NoteJson<'a> {
+    file: Option<&'a str>,
+    note: &'a str,
+}
+
+/// A partition in `verify --format json`: its directory, whether it has no problem, what was
+/// checked, and what was found.
+#[derive(Serialize)]
+struct PartitionJson<'a> {
+    dir: &'a str,
+    ok: bool,
+    #[serde(flatten)]
+    checked: Checked,
+    problems: Vec<ProblemJson<'a>>,
+    notes: Vec<NoteJson<'a>>,
+}
+
+/// `verify --format json`: `ok` (no problem anywhere), the totals, the problems and notes of the
+/// data directory itself (registry, checkpoints, producer-id block), and each partition's.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    dir: String,
+    ok: bool,
+    problem_count: usize,
+    #[serde(flatten)]
+    checked: Checked,
+    problems: Vec<ProblemJson<'a>>,
+    notes: Vec<NoteJson<'a>>,
+    partitions: Vec<PartitionJson<'a>>,
+}
+
+fn report_json<'a>(dir: &Path, report: &'a Report) -> ReportJson<'a> {
+    let partitions = report
+        .partitions
+        .iter()
+        .map(|partition| PartitionJson {
+            dir: &partition.dir,
+            ok: partition.problems.is_empty(),
+            checked: partition.checked,
+            problems: problems_json(&report.problems[partition.problems.clone()]),
+            notes: notes_json(&report.notes[partition.notes.clone()]),
+        })
+        .collect();
+    let in_partition = |index: usize, range: fn(&PartitionReport) -> &Range<usize>| {
+        report
+            .partitions
+            .iter()
+            .any(|partition| range(partition).contains(&index))
+    };
+    let outside = |findings: &'a [Finding], range: fn(&PartitionReport) -> &Range<usize>| {
+        let outside = findings
+            .iter()
+            .enumerate()
+            .filter(move |(index, _)| !in_partition(*index, range));
+        outside.map(|(_, finding)| finding)
+    };
+    ReportJson {
+        dir: dir.display().to_string(),
+        ok: report.problems.is_empty(),
+        problem_count: report.problems.len(),
+        checked: report.checked,
+        problems: problems_json(outside(&report.problems, |partition| &partition.problems)),
+        notes: notes_json(outside(&report.notes, |partition| &partition.notes)),
+        partitions,
+    }
+}
+
+fn problems_json<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<ProblemJson<'a>> {
+    let problem = |finding: &'a Finding| ProblemJson {
+        file: finding.file.as_deref(),
+        position: finding.position,
+        reason: &finding.text,
+    };
+    findings.into_iter().map(problem).collect()
+}
+
+fn notes_json<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<NoteJson<'a>> {
+    let note = |finding: &'a Finding| NoteJson {
+        file: finding.file.as_deref(),
+        note: &finding.text,
+    };
+    findings.into_iter().map(note).collect()
 }
 
 /// What to verify: partition directories, and the data directory they belong to.
@@ -348,11 +543,11 @@ fn verify_log(
         next_offset: previous_next_offset,
     };
     let mut walker = BatchWalker::new(&file, size_bytes);
-    report.segments += 1;
+    report.checked.segments += 1;
     loop {
         let span = match walker.next_step()? {
             WalkStep::Valid { position, batch } => {
-                report.records += check_records(path, position, &batch, report);
+                report.checked.records += check_records(path, position, &batch, report);
                 BatchSpan::new(position, batch.header())
             }
             WalkStep::Corrupt {
@@ -385,7 +580,7 @@ fn verify_log(
             }
             WalkStep::End => return Ok(layout),
         };
-        report.batches += 1;
+        report.checked.batches += 1;
         check_batch_offsets(path, &span, &mut floor, report);
         layout.batches.push(span);
     }
@@ -507,6 +702,7 @@ fn verify_offset_index(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let index = IndexBytes::read(path, OFFSET_ENTRY_BYTES)?;
+    report.checked.index_entries += index.entry_count as u64;
     let mut previous = None;
     for (entry_index, entry) in index.offset_entries().enumerate() {
         if let Some(reason) = check_offset_entry(base_offset, previous, entry, layout) {
@@ -534,6 +730,7 @@ fn verify_time_index(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let index = IndexBytes::read(path, TIME_ENTRY_BYTES)?;
+    report.checked.index_entries += index.entry_count as u64;
     let mut previous = None;
     for (entry_index, entry) in index.time_entries().enumerate() {
         if let Some(reason) = check_time_entry(base_offset, previous, entry, layout) {

@@ -468,7 +468,7 @@ fn compaction_reports_append_latency_without_and_with_compaction_running() {
 #[test]
 fn linger_sends_records_through_the_producer_with_keys_and_compression() {
     let report = bench(
-        "--linger-ms 1 --key-space 100 --compression lz4 --records 2000 --record-size 100 --batch-bytes 8192",
+        "--linger-ms 1 --key-space 100 --compression-type lz4 --records 2000 --record-size 100 --batch-bytes 8192",
     );
     // Records go one at a time: exactly as many as asked, one latency each.
     assert_eq!(report["append"]["records"], 2000);
@@ -483,12 +483,54 @@ fn every_codec_writes_batches_that_verify() {
     for codec in ["gzip", "snappy", "lz4", "zstd"] {
         let args = words("--records 500 --record-size 100 --batch-bytes 4096");
         let (report, temporary) =
-            bench_json_in_dir(&[&["--compression", codec][..], &args].concat());
+            bench_json_in_dir(&[&["--compression-type", codec][..], &args].concat());
         assert_eq!(report["config"]["compression"], codec);
         assert_throughput(&report, "append");
         let data = temporary.path().join("data");
         assert_success(&verify(&data));
     }
+}
+
+#[test]
+fn compression_type_is_kafkas_flag_and_compression_its_old_spelling() {
+    let args = "--records 500 --record-size 100 --batch-bytes 4096";
+    let (report, table) = bench_json_and_table(&words(&format!("--compression-type lz4 {args}")));
+    assert_eq!(report["config"]["compression"], "lz4");
+    assert!(table.contains(" compression=lz4 "), "{table}");
+    let report = bench(&format!("--compression gzip {args}"));
+    assert_eq!(report["config"]["compression"], "gzip");
+}
+
+/// Throughput is an upper bound only: a loaded machine makes a run slower, never faster.
+#[test]
+fn throughput_caps_the_offered_load_of_all_producers_together() {
+    let cap = 2000.0;
+    let args =
+        "--records 2000 --record-size 100 --batch-bytes 1024 --producers 4 --throughput 2000";
+    let (report, table) = bench_json_and_table(&words(args));
+    assert_eq!(report["append"]["records"], 2000);
+    let achieved = number(&report, &["append", "records_per_s"]);
+    assert!(achieved <= cap * 1.1, "{achieved} records/s: {report:#}");
+    assert_eq!(
+        number(&report, &["config", "throughput_records_per_s"]),
+        cap
+    );
+    assert!(table.contains(" throughput=2000/s "), "{table}");
+    assert_latency(&report, "append");
+    // Through seglog's Producer, one record at a time, the same.
+    let (report, _) = bench_json_and_table(&words(&format!("{args} --linger-ms 1")));
+    let achieved = number(&report, &["append", "records_per_s"]);
+    assert!(achieved <= cap * 1.1, "{achieved} records/s: {report:#}");
+}
+
+#[test]
+fn a_negative_throughput_is_no_cap() {
+    let (report, table) = bench_json_and_table(&words("--records 200 --throughput -1"));
+    assert!(
+        report["config"]["throughput_records_per_s"].is_null(),
+        "{report:#}"
+    );
+    assert!(table.contains(" throughput=- "), "{table}");
 }
 
 #[test]
@@ -602,7 +644,9 @@ fn assert_well_formed(xml: &str) {
 #[test]
 fn new_options_refuse_bad_values() {
     for args in [
-        "bench --compression brotli",
+        "bench --compression-type brotli",
+        "bench --throughput 0",
+        "bench --throughput fast",
         "bench --key-space 0",
         "bench --linger-ms soon",
         "bench --workload fetch-lukewarm",

@@ -1,7 +1,7 @@
 """The two phases of the consumer-group client tests (confluent_kafka_group.py and
 kafka_python_group.py), whatever the client: each script passes itself as `client`, with its
-`Member` (poll, keys, revocations, close), `create_and_produce`, RECORD_COUNT and
-PHASE_TIMEOUT_S.
+`Member` (poll, keys, revocations, close, and optionally diagnose), `create_and_produce`,
+RECORD_COUNT and PHASE_TIMEOUT_S.
 """
 
 import json
@@ -18,17 +18,25 @@ def run_until(members, done, timeout_s):
     return done()
 
 
+def diagnosis(*members):
+    """What the members know (their `diagnose()`, where the client has one), so that a failure
+    explains itself."""
+    found = [member.diagnose() for member in members if hasattr(member, "diagnose")]
+    return "".join(f"\n{text}" for text in found)
+
+
 def first(client, bootstrap, topic, failures):
     failures += client.create_and_produce(bootstrap, topic)
     a = client.Member(bootstrap, topic, "member-a", failures)
     timeout_s = client.PHASE_TIMEOUT_S
     if not run_until([a], lambda: len(a.keys) >= client.RECORD_COUNT // 4, timeout_s):
-        failures.append(f"member A alone consumed only {len(a.keys)} records")
+        failures.append(f"member A alone consumed only {len(a.keys)} records{diagnosis(a)}")
     b = client.Member(bootstrap, topic, "member-b", failures)
     total = lambda: len(a.keys) + len(b.keys)
     half = lambda: len(b.keys) > 0 and total() >= client.RECORD_COUNT // 2
     if not run_until([a, b], half, timeout_s):
-        failures.append(f"after B joined: A {len(a.keys)}, B {len(b.keys)} records")
+        consumed = f"A {len(a.keys)}, B {len(b.keys)} records"
+        failures.append(f"after B joined: {consumed}{diagnosis(a, b)}")
     if a.revocations == 0:
         failures.append("member A saw no rebalance when B joined")
     a.close()
@@ -43,7 +51,8 @@ def second(client, bootstrap, topic, failures, earlier):
     everything = lambda: total() >= client.RECORD_COUNT
     if not run_until([a, b], everything, client.PHASE_TIMEOUT_S):
         count = client.RECORD_COUNT
-        failures.append(f"after the restart only {total()} of {count} records consumed")
+        consumed = f"only {total()} of {count} records consumed"
+        failures.append(f"after the restart {consumed}{diagnosis(a, b)}")
     # A little longer: anything re-read would arrive now.
     deadline = time.monotonic() + 1
     while time.monotonic() < deadline:

@@ -29,9 +29,12 @@ PHASE_TIMEOUT_S = 90
 # Kafka's minimum session timeout; heartbeats often, so a rebalance is seen at once.
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 100
+# Bounds each broker call of a failure's diagnosis.
+DIAGNOSE_TIMEOUT_MS = 5000
 
 try:
     from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
 except ImportError as error:
@@ -47,7 +50,8 @@ def create_and_produce(bootstrap, topic):
         )
     finally:
         admin.close()
-    # Idempotence needs InitProducerId, which this broker does not answer yet.
+    # Not idempotent: this test is about the group, and idempotent_produce.py covers
+    # InitProducerId and sequences.
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=False
     )
@@ -70,7 +74,8 @@ class Member(ConsumerRebalanceListener):
 
     def __init__(self, bootstrap, topic, name, failures):
         self.name, self.failures, self.keys = name, failures, []
-        self.revocations = 0
+        self.topic, self.revocations, self.assignments = topic, 0, []
+        self.polls, self.empty_polls = 0, 0
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap,
             group_id=GROUP,
@@ -86,11 +91,13 @@ class Member(ConsumerRebalanceListener):
         self.revocations += 1
 
     def on_partitions_assigned(self, assigned):
-        pass
+        self.assignments.append(partition_names(assigned))
 
     def poll(self):
         """One batch, its positions committed synchronously before the next poll."""
         batches = self.consumer.poll(timeout_ms=100, max_records=BATCH_MAX)
+        self.polls += 1
+        self.empty_polls += not batches
         for messages in batches.values():
             self.keys.extend(message.key.decode() for message in messages)
         if batches:
@@ -100,8 +107,48 @@ class Member(ConsumerRebalanceListener):
                 self.failures.append(f"{self.name}: commit failed: {error}")
         return len(batches)
 
+    def diagnose(self):
+        """What this member knows, for a failure message: its subscription, the assignments it
+        was given, and per partition of the topic its committed offset, position and end offset.
+        Each broker call is bounded by DIAGNOSE_TIMEOUT_MS; a failed call shows its error."""
+        consumer, timeout_ms = self.consumer, DIAGNOSE_TIMEOUT_MS
+        assigned = consumer.assignment()
+        partitions = [TopicPartition(self.topic, p) for p in range(PARTITION_COUNT)]
+        ends = attempt(lambda: consumer.end_offsets(partitions, timeout_ms=timeout_ms))
+        coordinator = getattr(consumer, "_coordinator", None)
+        lines = [
+            f"{self.name}: subscription {attempt(consumer.subscription)}, "
+            f"assignment {partition_names(assigned)}, assignments given {self.assignments}, "
+            f"revocations {self.revocations}, polls {self.polls} ({self.empty_polls} empty), "
+            f"coordinator {getattr(coordinator, 'coordinator_id', '?')} "
+            f"state {getattr(coordinator, 'state', '?')}"
+        ]
+        for partition in partitions:
+            committed = attempt(lambda: consumer.committed(partition, timeout_ms=timeout_ms))
+            position = "(not assigned)"
+            if partition in assigned:
+                position = attempt(lambda: consumer.position(partition, timeout_ms=timeout_ms))
+            end = ends.get(partition) if isinstance(ends, dict) else ends
+            lines.append(
+                f"  {partition.topic}-{partition.partition}: committed {committed}, "
+                f"position {position}, end offset {end}"
+            )
+        return "\n".join(lines)
+
     def close(self):
         self.consumer.close()
+
+
+def partition_names(partitions):
+    return sorted(f"{p.topic}-{p.partition}" for p in partitions)
+
+
+def attempt(call):
+    """`call()`, or its error as text: a diagnosis reports what it can."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - any failure is part of the diagnosis
+        return f"<{type(error).__name__}: {error}>"
 
 
 if __name__ == "__main__":

@@ -135,14 +135,28 @@ pub struct BenchArgs {
     /// unkeyed otherwise].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub key_space: Option<u64>,
-    /// Codec of every appended batch: none, gzip, snappy, lz4 or zstd.
-    #[arg(long, default_value = "none", value_parser = parse_compression)]
-    pub compression: Compression,
+    /// Codec of every appended batch (Kafka's `compression.type`): none, gzip, snappy, lz4 or
+    /// zstd. `--compression` is an old spelling of it.
+    #[arg(
+        long,
+        alias = "compression",
+        value_name = "CODEC",
+        default_value = "none",
+        value_parser = parse_compression
+    )]
+    pub compression_type: Compression,
     /// `none`: appends are acknowledged once written; `batch`: every append is acknowledged only
     /// once synced (group-commit and replicated always are); `interval:MS`: acknowledged once written, the topic
     /// syncs every MS milliseconds (`flush.ms`).
     #[arg(long, value_name = "none|batch|interval:MS", default_value = "none", value_parser = parse_flush)]
     pub flush: FlushMode,
+    /// Cap the offered load at this many records per second, all producers together, as
+    /// kafka-producer-perf-test's `--throughput` (negative: no cap, the default). Each batch is
+    /// due when the cap's schedule reaches its last record; latency is measured from that due
+    /// time, not from the actual send, so a stalled producer's backlog counts (no coordinated
+    /// omission).
+    #[arg(long, value_name = "RECORDS_PER_S", allow_negative_numbers = true, value_parser = parse_throughput)]
+    pub throughput: Option<f64>,
     /// Run for this many seconds [default: 3].
     #[arg(long, value_name = "SECS", conflicts_with = "records", value_parser = parse_seconds)]
     pub duration: Option<f64>,
@@ -223,6 +237,20 @@ pub struct BenchArgs {
 fn parse_compression(text: &str) -> Result<Compression, String> {
     Compression::from_str(text)
         .map_err(|_| format!("{text:?}: the codec must be one of none, gzip, snappy, lz4, zstd"))
+}
+
+/// A cap in records per second; negative (Kafka's -1) is no cap.
+fn parse_throughput(text: &str) -> Result<f64, String> {
+    let records_per_s: f64 = text
+        .parse()
+        .map_err(|error| format!("{text:?} is not a number of records per second: {error}"))?;
+    if records_per_s.is_finite() && records_per_s != 0.0 {
+        Ok(records_per_s)
+    } else {
+        Err(format!(
+            "{text:?}: the cap must be a positive number of records per second (negative: none)"
+        ))
+    }
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {

@@ -66,7 +66,7 @@ impl RecordMaker {
 }
 
 /// Builds batches of about `--batch-bytes` from a [`RecordMaker`], compressed with
-/// `--compression`.
+/// `--compression-type`.
 pub struct BatchMaker {
     records: RecordMaker,
     batch_bytes: usize,

@@ -22,6 +22,7 @@
 //! - `serve`: the embedded `append` phase, then the same producers over Kafka's wire protocol
 //!   to `seglog serve` in this process, then the data fetched back over it ([`serve`]).
 //!
+//! `--throughput` caps the producers' offered load, all together ([`progress::Shared::claim_send`]).
 //! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
 //! `--json`, `--histogram` and `--plot` write files. A progress bar with live throughput goes to
 //! stderr when it is a terminal.

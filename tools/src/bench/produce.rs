@@ -18,7 +18,7 @@ use seglog::types::{PartitionId, TopicName};
 use super::batches::{BatchMaker, RecordMaker};
 use super::progress::{
     Limit, Phase, Shared, WorkerStats, merge, micros, now_micros, phase_seconds,
-    process_cpu_seconds, progress_bar, watch,
+    process_cpu_seconds, progress_bar, sleep_until, watch,
 };
 use super::settings::Settings;
 
@@ -30,7 +30,7 @@ pub fn append_phase(
     limit: Limit,
     name: &'static str,
 ) -> anyhow::Result<Phase> {
-    let shared = Shared::default();
+    let shared = Shared::paced(settings.records_per_s_cap);
     let bar = progress_bar(limit, name);
     let started = Instant::now();
     let cpu_started = process_cpu_seconds();
@@ -88,7 +88,8 @@ pub struct Producing<'a> {
     pub producer: usize,
 }
 
-/// An append in flight: when it was sent, its answer, its records and bytes.
+/// An append in flight: when it was due (sent, unless `--throughput` scheduled it earlier than
+/// it could go), its answer, its records and bytes.
 type InFlight = (Instant, Pending<AppendInfo, AppendError>, u64, u64);
 
 impl Producing<'_> {
@@ -122,9 +123,9 @@ impl Producing<'_> {
         let mut next_partition = self.producer as u64 % partitions;
         let mut inflight = VecDeque::with_capacity(settings.appends_inflight());
         let durability = settings.durability();
-        let finish = |(sent, pending, records, bytes): InFlight, stats: &mut WorkerStats| {
+        let finish = |(due, pending, records, bytes): InFlight, stats: &mut WorkerStats| {
             pending.wait().context("append failed")?;
-            stats.latency.saturating_record(micros(sent.elapsed()));
+            stats.latency.saturating_record(micros(due.elapsed()));
             stats.records += records;
             stats.bytes += bytes;
             self.shared.appended.fetch_add(records, Ordering::Relaxed);
@@ -132,15 +133,21 @@ impl Producing<'_> {
         };
         loop {
             let (batch, records) = next_batch()?;
-            if !self.shared.claim(self.limit, self.started, records) {
+            let Some(due) = self.shared.claim_send(self.limit, self.started, records) else {
                 break;
+            };
+            // Capped: the answers that come before the batch is due are taken meanwhile.
+            while Instant::now() < due
+                && let Some(oldest) = inflight.pop_front()
+            {
+                finish(oldest, &mut stats)?;
             }
+            sleep_until(due);
             let partition = PartitionId::try_from(next_partition).unwrap_or(0);
             next_partition = (next_partition + 1) % partitions;
             let bytes = batch.len() as u64;
-            let sent = Instant::now();
             let pending = self.engine.append(self.topic, partition, batch, durability);
-            inflight.push_back((sent, pending, records, bytes));
+            inflight.push_back((due, pending, records, bytes));
             if inflight.len() >= settings.appends_inflight()
                 && let Some(oldest) = inflight.pop_front()
             {
@@ -156,7 +163,8 @@ impl Producing<'_> {
     /// Sends records one at a time through a `Producer` of its own (batch.size, linger.ms,
     /// compression.type and acks from the settings; the partitioner chooses: murmur2 of the key,
     /// sticky without one). Latency is per record, send to acknowledgement; bytes are the
-    /// records' keys and values.
+    /// records' keys and values. Capped (`--throughput`), latency runs from when the record was
+    /// due.
     fn send_records(&self) -> anyhow::Result<WorkerStats> {
         let settings = self.settings;
         let config = ProducerConfig::default()
@@ -173,22 +181,26 @@ impl Producing<'_> {
         let mut stats = WorkerStats::new()?;
         let inflight_max = settings.appends_inflight() * settings.records_per_batch();
         let mut inflight: VecDeque<(Instant, SendFuture, u64)> = VecDeque::new();
-        let finish = |(sent, future, bytes): (Instant, SendFuture, u64),
-                      stats: &mut WorkerStats| {
+        let finish = |(due, future, bytes): (Instant, SendFuture, u64), stats: &mut WorkerStats| {
             future.wait().context("send failed")?;
-            stats.latency.saturating_record(micros(sent.elapsed()));
+            stats.latency.saturating_record(micros(due.elapsed()));
             stats.records += 1;
             stats.bytes += bytes;
             self.shared.appended.fetch_add(1, Ordering::Relaxed);
             anyhow::Ok(())
         };
-        while self.shared.claim(self.limit, self.started, 1) {
+        while let Some(due) = self.shared.claim_send(self.limit, self.started, 1) {
+            while Instant::now() < due
+                && let Some(oldest) = inflight.pop_front()
+            {
+                finish(oldest, &mut stats)?;
+            }
+            sleep_until(due);
             let (key, value) = maker.next(now_micros());
             let bytes = (key.map_or(0, <[u8]>::len) + value.len()) as u64;
             let record = ProducerRecord::new(self.topic, key, Some(value));
-            let sent = Instant::now();
             let future = producer.send(&record).context("send failed")?;
-            inflight.push_back((sent, future, bytes));
+            inflight.push_back((due, future, bytes));
             while inflight.len() >= inflight_max
                 || inflight
                     .front()

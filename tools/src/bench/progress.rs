@@ -96,15 +96,57 @@ pub struct Shared {
     /// Records fetched.
     pub fetched: AtomicU64,
     pub producers_done: AtomicBool,
+    /// `--throughput`: the producers' offered load, all together, at most (records per second).
+    pub records_per_s_cap: Option<f64>,
+    /// Records the capped schedule has handed out: the next batch is due when the schedule
+    /// reaches its last record.
+    pub scheduled: AtomicU64,
 }
 
 impl Shared {
+    /// Counters for producers whose offered load is capped at `records_per_s_cap` (None: none).
+    pub fn paced(records_per_s_cap: Option<f64>) -> Shared {
+        Shared {
+            records_per_s_cap,
+            ..Shared::default()
+        }
+    }
+
+    /// [`Shared::claim`] for a producer about to send `records`: when the send is due, or None
+    /// once the phase is over. Uncapped, it is due now. Capped, records fall due at the cap's
+    /// rate from `started`, all producers together, and a batch when its last record does: the
+    /// phase cannot run faster than the cap. A batch due past a time limit is not sent.
+    pub fn claim_send(&self, limit: Limit, started: Instant, records: u64) -> Option<Instant> {
+        if !self.claim(limit, started, records) {
+            return None;
+        }
+        let Some(records_per_s) = self.records_per_s_cap else {
+            return Some(Instant::now());
+        };
+        let scheduled = self.scheduled.fetch_add(records, Ordering::AcqRel) + records;
+        let due = Duration::try_from_secs_f64(scheduled as f64 / records_per_s)
+            .ok()
+            .and_then(|after| started.checked_add(after))?;
+        match limit {
+            Limit::Time(duration) if due.saturating_duration_since(started) >= duration => None,
+            Limit::Time(_) | Limit::Records(_) => Some(due),
+        }
+    }
+
     /// Whether a worker may go on with `records` more; claims them if so.
     pub fn claim(&self, limit: Limit, started: Instant, records: u64) -> bool {
         match limit {
             Limit::Time(duration) => started.elapsed() < duration,
             Limit::Records(total) => self.claimed.fetch_add(records, Ordering::AcqRel) < total,
         }
+    }
+}
+
+/// Sleeps until `due` (at once if it has passed).
+pub fn sleep_until(due: Instant) {
+    let ahead = due.saturating_duration_since(Instant::now());
+    if !ahead.is_zero() {
+        thread::sleep(ahead);
     }
 }
 
@@ -271,14 +313,16 @@ pub struct TaskPhase {
 }
 
 impl TaskPhase {
-    pub fn start(name: &'static str, limit: Limit) -> TaskPhase {
+    /// A phase whose producers' offered load is capped at `records_per_s_cap` (None: no cap;
+    /// [`Shared::claim_send`]).
+    pub fn start(name: &'static str, limit: Limit, records_per_s_cap: Option<f64>) -> TaskPhase {
         TaskPhase {
             name,
             limit,
             bar: progress_bar(limit, name),
             started: Instant::now(),
             cpu_started: process_cpu_seconds(),
-            shared: std::sync::Arc::default(),
+            shared: std::sync::Arc::new(Shared::paced(records_per_s_cap)),
         }
     }
 

@@ -170,7 +170,7 @@ async fn produce_on_cluster(settings: &Settings, addresses: Vec<String>) -> anyh
         .await
         .with_context(|| format!("cannot create topic {TOPIC} on the cluster"))?;
     wait_for_leaders(&mut client, settings.partitions).await?;
-    let phase = TaskPhase::start(PHASE, settings.limit);
+    let phase = TaskPhase::start(PHASE, settings.limit, settings.records_per_s_cap);
     let mut tasks = Vec::with_capacity(settings.producers);
     for producer in 0..settings.producers {
         let worker = ClusterProducer {
@@ -236,9 +236,10 @@ impl ClusterProducer {
         let mut stats = WorkerStats::new()?;
         loop {
             let (batch, records) = self.batches.next()?;
-            if !self.shared.claim(self.limit, self.started, records) {
+            let Some(due) = self.shared.claim_send(self.limit, self.started, records) else {
                 break;
-            }
+            };
+            tokio::time::sleep_until(due.into()).await;
             let partition = self.next_partition;
             self.next_partition = (partition + 1) % self.partitions;
             let sequence = self
@@ -252,12 +253,11 @@ impl ClusterProducer {
                 .and_then(|records| sequence.checked_add(records))
                 .unwrap_or(0);
             let bytes = batch.len() as u64;
-            let sent = Instant::now();
             self.client
                 .produce(TOPIC, partition, batch)
                 .await
                 .with_context(|| format!("produce to {TOPIC}-{partition} failed"))?;
-            stats.latency.saturating_record(micros(sent.elapsed()));
+            stats.latency.saturating_record(micros(due.elapsed()));
             stats.records += records;
             stats.bytes += bytes;
             self.shared.appended.fetch_add(records, Ordering::Relaxed);

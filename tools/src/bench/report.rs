@@ -131,7 +131,7 @@ impl Report<'_> {
         writeln!(
             out,
             "workload={} producers={} consumers={} partitions={} record_size={} batch_bytes={} \
-             linger_ms={} key_space={} compression={} backend={} direct_io={} \
+             linger_ms={} key_space={} compression={} throughput={} backend={} direct_io={} \
              direct_cold_reads={} prewrite={} background_sync_bytes={} segment_bytes={} retention_bytes={}",
             settings.workload.name(),
             settings.producers,
@@ -142,6 +142,9 @@ impl Report<'_> {
             or_dash(settings.linger_ms),
             or_dash(settings.key_space),
             settings.compression,
+            settings
+                .records_per_s_cap
+                .map_or_else(|| "-".to_owned(), |cap| format!("{cap}/s")),
             settings.backend_name,
             settings.direct_io,
             settings.direct_cold_reads,
@@ -444,6 +447,7 @@ impl Report<'_> {
             "linger_ms": settings.linger_ms,
             "key_space": settings.key_space,
             "compression": settings.compression.name(),
+            "throughput_records_per_s": settings.records_per_s_cap,
             "flush": settings.flush.name(),
             "duration_s": duration_s,
             "records": records,

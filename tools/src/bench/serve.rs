@@ -134,7 +134,7 @@ async fn log_end_offsets(engine: &Engine, partitions: u32) -> anyhow::Result<Vec
 }
 
 async fn produce_phase(settings: &Settings, address: SocketAddr) -> anyhow::Result<Phase> {
-    let phase = TaskPhase::start(PRODUCE_PHASE, settings.limit);
+    let phase = TaskPhase::start(PRODUCE_PHASE, settings.limit, settings.records_per_s_cap);
     let mut tasks = Vec::with_capacity(settings.producers);
     for producer in 0..settings.producers {
         let worker = KafkaProducer {
@@ -159,7 +159,7 @@ async fn fetch_phase(
 ) -> anyhow::Result<Phase> {
     let consumers = settings.consumers.clamp(1, ends.len().max(1));
     let total: u64 = ends.iter().sum();
-    let phase = TaskPhase::start(FETCH_PHASE, Limit::Records(total.max(1)));
+    let phase = TaskPhase::start(FETCH_PHASE, Limit::Records(total.max(1)), None);
     let mut tasks = Vec::with_capacity(consumers);
     for consumer in 0..consumers {
         // Partition p goes to consumer p % consumers; each starts at offset 0.
@@ -251,36 +251,53 @@ struct KafkaProducer {
 
 impl KafkaProducer {
     /// Keeps `in_flight_max` requests in flight until the limit; answers arrive in order.
+    /// Capped (`--throughput`), each request waits until it is due, taking answers meanwhile.
     async fn run(mut self) -> anyhow::Result<WorkerStats> {
         let mut stats = WorkerStats::new()?;
-        // Per request in flight: when it was sent, its records and bytes.
+        // Per request in flight: when it was due (sent, uncapped), its records and bytes.
         let mut in_flight: VecDeque<(Instant, u64, u64)> = VecDeque::new();
         let mut claiming = true;
         loop {
             while claiming && in_flight.len() < self.in_flight_max {
                 let (batch, records) = self.batches.next()?;
-                if !self.shared.claim(self.limit, self.started, records) {
+                let Some(due) = self.shared.claim_send(self.limit, self.started, records) else {
                     claiming = false;
                     break;
+                };
+                while Instant::now() < due
+                    && let Some(oldest) = in_flight.pop_front()
+                {
+                    self.answered(oldest, &mut stats).await?;
                 }
+                tokio::time::sleep_until(due.into()).await;
                 let bytes = batch.len() as u64;
                 self.send(batch).await?;
-                in_flight.push_back((Instant::now(), records, bytes));
+                in_flight.push_back((due, records, bytes));
             }
-            let Some((sent, records, bytes)) = in_flight.pop_front() else {
+            let Some(oldest) = in_flight.pop_front() else {
                 break;
             };
-            let response = self
-                .connection
-                .receive::<ProduceRequest>(PRODUCE_VERSION)
-                .await?;
-            check_produced(&response)?;
-            stats.latency.saturating_record(micros(sent.elapsed()));
-            stats.records += records;
-            stats.bytes += bytes;
-            self.shared.appended.fetch_add(records, Ordering::Relaxed);
+            self.answered(oldest, &mut stats).await?;
         }
         Ok(stats.finished_now())
+    }
+
+    /// Reads the answer to the oldest request in flight, `(due, records, bytes)`.
+    async fn answered(
+        &mut self,
+        (due, records, bytes): (Instant, u64, u64),
+        stats: &mut WorkerStats,
+    ) -> anyhow::Result<()> {
+        let response = self
+            .connection
+            .receive::<ProduceRequest>(PRODUCE_VERSION)
+            .await?;
+        check_produced(&response)?;
+        stats.latency.saturating_record(micros(due.elapsed()));
+        stats.records += records;
+        stats.bytes += bytes;
+        self.shared.appended.fetch_add(records, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn send(&mut self, batch: Bytes) -> anyhow::Result<()> {

@@ -40,6 +40,8 @@ pub struct Settings {
     pub linger_ms: Option<u64>,
     pub key_space: Option<u64>,
     pub compression: Compression,
+    /// `--throughput`: the producers' offered load, all together, at most (None: no cap).
+    pub records_per_s_cap: Option<f64>,
     pub flush: FlushMode,
     pub limit: Limit,
     pub backend: IoBackend,
@@ -106,7 +108,8 @@ impl Settings {
             batch_bytes: batch_bytes as usize,
             linger_ms: args.linger_ms,
             key_space,
-            compression: args.compression,
+            compression: args.compression_type,
+            records_per_s_cap: args.throughput.filter(|records_per_s| *records_per_s > 0.0),
             flush: args.flush,
             limit,
             backend,

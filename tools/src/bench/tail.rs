@@ -1,6 +1,7 @@
 //! `tail`: producers and consumers together. Each record's value starts with the microsecond
 //! wall clock at which it was made; a consumer's end-to-end latency is the time it decoded the
-//! record minus that stamp.
+//! record minus that stamp. With `--throughput` the stamp is taken when the batch is made, before
+//! it waits for its turn, so that wait counts as a producer's linger would.
 
 use std::sync::atomic::Ordering;
 use std::thread;
@@ -27,7 +28,7 @@ pub fn tail_phases(
     topic: &TopicName,
     settings: &Settings,
 ) -> anyhow::Result<Vec<Phase>> {
-    let shared = Shared::default();
+    let shared = Shared::paced(settings.records_per_s_cap);
     let limit = settings.limit;
     let bar = progress_bar(limit, "tail");
     let started = Instant::now();
