@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::shard::Request;
 use super::{
     AppendInfo, Durability, Engine, EngineConfig, PartitionCompaction, PartitionRetention, Pending,
-    ScrubOutcome, TopicDescription, is_internal_topic,
+    ScrubOutcome, TopicDescription, refuse_internal_append,
 };
 use crate::config::LogConfig;
 use crate::error::{AppendError, EngineUnavailable, FlushError, OpenError, TopicError};
@@ -96,23 +96,16 @@ impl Engine {
         if batches.len() < SHARD_VALIDATES_FROM_BYTES && !any_compressed(&batches) {
             return self.append(topic, partition, batches, durability);
         }
-        if is_internal_topic(topic.as_str()) {
-            let topic = topic.to_string();
-            return Pending::ready(Err(AppendError::InternalTopic { topic }));
+        if let Err(refused) = refuse_internal_append(topic) {
+            return Pending::ready(Err(refused));
         }
         let tp = TopicPartition {
             topic: topic.clone(),
             partition,
         };
-        let config = match self.check_open().map(|()| self.partition_config(&tp)) {
-            Ok(Some(config)) => config,
-            Ok(None) => {
-                return Pending::ready(Err(AppendError::UnknownPartition {
-                    topic: tp.topic.to_string(),
-                    partition,
-                }));
-            }
-            Err(error) => return Pending::ready(Err(error.into())),
+        let config = match self.append_config(&tp) {
+            Ok(config) => config,
+            Err(error) => return Pending::ready(Err(error)),
         };
         self.send_append(tp, batches.len(), durability, |tp, durable, reply| {
             Request::ValidateAndAppend {

@@ -587,9 +587,8 @@ impl Engine {
         batches: Bytes,
         durability: Durability,
     ) -> Pending<AppendInfo, AppendError> {
-        if is_internal_topic(topic.as_str()) {
-            let topic = topic.to_string();
-            return Pending::ready(Err(AppendError::InternalTopic { topic }));
+        if let Err(refused) = refuse_internal_append(topic) {
+            return Pending::ready(Err(refused));
         }
         self.append_internal(topic, partition, batches, durability)
     }
@@ -626,9 +625,8 @@ impl Engine {
         leader_epoch: i32,
         durability: Durability,
     ) -> Pending<AppendInfo, AppendError> {
-        if is_internal_topic(topic.as_str()) {
-            let topic = topic.to_string();
-            return Pending::ready(Err(AppendError::InternalTopic { topic }));
+        if let Err(refused) = refuse_internal_append(topic) {
+            return Pending::ready(Err(refused));
         }
         let tp = TopicPartition {
             topic: topic.clone(),
@@ -692,14 +690,17 @@ impl Engine {
         tp: &TopicPartition,
         batches: Bytes,
     ) -> Result<ValidatedBatches, AppendError> {
+        ValidatedBatches::validate(batches, &self.append_config(tp)?)
+    }
+
+    /// The configuration an append to `tp` is validated with, if the engine takes appends.
+    fn append_config(&self, tp: &TopicPartition) -> Result<LogConfig, AppendError> {
         self.check_open()?;
-        let config = self
-            .partition_config(tp)
+        self.partition_config(tp)
             .ok_or_else(|| AppendError::UnknownPartition {
                 topic: tp.topic.to_string(),
                 partition: tp.partition,
-            })?;
-        ValidatedBatches::validate(batches, &config)
+            })
     }
 
     fn reserve_inflight(&self, size_bytes: u64) -> Result<(), EngineUnavailable> {
@@ -1621,6 +1622,16 @@ fn join_shard(shard: &ShardHandle) {
         .take();
     if let Some(thread) = thread {
         let _ = thread.join();
+    }
+}
+
+/// `InternalTopic` for an append to an internal topic ([`is_internal_topic`]).
+fn refuse_internal_append(topic: &TopicName) -> Result<(), AppendError> {
+    match is_internal_topic(topic.as_str()) {
+        true => Err(AppendError::InternalTopic {
+            topic: topic.to_string(),
+        }),
+        false => Ok(()),
     }
 }
 
