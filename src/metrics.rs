@@ -6,7 +6,7 @@
 //! bound). `docs/METRICS.md` lists them all.
 //!
 //! Handles are registered once, when a shard, its sync threads or the cleaner start
-//! ([`ShardMetrics`], [`SyncMetrics`], [`CleanerMetrics`]), and updated per written group, sync,
+//! (`ShardMetrics`, `SyncMetrics`, `CleanerMetrics`), and updated per written group, sync,
 //! fetch or pass, never looked up per record. A recorder installed after the engine opened sees
 //! none of them.
 
