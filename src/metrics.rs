@@ -73,7 +73,7 @@ const METRICS: &[(&str, Kind, Unit, &str)] = &[
         WRITE_SECONDS,
         Kind::Histogram,
         Unit::Seconds,
-        "Time from a partition's group write to its completion",
+        "Time of a partition's group write, from its start to its completion",
     ),
     (
         READ_SECONDS,

@@ -294,7 +294,7 @@ struct WrittenGroup {
     through: Offset,
     /// The appends wait for a sync (durable, or the flush policy).
     must_sync: bool,
-    /// What the group appended, and when it was written (for the metrics).
+    /// What the group appended, and when its write started (for the metrics).
     counts: AppendCounts,
     written_at: Instant,
     /// The appends are answered now and the log is synced in the background
@@ -1095,6 +1095,7 @@ impl Shard {
         let first = log.log_end_offset();
         let batches: Vec<ValidatedBatches> =
             group.iter().map(|append| append.batches.clone()).collect();
+        let started = Instant::now();
         match log.append_validated_behind(&batches, now) {
             Ok(outcomes) => {
                 let (answers, durable_requested, counts) = answer_refused(group, outcomes);
@@ -1107,7 +1108,7 @@ impl Shard {
                     tp,
                     answers,
                     counts,
-                    written_at: Instant::now(),
+                    written_at: started,
                     mark: log.write_mark(),
                     first,
                     through: log.log_end_offset(),
