@@ -54,6 +54,7 @@ pub mod engine;
 pub mod error;
 pub mod format;
 pub mod group;
+pub mod metrics;
 pub mod producer;
 pub mod types;
 

@@ -55,7 +55,7 @@ impl Broker {
         tokio::task::spawn_blocking(move || call(&engine))
             .await
             .map_err(|error| {
-                log::error!("an engine call panicked: {error}");
+                tracing::error!("an engine call panicked: {error}");
                 ResponseError::UnknownServerError
             })
     }

@@ -50,8 +50,8 @@ pub(crate) async fn run(broker: Arc<Broker>, stream: TcpStream, stop: watch::Rec
     // Kafka's form of a group member's `client_host`.
     let client_host = peer_ip.map_or_else(String::new, |ip| format!("/{ip}"));
     match serve_requests(&broker, stream, stop, &client_host).await {
-        Ok(()) => log::debug!("connection from {peer} closed"),
-        Err(error) => log::info!("connection from {peer} closed: {error}"),
+        Ok(()) => tracing::debug!("connection from {peer} closed"),
+        Err(error) => tracing::info!("connection from {peer} closed: {error}"),
     }
 }
 

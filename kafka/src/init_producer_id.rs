@@ -36,7 +36,7 @@ pub(crate) async fn answer(
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(0),
         Ok(Err(error)) => {
-            log::error!("InitProducerId: {error}");
+            tracing::error!("InitProducerId: {error}");
             refused(producer_id_error(&error))
         }
         Err(error) => refused(error),

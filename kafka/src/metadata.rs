@@ -137,7 +137,7 @@ impl TopicCreation {
         let topic = self.topic.as_str();
         match engine.create_topic(topic, self.partition_count, self.config) {
             Ok(_) => {
-                log::info!(
+                tracing::info!(
                     "created topic {topic} ({} partitions) for Metadata",
                     self.partition_count
                 );

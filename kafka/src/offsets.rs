@@ -51,7 +51,7 @@ async fn store(broker: &Broker) -> Option<GroupCoordinator> {
                 .blocking(GroupCoordinator::open)
                 .await?
                 .map_err(|error| {
-                    log::error!("cannot open the group offsets store: {error}");
+                    tracing::error!("cannot open the group offsets store: {error}");
                     ResponseError::CoordinatorNotAvailable
                 })
         })
@@ -150,7 +150,7 @@ fn commit_error(group_id: &str, error: &CommitError) -> ResponseError {
     match error {
         CommitError::MetadataTooLarge { .. } => ResponseError::OffsetMetadataTooLarge,
         _ => {
-            log::warn!("an offset commit of group {group_id} failed: {error}");
+            tracing::warn!("an offset commit of group {group_id} failed: {error}");
             ResponseError::UnknownServerError
         }
     }
@@ -376,7 +376,7 @@ async fn delete_one(
         (_, Err(DeleteGroupError::UnknownGroup { .. })) => Err(ResponseError::GroupIdNotFound),
         (_, Err(DeleteGroupError::NotEmpty { .. })) => Err(ResponseError::NonEmptyGroup),
         (group_id, Err(error)) => {
-            log::warn!("deleting group {group_id} failed: {error}");
+            tracing::warn!("deleting group {group_id} failed: {error}");
             Err(ResponseError::UnknownServerError)
         }
     }

@@ -62,7 +62,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = Arc::clone(&connection_slots).try_acquire_owned() else {
-                        log::warn!("refused a connection from {peer}: max.connections reached");
+                        tracing::warn!("refused a connection from {peer}: max.connections reached");
                         continue;
                     };
                     let (broker, stop) = (Arc::clone(&broker), stop.clone());
@@ -72,7 +72,7 @@ pub async fn serve(
                     });
                 }
                 Err(error) => {
-                    log::warn!("accepting a connection on {address} failed: {error}");
+                    tracing::warn!("accepting a connection on {address} failed: {error}");
                     tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
                 }
             },
@@ -106,6 +106,6 @@ async fn tick_groups(broker: Arc<Broker>) {
 /// A connection task that panicked took only its own connection down; it is logged.
 fn log_panic(finished: Result<(), tokio::task::JoinError>) {
     if let Err(error) = finished {
-        log::error!("a connection task failed: {error}");
+        tracing::error!("a connection task failed: {error}");
     }
 }

@@ -41,7 +41,7 @@ impl Checkpointer {
                     };
                     let engine = Engine { user: None, inner };
                     if let Err(error) = engine.write_shard_checkpoints(false) {
-                        log::warn!("background checkpoint failed: {error}");
+                        tracing::warn!("background checkpoint failed: {error}");
                     }
                 }
             })?;

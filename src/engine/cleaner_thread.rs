@@ -46,6 +46,7 @@ use crate::config::{CleanupPolicy, LogConfig};
 use crate::error::{EngineUnavailable, FlushError, StorageError};
 use crate::format::file_name::partition_dir_name;
 use crate::io::Storage;
+use crate::metrics::CleanerMetrics;
 use crate::types::{Offset, TopicName, TopicPartition};
 
 /// The longest wait before a failed partition is tried again.
@@ -231,6 +232,7 @@ impl CleanerHandle {
             stats: stats.clone(),
             first_dirty_offsets: first_dirty_offsets.clone(),
             retries: BTreeMap::new(),
+            metrics: CleanerMetrics::new(),
         };
         let handle = CleanerHandle {
             sender: Mutex::new(None),
@@ -310,6 +312,7 @@ struct Cleaner {
     stats: Arc<Mutex<CleanerStats>>,
     first_dirty_offsets: Arc<Mutex<BTreeMap<TopicPartition, Offset>>>,
     retries: BTreeMap<TopicPartition, Retry>,
+    metrics: CleanerMetrics,
 }
 
 /// Why the cleaner could not get an answer from a shard.
@@ -397,8 +400,10 @@ impl Cleaner {
             };
             let outcome = scrub_log(storage.as_ref(), &log, &mut count_bytes);
             for corrupt in &outcome.corrupt {
-                log::error!("scrubber: {tp}: {}", corrupt.reason);
+                tracing::error!("scrubber: {tp}: {}", corrupt.reason);
             }
+            let corrupt = outcome.corrupt.len() as u64;
+            self.metrics.scrub_corrupt_segments.increment(corrupt);
             outcomes.push((tp, outcome));
         }
         self.update_stats(|stats| {
@@ -507,6 +512,7 @@ impl Cleaner {
             logs.extend(reopened);
         }
         let now = self.settings.clock.now();
+        let mut dirtiest: f64 = 0.0;
         let mut candidates: Vec<(TopicPartition, CleanableLog, f64)> = logs
             .into_iter()
             .filter_map(|(tp, log)| log.ok().map(|log| (tp, log)))
@@ -520,11 +526,13 @@ impl Cleaner {
                     dirty_bytes,
                     min_cleanable_ratio: log.config.min_cleanable_dirty_ratio,
                 };
+                dirtiest = dirtiest.max(candidate.ratio());
                 candidate
                     .is_cleanable()
                     .then(|| (tp, log, candidate.ratio()))
             })
             .collect();
+        self.metrics.dirty_ratio.set(dirtiest);
         candidates.sort_by(|a, b| b.2.total_cmp(&a.2));
         for (tp, log, _) in candidates {
             if self.stopping() {
@@ -559,6 +567,8 @@ impl Cleaner {
 
     /// Cleans one log in rounds (each with the log's fresh segments) while the map fills, records
     /// its progress, and notes a failure for the retry backoff.
+    #[tracing::instrument(name = "compaction", level = "info", skip_all,
+        fields(topic = %tp.topic, partition = tp.partition))]
     fn clean_log(
         &mut self,
         tp: &TopicPartition,
@@ -569,6 +579,8 @@ impl Cleaner {
         let result = self.clean_in_rounds(tp, log, map, first_dirty);
         match &result {
             Ok(outcome) => {
+                self.metrics.read_bytes.increment(outcome.bytes_before);
+                self.metrics.written_bytes.increment(outcome.bytes_after);
                 self.retries.remove(tp);
                 if !outcome.stale {
                     self.first_dirty_offsets
@@ -741,7 +753,7 @@ impl Cleaner {
     }
 
     fn note_failure(&mut self, tp: &TopicPartition, error: &StorageError) {
-        log::error!("cleaner: compaction of {tp} failed: {error}");
+        tracing::error!("cleaner: compaction of {tp} failed: {error}");
         let failures = self.retries.get(tp).map_or(1, |retry| retry.failures + 1);
         let backoff = self
             .settings
@@ -808,7 +820,7 @@ fn lower_priority() -> CleanerPriority {
     if set_thread_priority_and_policy(thread, ThreadPriority::Min, other).is_ok() {
         return CleanerPriority::Nice19;
     }
-    log::warn!("cleaner: could not lower its priority; it runs at normal priority");
+    tracing::warn!("cleaner: could not lower its priority; it runs at normal priority");
     CleanerPriority::Normal
 }
 
@@ -819,7 +831,7 @@ fn lower_io_priority() {
     let this_thread = ioprio::Target::Process(ioprio::Pid::from_raw(0));
     let idle = ioprio::Priority::new(ioprio::Class::Idle);
     if let Err(error) = ioprio::set_priority(this_thread, idle) {
-        log::warn!("cleaner: could not set the idle I/O class: {error}");
+        tracing::warn!("cleaner: could not set the idle I/O class: {error}");
     }
 }
 

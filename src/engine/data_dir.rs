@@ -65,7 +65,7 @@ impl DataDir {
         let read = read_open_checkpoints(storage.as_ref(), root)?;
         let cleaner = read_checkpoint(storage.as_ref(), root, CLEANER_OFFSET_CHECKPOINT)?;
         if let Some(cause) = &cleaner.lost {
-            log::warn!(
+            tracing::warn!(
                 "{}: no valid cleaner checkpoint copy ({cause}); the cleaner cleans every \
                  compacted partition from its start again",
                 root.display()
@@ -172,7 +172,7 @@ fn read_open_checkpoints(
             .flatten()
             .map(String::as_str)
             .collect();
-        log::warn!(
+        tracing::warn!(
             "{}: no valid checkpoint copy ({}); every partition opens through full recovery from \
              its first segment, and records that retention or delete_records removed from a \
              partition's first segment may reappear",

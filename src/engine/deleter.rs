@@ -80,7 +80,7 @@ impl Drop for FileDeleter {
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
-            log::error!("a file deleter thread panicked; the next open removes what it left");
+            tracing::error!("a file deleter thread panicked; the next open removes what it left");
         }
     }
 }
@@ -124,7 +124,7 @@ fn unlink_all(storage: &dyn Storage, paths: Vec<PathBuf>, first_attempt: bool) -
                 Ok(()) => false,
                 Err(error) => {
                     if first_attempt {
-                        log::error!("{error}; retrying");
+                        tracing::error!("{error}; retrying");
                     }
                     true
                 }
@@ -135,7 +135,7 @@ fn unlink_all(storage: &dyn Storage, paths: Vec<PathBuf>, first_attempt: bool) -
 
 fn log_left(paths: &[PathBuf]) {
     for path in paths {
-        log::warn!(
+        tracing::warn!(
             "{} was not removed; the next open of its log removes it",
             path.display()
         );

@@ -46,7 +46,7 @@ impl InlineShard {
         let closed = match turn {
             Ok(closed) => closed,
             Err(_) => {
-                log::error!(
+                tracing::error!(
                     "the inline shard panicked; its partitions fail with ShardFailed until the engine is reopened"
                 );
                 true

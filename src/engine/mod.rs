@@ -1570,7 +1570,7 @@ impl Engine {
     fn write_checkpoints(&self, checkpoints: &mut Checkpoints) -> Result<(), StorageError> {
         let result = self.write_checkpoint_files(checkpoints);
         if let Err(error) = &result {
-            log::error!(
+            tracing::error!(
                 "the data directory {} goes offline: {error}",
                 self.inner.root.display()
             );
@@ -1667,7 +1667,7 @@ fn merge_checkpoints(checkpoints: &mut Checkpoints, partitions: Vec<PartitionChe
 fn offline_error(root: &Path, offline: Vec<(TopicPartition, String)>) -> Option<StorageError> {
     let count = offline.len();
     for (tp, cause) in &offline {
-        log::error!("{tp} was offline at close, the next open recovers it: {cause}");
+        tracing::error!("{tp} was offline at close, the next open recovers it: {cause}");
     }
     let (tp, cause) = offline.into_iter().next()?;
     let cause = match count {
@@ -1699,7 +1699,7 @@ pub(crate) fn pin_current_thread(core: core_affinity::CoreId) {
     if !core_affinity::set_for_current(core) {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("unnamed");
-        log::warn!(
+        tracing::warn!(
             "thread {name} could not be pinned to core {}; it runs unpinned",
             core.id
         );
@@ -1749,7 +1749,7 @@ fn spawn_shard(
             );
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard.run()));
             if outcome.is_err() {
-                log::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");
+                tracing::error!("shard {shard_id} panicked; its partitions fail with ShardFailed until the engine is reopened");
             }
             // Stopped first, then drained: a request sent after this drain sees the flag and is
             // drained by its sender (`Engine::send_to`).

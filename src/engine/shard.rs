@@ -40,6 +40,7 @@ use crate::log::{
     AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions,
     LogWriteMode, PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
 };
+use crate::metrics::ShardMetrics;
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
 
 /// Bound on the requests one turn takes from the queue, so a flood of appends cannot starve
@@ -51,6 +52,9 @@ const RETENTION_PARTITIONS_PER_TURN: usize = 16;
 
 /// How long an idle shard polls its queue before it sleeps.
 const IDLE_SPIN: Duration = Duration::from_micros(50);
+
+/// How often a shard sets its gauges (queue depth, open partitions and segments).
+const GAUGES_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A request to a shard. Every request carries the channel its answer goes back on.
 pub(crate) enum Request {
@@ -299,6 +303,9 @@ struct WrittenGroup {
     through: Offset,
     /// The appends wait for a sync (durable, or the flush policy).
     must_sync: bool,
+    /// What the group appended, and when its write started (for the metrics).
+    counts: AppendCounts,
+    written_at: Instant,
     /// The appends are answered now and the log is synced in the background
     /// (`EngineConfig::background_sync_bytes`).
     background_sync: bool,
@@ -370,6 +377,9 @@ pub(crate) struct Shard {
     file_deletion_deadlines: BTreeMap<TopicPartition, TimestampMs>,
     /// The requests of one turn; empty between turns, kept so that a turn allocates none.
     turn_requests: Vec<Request>,
+    metrics: ShardMetrics,
+    /// When the gauges were last set ([`Shard::refresh_gauges`]).
+    gauges_set: Instant,
 }
 
 impl Shard {
@@ -402,7 +412,33 @@ impl Shard {
             retention_queue: std::collections::VecDeque::new(),
             file_deletion_deadlines: BTreeMap::new(),
             turn_requests: Vec::new(),
+            metrics: ShardMetrics::new(id),
+            gauges_set: Instant::now(),
         }
+    }
+
+    /// Sets the gauges, at most every [`GAUGES_INTERVAL`]: they are sampled, not kept exact.
+    fn refresh_gauges(&mut self) {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.gauges_set) < GAUGES_INTERVAL {
+            return;
+        }
+        self.gauges_set = now;
+        let metrics = &self.metrics;
+        metrics.queue_requests.set(self.receiver.len() as f64);
+        let writing: u64 = self.writing.iter().map(|group| group.counts.bytes).sum();
+        metrics.writing_bytes.set(writing as f64);
+        let inflight = self.context.inflight_bytes.load(Ordering::Relaxed);
+        metrics.inflight_bytes.set(inflight as f64);
+        metrics.partitions_open.set(self.partitions.len() as f64);
+        metrics.segments_open.set(self.open_segment_files() as f64);
+        let failed = self
+            .partitions
+            .values()
+            .filter(|log| log.failure().is_some())
+            .count();
+        let offline = failed + self.offline.len();
+        metrics.partitions_offline.set(offline as f64);
     }
 
     /// Runs until the engine closes or is dropped.
@@ -427,7 +463,7 @@ impl Shard {
             self.apply_sync_outcomes(outcomes);
             self.finish_written();
             if self.syncer.panicked() {
-                log::error!(
+                tracing::error!(
                     "shard {}: stopped after its sync thread panicked; its partitions fail with ShardFailed until the engine is reopened",
                     self.id
                 );
@@ -519,7 +555,7 @@ impl Shard {
             return;
         };
         if let Err(error) = log.finish_pending_renames(now) {
-            log::error!(
+            tracing::error!(
                 "shard {}: renaming deleted segments of {tp} failed: {error}",
                 self.id
             );
@@ -842,13 +878,14 @@ impl Shard {
             .delete(log.take_expired_files(TimestampMs(i64::MAX)));
         self.file_deletion_deadlines.remove(&tp);
         let closed = log.open_segment_files();
+        self.metrics.partitions_evicted.increment(1);
         let checkpoint = PartitionCheckpoint::of(&tp, &log);
         match log.release() {
             Ok(()) => {
                 self.evicted.insert(tp, checkpoint);
             }
             Err(error) => {
-                log::error!(
+                tracing::error!(
                     "shard {}: {tp} closed to bound open files stays offline: {error}",
                     self.id
                 );
@@ -908,7 +945,7 @@ impl Shard {
         }
         log.set_digest_budget(self.context.digest_budget.clone());
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
-            log::warn!("shard {}: recovered {tp}: {report:?}", self.id);
+            tracing::warn!("shard {}: recovered {tp}: {report:?}", self.id);
         }
         Ok(log)
     }
@@ -940,6 +977,9 @@ impl Shard {
             // Before any sync of the appends: a seal's sync comes first on its lane.
             self.submit_deferred_syncs(&tp);
             if let Some(group) = group {
+                self.metrics.append_records.increment(group.counts.records);
+                self.metrics.append_batches.increment(group.counts.batches);
+                self.metrics.append_bytes.increment(group.counts.bytes);
                 touched.insert(tp);
                 self.writing.push(group);
             }
@@ -969,7 +1009,12 @@ impl Shard {
             return;
         }
         let mut touched = BTreeSet::new();
+        let now = Instant::now();
         for group in &mut done {
+            let seconds = now
+                .saturating_duration_since(group.written_at)
+                .as_secs_f64();
+            self.metrics.write_seconds.record(seconds);
             touched.insert(group.tp.clone());
             self.check_written(group);
         }
@@ -1019,7 +1064,13 @@ impl Shard {
             && inline
             && let Some(log) = self.partitions.get_mut(&group.tp)
         {
+            let started = Instant::now();
             let result = log.flush();
+            let seconds = started.elapsed().as_secs_f64();
+            let appends = group.answers.len();
+            self.metrics
+                .sync
+                .record(1, seconds, group.counts.bytes, appends);
             return answer_written(group.answers, Some(result), &dir);
         }
         if group.background_sync {
@@ -1037,6 +1088,7 @@ impl Shard {
                 generation,
                 dir,
                 answers: group.answers,
+                bytes: group.counts.bytes,
                 seal: None,
             }),
             _ => answer_written(group.answers, None, &dir),
@@ -1073,9 +1125,10 @@ impl Shard {
         let first = log.log_end_offset();
         let batches: Vec<ValidatedBatches> =
             group.iter().map(|append| append.batches.clone()).collect();
+        let started = Instant::now();
         match log.append_validated_behind(&batches, now) {
             Ok(outcomes) => {
-                let (answers, durable_requested) = answer_refused(group, outcomes);
+                let (answers, durable_requested, counts) = answer_refused(group, outcomes);
                 if answers.is_empty() {
                     return None;
                 }
@@ -1084,6 +1137,8 @@ impl Shard {
                 Some(WrittenGroup {
                     tp,
                     answers,
+                    counts,
+                    written_at: started,
                     mark: log.write_mark(),
                     first,
                     through: log.log_end_offset(),
@@ -1116,6 +1171,7 @@ impl Shard {
             return;
         };
         for seal in log.take_unsynced_seals() {
+            self.metrics.segments_rolled.increment(1);
             self.syncer
                 .submit(SyncJob::of_seal(tp.clone(), generation, seal));
         }
@@ -1151,11 +1207,15 @@ impl Shard {
         options: FetchOptions,
         reply: Reply<FetchData, ReadError>,
     ) {
+        let started = Instant::now();
         let result = self.read(&tp, offset, &options);
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.read_seconds.record(seconds);
         let waits = options.max_wait_ms > 0;
         match result {
             Ok(data) if waits && (data.records.len() as u64) < options.min_bytes => {
                 let deadline = Instant::now() + Duration::from_millis(options.max_wait_ms);
+                self.metrics.fetch_waits.increment(1);
                 self.parked.push(ParkedFetch {
                     tp,
                     offset,
@@ -1164,9 +1224,7 @@ impl Shard {
                     reply,
                 });
             }
-            result => {
-                let _ = reply.send(result);
-            }
+            result => answer_fetch(&self.metrics, reply, result),
         }
     }
 
@@ -1244,7 +1302,7 @@ impl Shard {
                 data.records.len() as u64 >= fetch.options.min_bytes
             });
             if enough || expired {
-                let _ = fetch.reply.send(result);
+                answer_fetch(&self.metrics, fetch.reply, result);
             } else {
                 self.parked.push(fetch);
             }
@@ -1253,6 +1311,7 @@ impl Shard {
 
     /// Flushes partitions whose `flush.ms` came due and expires parked fetches.
     fn run_timers(&mut self) {
+        self.refresh_gauges();
         let now = self.context.clock.now();
         if self.next_timeout() == Some(Duration::ZERO) {
             // A timer is due: what it does sees the log with every write landed.
@@ -1269,10 +1328,14 @@ impl Shard {
         }
         for tp in &due {
             self.flush_deadlines.remove(tp);
-            if let Some(log) = self.partitions.get_mut(tp)
-                && let Err(error) = log.flush()
-            {
-                log::error!("shard {}: flush.ms sync of {tp} failed: {error}", self.id);
+            let started = Instant::now();
+            let flushed = self.partitions.get_mut(tp).map(PartitionLog::flush);
+            if flushed.is_some() {
+                let seconds = started.elapsed().as_secs_f64();
+                self.metrics.sync.record(1, seconds, 0, 0);
+            }
+            if let Some(Err(error)) = flushed {
+                tracing::error!("shard {}: flush.ms sync of {tp} failed: {error}", self.id);
             }
         }
         let touched = due.into_iter().collect();
@@ -1333,8 +1396,16 @@ impl Shard {
             Err(LookupError::Unknown) => Ok(RetentionOutcome::default()),
         };
         self.after_segments_deleted(&tp);
-        if let Err(error) = &outcome {
-            log::error!("shard {}: retention of {tp} failed: {error}", self.id);
+        match &outcome {
+            Ok(retained) => {
+                let metrics = &self.metrics;
+                let segments = retained.segments_deleted as u64;
+                metrics.retention_segments_deleted.increment(segments);
+                metrics
+                    .retention_bytes_deleted
+                    .increment(retained.bytes_deleted);
+            }
+            Err(error) => tracing::error!("shard {}: retention of {tp} failed: {error}", self.id),
         }
         PartitionRetention {
             topic_partition: tp,
@@ -1607,7 +1678,7 @@ impl Shard {
             self.file_deletion_deadlines.insert(tp.clone(), due);
         }
         if let Err(error) = &outcome {
-            log::error!(
+            tracing::error!(
                 "shard {}: swapping a cleaned segment into {tp} failed: {error}",
                 self.id
             );
@@ -1804,16 +1875,35 @@ impl_from_lookup!(TruncateError);
 /// with whether one of them waits for a sync. A duplicate is answered with its group, so no
 /// sooner than the writes before it, and after a sync when it asks for one and its original was
 /// not synced yet.
+/// Answers a fetch, counting it.
+fn answer_fetch(
+    metrics: &ShardMetrics,
+    reply: Reply<FetchData, ReadError>,
+    result: Result<FetchData, ReadError>,
+) {
+    metrics.fetches.increment(1);
+    if let Ok(data) = &result {
+        metrics.fetch_bytes.increment(data.records.len() as u64);
+    }
+    let _ = reply.send(result);
+}
+
 fn answer_refused(
     group: Vec<PendingAppend>,
     outcomes: Vec<AppendOutcome>,
-) -> (WrittenAnswers, bool) {
+) -> (WrittenAnswers, bool, AppendCounts) {
     let mut durable_requested = false;
     let mut answers = Vec::with_capacity(outcomes.len());
+    let mut counts = AppendCounts::default();
     for (append, outcome) in group.into_iter().zip(outcomes) {
         match outcome {
             Ok(info) => {
                 durable_requested |= append.durable && !info.durable;
+                if !info.duplicate {
+                    counts.records += info.record_count;
+                    counts.batches += info.batch_count as u64;
+                    counts.bytes += append.batches.size_bytes() as u64;
+                }
                 answers.push((append.reply, info));
             }
             Err(error) => {
@@ -1821,7 +1911,15 @@ fn answer_refused(
             }
         }
     }
-    (answers, durable_requested)
+    (answers, durable_requested, counts)
+}
+
+/// What a partition's group appended (duplicates not counted), for the metrics.
+#[derive(Debug, Default, Clone, Copy)]
+struct AppendCounts {
+    records: u64,
+    batches: u64,
+    bytes: u64,
 }
 
 fn lookup_error_into<E: FromLookup>(tp: &TopicPartition, error: LookupError) -> E {

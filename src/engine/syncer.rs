@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -35,6 +36,7 @@ use super::wake::ShardWaker;
 use crate::error::{AppendError, StorageError};
 use crate::io::{Storage, StorageFile};
 use crate::log::{AppendInfo, UnsyncedSeal};
+use crate::metrics::SyncMetrics;
 use crate::types::{Offset, TopicPartition};
 
 /// The answers of one partition's written appends, with what each was given.
@@ -55,6 +57,8 @@ pub(crate) struct SyncJob {
     /// sync makes durable.
     pub through: Offset,
     pub answers: WrittenAnswers,
+    /// Bytes of the appends (for the metrics; 0 for a seal or the renames).
+    pub bytes: u64,
     /// Set for the sync a roll left to the shard (`log/seal_sync.rs`): after the `.log`, the
     /// sealed segment's indexes and the partition directory are synced too; no appends wait.
     pub seal: Option<Box<UnsyncedSeal>>,
@@ -71,6 +75,7 @@ impl SyncJob {
             dir: seal.dir.clone(),
             through: seal.through,
             answers: Vec::new(),
+            bytes: 0,
             seal: Some(Box::new(seal)),
         }
     }
@@ -85,6 +90,7 @@ impl SyncJob {
             dir,
             through: Offset(0),
             answers: Vec::new(),
+            bytes: 0,
             seal: None,
         }
     }
@@ -168,6 +174,7 @@ impl ReportSender {
 /// An inline engine's lane: what a sync thread keeps, on the shard's thread.
 struct InlineLane {
     storage: Arc<dyn Storage>,
+    metrics: SyncMetrics,
     failed: HashMap<(TopicPartition, u64), String>,
     reports: ReportSender,
 }
@@ -202,17 +209,19 @@ impl Syncer {
             reports: report_sender,
             waker,
         };
+        let metrics = SyncMetrics::new(shard_id);
         let mut lanes = Vec::with_capacity(LANES);
         for lane in 0..LANES {
             let (messages, inbox) = crossbeam_channel::unbounded();
             let storage = storage.clone();
+            let metrics = metrics.clone();
             let reports = report_sender.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("seglog-sync-{shard_id}.{lane}"))
                 .spawn(move || {
-                    let run = || run(storage.as_ref(), &inbox, &reports);
+                    let run = || run(storage.as_ref(), &inbox, &reports, &metrics);
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
-                        log::error!("shard {shard_id}: sync thread {lane} panicked");
+                        tracing::error!("shard {shard_id}: sync thread {lane} panicked");
                         reports.send(SyncReport::Panicked);
                     }
                 })?;
@@ -235,6 +244,7 @@ impl Syncer {
             lanes: Vec::new(),
             inline: Some(InlineLane {
                 storage,
+                metrics: SyncMetrics::new(0),
                 failed: HashMap::new(),
                 reports: ReportSender {
                     reports: reports_sender,
@@ -255,6 +265,7 @@ impl Syncer {
                 vec![job],
                 &mut lane.failed,
                 &lane.reports,
+                &lane.metrics,
             );
             self.outstanding += 1;
             return;
@@ -346,7 +357,12 @@ impl Drop for Syncer {
 }
 
 /// A sync thread: takes every message queued, syncs the jobs' files once each, answers.
-fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &ReportSender) {
+fn run(
+    storage: &dyn Storage,
+    inbox: &Receiver<Message>,
+    reports: &ReportSender,
+    metrics: &SyncMetrics,
+) {
     // Logs (partition, open) whose sync failed: their later jobs fail too.
     let mut failed: HashMap<(TopicPartition, u64), String> = HashMap::new();
     while let Ok(first) = inbox.recv() {
@@ -358,7 +374,7 @@ fn run(storage: &dyn Storage, inbox: &Receiver<Message>, reports: &ReportSender)
                 Message::Settle(done) => settles.push(done),
             }
         }
-        sync_jobs(storage, jobs, &mut failed, reports);
+        sync_jobs(storage, jobs, &mut failed, reports, metrics);
         for done in settles {
             let _ = done.send(());
         }
@@ -372,6 +388,7 @@ fn sync_jobs(
     jobs: Vec<SyncJob>,
     failed: &mut HashMap<(TopicPartition, u64), String>,
     reports: &ReportSender,
+    metrics: &SyncMetrics,
 ) {
     let mut files: Vec<&dyn StorageFile> = Vec::new();
     let mut file_of_job = Vec::with_capacity(jobs.len());
@@ -391,11 +408,17 @@ fn sync_jobs(
         });
         file_of_job.push(Some(index));
     }
+    let started = Instant::now();
     let mut results: Vec<Option<std::io::Result<()>>> = storage
         .sync_data_many(&files)
         .into_iter()
         .map(Some)
         .collect();
+    if !files.is_empty() {
+        let bytes = jobs.iter().map(|job| job.bytes).sum();
+        let appends = jobs.iter().map(|job| job.answers.len()).sum();
+        metrics.record(files.len(), started.elapsed().as_secs_f64(), bytes, appends);
+    }
     for (job, file_index) in jobs.into_iter().zip(file_of_job) {
         let key = (job.tp.clone(), job.generation);
         let result = if let Some(cause) = failed.get(&key) {
@@ -414,7 +437,7 @@ fn sync_jobs(
         let failure = result.as_ref().err().map(ToString::to_string);
         let kind = job.kind();
         if let Some(cause) = &failure {
-            log::error!("sync of {} failed: {cause}", job.path.display());
+            tracing::error!("sync of {} failed: {cause}", job.path.display());
             failed.entry(key).or_insert_with(|| cause.clone());
         }
         let outcome = SyncOutcome {

@@ -42,7 +42,7 @@ impl InFlightCommit {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(info)) => Poll::Ready(shared.record_commit(self, &info)),
             Poll::Ready(Err(source)) => {
-                log::warn!(
+                tracing::warn!(
                     "offset commit of group {} to {} failed: {source}",
                     self.group,
                     self.offsets_partition

@@ -619,7 +619,7 @@ impl Consumer {
                 .filter(|(tp, _)| revoked.contains(tp))
                 .collect();
             if let Err(error) = self.commit_released_positions_sync(&positions) {
-                log::warn!("auto-commit before revoking {revoked:?} failed: {error}");
+                tracing::warn!("auto-commit before revoking {revoked:?} failed: {error}");
             }
         }
         self.notify(Event::Revoked, revoked);
@@ -631,7 +631,7 @@ impl Consumer {
     /// The group removed this member (it stopped polling): its partitions are lost, and it joins
     /// again as a new member.
     fn rejoin_after_removal(&mut self, membership: Membership) -> Result<(), JoinError> {
-        log::warn!(
+        tracing::warn!(
             "member {} was removed from group {}; rejoining",
             membership.member_id,
             membership.group
@@ -675,7 +675,7 @@ impl Consumer {
                     let positions = std::mem::take(positions);
                     self.note_committed(&positions);
                 }
-                Some(Err(error)) => log::warn!("auto-commit failed: {error}"),
+                Some(Err(error)) => tracing::warn!("auto-commit failed: {error}"),
             }
             self.auto_commit_in_flight = None;
         }
@@ -824,7 +824,7 @@ impl Consumer {
                         });
                     }
                 };
-                log::info!("offset {offset} of {tp} is out of range; reset to {reset}");
+                tracing::info!("offset {offset} of {tp} is out of range; reset to {reset}");
                 if let Some(state) = self.partitions.get_mut(tp) {
                     state.position = Some(reset);
                 }

@@ -354,7 +354,7 @@ impl GroupCoordinator {
         if let Some(member) = group.members.get_mut(&member_id) {
             member.generation = generation;
         }
-        log::info!(
+        tracing::info!(
             "member {member_id} joined group {}: generation {generation}",
             request.group
         );
@@ -381,7 +381,7 @@ impl GroupCoordinator {
         member.last_seen = now;
         let metadata_due = now.duration_since(group_state.metadata_checked) >= metadata_max_age;
         if metadata_due && group_state.refresh_metadata(&self.shared.engine, now) {
-            log::info!(
+            tracing::info!(
                 "group {group} rebalances to generation {}: partition counts changed",
                 group_state.generation
             );
@@ -436,7 +436,7 @@ impl GroupCoordinator {
         }
         group_state.forget(member_id);
         group_state.rebalance(&topics_metadata, Instant::now());
-        log::info!(
+        tracing::info!(
             "member {member_id} left group {group}: generation {}",
             group_state.generation
         );
@@ -514,7 +514,7 @@ impl GroupCoordinator {
         let records = match commit_records(group, &entries, TimestampMs::now()) {
             Ok(records) => records,
             Err(error) => {
-                log::error!("cannot encode a commit of group {group}: {error}");
+                tracing::error!("cannot encode a commit of group {group}: {error}");
                 return CommitHandle::ready(Err(CommitError::InvalidRecord { source: error }));
             }
         };
@@ -640,7 +640,7 @@ impl Shared {
                 continue;
             }
             for member_id in &expired {
-                log::warn!(
+                tracing::warn!(
                     "member {member_id} of group {name} did not poll within max.poll.interval.ms; it is removed and its partitions reassigned"
                 );
                 group.members.remove(member_id);
@@ -667,10 +667,10 @@ impl Shared {
                 Poll::Pending => state.parked.push(commit),
                 Poll::Ready(Ok(info)) => {
                     if let Err(error) = apply_commit(&mut state.offsets, &commit, &info) {
-                        log::error!("{error}");
+                        tracing::error!("{error}");
                     }
                 }
-                Poll::Ready(Err(error)) => log::warn!(
+                Poll::Ready(Err(error)) => tracing::warn!(
                     "offset commit of group {} to {} failed: {error}",
                     commit.group,
                     commit.offsets_partition
@@ -786,7 +786,7 @@ impl Group {
             self.generation
         );
         if let Some(violation) = violation {
-            log::error!(
+            tracing::error!(
                 "generation {} of a group breaks an invariant (an internal error): {violation}",
                 self.generation
             );
@@ -852,7 +852,7 @@ impl Group {
                     self.owners.remove(tp);
                 }
                 // Left to its recorded owner: never freed for a second member to take.
-                _ => log::error!(
+                _ => tracing::error!(
                     "{member_id} released {tp}, whose recorded owner is {owner:?} (an internal \
                      error); the partition stays with that owner"
                 ),

@@ -143,7 +143,7 @@ impl<E: IndexEntry> IndexFile<E> {
     /// its batches past the last entry of either index. Never panics the host.
     pub fn append(&mut self, entry: E) {
         if self.is_full() {
-            log::error!(
+            tracing::error!(
                 "index entry left out: {} is full ({} entries)",
                 self.path().display(),
                 self.entry_count
@@ -152,7 +152,7 @@ impl<E: IndexEntry> IndexFile<E> {
         }
         let start = self.entry_count * E::BYTES;
         if let Err(error) = self.file.reserve_through((start + E::BYTES) as u64) {
-            log::warn!("index entry left out: {error}");
+            tracing::warn!("index entry left out: {error}");
             return;
         }
         entry.encode_into(&mut self.bytes_mut_all()[start..start + E::BYTES]);

@@ -106,7 +106,7 @@ impl OffsetIndex {
         let increasing = self.last_entry().is_none_or(|last| offset > last.offset);
         let relative_offset = super::relative_offset(self.base_offset, offset);
         let Some(relative_offset) = relative_offset.filter(|_| increasing) else {
-            log::error!(
+            tracing::error!(
                 "index entry left out: offset {} at position {position} does not follow the last \
                  entry of {} (base offset {}) or does not fit it",
                 offset.0,

@@ -100,7 +100,7 @@ impl TimeIndex {
             return;
         }
         let Some(relative_offset) = super::relative_offset(self.base_offset, offset) else {
-            log::error!(
+            tracing::error!(
                 "time index entry left out: offset {} does not fit {} (base offset {})",
                 offset.0,
                 self.file.path().display(),

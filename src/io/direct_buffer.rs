@@ -59,7 +59,7 @@ impl DirectBuffer {
         let memory = match mapped {
             Ok(map) => Memory::Mapped(map),
             Err(error) => {
-                log::debug!(
+                tracing::debug!(
                     "no huge-page mapping for an O_DIRECT buffer ({error}); using the heap"
                 );
                 Memory::Heap(vec![0; length + DIRECT_IO_ALIGN_BYTES])

@@ -81,7 +81,7 @@ impl IoBackend {
             IoBackend::Auto => match uring::UringIo::probe() {
                 Ok(()) => Ok(Arc::new(uring)),
                 Err(error) => {
-                    log::warn!("io_uring unavailable ({error}); running on positioned I/O");
+                    tracing::warn!("io_uring unavailable ({error}); running on positioned I/O");
                     Ok(Arc::new(pio::PositionedIo))
                 }
             },

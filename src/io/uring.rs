@@ -134,7 +134,7 @@ impl Ring {
         if !again.is_empty()
             && let Err(error) = self.uring.submit()
         {
-            log::debug!("io_uring_enter: {error}; the next enter submits them");
+            tracing::debug!("io_uring_enter: {error}; the next enter submits them");
         }
         reaped
     }
@@ -165,7 +165,7 @@ impl Ring {
         // SAFETY: `writes` owns the buffer until the write's completion is reaped.
         unsafe { self.push(&entry) };
         if let Err(error) = self.uring.submit() {
-            log::debug!("io_uring_enter: {error}; the next enter submits it");
+            tracing::debug!("io_uring_enter: {error}; the next enter submits it");
         }
     }
 
@@ -184,7 +184,7 @@ impl Ring {
                 if let Err(error) = self.uring.submit_and_wait(1) {
                     // Interrupted or the completion queue is momentarily full: wait again.
                     // Returning would free a buffer the kernel may still write.
-                    log::debug!("io_uring_enter: {error}; waiting again");
+                    tracing::debug!("io_uring_enter: {error}; waiting again");
                 }
             } else if self.uring.submission().taskrun() {
                 let _ = self.uring.submit();
@@ -207,7 +207,7 @@ impl Ring {
                 return;
             }
             if let Err(error) = self.uring.submit() {
-                log::debug!("io_uring_enter: {error}; submitting again");
+                tracing::debug!("io_uring_enter: {error}; submitting again");
             }
         }
     }
@@ -267,7 +267,7 @@ fn with_ring<T>(operation: impl FnOnce(&mut Ring) -> T) -> Option<T> {
                     writes: writes::WritesBehind::default(),
                 })),
                 Err(error) => {
-                    log::warn!(
+                    tracing::warn!(
                         "io_uring unavailable on this thread ({error}); using positioned I/O"
                     );
                     RingSlot::Unavailable
@@ -727,7 +727,7 @@ impl Storage for UringIo {
             with_ring(|ring| ring.uring.submitter().register_eventfd(eventfd.as_raw_fd()));
         match registered {
             Some(Err(error)) => {
-                log::warn!(
+                tracing::warn!(
                     "io_uring: registering an eventfd failed ({error}); writes behind complete at the end of each turn"
                 );
                 false
@@ -749,7 +749,7 @@ impl Storage for UringIo {
             if ring.uring.submission().taskrun()
                 && let Err(error) = ring.uring.submit()
             {
-                log::debug!("io_uring_enter: {error}; the next enter runs the completions");
+                tracing::debug!("io_uring_enter: {error}; the next enter runs the completions");
             }
             ring.reap(&mut []);
         });

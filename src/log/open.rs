@@ -56,6 +56,8 @@ pub struct RecoveryReport {
 
 impl PartitionLog {
     /// Opens (or creates) the log in `dir`.
+    #[tracing::instrument(name = "partition_open", level = "info", skip_all,
+        fields(topic = %topic_partition.topic, partition = topic_partition.partition))]
     pub fn open(
         storage: Arc<dyn Storage>,
         dir: &Path,

@@ -42,7 +42,7 @@ impl PartitionLog {
             let expiration_ms = self.mode.producer_id_expiration_ms;
             let forgotten = self.producers.remove_expired(now, expiration_ms);
             if forgotten > 0 {
-                log::debug!("{}: {forgotten} idle producers forgotten", self.topic_partition);
+                tracing::debug!("{}: {forgotten} idle producers forgotten", self.topic_partition);
             }
             self.producers_expired_at = Some(now);
         }
@@ -92,7 +92,7 @@ impl PartitionLog {
                     return self.replay_producers_from(offset);
                 }
                 Err(error) => {
-                    log::warn!(
+                    tracing::warn!(
                         "{}: producer snapshot unreadable ({error}); removed, the state is rebuilt from an older one or the log",
                         path.display()
                     );

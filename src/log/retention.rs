@@ -79,6 +79,8 @@ pub(crate) enum RenamesSync {
 impl PartitionLog {
     /// Deletes the segments that retention selects at time `now` (log start offset, then
     /// `retention.bytes` and `retention.ms` when `cleanup.policy` includes `delete`).
+    #[tracing::instrument(name = "retention", level = "info", skip_all,
+        fields(topic = %self.topic_partition.topic, partition = self.topic_partition.partition))]
     pub fn apply_retention(&mut self, now: TimestampMs) -> Result<RetentionOutcome, StorageError> {
         self.check_not_failed()?;
         self.finish_pending_renames(now)?;

@@ -266,7 +266,7 @@ fn next_tail(tail: &[u8], data: &[u8], whole_blocks: usize) -> Vec<u8> {
 fn warn_refused(log_path: &Path, error: &io::Error) {
     static WARNED: Once = Once::new();
     WARNED.call_once(|| {
-        log::warn!(
+        tracing::warn!(
             "O_DIRECT refused for {} ({error}); writing through the page cache",
             log_path.display()
         );

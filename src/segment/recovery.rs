@@ -309,7 +309,7 @@ impl Segment {
     ) -> Result<SegmentRecovery, StorageError> {
         // Read what the device holds, not pages a failed fsync left behind in the page cache.
         if let Err(error) = self.log.drop_cache() {
-            log::warn!(
+            tracing::warn!(
                 "{}: cannot drop cached pages before recovery ({error}); reading through the cache",
                 self.log_path.display()
             );

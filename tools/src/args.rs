@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// for the topics the broker creates. Repeatable.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     pub configs: Vec<String>,
+    /// Serve the engine's metrics in Prometheus' text format over HTTP on this address
+    /// (`docs/METRICS.md`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Args)]

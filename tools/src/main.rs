@@ -46,6 +46,7 @@ mod groups;
 mod index_check;
 mod kafka_text;
 mod log_scan;
+mod observability;
 mod partition_view;
 mod produce;
 mod read_only;
@@ -97,6 +98,7 @@ fn print_man_page() -> anyhow::Result<Outcome> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    observability::init_logging();
     let result = match cli.command {
         Command::Topics(args) => topics::run(&args),
         Command::Produce(args) => produce::run(&args),

@@ -17,6 +17,9 @@ use crate::engine_open::{open_engine, with_engine};
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Outcome> {
     let config = serve_config(&args.configs)?;
+    if let Some(listen) = &args.metrics_listen {
+        crate::observability::serve_metrics(listen)?;
+    }
     let engine = open_engine(&args.dir)?;
     with_engine(engine, |engine| {
         runtime()?.block_on(serve_until_signal(engine.clone(), &args.listen, config))

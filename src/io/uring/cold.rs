@@ -222,7 +222,7 @@ impl ColdReader {
         match error {
             None => Some(Ok(read)),
             Some(error) if read == 0 && error.raw_os_error() == Some(libc::EINVAL) => {
-                log::debug!("O_DIRECT read refused ({error}); reading through the page cache");
+                tracing::debug!("O_DIRECT read refused ({error}); reading through the page cache");
                 self.refused.store(true, Ordering::Relaxed);
                 None
             }
@@ -281,7 +281,7 @@ pub(super) fn reopen_direct(file: &File) -> Option<File> {
     {
         Ok(direct) => Some(direct),
         Err(error) => {
-            log::debug!(
+            tracing::debug!(
                 "O_DIRECT reopen of {path} refused ({error}); reading through the page cache"
             );
             None

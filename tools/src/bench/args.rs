@@ -232,6 +232,10 @@ pub struct BenchArgs {
     /// reporting; its passes stall every sync here). Off unless asked for.
     #[arg(long)]
     pub settle: bool,
+    /// Serve the engine's metrics in Prometheus' text format over HTTP on this address while
+    /// the bench runs (`docs/METRICS.md`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 fn parse_compression(text: &str) -> Result<Compression, String> {

@@ -79,6 +79,9 @@ const DATA_SET_SHARE: f64 = 0.3;
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let settings = Settings::from_args(args)?;
+    if let Some(listen) = &args.metrics_listen {
+        crate::observability::serve_metrics(listen)?;
+    }
     // The temporary directory lives until the end of the run and is removed when dropped.
     let (dir, _temporary) = match &args.dir {
         Some(dir) => {
