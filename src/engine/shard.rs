@@ -459,6 +459,9 @@ impl Shard {
                 }
                 Wake::Timer => {}
             }
+            // Requests first, then reports: a sync failure reported before its callers heard
+            // of it is applied before any request they sent on hearing it.
+            requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
             let outcomes = self.syncer.take_outcomes();
             self.apply_sync_outcomes(outcomes);
             self.finish_written();
@@ -469,7 +472,6 @@ impl Shard {
                 );
                 return;
             }
-            requests.extend(self.receiver.try_iter().take(REQUESTS_PER_TURN_MAX));
             let stopped = self.run_turn(requests.drain(..));
             self.turn_requests = requests;
             if stopped {

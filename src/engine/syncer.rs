@@ -14,6 +14,8 @@
 //! - after a failed sync of a log, every later job of that log (the same partition, the same
 //!   open) fails too, even when a later `fdatasync` returns success: nothing is acknowledged
 //!   after a failed sync (Linux reports a lost write-back once per open file);
+//! - a failed job is reported to the shard before its appends are answered, and the shard takes
+//!   reports after a turn's requests, so an append sent on hearing of the failure is refused;
 //! - for the same reason the shard never syncs a log's files itself while a job of that log may be
 //!   queued here: it calls [`Syncer::settle`] first (before a flush, a close, a release);
 //! - a roll leaves the sync of the segment it sealed to a job here (`log/seal_sync.rs`), sent
@@ -447,8 +449,16 @@ fn sync_jobs(
             failure,
             kind,
         };
-        answer_written(job.answers, Some(result), &job.dir);
-        reports.send(SyncReport::Done(outcome));
+        // A failure reaches the shard before any caller hears of it: an append the caller
+        // sends on hearing finds the log offline (the shard takes reports after requests).
+        let failed_now = outcome.failure.is_some();
+        if failed_now {
+            reports.send(SyncReport::Done(outcome));
+            answer_written(job.answers, Some(result), &job.dir);
+        } else {
+            answer_written(job.answers, Some(result), &job.dir);
+            reports.send(SyncReport::Done(outcome));
+        }
     }
 }
 
