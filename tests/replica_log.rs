@@ -166,6 +166,36 @@ fn a_truncation_survives_an_unclean_shutdown() {
     engine.close().unwrap();
 }
 
+/// The recovery point the checkpoint file holds for the replica's partition.
+fn checkpointed_recovery_point(dir: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("recovery-point-offset-checkpoint")).unwrap();
+    text.lines().skip(2).find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            [TOPIC, "0", offset] => offset.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
+#[test]
+fn a_truncation_is_answered_once_the_checkpoint_holds_the_lowered_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, topic) = open(dir.path());
+    let end = append_batches(&engine, &topic, 10, 1);
+    engine.checkpoint().unwrap();
+    assert_eq!(checkpointed_recovery_point(dir.path()), Some(end.0));
+    engine.truncate_to(&topic, 0, Offset(12)).wait().unwrap();
+    // An unclean open trusts what lies below the checkpointed recovery point: never the cut's.
+    assert_eq!(checkpointed_recovery_point(dir.path()), Some(12));
+    engine
+        .truncate_fully_and_start_at(&topic, 0, Offset(500))
+        .wait()
+        .unwrap();
+    assert_eq!(checkpointed_recovery_point(dir.path()), Some(500));
+    engine.close().unwrap();
+}
+
 #[test]
 fn truncate_to_below_the_log_start_is_refused() {
     let dir = tempfile::tempdir().unwrap();

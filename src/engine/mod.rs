@@ -859,12 +859,48 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(tp.clone())
             .and_modify(|first_dirty| *first_dirty = (*first_dirty).min(offset));
-        self.send(&tp, |reply| Request::Truncate {
-            tp: tp.clone(),
-            truncation,
-            reply,
-        })
-        .into_pending()
+        let shard = shard_for(&tp, self.inner.shards.len());
+        let truncated = self
+            .send(&tp, |reply| Request::Truncate {
+                tp: tp.clone(),
+                truncation,
+                reply,
+            })
+            .into_pending();
+        self.checkpoint_after(truncated, shard)
+    }
+
+    /// `truncated`, answered once the checkpoints hold the lowered recovery point too (as
+    /// Kafka checkpoints after a truncation): an unclean open trusts the bytes below the
+    /// checkpointed recovery point, which must not be the cut's stale, higher one. The wait and
+    /// the checkpoint run on a thread of their own, so the answer can be awaited.
+    fn checkpoint_after(
+        &self,
+        truncated: Pending<Offset, TruncateError>,
+        shard: usize,
+    ) -> Pending<Offset, TruncateError> {
+        let engine = self.clone();
+        let (answer, receiver) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("seglog-truncate".to_owned())
+            .spawn(move || {
+                let outcome = truncated.wait().and_then(|log_end_offset| {
+                    engine.checkpoint().map_err(|error| match error {
+                        FlushError::Storage(error) => TruncateError::Storage(error),
+                        FlushError::Unavailable(error) => TruncateError::Unavailable(error),
+                    })?;
+                    Ok(log_end_offset)
+                });
+                let _ = answer.send(outcome);
+            });
+        match spawned {
+            Ok(_) => Pending::waiting(receiver, shard),
+            Err(source) => Pending::ready(Err(EngineUnavailable::NoThread {
+                call: "truncate",
+                cause: source.to_string(),
+            }
+            .into())),
+        }
     }
 
     /// Syncs one partition's appended data.
