@@ -84,6 +84,11 @@ struct Crashed {
 
 impl Crashed {
     fn new() -> Crashed {
+        Crashed::appending(4)
+    }
+
+    /// [`Crashed::new`] with `batches` batches of three records past the recovery point.
+    fn appending(batches: usize) -> Crashed {
         let (root, dir) = scratch_partition();
         let (mut log, _) = open_partition_log(&dir, big_segments(), false, 0);
         // Two segments, then most of a third.
@@ -101,7 +106,7 @@ impl Crashed {
         let (mut log, _) = open_partition_log(&dir, big_segments(), true, recovery_point);
         let active_log = segment_logs(&dir).pop().unwrap();
         let recovery_position = fs::metadata(&active_log).unwrap().len();
-        for _ in 0..4 {
+        for _ in 0..batches {
             let first = log.log_end_offset().0;
             log.append(batch(first, 3), now()).unwrap();
         }
@@ -366,6 +371,26 @@ fn a_recovery_point_inside_a_batch_is_not_trusted_and_everything_is_recovered_at
         read >= size,
         "recovered from the segment's start: read {read} of {size}"
     );
+}
+
+#[test]
+fn a_recovery_point_in_a_sealed_segment_whose_seal_was_not_synced_at_every_step() {
+    // Appends past the recovery point rolled the segment holding it; the crash came before the
+    // roll's seal sync (left to the log's owner), so the recovery point is in a sealed segment.
+    let crashed = Crashed::appending(200);
+    let logs = segment_logs(&crashed.active_log.with_file_name(""));
+    let holding = logs
+        .iter()
+        .rposition(|log| base_of(log) <= crashed.recovery_point)
+        .unwrap();
+    assert!(holding + 1 < logs.len(), "the segment holding it is sealed");
+    assert!(base_of(&logs[holding]) < crashed.recovery_point);
+    let (steps, _) = reopen_at_every_step(
+        crashed.root.path(),
+        crashed.recovery_point,
+        &crashed.batches,
+    );
+    assert!(steps >= 2, "the reopen dies at each step: {steps}");
 }
 
 #[test]
