@@ -168,6 +168,16 @@ impl<E: IndexEntry> IndexFile<E> {
         self.entry_count = entry_count;
     }
 
+    /// Keeps the first `entry_count` entries (at most those counted now) and drops the rest by
+    /// cutting the file there, then grows it back to `max_bytes` for appends: whatever lay past
+    /// the kept entries (a preallocated tail, stale or torn entries) reads as zeros, and no page
+    /// is written (recovery resuming mid-segment, `segment/recovery.rs`).
+    pub fn keep_prefix(&mut self, entry_count: usize, max_bytes: u64) -> Result<(), StorageError> {
+        self.entry_count = entry_count.min(self.entry_count);
+        self.trim_to_valid_size()?;
+        self.resize_for_append(max_bytes)
+    }
+
     /// Shrinks the file to its valid entries (roll, close).
     pub fn trim_to_valid_size(&mut self) -> Result<(), StorageError> {
         self.file.resize((self.entry_count * E::BYTES) as u64)

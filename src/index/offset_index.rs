@@ -130,6 +130,31 @@ impl OffsetIndex {
         self.file.truncate_entries(keep);
     }
 
+    /// In an index a crash may have left preallocated, torn or stale past its entries: how many
+    /// leading entries increase strictly (offsets and positions, no position 0: a segment's first
+    /// batch is never indexed) and name offsets below `below`, and the last of them.
+    pub fn increasing_prefix_below(&self, below: Offset) -> (usize, Option<OffsetPosition>) {
+        let mut kept = 0;
+        let mut last: Option<OffsetPosition> = None;
+        for entry in self.entries() {
+            let follows = last.map_or(entry.position > 0, |last| {
+                entry.offset > last.offset && entry.position > last.position
+            });
+            if !follows || entry.offset >= below {
+                break;
+            }
+            kept += 1;
+            last = Some(entry);
+        }
+        (kept, last)
+    }
+
+    /// Keeps the first `entry_count` entries; the file is cut after them and regrown to
+    /// `max_bytes` for appends.
+    pub fn keep_prefix(&mut self, entry_count: usize, max_bytes: u64) -> Result<(), StorageError> {
+        self.file.keep_prefix(entry_count, max_bytes)
+    }
+
     /// Removes every entry (before a rebuild).
     pub fn reset(&mut self) {
         self.file.truncate_entries(0);

@@ -123,6 +123,32 @@ impl TimeIndex {
         self.file.truncate_entries(keep);
     }
 
+    /// In an index a crash may have left preallocated, torn or stale past its entries: how many
+    /// leading entries have strictly increasing timestamps (none negative) and non-decreasing
+    /// offsets, from the base offset through `through`.
+    pub fn increasing_prefix_through(&self, through: Offset) -> usize {
+        let mut kept = 0;
+        let mut last: Option<TimestampOffset> = None;
+        for entry in self.entries() {
+            let follows = match last {
+                None => entry.timestamp.0 >= 0 && entry.offset >= self.base_offset,
+                Some(last) => entry.timestamp > last.timestamp && entry.offset >= last.offset,
+            };
+            if !follows || entry.offset > through {
+                break;
+            }
+            kept += 1;
+            last = Some(entry);
+        }
+        kept
+    }
+
+    /// Keeps the first `entry_count` entries; the file is cut after them and regrown to
+    /// `max_bytes` for appends.
+    pub fn keep_prefix(&mut self, entry_count: usize, max_bytes: u64) -> Result<(), StorageError> {
+        self.file.keep_prefix(entry_count, max_bytes)
+    }
+
     pub fn reset(&mut self) {
         self.file.truncate_entries(0);
     }

@@ -6,7 +6,8 @@
 //! |----------|--------------------------------------|------------------------------------------|
 //! | clean    | any                                  | trust the `.log`; check indexes, rebuild a bad one |
 //! | unclean  | wholly below the recovery point      | trust the `.log`; check indexes, rebuild a bad one |
-//! | unclean  | holding or above the recovery point  | re-validate every batch, rebuild indexes, truncate a torn tail |
+//! | unclean  | holding the recovery point           | from the recovery point's byte (found from the offset index and the headers after its entry): re-validate, index, truncate a torn tail; keep the index entries below it |
+//! | unclean  | above the recovery point             | re-validate every batch, rebuild indexes, truncate a torn tail |
 //! | any      | after one cut short of the next one  | delete                                   |
 
 use std::path::{Path, PathBuf};
@@ -230,10 +231,14 @@ fn load_segments(
     let mut previous_recovered = false;
     for (segment_index, base_offset) in base_offsets.iter().enumerate() {
         let recover = !options.had_clean_shutdown && segment_index >= first_unflushed;
-        let mode = if recover {
-            LoadMode::Recover
-        } else {
-            LoadMode::Trusted
+        // The segment holding the recovery point is recovered from there: below it every byte
+        // was synced.
+        let mode = match recover {
+            false => LoadMode::Trusted,
+            true if segment_index == first_unflushed && options.recovery_point > *base_offset => {
+                LoadMode::RecoverFrom(options.recovery_point)
+            }
+            true => LoadMode::Recover,
         };
         let is_last = segment_index + 1 == base_offsets.len();
         // The last segment is the active one, which the cleaner never touches.

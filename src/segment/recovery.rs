@@ -9,6 +9,10 @@
 //! it reaches past its first sector and that sector holds only what a lost write leaves there
 //! (zeros or prewritten space), so the base offset read is not the one written. Index entries
 //! are rebuilt with the same `index.interval.bytes` rule the append path uses.
+//!
+//! In the segment holding the recovery point (every byte below it synced) recovery resumes at
+//! the recovery point's batch boundary (`LoadMode::RecoverFrom`): found from the offset index's
+//! last entry below it and the batch headers after that entry, whose index entries are kept.
 
 use std::path::{Path, PathBuf};
 
@@ -52,6 +56,13 @@ pub enum LoadMode {
     Trusted,
     /// Re-validate every batch and rebuild both indexes.
     Recover,
+    /// The segment holding this recovery point (above its base offset) after an unclean
+    /// shutdown: every byte below it was synced. Its position is found from the offset index
+    /// (the last entry below it, then batch headers, no CRC), the index entries below it are
+    /// kept, and only the batches from there on are re-validated and indexed. A recovery point
+    /// not found on a batch boundary that way is not trusted: the segment is recovered from its
+    /// start, as [`LoadMode::Recover`], with a warning.
+    RecoverFrom(Offset),
 }
 
 /// What recovery may do with invalid bytes in a segment.
@@ -69,6 +80,14 @@ pub enum InvalidTail {
     /// cleaned segment, synced before it was swapped in), so invalid bytes in it are damage to
     /// acknowledged data, not a torn write.
     Refuse,
+}
+
+/// Where recovery's validation starts: a batch boundary, and the position of the last index
+/// entry before it (0 when none).
+#[derive(Debug, Clone, Copy)]
+struct Resume {
+    position: u64,
+    last_index_position: u64,
 }
 
 /// The result of loading one segment.
@@ -164,9 +183,11 @@ impl Segment {
             .map_err(|source| StorageError::io("stat", &log_path, source))?;
         let indexes = match mode {
             LoadMode::Trusted => open_checked_indexes(names, size_bytes),
+            // Checked entry by entry before any is kept (`Segment::resume_point`).
+            LoadMode::RecoverFrom(_) => open_unchecked_indexes(names),
             LoadMode::Recover => None,
         };
-        let needs_recovery = indexes.is_none();
+        let needs_recovery = indexes.is_none() || mode != LoadMode::Trusted;
         let (offset_index, time_index) = match indexes {
             Some(indexes) => indexes,
             None => create_indexes(names, config)?,
@@ -188,7 +209,12 @@ impl Segment {
             digests: Default::default(),
         };
         if needs_recovery {
-            let recovery = segment.recover(config, invalid_tail, dense)?;
+            let recovery = match mode {
+                LoadMode::RecoverFrom(recovery_point) => {
+                    segment.recover_from(config, invalid_tail, dense, recovery_point)?
+                }
+                _ => segment.recover(config, invalid_tail, dense)?,
+            };
             return Ok(LoadedSegment {
                 segment,
                 recovery: Some(recovery),
@@ -307,6 +333,41 @@ impl Segment {
         invalid_tail: InvalidTail,
         dense: bool,
     ) -> Result<SegmentRecovery, StorageError> {
+        self.read_from_device()?;
+        self.recover_from_start(config, invalid_tail, dense)
+    }
+
+    /// Recovers the segment holding `recovery_point` (every byte below it synced): from the
+    /// batch boundary at the recovery point when the offset index and the batch headers lead
+    /// there, else from the segment's start (with a warning). Below the boundary nothing is read
+    /// but the headers walked from the offset index's last entry below the recovery point, and
+    /// the index entries there are kept; from the boundary on, as [`Segment::recover`].
+    pub fn recover_from(
+        &mut self,
+        config: &LogConfig,
+        invalid_tail: InvalidTail,
+        dense: bool,
+        recovery_point: Offset,
+    ) -> Result<SegmentRecovery, StorageError> {
+        self.read_from_device()?;
+        if recovery_point <= self.base_offset {
+            return self.recover_from_start(config, invalid_tail, dense);
+        }
+        match self.resume_point(config, dense, recovery_point)? {
+            Ok(resume) => self.recover_tail(config, invalid_tail, dense, resume),
+            Err(why) => {
+                tracing::warn!(
+                    "{}: recovery point {recovery_point} is not trusted ({why}); recovering the \
+                     segment from its start",
+                    self.log_path.display()
+                );
+                self.recover_from_start(config, invalid_tail, dense)
+            }
+        }
+    }
+
+    /// Drops the `.log`'s cached pages and reads its length again, before recovery reads it.
+    fn read_from_device(&mut self) -> Result<(), StorageError> {
         // Read what the device holds, not pages a failed fsync left behind in the page cache.
         if let Err(error) = self.log.drop_cache() {
             tracing::warn!(
@@ -320,18 +381,192 @@ impl Segment {
             .log
             .length_bytes()
             .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
-        self.offset_index.reset();
-        self.time_index.reset();
-        self.offset_index
-            .resize_for_append(config.segment_index_bytes)?;
-        self.time_index
-            .resize_for_append(config.segment_index_bytes)?;
+        Ok(())
+    }
+
+    fn recover_from_start(
+        &mut self,
+        config: &LogConfig,
+        invalid_tail: InvalidTail,
+        dense: bool,
+    ) -> Result<SegmentRecovery, StorageError> {
+        // Cutting the files drops whatever they held without writing a page.
+        match self.offset_index.entry_count() {
+            0 => self
+                .offset_index
+                .resize_for_append(config.segment_index_bytes)?,
+            _ => self
+                .offset_index
+                .keep_prefix(0, config.segment_index_bytes)?,
+        }
+        match self.time_index.entry_count() {
+            0 => self
+                .time_index
+                .resize_for_append(config.segment_index_bytes)?,
+            _ => self.time_index.keep_prefix(0, config.segment_index_bytes)?,
+        }
         self.next_offset = self.base_offset;
         self.max_timestamp_so_far = None;
         self.first_batch_timestamp = None;
-        let mut last_index_position = 0u64;
-        let mut scanner = LogScanner::new(self.log.as_ref(), &self.log_path, 0, self.size_bytes);
-        let mut valid_bytes = 0u64;
+        let start = Resume {
+            position: 0,
+            last_index_position: 0,
+        };
+        self.recover_tail(config, invalid_tail, dense, start)
+    }
+
+    /// Where recovery of the segment holding `recovery_point` (above its base offset) resumes:
+    /// the position of the batch boundary at the recovery point, found by walking batch headers
+    /// (framing and offsets checked, no CRC: those bytes were synced) from the offset index's
+    /// last entry below it, or from the segment's start when the index has none. Keeps the index
+    /// entries below the recovery point (both indexes are cut after them), adds those the walk
+    /// passes where the append path would have, and sets the next offset and largest timestamp.
+    /// `Ok(Err(why))` when the index or the recovery point cannot be trusted: the caller recovers
+    /// the whole segment.
+    fn resume_point(
+        &mut self,
+        config: &LogConfig,
+        dense: bool,
+        recovery_point: Offset,
+    ) -> Result<Result<Resume, String>, StorageError> {
+        let (mut kept, mut entry) = self.offset_index.increasing_prefix_below(recovery_point);
+        let mut time_kept = entry.map_or(0, |entry| {
+            self.time_index.increasing_prefix_through(entry.offset)
+        });
+        if kept > 0 && time_kept == 0 {
+            // Offset entries without time entries: the time index was lost (or its batches
+            // carry no timestamps). It no longer covers the batches before the last offset
+            // entry, so both are rebuilt by the walk from the start.
+            (kept, entry, time_kept) = (0, None, 0);
+        }
+        if let Some(entry) = entry
+            && u64::from(entry.position) >= self.size_bytes
+        {
+            return Ok(Err(format!(
+                "the offset index's entry ({}, {}) points past the log's {} bytes",
+                entry.offset, entry.position, self.size_bytes
+            )));
+        }
+        self.offset_index
+            .keep_prefix(kept, config.segment_index_bytes)?;
+        self.time_index
+            .keep_prefix(time_kept, config.segment_index_bytes)?;
+        self.max_timestamp_so_far = self.time_index.last_entry();
+        self.first_batch_timestamp = self
+            .first_header()?
+            .map(|header| TimestampMs(header.max_timestamp));
+        let walk_from = entry.map_or(0, |entry| u64::from(entry.position));
+        let mut last_index_position = walk_from;
+        // The offset after the last batch walked; unknown before the first when walking from
+        // an index entry.
+        let mut next = (walk_from == 0).then_some(self.base_offset);
+        let mut scanner = LogScanner::with_window(
+            self.log.as_ref(),
+            &self.log_path,
+            walk_from,
+            self.size_bytes,
+            super::scan::LOOKUP_WINDOW_BYTES,
+        );
+        loop {
+            if next == Some(recovery_point) {
+                self.next_offset = recovery_point;
+                return Ok(Ok(Resume {
+                    position: scanner.position(),
+                    last_index_position,
+                }));
+            }
+            let (position, header) = match scanner.next_header()? {
+                ScanStep::Item { position, item } => (position, item),
+                ScanStep::End => {
+                    let end = next.unwrap_or(self.base_offset);
+                    // Where the cleaner left a gap, the recovery point may lie past the last
+                    // batch of a sealed segment.
+                    if !dense && end < recovery_point && next.is_some() {
+                        self.next_offset = end;
+                        return Ok(Ok(Resume {
+                            position: scanner.position(),
+                            last_index_position,
+                        }));
+                    }
+                    return Ok(Err(format!(
+                        "the batches end at offset {end} at position {}, below it",
+                        scanner.position()
+                    )));
+                }
+                ScanStep::Invalid { position, error } => {
+                    return Ok(Err(format!(
+                        "the batch at position {position} below it is invalid: {error}"
+                    )));
+                }
+            };
+            let base = header.base_offset;
+            let last = header.last_offset();
+            if let (Some(entry), None) = (entry, next)
+                && last != entry.offset.0 as i64
+            {
+                return Ok(Err(format!(
+                    "the offset index's entry ({}, {}) points at a batch of offsets {base} to \
+                     {last}",
+                    entry.offset, entry.position
+                )));
+            }
+            let expected = next.unwrap_or(Offset(u64::try_from(base).unwrap_or(0)));
+            if let Err(reason) = check_offsets(&header, self.base_offset, expected, dense) {
+                return Ok(Err(format!("at position {position}: {reason}")));
+            }
+            if last >= recovery_point.0 as i64 {
+                // Past the recovery point without reaching it exactly: only where the cleaner
+                // left a gap may a batch start above it.
+                if !dense && next.is_some() && base >= recovery_point.0 as i64 {
+                    self.next_offset = expected;
+                    return Ok(Ok(Resume {
+                        position,
+                        last_index_position,
+                    }));
+                }
+                return Ok(Err(format!(
+                    "the batch at position {position} holds offsets {base} to {last}, across it"
+                )));
+            }
+            let last_offset = Offset(last as u64);
+            observe_timestamp(
+                &mut self.max_timestamp_so_far,
+                TimestampMs(header.max_timestamp),
+                last_offset,
+            );
+            if position - last_index_position > config.index_interval_bytes
+                && !self.offset_index.is_full()
+            {
+                // An entry the append path made and the crash lost.
+                self.offset_index.append(last_offset, position as u32);
+                if let Some(max) = self.max_timestamp_so_far {
+                    self.time_index
+                        .maybe_append(max.timestamp, max.offset, false);
+                }
+                last_index_position = position;
+            }
+            next = Some(last_offset.next());
+        }
+    }
+
+    /// Re-validates the batches from `start` (a batch boundary; the segment's next offset, index
+    /// entries and largest timestamp as of there already set), indexes them and truncates the
+    /// `.log` after the last valid one.
+    fn recover_tail(
+        &mut self,
+        config: &LogConfig,
+        invalid_tail: InvalidTail,
+        dense: bool,
+        start: Resume,
+    ) -> Result<SegmentRecovery, StorageError> {
+        let mut last_index_position = start.last_index_position;
+        let mut scanner = LogScanner::new(
+            self.log.as_ref(),
+            &self.log_path,
+            start.position,
+            self.size_bytes,
+        );
+        let mut valid_bytes = start.position;
         let mut truncated_at = None;
         loop {
             let (position, batch) = match scanner.next_batch()? {
@@ -839,6 +1074,16 @@ fn open_checked_indexes(
     let next_offset_bound = Offset(base_offset.0.saturating_add(RELATIVE_OFFSET_MAX + 1));
     time_index.check(next_offset_bound).ok()?;
     // A time index entry must not name an offset past the offset index's reach.
+    Some((offset_index, time_index))
+}
+
+/// Both indexes as found, unchecked (a missing or unreadable one: `None`).
+fn open_unchecked_indexes(names: &SegmentNames) -> Option<(OffsetIndex, TimeIndex)> {
+    if !names.offset_index.exists() || !names.time_index.exists() {
+        return None;
+    }
+    let offset_index = OffsetIndex::open_existing(&names.offset_index, names.base_offset).ok()?;
+    let time_index = TimeIndex::open_existing(&names.time_index, names.base_offset).ok()?;
     Some((offset_index, time_index))
 }
 
