@@ -40,8 +40,9 @@ pub enum Workload {
     /// a child process after `sync` and the page cache dropped (drop_caches 3 where permitted,
     /// else posix_fadvise DONTNEED on every file); it reports seconds from `Engine::open` until
     /// `describe_topic` answered for every partition, the bytes it read (/proc/self/io), and the
-    /// sync system calls it made (strace, when installed; else n/a). --records, --duration and
-    /// --vs-disk do not apply.
+    /// syncs it issued (under perf stat where perf runs: the sync system calls and the syncs
+    /// submitted through io_uring; else under strace: the system calls only; else n/a).
+    /// --records, --duration and --vs-disk do not apply.
     Restart,
 }
 

@@ -22,11 +22,12 @@
 //! A child times `Engine::open` and `Engine::describe_topic` of the topic, which opens (and
 //! recovers) every partition and answers for each, and reads its own `/proc/self/io` around
 //! them: `read_bytes` (what the device was asked for, page-cache misses) and `rchar` (bytes
-//! returned by read system calls, cached or not). Syncs are counted by running the child under
-//! `strace -f -c --seccomp-bpf -e trace=fsync,fdatasync,msync,sync_file_range,syncfs,sync` when
-//! strace is installed (only those calls stop the child; each stop is inside the figure's time);
-//! a sync the engine submits through its io_uring ring (`IORING_OP_FSYNC`, its group syncs) is
-//! no system call and is not in that count. Without strace, syncs are `n/a`.
+//! returned by read system calls, cached or not). Syncs are counted ([`SyncCounter`]) by running
+//! the child under `perf stat` where perf runs (the kernel counts the sync system calls'
+//! tracepoints and the `IORING_OP_FSYNC` requests submitted to io_uring, without stopping the
+//! child), else under `strace -f -c --seccomp-bpf` (the sync system calls only, each one a
+//! stop inside the figure's time; a sync through the ring is no system call), else not at all
+//! (`n/a`).
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -103,7 +104,7 @@ pub struct RestartCase {
     pub read_bytes: u64,
     /// `/proc/self/io` `rchar`: returned by read system calls, from the cache or not.
     pub rchar: u64,
-    /// Sync system calls by name (strace), or None when they were not counted.
+    /// Syncs by system call (and `io_uring_fsync`, with perf), or None when not counted.
     pub syncs: Option<Vec<(String, u64)>>,
     /// Partitions described offline.
     pub offline: u64,
@@ -125,7 +126,7 @@ impl RestartCase {
 #[derive(Debug, Clone)]
 pub struct RestartFigures {
     pub cache_drop: CacheDrop,
-    /// `strace` when syncs were counted.
+    /// `perf` or `strace` when syncs were counted.
     pub syncs_counted_by: Option<&'static str>,
     pub cases: Vec<RestartCase>,
 }
@@ -147,10 +148,13 @@ impl RestartFigures {
              syncs: {}",
             self.cache_drop.name(),
             match self.syncs_counted_by {
+                Some("perf") =>
+                    "perf stat (the system calls fsync, fdatasync, msync, \
+                                 sync_file_range, syncfs, sync and IORING_OP_FSYNC requests)",
                 Some(_) =>
                     "strace -f -c (fsync, fdatasync, msync, sync_file_range, syncfs, sync; \
-                            not syncs submitted through io_uring)",
-                None => "n/a (strace is not installed)",
+                            each one a stop inside the time; not syncs submitted through io_uring)",
+                None => "n/a (neither perf nor strace runs here)",
             }
         )?;
         writeln!(
@@ -319,7 +323,7 @@ pub fn restart(
     settings: &Settings,
     dir: &Path,
 ) -> anyhow::Result<(Vec<Phase>, RestartFigures)> {
-    let strace = strace_installed();
+    let counter = SyncCounter::find();
     let mut phases = Vec::new();
     let mut cases = Vec::new();
     let mut cache_drop = CacheDrop::DropCaches;
@@ -331,7 +335,7 @@ pub fn restart(
             .map_or(0, |(_, bytes, _)| bytes);
         let mut measure = |case: Case, acknowledged: Option<&Acknowledged>| {
             cache_drop = drop_cache(&set.dir)?;
-            let open = open_in_child(&set, args, strace)
+            let open = open_in_child(&set, args, counter)
                 .with_context(|| format!("restart: the {} open of {}", case.name(), set.name))?;
             let (acknowledged_records, lost) = match acknowledged {
                 Some(acknowledged) => (
@@ -363,7 +367,7 @@ pub fn restart(
     }
     let figures = RestartFigures {
         cache_drop,
-        syncs_counted_by: strace.then_some("strace"),
+        syncs_counted_by: counter.name(),
         cases,
     };
     Ok((phases, figures))
@@ -396,29 +400,101 @@ fn drop_cache(dir: &Path) -> anyhow::Result<CacheDrop> {
     Ok(CacheDrop::Fadvise)
 }
 
-/// Whether strace runs here as the opens are run under it (a probe of this program's `--help`).
-fn strace_installed() -> bool {
-    let Ok(exe) = std::env::current_exe() else {
-        return false;
-    };
-    Command::new("strace")
-        .args([
-            "-f",
-            "-c",
-            "--seccomp-bpf",
-            "-o",
-            "/dev/null",
+/// How the opens' syncs are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncCounter {
+    /// `perf stat`: tracepoint counts kept by the kernel, the child never stopped; also the
+    /// `IORING_OP_FSYNC` requests submitted to io_uring.
+    Perf,
+    /// `strace -f -c --seccomp-bpf`: every sync system call stops the child.
+    Strace,
+    None,
+}
+
+/// `perf stat`'s events: each sync system call's entry, then io_uring's submitted requests
+/// (filtered to `IORING_OP_FSYNC`, opcode 3: one per file synced through the ring).
+fn perf_events() -> Vec<String> {
+    let mut events: Vec<String> = SYNC_CALLS
+        .iter()
+        .flat_map(|call| ["-e".to_owned(), format!("syscalls:sys_enter_{call}")])
+        .collect();
+    events.extend(
+        [
             "-e",
-            "trace=fsync",
-            "--",
-        ])
-        .arg(exe)
-        .arg("--help")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+            "io_uring:io_uring_submit_req",
+            "--filter",
+            "opcode == 3",
+        ]
+        .map(str::to_owned),
+    );
+    events
+}
+
+impl SyncCounter {
+    /// The first that runs here: a probe of this program's `--help` under it.
+    fn find() -> SyncCounter {
+        let Ok(exe) = std::env::current_exe() else {
+            return SyncCounter::None;
+        };
+        for counter in [SyncCounter::Perf, SyncCounter::Strace] {
+            let Some(mut command) = counter.wrap(exe.as_os_str(), Path::new("/dev/null")) else {
+                continue;
+            };
+            let probe = command
+                .arg("--help")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if probe.is_ok_and(|status| status.success()) {
+                return counter;
+            }
+        }
+        SyncCounter::None
+    }
+
+    fn name(self) -> Option<&'static str> {
+        match self {
+            SyncCounter::Perf => Some("perf"),
+            SyncCounter::Strace => Some("strace"),
+            SyncCounter::None => None,
+        }
+    }
+
+    /// `program` under the counter, its counts written to `output`; `None` for no counter.
+    fn wrap(self, program: &std::ffi::OsStr, output: &Path) -> Option<Command> {
+        let mut command = match self {
+            SyncCounter::Perf => {
+                let mut command = Command::new("perf");
+                command
+                    .args(["stat", "-x", ",", "-o"])
+                    .arg(output)
+                    .args(perf_events());
+                command
+            }
+            SyncCounter::Strace => {
+                let mut command = Command::new("strace");
+                command
+                    .args(["-f", "-c", "--seccomp-bpf", "-o"])
+                    .arg(output)
+                    .arg("-e")
+                    .arg(format!("trace={}", SYNC_CALLS.join(",")));
+                command
+            }
+            SyncCounter::None => return None,
+        };
+        command.arg("--").arg(program);
+        Some(command)
+    }
+
+    /// The counts in `output`, by call.
+    fn counts(self, output: &str) -> Option<Vec<(String, u64)>> {
+        match self {
+            SyncCounter::Perf => Some(perf_counts(output)),
+            SyncCounter::Strace => Some(sync_calls(output)),
+            SyncCounter::None => None,
+        }
+    }
 }
 
 /// The child's arguments for `set`.
@@ -474,39 +550,36 @@ struct Opened {
     syncs: Option<Vec<(String, u64)>>,
 }
 
-fn open_in_child(set: &DataSet, args: &BenchArgs, strace: bool) -> anyhow::Result<Opened> {
+fn open_in_child(set: &DataSet, args: &BenchArgs, counter: SyncCounter) -> anyhow::Result<Opened> {
     let child = child_command(set, args, ChildMode::Open)?;
-    let summary = tempfile::NamedTempFile::new().context("cannot create strace's summary file")?;
-    let command = match strace {
-        false => child,
-        true => {
-            let mut traced = Command::new("strace");
-            traced
-                .args(["-f", "-c", "--seccomp-bpf", "-o"])
-                .arg(summary.path())
-                .arg("-e")
-                .arg(format!("trace={}", SYNC_CALLS.join(",")))
-                .arg("--")
-                .arg(child.get_program())
-                .args(child.get_args());
-            traced
+    let counts = tempfile::NamedTempFile::new().context("cannot create the sync counts' file")?;
+    let command = match counter.wrap(child.get_program(), counts.path()) {
+        Some(mut wrapped) => {
+            wrapped.args(child.get_args());
+            wrapped
         }
+        None => child,
     };
-    let report = run_until_reported(command)?;
+    // perf says on stderr that its child was killed, as the bench means it to be; the child
+    // reports its own failures in its JSON line.
+    let stderr = match counter {
+        SyncCounter::Perf => Stdio::null(),
+        SyncCounter::Strace | SyncCounter::None => Stdio::inherit(),
+    };
+    let report = run_until_reported(command, stderr)?;
     let numbers = |key: &str| {
         report[key]
             .as_array()
             .map(|values| values.iter().filter_map(Value::as_u64).collect::<Vec<_>>())
             .ok_or_else(|| anyhow!("the child's report has no {key}: {report}"))
     };
-    let syncs = match strace {
-        false => None,
-        true => {
-            let text =
-                fs::read_to_string(summary.path()).context("cannot read strace's summary")?;
-            Some(sync_calls(&text))
+    let text = match counter {
+        SyncCounter::None => String::new(),
+        SyncCounter::Perf | SyncCounter::Strace => {
+            fs::read_to_string(counts.path()).context("cannot read the sync counts")?
         }
     };
+    let syncs = counter.counts(&text);
     Ok(Opened {
         seconds: report["seconds"].as_f64().unwrap_or(0.0),
         read_bytes: report["read_bytes"].as_u64().unwrap_or(0),
@@ -517,8 +590,35 @@ fn open_in_child(set: &DataSet, args: &BenchArgs, strace: bool) -> anyhow::Resul
     })
 }
 
+/// `perf stat -x ,`'s counts: each of [`SYNC_CALLS`], then `io_uring_fsync` (0 for those not
+/// listed or not counted).
+fn perf_counts(output: &str) -> Vec<(String, u64)> {
+    let count = |event: &str| -> u64 {
+        output
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(',').collect();
+                let value = fields.first()?.trim().parse::<u64>().ok()?;
+                (fields.get(2)?.trim() == event).then_some(value)
+            })
+            .sum()
+    };
+    let mut counts: Vec<(String, u64)> = SYNC_CALLS
+        .iter()
+        .map(|call| {
+            let event = format!("syscalls:sys_enter_{call}");
+            ((*call).to_owned(), count(&event))
+        })
+        .collect();
+    counts.push((
+        "io_uring_fsync".to_owned(),
+        count("io_uring:io_uring_submit_req"),
+    ));
+    counts
+}
+
 /// `strace -c`'s call counts of each of [`SYNC_CALLS`] (0 for those not listed).
-pub fn sync_calls(summary: &str) -> Vec<(String, u64)> {
+fn sync_calls(summary: &str) -> Vec<(String, u64)> {
     SYNC_CALLS
         .iter()
         .map(|call| {
@@ -558,7 +658,8 @@ impl Acknowledged {
 }
 
 fn write_unsynced_in_child(set: &DataSet, args: &BenchArgs) -> anyhow::Result<Acknowledged> {
-    let report = run_until_reported(child_command(set, args, ChildMode::WriteUnsynced)?)?;
+    let writer = child_command(set, args, ChildMode::WriteUnsynced)?;
+    let report = run_until_reported(writer, Stdio::inherit())?;
     let ends = report["acknowledged_ends"]
         .as_array()
         .map(|values| values.iter().filter_map(Value::as_u64).collect())
@@ -570,13 +671,13 @@ fn write_unsynced_in_child(set: &DataSet, args: &BenchArgs) -> anyhow::Result<Ac
     })
 }
 
-/// Starts `command` (a child, possibly under strace), reads the JSON line its child prints, kills
+/// Starts `command` (a child, possibly under perf or strace), reads the JSON line its child prints, kills
 /// that child (SIGKILL, by the pid it reported) and waits for `command` to end.
-fn run_until_reported(mut command: Command) -> anyhow::Result<Value> {
+fn run_until_reported(mut command: Command, stderr: Stdio) -> anyhow::Result<Value> {
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .with_context(|| format!("cannot start {:?}", command.get_program()))?;
     let line = read_report_line(&mut child);
