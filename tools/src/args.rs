@@ -56,6 +56,10 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print seglog's man page (roff), e.g. `seglog man | man -l -`.
     Man,
+    /// `bench --workload restart`'s child process: opens a data directory or appends to it
+    /// without a sync, prints one JSON line, and waits to be killed.
+    #[command(hide = true)]
+    BenchRestartChild(crate::bench::restart::RestartChildArgs),
 }
 
 #[derive(Debug, Args)]

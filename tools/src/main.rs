@@ -114,6 +114,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Completions(args) => print_completions(args.shell),
         Command::Man => print_man_page(),
+        Command::BenchRestartChild(args) => bench::restart::run_child(&args),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,

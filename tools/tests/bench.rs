@@ -777,3 +777,128 @@ fn without_settle_nothing_waits_for_freed_memory() {
         .unwrap();
     assert!(waits.is_empty(), "{report:#}");
 }
+
+/// `restart`, tiny: every open of both data sets is reported with plausible figures, and every
+/// record the killed writer acknowledged (written, not synced) is found by the open after it.
+#[test]
+fn restart_reports_each_open_of_both_data_sets_and_loses_no_acknowledged_record() {
+    let (mut command, json, temporary) = bench_command();
+    let data = temporary.path().join("data");
+    command
+        .args(words(
+            "--workload restart --partitions 2 --restart-mb 1 --restart-many-partitions 40 \
+             --restart-many-records 400 --restart-unsynced-mb 0.5 --record-size 200 --batch-bytes 4096",
+        ))
+        .arg("--dir")
+        .arg(&data);
+    let (report, table) = report_of(&mut command, &json);
+    assert_eq!(report["config"]["workload"], "restart");
+    assert_throughput(&report, "restart_data_few");
+    assert_throughput(&report, "restart_data_many");
+    assert_eq!(report["restart_data_many"]["records"], 400, "{report:#}");
+    let restart = &report["restart"];
+    let method = restart["cache_drop"].as_str().unwrap();
+    assert!(["drop_caches", "fadvise"].contains(&method), "{report:#}");
+    // Syncs are counted by perf where it runs, else by strace; with either installed (`.ci/run`
+    // installs strace) they must be counted.
+    let installed = |program: &str, flag: &str| {
+        std::process::Command::new(program)
+            .arg(flag)
+            .output()
+            .is_ok_and(|output| output.status.success())
+    };
+    let counted = match restart["syncs_counted_by"].as_str() {
+        Some(counter) => {
+            assert!(["perf", "strace"].contains(&counter), "{report:#}");
+            true
+        }
+        None => {
+            assert!(
+                !installed("perf", "--version") && !installed("strace", "-V"),
+                "perf or strace is installed but the syncs were not counted: {report:#}"
+            );
+            false
+        }
+    };
+    let cases = restart["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 6, "{report:#}");
+    for (data_set, partitions) in [("few", 2), ("many", 40)] {
+        for case in ["clean", "unclean_synced", "unclean_unsynced"] {
+            let found: Vec<&Value> = cases
+                .iter()
+                .filter(|row| row["case"] == case && row["data_set"] == data_set)
+                .collect();
+            assert_eq!(found.len(), 1, "{case} of {data_set}: {report:#}");
+            let row = found[0];
+            assert_eq!(row["partitions"], partitions, "{row:#}");
+            let seconds = number(row, &["seconds"]);
+            assert!(seconds.is_finite() && seconds >= 0.0, "{row:#}");
+            assert!(number(row, &["read_bytes"]) >= 0.0, "{row:#}");
+            assert!(number(row, &["rchar"]) >= 0.0, "{row:#}");
+            assert!(number(row, &["data_bytes"]) > 0.0, "{row:#}");
+            assert_eq!(row["offline_partitions"], 0, "{row:#}");
+            match counted {
+                true => {
+                    let total = number(row, &["syncs"]);
+                    let by_call: f64 = row["syncs_by_call"]
+                        .as_object()
+                        .unwrap()
+                        .values()
+                        .map(|count| count.as_f64().unwrap())
+                        .sum();
+                    assert_eq!(total, by_call, "{row:#}");
+                }
+                false => assert!(row["syncs"].is_null(), "{row:#}"),
+            }
+            if case == "unclean_unsynced" {
+                assert!(number(row, &["unsynced_bytes"]) > 0.0, "{row:#}");
+                assert!(
+                    number(row, &["acknowledged_unsynced_records"]) > 0.0,
+                    "{row:#}"
+                );
+                assert_eq!(row["lost_records"], 0, "{row:#}");
+            } else {
+                assert_eq!(row["unsynced_bytes"], 0, "{row:#}");
+                assert!(row["lost_records"].is_null(), "{row:#}");
+            }
+        }
+        // Read back without the engine: the data set and every acknowledged unsynced record.
+        let dir = data.join(format!("restart-{data_set}"));
+        let output = run(&[
+            "topics",
+            "describe",
+            "--dir",
+            path_arg(&dir),
+            "--topic",
+            "seglog-bench",
+            "--format",
+            "json",
+        ]);
+        assert_success(&output);
+        let described: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let log_end: f64 = described["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|partition| partition["log_end_offset"].as_f64().unwrap())
+            .sum();
+        let unsynced = cases
+            .iter()
+            .find(|row| row["case"] == "unclean_unsynced" && row["data_set"] == data_set)
+            .unwrap();
+        let written = number(&report, &[&format!("restart_data_{data_set}"), "records"]);
+        let acknowledged = number(unsynced, &["acknowledged_unsynced_records"]);
+        assert_eq!(log_end, written + acknowledged, "{described:#}");
+        assert_success(&verify(&dir));
+    }
+    for case in ["clean", "unclean_synced", "unclean_unsynced"] {
+        assert!(table.contains(&format!("\n{case} ")), "{table}");
+    }
+    assert!(table.contains("every one recovered"), "{table}");
+}
+
+#[test]
+fn restart_refuses_vs_disk() {
+    let output = run(&words("bench --workload restart --vs-disk"));
+    support::assert_fails_with(&output, "--vs-disk");
+}

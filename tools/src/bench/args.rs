@@ -33,6 +33,17 @@ pub enum Workload {
     /// The embedded append, then the same producers as Kafka-protocol connections to `seglog
     /// serve` in this process, then the data fetched back over the protocol.
     Serve,
+    /// Restart after a crash: a data set written (--partitions x --restart-mb, then
+    /// --restart-many-partitions holding --restart-many-records), then, for each, the open of a
+    /// cleanly closed directory, of one whose process was killed (SIGKILL) with nothing unsynced,
+    /// and of one killed after appending --restart-unsynced-mb without a sync. Each open runs in
+    /// a child process after `sync` and the page cache dropped (drop_caches 3 where permitted,
+    /// else posix_fadvise DONTNEED on every file); it reports seconds from `Engine::open` until
+    /// `describe_topic` answered for every partition, the bytes it read (/proc/self/io), and the
+    /// syncs it issued (under perf stat where perf runs: the sync system calls and the syncs
+    /// submitted through io_uring; else under strace: the system calls only; else n/a).
+    /// --records, --duration and --vs-disk do not apply.
+    Restart,
 }
 
 impl Workload {
@@ -48,6 +59,7 @@ impl Workload {
             Workload::Compaction => "compaction",
             Workload::Replicated => "replicated",
             Workload::Serve => "serve",
+            Workload::Restart => "restart",
         }
     }
 }
@@ -117,7 +129,8 @@ pub struct BenchArgs {
     /// Consumer threads (fetch-hot, fetch-cold, random-fetch: the queue depth, tail).
     #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub consumers: usize,
-    /// Partitions of the benchmark topic [default: 10000 for many-partitions, 4 otherwise].
+    /// Partitions of the benchmark topic [default: 10000 for many-partitions, 4 otherwise;
+    /// restart: of its first data set].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub partitions: Option<u32>,
     /// Bytes of each record's value (at least 8: tail stamps a clock in the first 8).
@@ -236,6 +249,37 @@ pub struct BenchArgs {
     /// the bench runs (`docs/METRICS.md`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// restart: megabytes (10^6 bytes) appended to each of the first data set's --partitions
+    /// (default 4), records of --record-size in batches of --batch-bytes, the engine's default
+    /// 1 GiB segments (4 x 500 MB: 2 GB, as in issue 47).
+    #[arg(long, value_name = "MB", default_value_t = 500.0, value_parser = parse_megabytes)]
+    pub restart_mb: f64,
+    /// restart: partitions of the second data set (`segment.index.bytes` 65536, as
+    /// many-partitions).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub restart_many_partitions: u32,
+    /// restart: records of 100 bytes, one per batch, appended round-robin over
+    /// --restart-many-partitions (10 per partition by default).
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub restart_many_records: u64,
+    /// restart: megabytes appended without a sync, spread evenly over each data set's
+    /// partitions (its records, in batches of up to --batch-bytes), before the writing process
+    /// is killed (SIGKILL).
+    #[arg(long, value_name = "MB", default_value_t = 100.0, value_parser = parse_megabytes)]
+    pub restart_unsynced_mb: f64,
+}
+
+fn parse_megabytes(text: &str) -> Result<f64, String> {
+    let megabytes: f64 = text
+        .parse()
+        .map_err(|error| format!("{text:?} is not a number of megabytes: {error}"))?;
+    if megabytes.is_finite() && megabytes > 0.0 && megabytes <= 1e7 {
+        Ok(megabytes)
+    } else {
+        Err(format!(
+            "{text:?}: the size must be above 0 and at most 10,000,000 MB"
+        ))
+    }
 }
 
 fn parse_compression(text: &str) -> Result<Compression, String> {

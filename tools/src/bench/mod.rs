@@ -20,7 +20,9 @@
 //!   baseline), then the same producers against three seglog-raft nodes in this process, each
 //!   batch answered once committed on a majority ([`replicated`]);
 //! - `serve`: the embedded `append` phase, then the same producers over Kafka's wire protocol
-//!   to `seglog serve` in this process, then the data fetched back over it ([`serve`]).
+//!   to `seglog serve` in this process, then the data fetched back over it ([`serve`]);
+//! - `restart`: two data sets written, then each opened cleanly, after a kill with nothing
+//!   unsynced and after a kill with data unsynced, each open in a child process ([`restart`]).
 //!
 //! `--throughput` caps the producers' offered load, all together ([`progress::Shared::claim_send`]).
 //! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
@@ -40,6 +42,7 @@ mod produce;
 mod progress;
 mod replicated;
 mod report;
+pub mod restart;
 mod ruler;
 mod serve;
 mod settings;
@@ -99,6 +102,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     let mut settles = Settles::new(args.settle);
+    if settings.workload == Workload::Restart {
+        return run_restart(args, &settings, &dir, &mut settles);
+    }
     let disk = if args.vs_disk {
         settles.wait("disk");
         let mut disk = measure_disk(&dir, &settings)?;
@@ -169,9 +175,43 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         dir: &dir,
         open_partitions_max,
         settles: &settles.waits,
+        restart: None,
     };
     write_outputs(args, &report)?;
     Ok(Outcome::Clean)
+}
+
+/// `restart`: its own engines and child processes ([`restart`]); a finding when an acknowledged
+/// record did not come back.
+fn run_restart(
+    args: &BenchArgs,
+    settings: &Settings,
+    dir: &Path,
+    settles: &mut Settles,
+) -> anyhow::Result<Outcome> {
+    if args.vs_disk {
+        anyhow::bail!("--vs-disk: the restart workload measures opens, not the disk's rates");
+    }
+    settles.wait("engine");
+    raise_open_files_limit();
+    let (phases, figures) = restart::restart(args, settings, dir)?;
+    let outcome = match figures.nothing_lost() {
+        true => Outcome::Clean,
+        false => Outcome::Findings,
+    };
+    let report = Report {
+        settings,
+        phases,
+        disk: None,
+        compaction: None,
+        cache_drop: None,
+        dir,
+        open_partitions_max: EngineConfig::default().open_partitions_max,
+        settles: &settles.waits,
+        restart: Some(figures),
+    };
+    write_outputs(args, &report)?;
+    Ok(outcome)
 }
 
 /// The disk's buffered write runs as long as the phase, up to this.
@@ -354,6 +394,7 @@ fn run_workload(
             }
         }
         Workload::Tail => outcome.phases = tail::tail_phases(engine, &topic, settings)?,
+        Workload::Restart => anyhow::bail!("restart runs its own engines (run_restart)"),
         Workload::Compaction => {
             let (phases, figures) = compaction::compaction_phases(engine, &topic, settings)?;
             outcome.phases = phases;
@@ -396,7 +437,7 @@ fn log_files_by_partition(dir: &Path) -> anyhow::Result<Vec<Vec<PathBuf>>> {
 /// the soft limit to the hard one (as Go's runtime and Seastar do), and the hard one to
 /// `fs.nr_open` (at most 2^20) where the process may (root). Kafka asks operators for the same
 /// (`nofile` 100,000 and more); `many-partitions` needs one descriptor per open partition.
-fn raise_open_files_limit() {
+pub(crate) fn raise_open_files_limit() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let current = getrlimit(Resource::Nofile);
     let nr_open = fs::read_to_string("/proc/sys/fs/nr_open")

@@ -14,6 +14,7 @@ use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
 use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern, WriteLatency};
 use super::progress::{Limit, Phase};
 use super::replicated;
+use super::restart::RestartFigures;
 use super::ruler::DiskLimits;
 use super::serve;
 use super::settings::Settings;
@@ -39,6 +40,8 @@ pub struct Report<'a> {
     pub open_partitions_max: usize,
     /// The waits for freed memory to be handed back to the host (`settle.rs`).
     pub settles: &'a [Settle],
+    /// The `restart` workload's opens.
+    pub restart: Option<RestartFigures>,
 }
 
 /// An engine figure beside the disk's for the same pattern.
@@ -220,6 +223,9 @@ impl Report<'_> {
                     "; still reporting"
                 },
             )?;
+        }
+        if let Some(restart) = &self.restart {
+            restart.print(out)?;
         }
         if let Some(compaction) = &self.compaction {
             writeln!(
@@ -427,6 +433,9 @@ impl Report<'_> {
         }
         if let Some(disk) = &self.disk {
             root.insert("disk".into(), disk_json(disk));
+        }
+        if let Some(restart) = &self.restart {
+            root.insert("restart".into(), restart.to_json());
         }
         Value::Object(root)
     }

@@ -29,7 +29,7 @@ const COMPACTION_KEY_SPACE: u64 = 1000;
 /// Bytes a batch holds beyond its records' values (header, record framing, a short key).
 const BATCH_OVERHEAD_BYTES: u64 = 64;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub workload: Workload,
     pub producers: usize,
