@@ -253,6 +253,21 @@ fn check_reopened(
     assert_serves(&mut log, &more);
 }
 
+/// Reopens `crashed` with `recovery_point` checkpointed, dying at every step: the recovery
+/// point is not trusted, so the segment is read from its start, and every batch comes back.
+fn assert_recovered_from_the_segment_start(crashed: &Crashed, recovery_point: u64) {
+    let (steps, read) = reopen_at_every_step(crashed.root.path(), recovery_point, &crashed.batches);
+    assert!(
+        steps >= 2,
+        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
+    );
+    let size = crashed.recovery_position;
+    assert!(
+        read >= size,
+        "recovered from the segment's start: read {read} of {size}"
+    );
+}
+
 #[test]
 fn a_torn_batch_right_after_the_recovery_point_is_cut_at_every_step() {
     let crashed = Crashed::new();
@@ -311,20 +326,7 @@ fn an_index_entry_past_the_log_is_not_trusted_and_everything_is_recovered_at_eve
     let (relative, _) = crashed.index_entries()[last];
     let past_the_log = fs::metadata(&crashed.active_log).unwrap().len() as u32 + 4096;
     crashed.write_index_entry(last, (relative, past_the_log));
-    let (steps, read) = reopen_at_every_step(
-        crashed.root.path(),
-        crashed.recovery_point,
-        &crashed.batches,
-    );
-    assert!(
-        steps >= 2,
-        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
-    );
-    let size = crashed.recovery_position;
-    assert!(
-        read >= size,
-        "recovered from the segment's start: read {read} of {size}"
-    );
+    assert_recovered_from_the_segment_start(&crashed, crashed.recovery_point);
 }
 
 #[test]
@@ -333,20 +335,7 @@ fn an_index_entry_at_no_batch_is_not_trusted_and_everything_is_recovered_at_ever
     let last = crashed.last_entry_below();
     let (relative, position) = crashed.index_entries()[last];
     crashed.write_index_entry(last, (relative, position + 1));
-    let (steps, read) = reopen_at_every_step(
-        crashed.root.path(),
-        crashed.recovery_point,
-        &crashed.batches,
-    );
-    assert!(
-        steps >= 2,
-        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
-    );
-    let size = crashed.recovery_position;
-    assert!(
-        read >= size,
-        "recovered from the segment's start: read {read} of {size}"
-    );
+    assert_recovered_from_the_segment_start(&crashed, crashed.recovery_point);
 }
 
 #[test]
@@ -360,17 +349,7 @@ fn a_recovery_point_inside_a_batch_is_not_trusted_and_everything_is_recovered_at
         .find(|b| b.last > b.base && b.last < crashed.recovery_point)
         .unwrap();
     assert!(inside.base > crashed.active_base());
-    let (steps, read) =
-        reopen_at_every_step(crashed.root.path(), inside.base + 1, &crashed.batches);
-    assert!(
-        steps >= 2,
-        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
-    );
-    let size = crashed.recovery_position;
-    assert!(
-        read >= size,
-        "recovered from the segment's start: read {read} of {size}"
-    );
+    assert_recovered_from_the_segment_start(&crashed, inside.base + 1);
 }
 
 #[test]
