@@ -20,8 +20,9 @@ use crate::types::TopicPartition;
 /// A call to run on the consumer's thread, with the consumer (`None` once closed).
 type Call = Box<dyn FnOnce(&mut Option<Consumer>) + Send>;
 
-/// A [`Consumer`] driven from async code (see the [module](self) documentation). Made with
-/// [`Consumer::into_async`]. Dropping it leaves the group (as dropping a `Consumer` does) on the
+/// A [`Consumer`] driven from async code: it lives on a thread of its own, and each call is sent
+/// there and awaited, one at a time in the order made, so an executor's threads never wait for a
+/// poll's long fetches, a rebalance or a commit's sync. Made with [`Consumer::into_async`]. Dropping it leaves the group (as dropping a `Consumer` does) on the
 /// consumer's thread after the calls already made, without waiting for them.
 #[derive(Debug)]
 pub struct AsyncConsumer {
