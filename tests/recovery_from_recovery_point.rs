@@ -224,7 +224,7 @@ fn reopen_dying_after(
 }
 
 /// After a power cut, the log reopened as after a crash serves `expected`, takes an append at
-/// its end, and serves the same after another unclean reopen from its new log end.
+/// its end and a flush, and serves the same after another power cut and unclean reopen.
 fn check_reopened(
     sim: &SimStorage,
     dir: &Path,
@@ -249,6 +249,8 @@ fn check_reopened(
     );
     log.flush().unwrap();
     drop(log);
+    // The flushed appends survive a power cut: the files they are in have durable names.
+    sim.crash().unwrap();
     let (mut log, _) = open(dir, end + 2, storage).unwrap();
     assert_serves(&mut log, &more);
 }
@@ -257,10 +259,7 @@ fn check_reopened(
 /// point is not trusted, so the segment is read from its start, and every batch comes back.
 fn assert_recovered_from_the_segment_start(crashed: &Crashed, recovery_point: u64) {
     let (steps, read) = reopen_at_every_step(crashed.root.path(), recovery_point, &crashed.batches);
-    assert!(
-        steps >= 2,
-        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
-    );
+    assert_eq!(steps, 0, "the reopen writes and syncs nothing");
     let size = crashed.recovery_position;
     assert!(
         read >= size,
@@ -284,10 +283,7 @@ fn a_torn_batch_right_after_the_recovery_point_is_cut_at_every_step() {
     let expected = crashed.below_recovery_point();
     let (steps, read) =
         reopen_at_every_step(crashed.root.path(), crashed.recovery_point, &expected);
-    assert!(
-        steps >= 3,
-        "the reopen dies at each step (truncation, the .log's sync and the directory's): {steps}"
-    );
+    assert_eq!(steps, 1, "the reopen cuts the torn batch and syncs nothing");
     let size = crashed.recovery_position;
     assert!(
         read < size / 2,
@@ -309,10 +305,7 @@ fn a_recovery_point_past_the_index_s_entries_is_found_by_walking_headers_at_ever
         crashed.recovery_point,
         &crashed.batches,
     );
-    assert!(
-        steps >= 2,
-        "the reopen dies at each step (the .log's sync and the directory's): {steps}"
-    );
+    assert_eq!(steps, 0, "the reopen writes and syncs nothing");
     // Headers only, from the last entry left: less than the segment's bytes, which a recovery
     // from the start reads whole.
     let size = fs::metadata(&crashed.active_log).unwrap().len();
@@ -369,7 +362,10 @@ fn a_recovery_point_in_a_sealed_segment_whose_seal_was_not_synced_at_every_step(
         crashed.recovery_point,
         &crashed.batches,
     );
-    assert!(steps >= 2, "the reopen dies at each step: {steps}");
+    assert!(
+        steps >= 1,
+        "the reopen syncs the seal the crash lost: {steps}"
+    );
 }
 
 #[test]
@@ -428,17 +424,62 @@ fn an_unclean_open_of_a_large_synced_active_segment_does_not_read_it() {
     drop(log);
     let unsynced = fs::metadata(&active_log).unwrap().len() - synced_bytes;
     let (storage, reads) = counted(storage_from_env());
-    let (log, report) = open_with(synced_end, storage);
+    let (mut log, report) = open_with(synced_end, storage);
     assert_eq!(report.bytes_truncated, 0);
     assert_eq!(log.log_end_offset(), end);
     assert_eq!(
-        log.recovery_point(),
-        end,
-        "recovery synced what it validated"
+        log.recovery_point().0,
+        synced_end,
+        "recovery validates the unsynced bytes and leaves their sync to the next flush"
     );
     let read = reads.0.load(Ordering::SeqCst);
     assert!(
         read <= 1024 * 1024 + unsynced,
         "an unclean open with {unsynced} unsynced bytes after {synced_bytes} synced read {read}"
     );
+    log.flush().unwrap();
+    assert_eq!(
+        log.recovery_point(),
+        end,
+        "the flush covers what recovery kept"
+    );
+}
+
+#[test]
+fn segments_rolled_after_the_recovery_point_get_durable_names_before_appends_to_them() {
+    // Synced to a recovery point, then rolled twice by appends whose seal syncs (with the
+    // directory's) the process died before taking. A restart reopens it from the recovery
+    // point, appends and flushes; a power cut must keep every flushed record, so the reopen
+    // made the rolled segments' names durable.
+    let (template, template_dir) = scratch_partition();
+    let (mut log, _) = open_partition_log(&template_dir, big_segments(), false, 0);
+    for _ in 0..20 {
+        let first = log.log_end_offset().0;
+        log.append(batch(first, 3), now()).unwrap();
+    }
+    log.close().unwrap();
+    for seed in 0..16 {
+        let work = scratch();
+        copy_dir(template.path(), work.path());
+        let dir = partition_dir(work.path());
+        let sim = SimStorage::new(work.path(), seed).unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+        let (mut log, _) = open(&dir, 0, storage.clone()).unwrap();
+        let recovery_point = log.log_end_offset().0;
+        while log.segment_count() < 3 {
+            let first = log.log_end_offset().0;
+            log.append(batch(first, 3), now()).unwrap();
+        }
+        drop(log);
+        let (mut log, _) = open(&dir, recovery_point, storage.clone()).unwrap();
+        assert_eq!(log.segment_count(), 3);
+        let end = log.log_end_offset().0;
+        assert_appends_at(&mut log, end);
+        log.flush().unwrap();
+        let flushed = served_batches(&mut log);
+        drop(log);
+        sim.crash().unwrap();
+        let (mut log, _) = open(&dir, recovery_point, storage).unwrap();
+        assert_serves(&mut log, &flushed);
+    }
 }

@@ -117,8 +117,8 @@ pub struct Replica {
 
 impl Replica {
     /// Opens the replica of `topic`-`partition` (the topic must exist in `engine`), its state
-    /// file in `state_dir`: loads the state, brings the log's start to the state's, and
-    /// rebuilds the entry map.
+    /// file in `state_dir`: loads the state, makes the whole log durable, brings the log's start
+    /// to the state's, and rebuilds the entry map.
     pub async fn open(
         engine: Engine,
         topic: TopicName,
@@ -146,6 +146,12 @@ impl Replica {
             purging: Arc::new(tokio::sync::Mutex::new(())),
             appends: Arc::new(tokio::sync::watch::Sender::new(AppendProgress::default())),
         };
+        // After a crash the engine keeps what it recovered past the recovery point unsynced;
+        // openraft takes every entry the log holds at open as persisted.
+        replica
+            .engine
+            .flush(&replica.topic, replica.partition)
+            .await?;
         replica.rebuild().await?;
         Ok(replica)
     }

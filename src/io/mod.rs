@@ -234,6 +234,15 @@ pub trait StorageFile: Debug + Send + Sync {
         }
     }
 
+    /// The first hole at or after `position`, which may hold data (`lseek(SEEK_HOLE)`; the
+    /// file's end counts as one). A backend without the call says `u64::MAX`: no hole.
+    fn next_hole(&self, position: u64) -> io::Result<u64> {
+        match self.as_file() {
+            Some(file) => next_hole_of(file, position),
+            None => Ok(u64::MAX),
+        }
+    }
+
     /// Starts reading `length` bytes at `position` into the page cache in the background
     /// (`posix_fadvise(POSIX_FADV_WILLNEED)`), so that a sequential reader's next read finds
     /// them there. Advice only: a backend without a real file, or a refusal, changes nothing.
@@ -305,6 +314,55 @@ pub fn next_data_of(file: &std::fs::File, position: u64) -> io::Result<Option<u6
         Err(rustix::io::Errno::NXIO) => Ok(None),
         Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => Ok(Some(position)),
         Err(errno) => Err(errno.into()),
+    }
+}
+
+/// [`StorageFile::next_hole`] on a real file (`SEEK_HOLE`; `u64::MAX` where the file system has
+/// no `SEEK_HOLE`).
+pub fn next_hole_of(file: &std::fs::File, position: u64) -> io::Result<u64> {
+    match rustix::fs::seek(file, rustix::fs::SeekFrom::Hole(position)) {
+        Ok(found) => Ok(found),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => Ok(u64::MAX),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Where a file held data when it was mapped ([`DataRanges::map`]), for scans that must not
+/// read the rest. Mapped once, before anything is read: a read of an unwritten extent leaves
+/// zero pages in the page cache, which `SEEK_DATA` then reports as data, and readahead extends
+/// them ahead of every later read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataRanges {
+    /// Sorted, disjoint; `None` when not mapped: everything may hold data.
+    ranges: Option<Vec<std::ops::Range<u64>>>,
+}
+
+impl DataRanges {
+    /// Maps `file`'s data in `from..to` ([`StorageFile::next_data`], [`StorageFile::next_hole`]).
+    pub fn map(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<DataRanges> {
+        let mut ranges = Vec::new();
+        let mut position = from;
+        while position < to {
+            let Some(data_at) = file.next_data(position)?.filter(|at| *at < to) else {
+                break;
+            };
+            let hole_at = file.next_hole(data_at)?.clamp(data_at + 1, to);
+            ranges.push(data_at..hole_at);
+            position = hole_at;
+        }
+        Ok(DataRanges {
+            ranges: Some(ranges),
+        })
+    }
+
+    /// The first position at or after `position` that held data when mapped; `Some(position)`
+    /// when not mapped.
+    pub fn next_data(&self, position: u64) -> Option<u64> {
+        let Some(ranges) = &self.ranges else {
+            return Some(position);
+        };
+        let index = ranges.partition_point(|range| range.end <= position);
+        ranges.get(index).map(|range| range.start.max(position))
     }
 }
 
@@ -429,6 +487,32 @@ mod tests {
             assert_eq!(file.read_into(&mut buffer, 500, 299_900).unwrap(), 100);
             assert_eq!(buffer[..100], payload[299_900..]);
             assert_eq!(file.read_into(&mut buffer, 10, 400_000).unwrap(), 0);
+        }
+    }
+
+    #[test]
+    fn data_ranges_skip_reserved_space_even_after_it_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        const MIB: u64 = 1024 * 1024;
+        for (index, storage) in storages(dir.path()).into_iter().enumerate() {
+            let path = dir.path().join(format!("file-{index}"));
+            let file = storage.open(&path, OpenMode::CreateNew).unwrap();
+            file.write_all_at(&[7u8; 4096], 0).unwrap();
+            let reserved = file.allocate(4096, 16 * MIB).unwrap();
+            file.write_all_at(&[9u8; 4096], 8 * MIB).unwrap();
+            let ranges = DataRanges::map(file.as_ref(), 0, 16 * MIB + 4096).unwrap();
+            // Reading the reserved space leaves zero pages that `SEEK_DATA` reports as data; the
+            // map taken before does not change.
+            file.read_to_vec((8 * MIB) as usize, 4096).unwrap();
+            assert_eq!(ranges.next_data(0), Some(0), "storage {storage:?}");
+            assert_eq!(ranges.next_data(100), Some(100));
+            if reserved && file.as_file().is_some() {
+                assert_eq!(ranges.next_data(4096), Some(8 * MIB), "storage {storage:?}");
+                assert_eq!(ranges.next_data(8 * MIB + 4096), None);
+            } else {
+                // No `SEEK_DATA` (the simulated disk): everything may hold data.
+                assert_eq!(ranges.next_data(4096), Some(4096), "storage {storage:?}");
+            }
         }
     }
 }

@@ -652,6 +652,11 @@ impl StorageFile for UringFile {
         crate::io::next_data_of(&self.file, position)
     }
 
+    fn next_hole(&self, position: u64) -> io::Result<u64> {
+        fence();
+        crate::io::next_hole_of(&self.file, position)
+    }
+
     fn modified_ms(&self) -> io::Result<i64> {
         fence();
         PositionedIo::modified_ms_of(&self.file)

@@ -140,8 +140,7 @@ impl PartitionLog {
         for base_offset in leftover_deletions {
             log.schedule_file_deletion(base_offset, TimestampMs(i64::MIN));
         }
-        let repaired = report != RecoveryReport::default();
-        log.settle_offsets(log_start_checkpoint, &options, repaired)?;
+        log.settle_offsets(log_start_checkpoint, &options, &report)?;
         log.load_producer_state()?;
         log.expire_producers(options.now);
         if recorded_cleaned_end.is_none() {
@@ -153,35 +152,62 @@ impl PartitionLog {
         Ok((log, report))
     }
 
-    /// Fixes the log start offset and recovery point after loading, prepares the active segment
-    /// for appends and makes every repair durable.
+    /// Fixes the log start offset and recovery point after loading and prepares the active
+    /// segment for appends. Syncs no byte recovery kept in the active segment: as Kafka, the
+    /// recovery point stays below them after an unclean shutdown and moves when a sync covers
+    /// the log end (the next group commit, flush or close), so another crash checks them again.
+    /// Every sealed segment is durable by now (trusted below the recovery point, or synced by
+    /// `seal_recovered`), so the recovery point is at least the active segment's base once the
+    /// directory holds the names made since the checkpointed one: segments a roll created
+    /// after it (the roll's directory sync may have been lost with the crash). The directory is
+    /// synced for them, and after a deletion (a segment that came back after a crash would
+    /// overlap the appends that follow).
     fn settle_offsets(
         &mut self,
         log_start_checkpoint: Offset,
         options: &LogOpenOptions,
-        repaired: bool,
+        report: &RecoveryReport,
     ) -> Result<(), StorageError> {
         let first_base = self.segments.slots()[0].base_offset();
         self.log_start_offset = log_start_checkpoint.max(first_base);
+        let active_base = self.active().base_offset();
+        let rolled_since_checkpoint =
+            !options.had_clean_shutdown && active_base > options.recovery_point;
         if self.log_start_offset > self.log_end_offset() {
             // The files below the checkpointed start are gone and nothing above it is here:
             // start over, empty, at the checkpointed offset (Kafka does the same).
             self.replace_with_empty_segment(self.log_start_offset, options.now)?;
+            self.sync_dir()?;
+        } else if report.segments_deleted > 0 || rolled_since_checkpoint {
+            self.sync_dir()?;
         }
         let config = self.config.clone();
         let storage = self.storage.clone();
         let direct_writes = self.mode.direct_writes;
         let active = self.active_mut();
         active.prepare_appends(storage.as_ref(), &config, direct_writes)?;
-        if repaired {
-            // Recovery validated every byte from the recovery point on; syncing it (and the
-            // directory, after any deletion) makes all of it durable. (After an unclean shutdown
-            // the active segment is always recovered, so this runs then too.)
-            active.flush()?;
-            self.sync_dir()?;
-        }
-        self.recovery_point = self.log_end_offset();
+        let log_end_offset = self.log_end_offset();
+        self.recovery_point = match options.had_clean_shutdown {
+            true => log_end_offset,
+            false => options
+                .recovery_point
+                .min(log_end_offset)
+                .max(self.active().base_offset()),
+        };
+        self.note_unsynced_since_recovery_point(options.now);
         Ok(())
+    }
+
+    /// Counts the records past the recovery point as unsynced appends, so that the flush policy
+    /// and the background sync take them as the appends they were.
+    fn note_unsynced_since_recovery_point(&mut self, now: TimestampMs) {
+        let records = self.log_end_offset().0 - self.recovery_point.0;
+        if records == 0 {
+            return;
+        }
+        self.unflushed_records = records;
+        self.first_unflushed_at = Some(now);
+        self.bytes_since_background_sync = self.segments.bytes_holding_from(self.recovery_point);
     }
 }
 

@@ -155,6 +155,16 @@ impl SegmentList {
         1 + self.open_sealed.len()
     }
 
+    /// The bytes of the segments holding `offset` or later offsets: at most this many lie past
+    /// `offset`.
+    pub(crate) fn bytes_holding_from(&self, offset: Offset) -> u64 {
+        self.slots
+            .iter()
+            .filter(|slot| slot.next_offset() > offset)
+            .map(SegmentSlot::size_bytes)
+            .sum()
+    }
+
     pub(crate) fn slots(&self) -> &[SegmentSlot] {
         &self.slots
     }

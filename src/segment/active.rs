@@ -90,6 +90,7 @@ impl ActiveSegment {
             prefetched_to: Default::default(),
             batch_bytes_hint: Default::default(),
             digests: Default::default(),
+            recovery_data: Default::default(),
         };
         Ok(ActiveSegment {
             direct,

@@ -103,6 +103,8 @@ pub struct Segment {
     batch_bytes_hint: std::cell::Cell<u64>,
     /// What point lookups keep of the large batches they read (`lookup.rs`).
     digests: std::cell::RefCell<BatchDigests>,
+    /// Where the `.log` held data when recovery began reading it (`recovery.rs`).
+    recovery_data: crate::io::DataRanges,
 }
 
 impl Segment {

@@ -26,7 +26,7 @@ use crate::format::prewrite::{self, Misplaced, STAMP_BYTES};
 use crate::format::{Batch, BatchHeader, BatchPrefix, DecodeError};
 use crate::index::time_index::TimestampOffset;
 use crate::index::{OffsetIndex, TimeIndex};
-use crate::io::{OpenMode, Storage};
+use crate::io::{DataRanges, OpenMode, Storage};
 use crate::limits::RELATIVE_OFFSET_MAX;
 use crate::limits::{BATCH_HEADER_BYTES, BATCH_MAGIC_V2, LOG_OVERHEAD_BYTES};
 use crate::types::{Offset, TimestampMs};
@@ -207,6 +207,7 @@ impl Segment {
             prefetched_to: Default::default(),
             batch_bytes_hint: Default::default(),
             digests: Default::default(),
+            recovery_data: Default::default(),
         };
         if needs_recovery {
             let recovery = match mode {
@@ -381,6 +382,14 @@ impl Segment {
             .log
             .length_bytes()
             .map_err(|source| StorageError::io("stat", &self.log_path, source))?;
+        self.recovery_data = DataRanges::map(self.log.as_ref(), 0, self.size_bytes)
+            .unwrap_or_else(|error| {
+                tracing::warn!(
+                    "{}: cannot map where the file holds data ({error}); reading all of it",
+                    self.log_path.display()
+                );
+                DataRanges::default()
+            });
         Ok(())
     }
 
@@ -820,7 +829,9 @@ impl Segment {
     fn misplaced_stamp(&self, from: u64) -> Result<Option<Misplaced>, StorageError> {
         let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + STAMP_BYTES];
         let mut start = from;
-        while start < self.size_bytes {
+        // A stamp's first byte is not zero, so no stamp starts where no data is.
+        while let Some(data_at) = self.next_data(start)? {
+            start = data_at;
             let read = self
                 .log
                 .read_at(&mut chunk, start)
@@ -839,6 +850,18 @@ impl Segment {
             start += SCAN_CHUNK_BYTES as u64;
         }
         Ok(None)
+    }
+
+    /// The first position at or after `position` and inside the `.log` that held data when
+    /// recovery began (`DataRanges`): the scans for evidence past a torn tail skip the reserved,
+    /// never-written space of an active segment (unwritten extents, holes) without reading it. A
+    /// write that landed there, misdirected or not, made its blocks data.
+    fn next_data(&self, position: u64) -> Result<Option<u64>, StorageError> {
+        if position >= self.size_bytes {
+            return Ok(None);
+        }
+        let data_at = self.recovery_data.next_data(position);
+        Ok(data_at.filter(|at| *at < self.size_bytes))
     }
 
     /// The batch header at `position`, if the bytes there parse as one with magic 2 and a
@@ -867,7 +890,12 @@ impl Segment {
     ) -> Result<Option<u64>, StorageError> {
         let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + field::MAGIC + 1];
         let mut start = from;
-        while start < to {
+        // A batch's magic byte is 2, so a batch starts at most `field::MAGIC` bytes before data.
+        while let Some(data_at) = self.next_data(start + field::MAGIC as u64)? {
+            start = start.max(data_at - field::MAGIC as u64);
+            if start >= to {
+                break;
+            }
             let positions = (to - start).min(SCAN_CHUNK_BYTES as u64) as usize;
             let read = self
                 .log
