@@ -1106,6 +1106,52 @@ mod tests {
         assert_eq!(groups.check_commit("none", -1, "", now), Ok(()));
     }
 
+    /// kafka-python's leader, alone, assigns nothing while it does not know the topic yet, then
+    /// rejoins the Stable group unchanged once it does: the next generation at once, its new plan
+    /// settles the group, and the old generation is fenced.
+    #[test]
+    fn a_lone_leader_rejoining_a_stable_group_starts_the_next_generation_at_once() {
+        let now = Instant::now();
+        let mut groups = Membership::default();
+        let (a, joined) = join_new(&mut groups, 1, &["range"], now);
+        assert_eq!(only_join(joined, 1).generation, 1);
+        let synced = groups.sync("g", 1, &a, vec![(a.clone(), Bytes::new())], 1, now);
+        assert_eq!(synced.syncs[0].1.error, None);
+        let answer = only_join(groups.join(request(&a, &["range"]), 2, now), 2);
+        assert_eq!((answer.generation, answer.leader.as_str()), (2, a.as_str()));
+        assert_eq!(
+            answer.members.len(),
+            1,
+            "the leader learns every member's metadata"
+        );
+        let plan = vec![(a.clone(), Bytes::from("A"))];
+        let synced = groups.sync("g", 2, &a, plan, 3, now);
+        assert_eq!(synced.syncs[0].1.assignment, Bytes::from("A"));
+        assert_eq!(groups.describe("g").unwrap().state, GroupState::Stable);
+        assert_eq!(groups.heartbeat("g", 2, &a, now), Ok(()));
+        let stale = Err(ResponseError::IllegalGeneration);
+        assert_eq!(groups.heartbeat("g", 1, &a, now), stale);
+    }
+
+    /// A follower whose client sends JoinGroup again after its last one was answered (kafka-python
+    /// does, when a poll gave up before the answer came) is answered at once, in the same
+    /// generation, without a rebalance.
+    #[test]
+    fn a_follower_rejoining_a_stable_group_unchanged_keeps_its_generation() {
+        let now = Instant::now();
+        let mut groups = Membership::default();
+        let (a, b, generation) = stable_pair(&mut groups, now);
+        let answer = only_join(groups.join(request(&b, &["range"]), 2, now), 2);
+        assert_eq!((answer.generation, answer.leader), (generation, a.clone()));
+        assert!(
+            answer.members.is_empty(),
+            "only the leader learns the members"
+        );
+        let synced = groups.sync("g", generation, &b, Vec::new(), 2, now);
+        assert_eq!(synced.syncs[0].1.assignment, Bytes::from("B2"));
+        assert_eq!(groups.heartbeat("g", generation, &a, now), Ok(()));
+    }
+
     #[test]
     fn a_first_join_before_v4_needs_no_second_round() {
         let now = Instant::now();

@@ -213,7 +213,6 @@ fn confluent_kafka_group_consumes_once_across_a_rebalance_and_a_restart() {
 }
 
 #[test]
-#[ignore = "flaky under load (2 of about 8 CI runs): member A stays unassigned in a rebalance for 90 s; being diagnosed (issue 45's note)"]
 fn kafka_python_group_consumes_once_across_a_rebalance_and_a_restart() {
     group_resumes_after_restart(
         "kafka_python_group_consumes_once_across_a_rebalance_and_a_restart",

@@ -86,6 +86,12 @@ class Member(ConsumerRebalanceListener):
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
         )
         self.consumer.subscribe([topic], listener=self)
+        # A leader whose first assignment predates its metadata of the topic assigns nothing,
+        # then rejoins when the metadata arrives. If that JoinGroup and SyncGroup outlast the
+        # poll that sent them, kafka-python (3.0.12) never takes up their answer: the member
+        # stays `<rebalancing>` for good, sending nothing. Learning the partitions (and so
+        # kafka-python's metadata snapshot) before the first join avoids that rejoin.
+        self.consumer.topics()
 
     def on_partitions_revoked(self, revoked):
         self.revocations += 1
