@@ -1,7 +1,8 @@
 //! Recovery and the clean-shutdown marker: a clean close then reopen does no recovery and
 //! leaves every sealed file untouched, the marker is consumed at open (a crash after it is seen
-//! as unclean), `PartitionLog::open` reports nothing for a clean log, and a crashed partition
-//! left unopened through a clean session is still recovered, whatever the marker says.
+//! as unclean), `PartitionLog::open` reports nothing for a clean log, a crashed partition
+//! left unopened through a clean session is still recovered, whatever the marker says, and after
+//! a crash each partition is recovered at its first use, answering before the others are.
 //!
 //! How: the data directory's own files (the marker, the checkpoints) are the engine's, so the
 //! directory cases run the inline engine (`support::recovery::open_engine`: the engine's shard
@@ -176,5 +177,75 @@ fn a_crashed_partition_left_unopened_through_a_clean_session_is_still_recovered(
     assert!(!marker.exists(), "session 3 took the marker");
     assert_engine_serves(&engine, &crashed.batches[..crashed.batches.len() - 1]);
     assert_engine_appends_at(&engine, crashed.last().base);
+    engine.close().unwrap();
+}
+
+/// The bytes of `log` at `position..position + length` (fewer at its end).
+fn bytes_at(log: &Path, position: u64, length: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; length];
+    let read = fs::File::open(log)
+        .unwrap()
+        .read_at(&mut bytes, position)
+        .unwrap();
+    bytes.truncate(read);
+    bytes
+}
+
+#[test]
+fn after_a_crash_each_partition_is_recovered_on_first_use_and_served_before_the_others() {
+    // Two partitions on two shards, each left by a crash with the first half of a batch past
+    // its last one (a torn write). After the unclean open, describing partition 1 recovers it
+    // (its torn bytes cut) and answers while partition 0's torn bytes are still on disk: no
+    // partition waits for another's recovery. Partition 0 is recovered when it is first used.
+    let root = tempfile::tempdir().unwrap();
+    let config = support::engines::engine_config(2).with_default_topic_config(config());
+    let engine = Engine::open(root.path(), config.clone()).unwrap();
+    let topic = engine
+        .create_topic(TOPIC, 2, config.default_topic_config.clone())
+        .unwrap();
+    for partition in 0..2 {
+        for first in (0..12).step_by(3) {
+            let appended = engine.append(&topic, partition, batch(first, 3), Durability::Durable);
+            appended.wait().unwrap();
+        }
+    }
+    let torn_at: Vec<(PathBuf, u64)> = (0..2)
+        .map(|partition| {
+            let described = engine.describe_partition(TOPIC, partition).unwrap();
+            assert_eq!(described.segment_count, 1);
+            let log = segment_logs(&root.path().join(format!("{TOPIC}-{partition}")))
+                .pop()
+                .unwrap();
+            (log, described.size_bytes)
+        })
+        .collect();
+    drop(engine);
+    let torn = batch(12, 3);
+    let torn = &torn[..torn.len() / 2];
+    for (log, position) in &torn_at {
+        use std::os::unix::fs::FileExt;
+        let file = fs::OpenOptions::new().write(true).open(log).unwrap();
+        file.write_all_at(torn, *position).unwrap();
+    }
+    let still_torn = |partition: usize| {
+        let (log, position) = &torn_at[partition];
+        bytes_at(log, *position, torn.len()) == torn
+    };
+
+    let engine = Engine::open(root.path(), config).unwrap();
+    let described = engine.describe_partition(TOPIC, 1).unwrap();
+    assert_eq!(described.log_end_offset.0, 12);
+    assert!(
+        !still_torn(1),
+        "partition 1 was recovered before it answered"
+    );
+    assert!(
+        still_torn(0),
+        "partition 0 is not recovered before its first use"
+    );
+    let described = engine.describe_partition(TOPIC, 0).unwrap();
+    assert_eq!(described.log_end_offset.0, 12);
+    assert!(!still_torn(0), "partition 0 was recovered at its first use");
     engine.close().unwrap();
 }

@@ -355,14 +355,16 @@ impl DataRanges {
         })
     }
 
-    /// The first position at or after `position` that held data when mapped; `Some(position)`
-    /// when not mapped.
-    pub fn next_data(&self, position: u64) -> Option<u64> {
+    /// The data at or after `position` when mapped, up to the next hole; everything from
+    /// `position` on when not mapped.
+    pub fn data_from(&self, position: u64) -> Option<std::ops::Range<u64>> {
         let Some(ranges) = &self.ranges else {
-            return Some(position);
+            return Some(position..u64::MAX);
         };
         let index = ranges.partition_point(|range| range.end <= position);
-        ranges.get(index).map(|range| range.start.max(position))
+        ranges
+            .get(index)
+            .map(|range| range.start.max(position)..range.end)
     }
 }
 
@@ -504,14 +506,15 @@ mod tests {
             // Reading the reserved space leaves zero pages that `SEEK_DATA` reports as data; the
             // map taken before does not change.
             file.read_to_vec((8 * MIB) as usize, 4096).unwrap();
-            assert_eq!(ranges.next_data(0), Some(0), "storage {storage:?}");
-            assert_eq!(ranges.next_data(100), Some(100));
+            let data_from = |position| ranges.data_from(position);
             if reserved && file.as_file().is_some() {
-                assert_eq!(ranges.next_data(4096), Some(8 * MIB), "storage {storage:?}");
-                assert_eq!(ranges.next_data(8 * MIB + 4096), None);
+                assert_eq!(data_from(0), Some(0..4096), "storage {index}");
+                assert_eq!(data_from(100), Some(100..4096));
+                assert_eq!(data_from(4096), Some(8 * MIB..8 * MIB + 4096));
+                assert_eq!(data_from(8 * MIB + 4096), None);
             } else {
                 // No `SEEK_DATA` (the simulated disk): everything may hold data.
-                assert_eq!(ranges.next_data(4096), Some(4096), "storage {storage:?}");
+                assert_eq!(data_from(4096), Some(4096..16 * MIB + 4096), "storage {index}");
             }
         }
     }

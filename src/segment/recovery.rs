@@ -829,39 +829,37 @@ impl Segment {
     fn misplaced_stamp(&self, from: u64) -> Result<Option<Misplaced>, StorageError> {
         let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + STAMP_BYTES];
         let mut start = from;
-        // A stamp's first byte is not zero, so no stamp starts where no data is.
-        while let Some(data_at) = self.next_data(start)? {
-            start = data_at;
+        // A stamp's bytes are not zero, so every stamp lies in data.
+        while let Some(data) = self.data_from(start) {
+            start = data.start;
+            let span = (data.end - start).min(SCAN_CHUNK_BYTES as u64) as usize;
             let read = self
                 .log
-                .read_at(&mut chunk, start)
+                .read_at(&mut chunk[..span + STAMP_BYTES], start)
                 .map_err(|source| StorageError::io("read", &self.log_path, source))?;
             let bytes = chunk.get(..read).unwrap_or_default();
             // Stamps starting in the last `STAMP_BYTES` are found whole by the next read.
-            let owned = read.min(SCAN_CHUNK_BYTES);
+            let owned = read.min(span);
             if let Some(misplaced) = prewrite::misplaced_stamp(bytes, start)
                 .filter(|misplaced| misplaced.position() < start + owned as u64)
             {
                 return Ok(Some(misplaced));
             }
-            if read <= SCAN_CHUNK_BYTES {
+            if owned == 0 {
                 break;
             }
-            start += SCAN_CHUNK_BYTES as u64;
+            start += owned as u64;
         }
         Ok(None)
     }
 
-    /// The first position at or after `position` and inside the `.log` that held data when
-    /// recovery began (`DataRanges`): the scans for evidence past a torn tail skip the reserved,
+    /// The data at or after `position` and inside the `.log`, up to the first hole, as it was
+    /// when recovery began (`DataRanges`): the scans for evidence past a torn tail skip the reserved,
     /// never-written space of an active segment (unwritten extents, holes) without reading it. A
     /// write that landed there, misdirected or not, made its blocks data.
-    fn next_data(&self, position: u64) -> Result<Option<u64>, StorageError> {
-        if position >= self.size_bytes {
-            return Ok(None);
-        }
-        let data_at = self.recovery_data.next_data(position);
-        Ok(data_at.filter(|at| *at < self.size_bytes))
+    fn data_from(&self, position: u64) -> Option<std::ops::Range<u64>> {
+        let data = self.recovery_data.data_from(position)?;
+        (data.start < self.size_bytes).then(|| data.start..data.end.min(self.size_bytes))
     }
 
     /// The batch header at `position`, if the bytes there parse as one with magic 2 and a
@@ -891,12 +889,12 @@ impl Segment {
         let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + field::MAGIC + 1];
         let mut start = from;
         // A batch's magic byte is 2, so a batch starts at most `field::MAGIC` bytes before data.
-        while let Some(data_at) = self.next_data(start + field::MAGIC as u64)? {
-            start = start.max(data_at - field::MAGIC as u64);
+        while let Some(data) = self.data_from(start + field::MAGIC as u64) {
+            start = start.max(data.start - field::MAGIC as u64);
             if start >= to {
                 break;
             }
-            let positions = (to - start).min(SCAN_CHUNK_BYTES as u64) as usize;
+            let positions = (to.min(data.end) - start).min(SCAN_CHUNK_BYTES as u64) as usize;
             let read = self
                 .log
                 .read_at(&mut chunk[..positions + field::MAGIC + 1], start)
