@@ -813,9 +813,7 @@ impl Shard {
             return Err(offline);
         }
         if !self.partitions.contains_key(tp) {
-            // Counted on each open (rarer and dearer than the sum): reads open sealed segments
-            // and rolls add one, so a count kept between opens would drift.
-            let mut open_files = self.open_segment_files();
+            let mut open_files = self.open_segment_files_for_bounds();
             if self.full_for_one_more(open_files) {
                 self.settle_syncs();
             }
@@ -850,6 +848,18 @@ impl Shard {
             .values()
             .map(PartitionLog::open_segment_files)
             .sum()
+    }
+
+    /// [`Shard::open_segment_files`] where a bound may be passed, else the most the open
+    /// partitions can hold (which passes none). Counted on each open, not kept: reads open
+    /// sealed segments and rolls add one, so a count kept between opens would drift; summed only
+    /// when needed, as a sum over thousands of open partitions at each open adds up.
+    fn open_segment_files_for_bounds(&self) -> usize {
+        let most = self.partitions.len() * PartitionLog::OPEN_SEGMENT_FILES_MAX;
+        match self.full_for_one_more(most) {
+            true => self.open_segment_files(),
+            false => most,
+        }
     }
 
     /// Whether opening one more partition (its active segment, and room for its sealed ones)

@@ -217,6 +217,9 @@ impl PartitionLog {
             .sum()
     }
 
+    /// The most [`PartitionLog::open_segment_files`] can be.
+    pub const OPEN_SEGMENT_FILES_MAX: usize = 1 + SEALED_OPEN_MAX + 1;
+
     /// Descriptors open now on this log's `.log` files: one per open segment (which also holds
     /// two index maps), and a second one on an active segment written with `O_DIRECT`.
     pub fn open_segment_files(&self) -> usize {
