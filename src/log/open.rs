@@ -75,7 +75,11 @@ impl PartitionLog {
             leftovers_swept,
             ..RecoveryReport::default()
         };
-        let base_offsets = segment_base_offsets(&list_names(storage.as_ref(), dir)?);
+        let names = match leftovers_swept {
+            0 => names,
+            _ => list_names(storage.as_ref(), dir)?,
+        };
+        let base_offsets = segment_base_offsets(&names);
         // Below the cleaned end the cleaner may have left gaps; a compacted log without the
         // record may have been cleaned anywhere. A log never compacted is dense throughout.
         let compacts = config.cleanup_policy.compacts();
