@@ -502,6 +502,11 @@ impl Engine {
                 background_sync_bytes: config.background_sync_bytes,
                 digest_budget: DigestBudget::new(config.lookup_digest_bytes_max),
                 clock: config.clock.clone(),
+                // An inline engine runs on its caller's thread alone (a simulation replays).
+                open_threads: match config.inline {
+                    true => 1,
+                    false => shard::OPEN_THREADS,
+                },
             };
             shards.push(match config.inline {
                 true => inline_shard(context, &config)?,

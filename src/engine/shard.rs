@@ -38,7 +38,7 @@ use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
     AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions,
-    LogWriteMode, PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
+    LogWriteMode, PartitionLog, RecordRead, RecoveryReport, RetentionOutcome, ValidatedBatches,
 };
 use crate::metrics::ShardMetrics;
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
@@ -273,6 +273,75 @@ pub(crate) struct ShardContext {
     pub digest_budget: DigestBudget,
     /// `EngineConfig::clock`.
     pub clock: Clock,
+    /// Partitions opened at the same time when a request names many unopened ones
+    /// ([`Shard::open_partitions_together`]); 1: one at a time, on the shard's thread.
+    pub open_threads: usize,
+}
+
+/// [`ShardContext::open_threads`] of a threaded engine. Opening a partition mostly waits on the
+/// device (its directory, inodes, index pages, the bytes recovery checks), so several opens in
+/// flight keep it busy.
+pub(crate) const OPEN_THREADS: usize = 8;
+
+/// What opening one partition needs, gathered on the shard's thread.
+struct PartitionOpen {
+    tp: TopicPartition,
+    dir: PathBuf,
+    config: LogConfig,
+    options: LogOpenOptions,
+    /// The recovery point it had when it was released, if it was.
+    evicted_recovery_point: Option<Offset>,
+}
+
+type Opened = Result<(PartitionLog, RecoveryReport), OpenError>;
+
+impl PartitionOpen {
+    fn run(self, storage: Arc<dyn Storage>) -> (PartitionOpen, Opened) {
+        let opened = PartitionLog::open(
+            storage,
+            &self.dir,
+            self.tp.clone(),
+            self.config.clone(),
+            self.options,
+        );
+        (self, opened)
+    }
+}
+
+/// Runs `opens` on up to `threads` threads of their own; returns each with its outcome, in no
+/// particular order. Those a thread that could not start or that panicked did not run are
+/// left out: the shard opens them itself when they are used.
+fn open_in_parallel(
+    storage: &Arc<dyn Storage>,
+    opens: Vec<PartitionOpen>,
+    threads: usize,
+) -> Vec<(PartitionOpen, Opened)> {
+    let queue = std::sync::Mutex::new(opens);
+    let next = || {
+        queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .filter_map(|index| {
+                std::thread::Builder::new()
+                    .name(format!("seglog-open-{index}"))
+                    .spawn_scoped(scope, || {
+                        std::iter::from_fn(next)
+                            .map(|open| open.run(storage.clone()))
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|handle| handle.join().ok())
+            .flatten()
+            .collect()
+    })
 }
 
 struct PendingAppend {
@@ -823,14 +892,10 @@ impl Shard {
                     None => break,
                 }
             }
-            let log = self.open_partition(tp)?;
-            self.partitions.insert(tp.clone(), log);
-            self.opens += 1;
-            self.generations.insert(tp.clone(), self.opens);
-            self.opened.insert(tp.clone());
-            self.evicted.remove(tp);
-            // `.deleted` files the open found (a crash before their unlink) go to the deleter.
-            self.note_file_deletion(tp.clone());
+            let open = self.partition_open(tp)?;
+            let (open, opened) = open.run(self.context.storage.clone());
+            let log = self.finish_open(&open, opened)?;
+            self.adopt(tp, log);
         }
         self.use_counter += 1;
         match self.last_used.get_mut(tp) {
@@ -919,7 +984,57 @@ impl Shard {
             .insert(tp, OfflinePartition { checkpoint, cause });
     }
 
-    fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
+    /// Takes an opened partition in: open, newest, and its leftover `.deleted` files (a crash
+    /// before their unlink) handed to the deleter.
+    fn adopt(&mut self, tp: &TopicPartition, log: PartitionLog) {
+        self.partitions.insert(tp.clone(), log);
+        self.opens += 1;
+        self.generations.insert(tp.clone(), self.opens);
+        self.opened.insert(tp.clone());
+        self.evicted.remove(tp);
+        self.note_file_deletion(tp.clone());
+    }
+
+    /// Opens, at the same time on threads of their own ([`ShardContext::open_threads`]), those of
+    /// `tps` not open, not offline and known, as many as the bounds on open partitions and
+    /// segments take without a release; the rest open one at a time when used. Each is answered
+    /// for as soon as its own open is done: none waits for another's recovery.
+    fn open_partitions_together(&mut self, tps: &[TopicPartition]) {
+        if self.context.open_threads <= 1 {
+            return;
+        }
+        let open_files = self.open_segment_files_for_bounds();
+        let mut opens = Vec::new();
+        for tp in tps {
+            let taken = opens.len();
+            let files = open_files + taken * PartitionLog::OPEN_SEGMENT_FILES_MAX;
+            if self.partitions.len() + taken > 0
+                && (self.partitions.len() + taken >= self.context.open_partitions_max
+                    || self.full_for_one_more(files))
+            {
+                break;
+            }
+            if self.partitions.contains_key(tp) || self.offline_lookup(tp).is_some() {
+                continue;
+            }
+            if let Ok(open) = self.partition_open(tp) {
+                opens.push(open);
+            }
+        }
+        if opens.len() < 2 {
+            return;
+        }
+        let threads = self.context.open_threads.min(opens.len());
+        for (open, opened) in open_in_parallel(&self.context.storage, opens, threads) {
+            // A failed open is left for the request's own, which reports it.
+            if let Ok(log) = self.finish_open(&open, opened) {
+                self.adopt(&open.tp, log);
+            }
+        }
+    }
+
+    /// What opening `tp` needs: its configuration, checkpointed offsets and directory.
+    fn partition_open(&self, tp: &TopicPartition) -> Result<PartitionOpen, LookupError> {
         let config = {
             let topics = self
                 .context
@@ -948,16 +1063,28 @@ impl Shard {
                 producer_id_expiration_ms: self.context.producer_id_expiration_ms,
             },
         };
-        let dir = self.context.root.join(partition_dir_name(tp));
-        let storage = self.context.storage.clone();
-        let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
-            .map_err(LookupError::Open)?;
-        if let Some(evicted) = evicted {
-            log.limit_recovery_point(evicted.recovery_point);
+        Ok(PartitionOpen {
+            tp: tp.clone(),
+            dir: self.context.root.join(partition_dir_name(tp)),
+            config,
+            options,
+            evicted_recovery_point: evicted.map(|checkpoint| checkpoint.recovery_point),
+        })
+    }
+
+    /// The opened log, limited to the recovery point it had when released, if it was.
+    fn finish_open(
+        &self,
+        open: &PartitionOpen,
+        opened: Opened,
+    ) -> Result<PartitionLog, LookupError> {
+        let (mut log, report) = opened.map_err(LookupError::Open)?;
+        if let Some(recovery_point) = open.evicted_recovery_point {
+            log.limit_recovery_point(recovery_point);
         }
         log.set_digest_budget(self.context.digest_budget.clone());
         if report.bytes_truncated > 0 || report.segments_deleted > 0 {
-            tracing::warn!("shard {}: recovered {tp}: {report:?}", self.id);
+            tracing::warn!("shard {}: recovered {}: {report:?}", self.id, open.tp);
         }
         Ok(log)
     }
@@ -1532,6 +1659,7 @@ impl Shard {
         &mut self,
         tps: &[TopicPartition],
     ) -> Result<Vec<PartitionDescription>, StorageError> {
+        self.open_partitions_together(tps);
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
             let log = match self.partition(tp) {
