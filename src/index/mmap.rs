@@ -115,10 +115,14 @@ impl MappedIndexFile {
         }
     }
 
-    /// Changes the file's length: unmaps, sets the length, maps again. Growing leaves the new
-    /// bytes sparse (no block reserved: [`MappedIndexFile::reserve_through`] does that as
+    /// Changes the file's length: unmaps, sets the length, maps again (nothing when it is mapped
+    /// whole at that length: an open regrows what recovery grew). Growing leaves the new bytes
+    /// sparse (no block reserved: [`MappedIndexFile::reserve_through`] does that as
     /// entries reach them); shrinking keeps the blocks below the new length.
     pub fn resize(&mut self, length_bytes: u64) -> Result<(), StorageError> {
+        if self.map.is_some() && self.length_bytes() == length_bytes {
+            return Ok(());
+        }
         self.map = None;
         let file = self.open_file()?;
         file.set_len(length_bytes)
