@@ -37,7 +37,7 @@ use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
-    AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions,
+    AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, DirSync, FetchData, LogOpenOptions,
     LogWriteMode, PartitionLog, RecordRead, RetentionOutcome, ValidatedBatches,
 };
 use crate::metrics::ShardMetrics;
@@ -809,6 +809,17 @@ impl Shard {
     /// least recently used partitions, so file descriptors and index maps stay bounded however
     /// many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
+        self.partition_with(tp, None)
+    }
+
+    /// [`Shard::partition`]; with `dirs_due`, a partition the open creates has its directory left
+    /// unsynced and is pushed there: the caller syncs them all ([`Shard::sync_new_dirs`]) before
+    /// it answers anything about them.
+    fn partition_with(
+        &mut self,
+        tp: &TopicPartition,
+        dirs_due: Option<&mut Vec<TopicPartition>>,
+    ) -> Result<&mut PartitionLog, LookupError> {
         if let Some(offline) = self.offline_lookup(tp) {
             return Err(offline);
         }
@@ -825,7 +836,7 @@ impl Shard {
                     None => break,
                 }
             }
-            let log = self.open_partition(tp)?;
+            let log = self.open_partition(tp, dirs_due)?;
             self.partitions.insert(tp.clone(), log);
             self.opens += 1;
             self.generations.insert(tp.clone(), self.opens);
@@ -909,7 +920,11 @@ impl Shard {
             .insert(tp, OfflinePartition { checkpoint, cause });
     }
 
-    fn open_partition(&self, tp: &TopicPartition) -> Result<PartitionLog, LookupError> {
+    fn open_partition(
+        &self,
+        tp: &TopicPartition,
+        dirs_due: Option<&mut Vec<TopicPartition>>,
+    ) -> Result<PartitionLog, LookupError> {
         let config = {
             let topics = self
                 .context
@@ -940,8 +955,20 @@ impl Shard {
         };
         let dir = self.context.root.join(partition_dir_name(tp));
         let storage = self.context.storage.clone();
-        let (mut log, report) = PartitionLog::open(storage, &dir, tp.clone(), config, options)
-            .map_err(LookupError::Open)?;
+        let (mut log, report) = match dirs_due {
+            None => PartitionLog::open(storage, &dir, tp.clone(), config, options),
+            Some(dirs_due) => {
+                PartitionLog::open_leaving_dir_sync(storage, &dir, tp.clone(), config, options).map(
+                    |(log, report, dir_sync)| {
+                        if dir_sync == DirSync::Due {
+                            dirs_due.push(tp.clone());
+                        }
+                        (log, report)
+                    },
+                )
+            }
+        }
+        .map_err(LookupError::Open)?;
         if let Some(evicted) = evicted {
             log.limit_recovery_point(evicted.recovery_point);
         }
@@ -1518,13 +1545,29 @@ impl Shard {
         first_error.map_or(Ok(()), |error| Err(error.into()))
     }
 
+    /// Each of `tps`' offsets, opening those not open. The partitions this creates (a topic's
+    /// creation) have their files created first and their directories synced together after,
+    /// before the answer: a failed sync takes its partition offline and fails the request.
     fn describe(
         &mut self,
         tps: &[TopicPartition],
     ) -> Result<Vec<PartitionDescription>, StorageError> {
+        let mut dirs_due = Vec::new();
+        let described = self.describe_opening(tps, &mut dirs_due);
+        let synced = self.sync_new_dirs(&dirs_due);
+        let descriptions = described?;
+        synced?;
+        Ok(descriptions)
+    }
+
+    fn describe_opening(
+        &mut self,
+        tps: &[TopicPartition],
+        dirs_due: &mut Vec<TopicPartition>,
+    ) -> Result<Vec<PartitionDescription>, StorageError> {
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
-            let log = match self.partition(tp) {
+            let log = match self.partition_with(tp, Some(dirs_due)) {
                 Ok(log) => log,
                 Err(LookupError::Unknown) => continue,
                 Err(LookupError::Open(error)) => return Err(open_error_into_storage(tp, error)),
@@ -1544,6 +1587,42 @@ impl Shard {
             });
         }
         Ok(descriptions)
+    }
+
+    /// Syncs the directories of the partitions `tps` just created, together
+    /// ([`Storage::sync_dirs_many`]). Each whose sync failed goes offline (open, or released
+    /// since); the first failure is returned.
+    fn sync_new_dirs(&mut self, tps: &[TopicPartition]) -> Result<(), StorageError> {
+        if tps.is_empty() {
+            return Ok(());
+        }
+        let dirs: Vec<PathBuf> = tps
+            .iter()
+            .map(|tp| self.context.root.join(partition_dir_name(tp)))
+            .collect();
+        let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        let results = self.context.storage.sync_dirs_many(&paths);
+        assert_eq!(results.len(), tps.len());
+        let mut first_error = None;
+        for ((tp, dir), result) in tps.iter().zip(&dirs).zip(results) {
+            if let Err(source) = result {
+                let error = StorageError::io("fsync directory", dir, source);
+                tracing::error!("shard {}: new partition {tp} is offline: {error}", self.id);
+                self.fail_new_partition(tp, &error);
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes `tp`, whose new directory's sync failed, offline: in its log if it is open, else
+    /// (released to bound open files) as an offline partition.
+    fn fail_new_partition(&mut self, tp: &TopicPartition, error: &StorageError) {
+        if let Some(log) = self.partitions.get_mut(tp) {
+            log.fail_dir_sync(error);
+        } else if let Some(checkpoint) = self.evicted.remove(tp) {
+            self.take_offline(tp.clone(), checkpoint, error);
+        }
     }
 
     /// An offline, closed partition as its checkpoint knows it (its files are not read again).
