@@ -191,6 +191,24 @@ pub(crate) enum CleanableSelection {
     Listed(Vec<TopicPartition>),
 }
 
+/// What a run of partition opens in one request (a describe, a topic's creation) carries from
+/// one open to the next.
+#[derive(Debug, Default)]
+struct OpenRun {
+    /// The partitions the run created, whose directories are left unsynced: the request syncs
+    /// them all ([`Shard::sync_new_dirs`]) before it answers anything about them.
+    dirs_due: Vec<TopicPartition>,
+    /// The shard's open segment files, counted at the run's first open and kept since by its
+    /// opens and releases: within one request nothing else opens a segment.
+    open_files: Option<usize>,
+    /// The next partitions to release, the least recently used last ([`Shard::evict_in_run`]).
+    to_release: Vec<TopicPartition>,
+}
+
+/// A run of opens finds the least recently used partitions to release this share of the open
+/// partitions at a time.
+const RUN_RELEASE_SHARE: usize = 16;
+
 /// A partition's offsets for the log directory's checkpoint files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PartitionCheckpoint {
@@ -200,6 +218,10 @@ pub(crate) struct PartitionCheckpoint {
     pub log_end_offset: Offset,
     /// The active segment's `.log`: the only file that can hold unsynced appends.
     pub active_log_path: PathBuf,
+    /// Bytes of the partition's segments, for a description of it while it is released.
+    pub size_bytes: u64,
+    /// Its segments, as `size_bytes`.
+    pub segment_count: usize,
 }
 
 impl PartitionCheckpoint {
@@ -210,6 +232,8 @@ impl PartitionCheckpoint {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             active_log_path: log.active_log_path().to_owned(),
+            size_bytes: log.size_bytes(),
+            segment_count: log.segment_count(),
         }
     }
 }
@@ -812,31 +836,38 @@ impl Shard {
         self.partition_with(tp, None)
     }
 
-    /// [`Shard::partition`]; with `dirs_due`, a partition the open creates has its directory left
-    /// unsynced and is pushed there: the caller syncs them all ([`Shard::sync_new_dirs`]) before
-    /// it answers anything about them.
+    /// [`Shard::partition`], as one of a run of opens in one request ([`OpenRun`]).
     fn partition_with(
         &mut self,
         tp: &TopicPartition,
-        dirs_due: Option<&mut Vec<TopicPartition>>,
+        mut run: Option<&mut OpenRun>,
     ) -> Result<&mut PartitionLog, LookupError> {
         if let Some(offline) = self.offline_lookup(tp) {
             return Err(offline);
         }
         if !self.partitions.contains_key(tp) {
-            // Counted on each open (rarer and dearer than the sum): reads open sealed segments
-            // and rolls add one, so a count kept between opens would drift.
-            let mut open_files = self.open_segment_files();
+            // Counted on each open (rarer and dearer than the sum) but within a run: reads open
+            // sealed segments and rolls add one, so a count kept between requests would drift.
+            let counted = run.as_ref().and_then(|run| run.open_files);
+            let mut open_files = counted.unwrap_or_else(|| self.open_segment_files());
             if self.full_for_one_more(open_files) {
                 self.settle_syncs();
             }
             while self.full_for_one_more(open_files) {
-                match self.evict_least_recently_used() {
+                let released = match run.as_deref_mut() {
+                    Some(run) => self.evict_in_run(run),
+                    None => self.evict_least_recently_used(),
+                };
+                match released {
                     Some(closed) => open_files -= closed,
                     None => break,
                 }
             }
+            let dirs_due = run.as_mut().map(|run| &mut run.dirs_due);
             let log = self.open_partition(tp, dirs_due)?;
+            if let Some(run) = run {
+                run.open_files = Some(open_files + log.open_segment_files());
+            }
             self.partitions.insert(tp.clone(), log);
             self.opens += 1;
             self.generations.insert(tp.clone(), self.opens);
@@ -883,6 +914,42 @@ impl Shard {
             .iter()
             .min_by_key(|(_, used)| **used)
             .map(|(tp, _)| tp.clone())?;
+        self.evict(tp)
+    }
+
+    /// [`Shard::evict_least_recently_used`] within a run of opens: the least recently used
+    /// partitions are found a batch at a time (a [`RUN_RELEASE_SHARE`]th of the open partitions),
+    /// not by a scan per release. One used again since its batch was found is released anyway.
+    fn evict_in_run(&mut self, run: &mut OpenRun) -> Option<usize> {
+        loop {
+            if run.to_release.is_empty() {
+                let count = (self.context.open_partitions_max / RUN_RELEASE_SHARE).max(1);
+                run.to_release = self.least_recently_used(count);
+            }
+            let tp = run.to_release.pop()?;
+            if self.last_used.contains_key(&tp) {
+                return self.evict(tp);
+            }
+        }
+    }
+
+    /// The `count` least recently used open partitions, the least recently used last.
+    fn least_recently_used(&self, count: usize) -> Vec<TopicPartition> {
+        let mut by_use: Vec<(u64, &TopicPartition)> = self
+            .last_used
+            .iter()
+            .map(|(tp, used)| (*used, tp))
+            .collect();
+        if by_use.len() > count {
+            by_use.select_nth_unstable(count);
+            by_use.truncate(count);
+        }
+        by_use.sort_unstable_by(|a, b| b.cmp(a));
+        by_use.into_iter().map(|(_, tp)| tp.clone()).collect()
+    }
+
+    /// Releases `tp` ([`Shard::evict_least_recently_used`]).
+    fn evict(&mut self, tp: TopicPartition) -> Option<usize> {
         self.last_used.remove(&tp);
         self.flush_deadlines.remove(&tp);
         let mut log = self.partitions.remove(&tp)?;
@@ -1552,9 +1619,9 @@ impl Shard {
         &mut self,
         tps: &[TopicPartition],
     ) -> Result<Vec<PartitionDescription>, StorageError> {
-        let mut dirs_due = Vec::new();
-        let described = self.describe_opening(tps, &mut dirs_due);
-        let synced = self.sync_new_dirs(&dirs_due);
+        let mut run = OpenRun::default();
+        let described = self.describe_opening(tps, &mut run);
+        let synced = self.sync_new_dirs(&run.dirs_due);
         let descriptions = described?;
         synced?;
         Ok(descriptions)
@@ -1563,11 +1630,15 @@ impl Shard {
     fn describe_opening(
         &mut self,
         tps: &[TopicPartition],
-        dirs_due: &mut Vec<TopicPartition>,
+        run: &mut OpenRun,
     ) -> Result<Vec<PartitionDescription>, StorageError> {
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
-            let log = match self.partition_with(tp, Some(dirs_due)) {
+            if let Some(released) = self.released_description(tp) {
+                descriptions.push(released);
+                continue;
+            }
+            let log = match self.partition_with(tp, Some(run)) {
                 Ok(log) => log,
                 Err(LookupError::Unknown) => continue,
                 Err(LookupError::Open(error)) => return Err(open_error_into_storage(tp, error)),
@@ -1623,6 +1694,22 @@ impl Shard {
         } else if let Some(checkpoint) = self.evicted.remove(tp) {
             self.take_offline(tp.clone(), checkpoint, error);
         }
+    }
+
+    /// A partition released to bound open files, as it was when released: nothing changes its
+    /// files until it is opened again, so describing it needs no open (which would release
+    /// another). `None` unless it is released.
+    fn released_description(&self, tp: &TopicPartition) -> Option<PartitionDescription> {
+        let released = self.evicted.get(tp)?;
+        Some(PartitionDescription {
+            partition: tp.partition,
+            log_start_offset: released.log_start_offset,
+            log_end_offset: released.log_end_offset,
+            durable_offset: released.recovery_point,
+            size_bytes: released.size_bytes,
+            segment_count: released.segment_count,
+            offline: None,
+        })
     }
 
     /// An offline, closed partition as its checkpoint knows it (its files are not read again).
