@@ -37,7 +37,7 @@ use crate::format::file_name::partition_dir_name;
 use crate::index::time_index::TimestampOffset;
 use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
-    AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, FetchData, LogOpenOptions,
+    AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, DirSync, FetchData, LogOpenOptions,
     LogWriteMode, PartitionLog, RecordRead, RecoveryReport, RetentionOutcome, ValidatedBatches,
 };
 use crate::metrics::ShardMetrics;
@@ -191,6 +191,24 @@ pub(crate) enum CleanableSelection {
     Listed(Vec<TopicPartition>),
 }
 
+/// What a run of partition opens in one request (a describe, a topic's creation) carries from
+/// one open to the next.
+#[derive(Debug, Default)]
+struct OpenRun {
+    /// The partitions the run created, whose directories are left unsynced: the request syncs
+    /// them all ([`Shard::sync_new_dirs`]) before it answers anything about them.
+    dirs_due: Vec<TopicPartition>,
+    /// The shard's open segment files, counted at the run's first open and kept since by its
+    /// opens and releases: within one request nothing else opens a segment.
+    open_files: Option<usize>,
+    /// The next partitions to release, the least recently used last ([`Shard::evict_in_run`]).
+    to_release: Vec<TopicPartition>,
+}
+
+/// A run of opens finds the least recently used partitions to release this share of the open
+/// partitions at a time.
+const RUN_RELEASE_SHARE: usize = 16;
+
 /// A partition's offsets for the log directory's checkpoint files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PartitionCheckpoint {
@@ -200,6 +218,10 @@ pub(crate) struct PartitionCheckpoint {
     pub log_end_offset: Offset,
     /// The active segment's `.log`: the only file that can hold unsynced appends.
     pub active_log_path: PathBuf,
+    /// Bytes of the partition's segments, for a description of it while it is released.
+    pub size_bytes: u64,
+    /// Its segments, as `size_bytes`.
+    pub segment_count: usize,
 }
 
 impl PartitionCheckpoint {
@@ -210,6 +232,8 @@ impl PartitionCheckpoint {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.log_end_offset(),
             active_log_path: log.active_log_path().to_owned(),
+            size_bytes: log.size_bytes(),
+            segment_count: log.segment_count(),
         }
     }
 }
@@ -283,6 +307,11 @@ pub(crate) struct ShardContext {
 /// flight keep it busy.
 pub(crate) const OPEN_THREADS: usize = 8;
 
+/// A shard bounded to fewer open segment files opens one partition at a time: an open on a
+/// thread of its own holds, besides its segments, that thread's ring and the descriptors of the
+/// files it reads, out of the few the engine keeps in reserve.
+const PARALLEL_OPENS_FILES_MIN: usize = 4096;
+
 /// What opening one partition needs, gathered on the shard's thread.
 struct PartitionOpen {
     tp: TopicPartition,
@@ -291,19 +320,20 @@ struct PartitionOpen {
     options: LogOpenOptions,
     /// The recovery point it had when it was released, if it was.
     evicted_recovery_point: Option<Offset>,
+    /// Leave the sync of a directory the open creates to the caller ([`DirSync::Due`]).
+    leave_dir_sync: bool,
 }
 
-type Opened = Result<(PartitionLog, RecoveryReport), OpenError>;
+type Opened = Result<(PartitionLog, RecoveryReport, DirSync), OpenError>;
 
 impl PartitionOpen {
     fn run(self, storage: Arc<dyn Storage>) -> (PartitionOpen, Opened) {
-        let opened = PartitionLog::open(
-            storage,
-            &self.dir,
-            self.tp.clone(),
-            self.config.clone(),
-            self.options,
-        );
+        let (dir, tp, config) = (&self.dir, self.tp.clone(), self.config.clone());
+        let opened = match self.leave_dir_sync {
+            true => PartitionLog::open_leaving_dir_sync(storage, dir, tp, config, self.options),
+            false => PartitionLog::open(storage, dir, tp, config, self.options)
+                .map(|(log, report)| (log, report, DirSync::Done)),
+        };
         (self, opened)
     }
 }
@@ -878,23 +908,47 @@ impl Shard {
     /// least recently used partitions, so file descriptors and index maps stay bounded however
     /// many partitions the shard owns.
     fn partition(&mut self, tp: &TopicPartition) -> Result<&mut PartitionLog, LookupError> {
+        self.partition_with(tp, None)
+    }
+
+    /// [`Shard::partition`], as one of a run of opens in one request ([`OpenRun`]).
+    fn partition_with(
+        &mut self,
+        tp: &TopicPartition,
+        mut run: Option<&mut OpenRun>,
+    ) -> Result<&mut PartitionLog, LookupError> {
         if let Some(offline) = self.offline_lookup(tp) {
             return Err(offline);
         }
         if !self.partitions.contains_key(tp) {
-            let mut open_files = self.open_segment_files_for_bounds();
+            // Counted once per run of opens (kept between requests, the count would drift:
+            // reads open sealed segments and rolls add one); outside a run, only when needed.
+            let counted = run.as_ref().and_then(|run| run.open_files);
+            let mut open_files = match (counted, run.is_some()) {
+                (Some(counted), _) => counted,
+                (None, true) => self.open_segment_files(),
+                (None, false) => self.open_segment_files_for_bounds(),
+            };
             if self.full_for_one_more(open_files) {
                 self.settle_syncs();
             }
             while self.full_for_one_more(open_files) {
-                match self.evict_least_recently_used() {
+                let released = match run.as_deref_mut() {
+                    Some(run) => self.evict_in_run(run),
+                    None => self.evict_least_recently_used(),
+                };
+                match released {
                     Some(closed) => open_files -= closed,
                     None => break,
                 }
             }
-            let open = self.partition_open(tp)?;
+            let open = self.partition_open(tp, run.is_some())?;
             let (open, opened) = open.run(self.context.storage.clone());
-            let log = self.finish_open(&open, opened)?;
+            let dirs_due = run.as_mut().map(|run| &mut run.dirs_due);
+            let log = self.finish_open(&open, opened, dirs_due)?;
+            if let Some(run) = run {
+                run.open_files = Some(open_files + log.open_segment_files());
+            }
             self.adopt(tp, log);
         }
         self.use_counter += 1;
@@ -947,6 +1001,42 @@ impl Shard {
             .iter()
             .min_by_key(|(_, used)| **used)
             .map(|(tp, _)| tp.clone())?;
+        self.evict(tp)
+    }
+
+    /// [`Shard::evict_least_recently_used`] within a run of opens: the least recently used
+    /// partitions are found a batch at a time (a [`RUN_RELEASE_SHARE`]th of the open partitions),
+    /// not by a scan per release. One used again since its batch was found is released anyway.
+    fn evict_in_run(&mut self, run: &mut OpenRun) -> Option<usize> {
+        loop {
+            if run.to_release.is_empty() {
+                let count = (self.context.open_partitions_max / RUN_RELEASE_SHARE).max(1);
+                run.to_release = self.least_recently_used(count);
+            }
+            let tp = run.to_release.pop()?;
+            if self.last_used.contains_key(&tp) {
+                return self.evict(tp);
+            }
+        }
+    }
+
+    /// The `count` least recently used open partitions, the least recently used last.
+    fn least_recently_used(&self, count: usize) -> Vec<TopicPartition> {
+        let mut by_use: Vec<(u64, &TopicPartition)> = self
+            .last_used
+            .iter()
+            .map(|(tp, used)| (*used, tp))
+            .collect();
+        if by_use.len() > count {
+            by_use.select_nth_unstable(count);
+            by_use.truncate(count);
+        }
+        by_use.sort_unstable_by(|a, b| b.cmp(a));
+        by_use.into_iter().map(|(_, tp)| tp.clone()).collect()
+    }
+
+    /// Releases `tp` ([`Shard::evict_least_recently_used`]).
+    fn evict(&mut self, tp: TopicPartition) -> Option<usize> {
         self.last_used.remove(&tp);
         self.flush_deadlines.remove(&tp);
         let mut log = self.partitions.remove(&tp)?;
@@ -996,11 +1086,14 @@ impl Shard {
     }
 
     /// Opens, at the same time on threads of their own ([`ShardContext::open_threads`]), those of
-    /// `tps` not open, not offline and known, as many as the bounds on open partitions and
-    /// segments take without a release; the rest open one at a time when used. Each is answered
-    /// for as soon as its own open is done: none waits for another's recovery.
-    fn open_partitions_together(&mut self, tps: &[TopicPartition]) {
-        if self.context.open_threads <= 1 {
+    /// `tps` not open, released, offline or unknown, as many as the bounds on open partitions
+    /// and segments take without a release; the rest open one at a time when used. Each is
+    /// answered for as soon as its own open is done: none waits for another's recovery. The
+    /// directories of those it creates join `run`'s.
+    fn open_partitions_together(&mut self, tps: &[TopicPartition], run: &mut OpenRun) {
+        if self.context.open_threads <= 1
+            || self.context.open_segments_max < PARALLEL_OPENS_FILES_MIN
+        {
             return;
         }
         let open_files = self.open_segment_files_for_bounds();
@@ -1014,10 +1107,13 @@ impl Shard {
             {
                 break;
             }
-            if self.partitions.contains_key(tp) || self.offline_lookup(tp).is_some() {
+            if self.partitions.contains_key(tp)
+                || self.evicted.contains_key(tp)
+                || self.offline_lookup(tp).is_some()
+            {
                 continue;
             }
-            if let Ok(open) = self.partition_open(tp) {
+            if let Ok(open) = self.partition_open(tp, true) {
                 opens.push(open);
             }
         }
@@ -1027,14 +1123,19 @@ impl Shard {
         let threads = self.context.open_threads.min(opens.len());
         for (open, opened) in open_in_parallel(&self.context.storage, opens, threads) {
             // A failed open is left for the request's own, which reports it.
-            if let Ok(log) = self.finish_open(&open, opened) {
+            if let Ok(log) = self.finish_open(&open, opened, Some(&mut run.dirs_due)) {
                 self.adopt(&open.tp, log);
             }
         }
     }
 
-    /// What opening `tp` needs: its configuration, checkpointed offsets and directory.
-    fn partition_open(&self, tp: &TopicPartition) -> Result<PartitionOpen, LookupError> {
+    /// What opening `tp` needs: its configuration, checkpointed offsets and directory. With
+    /// `leave_dir_sync`, the open leaves the sync of a directory it creates to its caller.
+    fn partition_open(
+        &self,
+        tp: &TopicPartition,
+        leave_dir_sync: bool,
+    ) -> Result<PartitionOpen, LookupError> {
         let config = {
             let topics = self
                 .context
@@ -1069,16 +1170,24 @@ impl Shard {
             config,
             options,
             evicted_recovery_point: evicted.map(|checkpoint| checkpoint.recovery_point),
+            leave_dir_sync,
         })
     }
 
-    /// The opened log, limited to the recovery point it had when released, if it was.
+    /// The opened log, limited to the recovery point it had when released, if it was. A
+    /// directory its open created and left unsynced joins `dirs_due`.
     fn finish_open(
         &self,
         open: &PartitionOpen,
         opened: Opened,
+        dirs_due: Option<&mut Vec<TopicPartition>>,
     ) -> Result<PartitionLog, LookupError> {
-        let (mut log, report) = opened.map_err(LookupError::Open)?;
+        let (mut log, report, dir_sync) = opened.map_err(LookupError::Open)?;
+        if dir_sync == DirSync::Due
+            && let Some(dirs_due) = dirs_due
+        {
+            dirs_due.push(open.tp.clone());
+        }
         if let Some(recovery_point) = open.evicted_recovery_point {
             log.limit_recovery_point(recovery_point);
         }
@@ -1655,14 +1764,34 @@ impl Shard {
         first_error.map_or(Ok(()), |error| Err(error.into()))
     }
 
+    /// Each of `tps`' offsets, opening those not open. The partitions this creates (a topic's
+    /// creation) have their files created first and their directories synced together after,
+    /// before the answer: a failed sync takes its partition offline and fails the request.
     fn describe(
         &mut self,
         tps: &[TopicPartition],
     ) -> Result<Vec<PartitionDescription>, StorageError> {
-        self.open_partitions_together(tps);
+        let mut run = OpenRun::default();
+        let described = self.describe_opening(tps, &mut run);
+        let synced = self.sync_new_dirs(&run.dirs_due);
+        let descriptions = described?;
+        synced?;
+        Ok(descriptions)
+    }
+
+    fn describe_opening(
+        &mut self,
+        tps: &[TopicPartition],
+        run: &mut OpenRun,
+    ) -> Result<Vec<PartitionDescription>, StorageError> {
+        self.open_partitions_together(tps, run);
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
-            let log = match self.partition(tp) {
+            if let Some(released) = self.released_description(tp) {
+                descriptions.push(released);
+                continue;
+            }
+            let log = match self.partition_with(tp, Some(run)) {
                 Ok(log) => log,
                 Err(LookupError::Unknown) => continue,
                 Err(LookupError::Open(error)) => return Err(open_error_into_storage(tp, error)),
@@ -1682,6 +1811,58 @@ impl Shard {
             });
         }
         Ok(descriptions)
+    }
+
+    /// Syncs the directories of the partitions `tps` just created, together
+    /// ([`Storage::sync_dirs_many`]). Each whose sync failed goes offline (open, or released
+    /// since); the first failure is returned.
+    fn sync_new_dirs(&mut self, tps: &[TopicPartition]) -> Result<(), StorageError> {
+        if tps.is_empty() {
+            return Ok(());
+        }
+        let dirs: Vec<PathBuf> = tps
+            .iter()
+            .map(|tp| self.context.root.join(partition_dir_name(tp)))
+            .collect();
+        let paths: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        let results = self.context.storage.sync_dirs_many(&paths);
+        assert_eq!(results.len(), tps.len());
+        let mut first_error = None;
+        for ((tp, dir), result) in tps.iter().zip(&dirs).zip(results) {
+            if let Err(source) = result {
+                let error = StorageError::io("fsync directory", dir, source);
+                tracing::error!("shard {}: new partition {tp} is offline: {error}", self.id);
+                self.fail_new_partition(tp, &error);
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes `tp`, whose new directory's sync failed, offline: in its log if it is open, else
+    /// (released to bound open files) as an offline partition.
+    fn fail_new_partition(&mut self, tp: &TopicPartition, error: &StorageError) {
+        if let Some(log) = self.partitions.get_mut(tp) {
+            log.fail_dir_sync(error);
+        } else if let Some(checkpoint) = self.evicted.remove(tp) {
+            self.take_offline(tp.clone(), checkpoint, error);
+        }
+    }
+
+    /// A partition released to bound open files, as it was when released: nothing changes its
+    /// files until it is opened again, so describing it needs no open (which would release
+    /// another). `None` unless it is released.
+    fn released_description(&self, tp: &TopicPartition) -> Option<PartitionDescription> {
+        let released = self.evicted.get(tp)?;
+        Some(PartitionDescription {
+            partition: tp.partition,
+            log_start_offset: released.log_start_offset,
+            log_end_offset: released.log_end_offset,
+            durable_offset: released.recovery_point,
+            size_bytes: released.size_bytes,
+            segment_count: released.segment_count,
+            offline: None,
+        })
     }
 
     /// An offline, closed partition as its checkpoint knows it (its files are not read again).

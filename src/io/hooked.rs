@@ -192,6 +192,24 @@ impl Storage for HookedStorage {
     fn reap_completions(&self) {
         self.inner.reap_completions();
     }
+    /// Each directory's hook first (a refused one fails alone), then the others together.
+    fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
+        let allowed: Vec<io::Result<()>> = dirs
+            .iter()
+            .map(|dir| self.hooks.before(StorageOp::SyncDir, dir))
+            .collect();
+        let passed: Vec<&Path> = dirs
+            .iter()
+            .zip(&allowed)
+            .filter(|(_, allowed)| allowed.is_ok())
+            .map(|(dir, _)| *dir)
+            .collect();
+        let mut synced = self.inner.sync_dirs_many(&passed).into_iter();
+        allowed
+            .into_iter()
+            .map(|allowed| allowed.and_then(|()| synced.next().unwrap_or(Ok(()))))
+            .collect()
+    }
     fn sync_data_many(&self, files: &[&dyn StorageFile]) -> Vec<io::Result<()>> {
         if files.is_empty() {
             return Vec::new();

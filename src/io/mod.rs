@@ -408,6 +408,15 @@ pub trait Storage: Debug + Send + Sync {
         files.iter().map(|file| file.sync_data()).collect()
     }
 
+    /// Makes the entries of every directory durable, one result per directory, in order. A shard
+    /// creating many partitions calls this once for all their directories instead of one
+    /// [`Storage::sync_dir`] after another; a backend that can run the syncs concurrently
+    /// (io_uring) overrides it. By default each is a `sync_dir` of its own, which is also how
+    /// the simulated disk models them.
+    fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
+        dirs.iter().map(|dir| self.sync_dir(dir)).collect()
+    }
+
     /// Completes every write behind the calling thread has in flight
     /// ([`StorageFile::write_direct_behind`]); each file keeps its failures for
     /// [`StorageFile::take_write_error`]. Nothing where writes are never left in flight.
@@ -465,6 +474,27 @@ mod tests {
             assert_eq!(tail, payload[299_000..], "storage {storage:?}");
             assert!(file.read_to_vec(10, 400_000).unwrap().is_empty());
             assert!(file.read_to_vec(0, 0).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn sync_dirs_many_answers_each_directory_and_fails_a_missing_one_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        for (index, storage) in storages(dir.path()).into_iter().enumerate() {
+            let dirs: Vec<std::path::PathBuf> = (0..40)
+                .map(|number| dir.path().join(format!("{index}-{number}")))
+                .collect();
+            for created in &dirs {
+                storage.create_dir_all(created).unwrap();
+            }
+            let missing = dir.path().join(format!("{index}-missing"));
+            let mut paths: Vec<&Path> = dirs.iter().map(|dir| dir.as_path()).collect();
+            paths.insert(7, &missing);
+            let results = storage.sync_dirs_many(&paths);
+            assert_eq!(results.len(), paths.len(), "storage {storage:?}");
+            for (path, result) in paths.iter().zip(&results) {
+                assert_eq!(result.is_ok(), *path != missing, "{}: {result:?}", path.display());
+            }
         }
     }
 

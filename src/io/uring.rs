@@ -682,15 +682,23 @@ impl StorageFile for UringFile {
 /// plain `fdatasync` on the calling thread: the ring punts every fsync to an io-wq worker, and the
 /// hand-over to it and back costs a lone durable writer some of its appends/s (BENCHMARKS.md §
 /// Tried and not kept).
-fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
+fn sync_files(files: &[&File], kind: SyncKind) -> Vec<io::Result<()>> {
+    let sync_alone = |file: &File| match kind {
+        SyncKind::Data => file.sync_data(),
+        SyncKind::All => file.sync_all(),
+    };
     if let [file] = files {
-        return vec![file.sync_data()];
+        return vec![sync_alone(file)];
     }
+    let flags = match kind {
+        SyncKind::Data => types::FsyncFlags::DATASYNC,
+        SyncKind::All => types::FsyncFlags::empty(),
+    };
     let entries: Vec<squeue::Entry> = files
         .iter()
         .map(|file| {
             opcode::Fsync::new(types::Fd(file.as_raw_fd()))
-                .flags(types::FsyncFlags::DATASYNC)
+                .flags(flags)
                 .build()
         })
         .collect();
@@ -700,8 +708,34 @@ fn sync_files(files: &[&File]) -> Vec<io::Result<()>> {
             .into_iter()
             .map(|result| result_to_io(result).map(drop))
             .collect(),
-        None => files.iter().map(|file| file.sync_data()).collect(),
+        None => files.iter().map(|file| sync_alone(file)).collect(),
     }
+}
+
+/// What [`sync_files`] makes durable.
+#[derive(Debug, Clone, Copy)]
+enum SyncKind {
+    /// The data (`fdatasync`): a segment's appends.
+    Data,
+    /// Data and metadata (`fsync`): a directory's entries.
+    All,
+}
+
+/// Directories [`UringIo::sync_dirs_many`] holds open at once per thread: each is opened, its
+/// fsync submitted with the others', and closed once reaped. Their descriptors come out of the
+/// engine's reserve (`FILES_RESERVED`); the ring's workers run fewer fsyncs than this at once.
+const DIR_SYNCS_OPEN_MAX: usize = 32;
+
+/// `fsync`s every directory of `dirs` in one submission; one result per directory (a directory
+/// that cannot be opened fails alone).
+fn sync_dirs(dirs: &[&Path]) -> Vec<io::Result<()>> {
+    let opened: Vec<io::Result<File>> = dirs.iter().map(File::open).collect();
+    let files: Vec<&File> = opened.iter().filter_map(|file| file.as_ref().ok()).collect();
+    let mut synced = sync_files(&files, SyncKind::All).into_iter();
+    opened
+        .into_iter()
+        .map(|file| file.and_then(|_| synced.next().unwrap_or(Ok(()))))
+        .collect()
 }
 
 impl Storage for UringIo {
@@ -807,9 +841,15 @@ impl Storage for UringIo {
         fence();
         let std_files: Option<Vec<&File>> = files.iter().map(|file| file.as_file()).collect();
         match std_files {
-            Some(std_files) => sync_files(&std_files),
+            Some(std_files) => sync_files(&std_files, SyncKind::Data),
             None => files.iter().map(|file| file.sync_data()).collect(),
         }
+    }
+
+    /// The directories' fsyncs go through the ring together, [`DIR_SYNCS_OPEN_MAX`] at a time.
+    fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
+        fence();
+        dirs.chunks(DIR_SYNCS_OPEN_MAX).flat_map(sync_dirs).collect()
     }
 }
 

@@ -65,7 +65,7 @@ impl Default for LogWriteMode {
     }
 }
 pub use append::{AppendInfo, AppendOutcome, ValidatedBatches};
-pub use open::{LogOpenOptions, RecoveryReport};
+pub use open::{DirSync, LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 pub use seal_sync::UnsyncedSeal;
 

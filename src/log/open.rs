@@ -55,10 +55,20 @@ pub struct RecoveryReport {
     pub leftovers_swept: usize,
 }
 
+/// Whether an open left its directory to be synced: a new log's first segment's names are not
+/// durable until it is, and nothing may be acknowledged on the log before.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirSync {
+    /// Nothing the open created waits for a directory sync.
+    Done,
+    /// The open created the log's first segment: sync the directory, and take the log offline
+    /// if that fails ([`PartitionLog::fail_dir_sync`]).
+    Due,
+}
+
 impl PartitionLog {
     /// Opens (or creates) the log in `dir`.
-    #[tracing::instrument(name = "partition_open", level = "info", skip_all,
-        fields(topic = %topic_partition.topic, partition = topic_partition.partition))]
     pub fn open(
         storage: Arc<dyn Storage>,
         dir: &Path,
@@ -66,6 +76,26 @@ impl PartitionLog {
         config: LogConfig,
         options: LogOpenOptions,
     ) -> Result<(PartitionLog, RecoveryReport), OpenError> {
+        let (log, report, dir_sync) =
+            Self::open_leaving_dir_sync(storage, dir, topic_partition, config, options)?;
+        if dir_sync == DirSync::Due {
+            // The new files' names must be durable before an append to them is acknowledged.
+            crate::io::sync_dir(log.storage.as_ref(), &log.dir)?;
+        }
+        Ok((log, report))
+    }
+
+    /// [`PartitionLog::open`], except that a new log's directory is left to the caller to sync
+    /// (`DirSync::Due`): a shard creating many partitions syncs their directories together.
+    #[tracing::instrument(name = "partition_open", level = "info", skip_all,
+        fields(topic = %topic_partition.topic, partition = topic_partition.partition))]
+    pub fn open_leaving_dir_sync(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        options: LogOpenOptions,
+    ) -> Result<(PartitionLog, RecoveryReport, DirSync), OpenError> {
         config.validate()?;
         crate::segment::create_dir_all(storage.as_ref(), dir)?;
         let names = list_names(storage.as_ref(), dir)?;
@@ -96,8 +126,8 @@ impl PartitionLog {
         )?;
         let log_start_checkpoint = options.log_start_offset.unwrap_or_default();
         seal_recovered(&mut segments)?;
-        let active = match segments.pop() {
-            Some((last, _)) => ActiveSegment::from_sealed(last),
+        let (active, mut dir_sync) = match segments.pop() {
+            Some((last, _)) => (ActiveSegment::from_sealed(last), DirSync::Done),
             None => {
                 let created = ActiveSegment::create(
                     storage.as_ref(),
@@ -107,11 +137,7 @@ impl PartitionLog {
                     options.mode.direct_writes,
                     options.now,
                 )?;
-                // The new files' names must be durable before an append to them is acknowledged.
-                storage
-                    .sync_dir(dir)
-                    .map_err(|source| StorageError::io("fsync directory", dir, source))?;
-                created
+                (created, DirSync::Due)
             }
         };
         let sealed = segments.into_iter().map(|(segment, _)| segment).collect();
@@ -152,8 +178,16 @@ impl PartitionLog {
             let end = log.log_end_offset();
             cleaned_end::write(log.storage.as_ref(), &log.dir, end)?;
             log.cleaned_end = end;
+            // Its write synced the directory, the new segment's names with it.
+            dir_sync = DirSync::Done;
         }
-        Ok((log, report))
+        Ok((log, report, dir_sync))
+    }
+
+    /// Takes the log offline after the sync of its directory that its open left to the caller
+    /// failed: its first segment's names may not be durable.
+    pub(crate) fn fail_dir_sync(&mut self, error: &StorageError) {
+        self.failure.get_or_insert_with(|| error.cause());
     }
 
     /// Fixes the log start offset and recovery point after loading and prepares the active

@@ -902,3 +902,42 @@ fn restart_refuses_vs_disk() {
     let output = run(&words("bench --workload restart --vs-disk"));
     support::assert_fails_with(&output, "--vs-disk");
 }
+
+/// `create-partitions`, tiny: every step is timed, positive, and the table names each; the topic
+/// and its partitions are left in the data directory.
+#[test]
+fn create_partitions_times_each_step_and_leaves_every_partition() {
+    let (mut command, json, temporary) = bench_command();
+    let data = temporary.path().join("data");
+    command
+        .args(words(
+            "--workload create-partitions --partitions 40 --shards 2",
+        ))
+        .arg("--dir")
+        .arg(&data);
+    let (report, table) = report_of(&mut command, &json);
+    assert_eq!(report["config"]["workload"], "create-partitions");
+    let figures = &report["create_partitions"];
+    assert_eq!(figures["partitions"], 40, "{report:#}");
+    assert_eq!(figures["shards"], 2, "{report:#}");
+    for step in ["create", "describe", "close", "reopen", "describe_reopened"] {
+        let seconds = number(figures, &["steps", step, "seconds"]);
+        assert!(seconds > 0.0, "{step}: {report:#}");
+        assert!(table.contains(step), "{table}");
+    }
+    let dirs = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            let name = entry.file_name();
+            name.to_string_lossy().starts_with("seglog-bench-")
+        })
+        .count();
+    assert_eq!(dirs, 40);
+}
+
+#[test]
+fn create_partitions_refuses_vs_disk() {
+    let output = run(&words("bench --workload create-partitions --vs-disk"));
+    support::assert_fails_with(&output, "--vs-disk");
+}

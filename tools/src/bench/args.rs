@@ -44,6 +44,10 @@ pub enum Workload {
     /// submitted through io_uring; else under strace: the system calls only; else n/a).
     /// --records, --duration and --vs-disk do not apply.
     Restart,
+    /// Topic creation: `create_topic` of --partitions (default 100,000) partitions, then
+    /// `describe_topic`, `close`, a clean `Engine::open` and `describe_topic` again, each timed.
+    /// Producers, records, --duration and --vs-disk do not apply.
+    CreatePartitions,
 }
 
 impl Workload {
@@ -60,6 +64,7 @@ impl Workload {
             Workload::Replicated => "replicated",
             Workload::Serve => "serve",
             Workload::Restart => "restart",
+            Workload::CreatePartitions => "create-partitions",
         }
     }
 }
@@ -129,8 +134,8 @@ pub struct BenchArgs {
     /// Consumer threads (fetch-hot, fetch-cold, random-fetch: the queue depth, tail).
     #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub consumers: usize,
-    /// Partitions of the benchmark topic [default: 10000 for many-partitions, 4 otherwise;
-    /// restart: of its first data set].
+    /// Partitions of the benchmark topic [default: 10000 for many-partitions, 100000 for
+    /// create-partitions, 4 otherwise; restart: of its first data set].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub partitions: Option<u32>,
     /// Bytes of each record's value (at least 8: tail stamps a clock in the first 8).

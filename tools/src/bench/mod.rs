@@ -22,7 +22,9 @@
 //! - `serve`: the embedded `append` phase, then the same producers over Kafka's wire protocol
 //!   to `seglog serve` in this process, then the data fetched back over it ([`serve`]);
 //! - `restart`: two data sets written, then each opened cleanly, after a kill with nothing
-//!   unsynced and after a kill with data unsynced, each open in a child process ([`restart`]).
+//!   unsynced and after a kill with data unsynced, each open in a child process ([`restart`]);
+//! - `create-partitions`: a topic of 100,000 partitions created, described, closed, reopened and
+//!   described again, each step timed ([`create_partitions`]).
 //!
 //! `--throughput` caps the producers' offered load, all together ([`progress::Shared::claim_send`]).
 //! `--vs-disk` measures the disk's own limits first ([`disk`]). The run prints a table on stdout;
@@ -33,6 +35,7 @@ pub mod args;
 mod batches;
 mod cache;
 mod compaction;
+mod create_partitions;
 mod disk;
 mod distribution;
 mod fetch;
@@ -105,6 +108,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if settings.workload == Workload::Restart {
         return run_restart(args, &settings, &dir, &mut settles);
     }
+    if settings.workload == Workload::CreatePartitions {
+        return run_create_partitions(args, &settings, &dir, &mut settles);
+    }
     let disk = if args.vs_disk {
         settles.wait("disk");
         let mut disk = measure_disk(&dir, &settings)?;
@@ -176,6 +182,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Outcome> {
         open_partitions_max,
         settles: &settles.waits,
         restart: None,
+        create_partitions: None,
     };
     write_outputs(args, &report)?;
     Ok(Outcome::Clean)
@@ -209,9 +216,45 @@ fn run_restart(
         open_partitions_max: EngineConfig::default().open_partitions_max,
         settles: &settles.waits,
         restart: Some(figures),
+        create_partitions: None,
     };
     write_outputs(args, &report)?;
     Ok(outcome)
+}
+
+/// `create-partitions`: its own engines, one after the other ([`create_partitions`]).
+fn run_create_partitions(
+    args: &BenchArgs,
+    settings: &Settings,
+    dir: &Path,
+    settles: &mut Settles,
+) -> anyhow::Result<Outcome> {
+    if args.vs_disk {
+        anyhow::bail!("--vs-disk: the create-partitions workload measures topic creation");
+    }
+    settles.wait("engine");
+    raise_open_files_limit();
+    let config = EngineConfig::default()
+        .with_pin_shards(false)
+        .with_backend(settings.backend)
+        .with_direct_writes(settings.direct_io)
+        .with_shard_count(args.shards.unwrap_or(EngineConfig::default().shard_count));
+    let open_partitions_max = config.open_partitions_max;
+    let figures = create_partitions::create_partitions(settings, config, dir)?;
+    let report = Report {
+        settings,
+        phases: Vec::new(),
+        disk: None,
+        compaction: None,
+        cache_drop: None,
+        dir,
+        open_partitions_max,
+        settles: &settles.waits,
+        restart: None,
+        create_partitions: Some(figures),
+    };
+    write_outputs(args, &report)?;
+    Ok(Outcome::Clean)
 }
 
 /// The disk's buffered write runs as long as the phase, up to this.
@@ -395,6 +438,9 @@ fn run_workload(
         }
         Workload::Tail => outcome.phases = tail::tail_phases(engine, &topic, settings)?,
         Workload::Restart => anyhow::bail!("restart runs its own engines (run_restart)"),
+        Workload::CreatePartitions => {
+            anyhow::bail!("create-partitions runs its own engines (run_create_partitions)")
+        }
         Workload::Compaction => {
             let (phases, figures) = compaction::compaction_phases(engine, &topic, settings)?;
             outcome.phases = phases;

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use super::args::Workload;
 use super::cache::CacheDrop;
 use super::compaction::{COMPACTION_SEGMENT_BYTES, CompactionFigures};
+use super::create_partitions::CreatePartitionsFigures;
 use super::disk::{DiskFigures, GroupedProducers, GroupedSpace, ProducersPattern, WriteLatency};
 use super::progress::{Limit, Phase};
 use super::replicated;
@@ -42,6 +43,8 @@ pub struct Report<'a> {
     pub settles: &'a [Settle],
     /// The `restart` workload's opens.
     pub restart: Option<RestartFigures>,
+    /// The `create-partitions` workload's steps.
+    pub create_partitions: Option<CreatePartitionsFigures>,
 }
 
 /// An engine figure beside the disk's for the same pattern.
@@ -226,6 +229,9 @@ impl Report<'_> {
         }
         if let Some(restart) = &self.restart {
             restart.print(out)?;
+        }
+        if let Some(create_partitions) = &self.create_partitions {
+            create_partitions.print(out)?;
         }
         if let Some(compaction) = &self.compaction {
             writeln!(
@@ -436,6 +442,9 @@ impl Report<'_> {
         }
         if let Some(restart) = &self.restart {
             root.insert("restart".into(), restart.to_json());
+        }
+        if let Some(create_partitions) = &self.create_partitions {
+            root.insert("create_partitions".into(), create_partitions.to_json());
         }
         Value::Object(root)
     }

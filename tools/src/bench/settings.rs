@@ -74,6 +74,7 @@ impl Settings {
         };
         let partitions = args.partitions.unwrap_or(match args.workload {
             Workload::ManyPartitions => MANY_PARTITIONS,
+            Workload::CreatePartitions => super::create_partitions::CREATE_PARTITIONS,
             _ => 4,
         });
         let batch_bytes = args.batch_bytes.unwrap_or(match args.workload {
