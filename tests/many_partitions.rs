@@ -4,7 +4,9 @@
 //! open partitions from that limit), appends to every partition, reads every record back, closes,
 //! reopens and reads again. It fails if any open runs out of file descriptors. It runs twice:
 //! through the page cache, and with `O_DIRECT` appends, whose active segments hold a second
-//! descriptor each.
+//! descriptor each. A third run, with `O_DIRECT` under `ulimit -n 9000`, leaves the shards
+//! enough descriptors to open the partitions a request names together (on threads): those opens
+//! must stay within the same bounds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,7 +25,11 @@ const CHILD_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIR";
 /// Set in the child when it appends with `O_DIRECT` (`EngineConfig::direct_writes`).
 const CHILD_DIRECT_ENV: &str = "SEGLOG_MANY_PARTITIONS_DIRECT";
 const PARTITION_COUNT: u32 = 10_000;
+/// The open-file limit the child runs under.
+const CHILD_LIMIT_ENV: &str = "SEGLOG_MANY_PARTITIONS_LIMIT";
 const OPEN_FILES_LIMIT: u32 = 1024;
+/// Enough for a shard to open partitions together (`PARALLEL_OPENS_FILES_MIN` in the shard).
+const PARALLEL_OPEN_FILES_LIMIT: u32 = 9000;
 
 fn small_segments() -> LogConfig {
     let mut config = LogConfig::default();
@@ -45,15 +51,20 @@ fn assert_single_values(engine: &Engine, topic: &TopicName, partitions: impl Ite
 
 #[test]
 fn ten_thousand_partitions_run_under_an_open_file_limit_of_1024() {
-    run_child(false);
+    run_child(false, OPEN_FILES_LIMIT);
 }
 
 #[test]
 fn ten_thousand_partitions_written_with_o_direct_run_under_an_open_file_limit_of_1024() {
-    run_child(true);
+    run_child(true, OPEN_FILES_LIMIT);
 }
 
-fn run_child(direct_writes: bool) {
+#[test]
+fn ten_thousand_partitions_opened_together_run_under_an_open_file_limit_of_9000() {
+    run_child(true, PARALLEL_OPEN_FILES_LIMIT);
+}
+
+fn run_child(direct_writes: bool, limit: u32) {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
@@ -62,16 +73,17 @@ fn run_child(direct_writes: bool) {
     let mut child = Command::new("bash");
     child
         .arg("-c")
-        .arg(format!("ulimit -n {OPEN_FILES_LIMIT} && exec \"$0\" --exact child_process_body --nocapture --test-threads 1"))
+        .arg(format!("ulimit -n {limit} && exec \"$0\" --exact child_process_body --nocapture --test-threads 1"))
         .arg(&exe)
-        .env(CHILD_ENV, dir.path());
+        .env(CHILD_ENV, dir.path())
+        .env(CHILD_LIMIT_ENV, limit.to_string());
     if direct_writes {
         child.env(CHILD_DIRECT_ENV, "1");
     }
     let status = child.status().unwrap();
     assert!(
         status.success(),
-        "the child under ulimit -n {OPEN_FILES_LIMIT} (direct writes: {direct_writes}) failed: {status}"
+        "the child under ulimit -n {limit} (direct writes: {direct_writes}) failed: {status}"
     );
 }
 
@@ -81,10 +93,12 @@ fn child_process_body() {
     let Some(dir) = std::env::var_os(CHILD_ENV) else {
         return;
     };
+    let limit = std::env::var(CHILD_LIMIT_ENV).unwrap();
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
     assert!(
-        limits.lines().any(|line| line.starts_with("Max open files")
-            && line.contains(&OPEN_FILES_LIMIT.to_string()))
+        limits
+            .lines()
+            .any(|line| line.starts_with("Max open files") && line.contains(&limit))
     );
     let config = EngineConfig::default()
         .with_pin_shards(false)

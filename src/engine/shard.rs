@@ -985,11 +985,16 @@ impl Shard {
     /// would pass a bound, with `open_files` segment descriptors open now. An active segment
     /// written with `O_DIRECT` holds two.
     fn full_for_one_more(&self, open_files: usize) -> bool {
+        !self.partitions.is_empty() && self.past_bounds(self.partitions.len(), open_files)
+    }
+
+    /// Whether one more partition opened beside `partitions` open ones holding `open_files`
+    /// segment descriptors would pass a bound.
+    fn past_bounds(&self, partitions: usize, open_files: usize) -> bool {
         let active_files = if self.context.direct_writes { 2 } else { 1 };
-        !self.partitions.is_empty()
-            && (self.partitions.len() >= self.context.open_partitions_max.max(1)
-                || open_files + active_files + crate::log::SEALED_OPEN_MAX
-                    > self.context.open_segments_max)
+        partitions >= self.context.open_partitions_max.max(1)
+            || open_files + active_files + crate::log::SEALED_OPEN_MAX
+                > self.context.open_segments_max
     }
 
     /// Releases the least recently used open partition (files closed, maps dropped, nothing
@@ -1101,10 +1106,7 @@ impl Shard {
         for tp in tps {
             let taken = opens.len();
             let files = open_files + taken * PartitionLog::OPEN_SEGMENT_FILES_MAX;
-            if self.partitions.len() + taken > 0
-                && (self.partitions.len() + taken >= self.context.open_partitions_max
-                    || self.full_for_one_more(files))
-            {
+            if self.past_bounds(self.partitions.len() + taken, files) {
                 break;
             }
             if self.partitions.contains_key(tp)
