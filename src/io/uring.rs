@@ -846,7 +846,7 @@ impl Storage for UringIo {
         }
     }
 
-    /// The directories' fsyncs go through the ring together, [`DIR_SYNCS_OPEN_MAX`] at a time.
+    /// The directories' fsyncs go through the ring together, `DIR_SYNCS_OPEN_MAX` at a time.
     fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
         fence();
         dirs.chunks(DIR_SYNCS_OPEN_MAX).flat_map(sync_dirs).collect()

@@ -63,7 +63,7 @@ pub enum DirSync {
     /// Nothing the open created waits for a directory sync.
     Done,
     /// The open created the log's first segment: sync the directory, and take the log offline
-    /// if that fails ([`PartitionLog::fail_dir_sync`]).
+    /// if that fails (`PartitionLog::fail_dir_sync`).
     Due,
 }
 
