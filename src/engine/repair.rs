@@ -161,7 +161,13 @@ fn find_damage(
     // As `log/open.rs`: a compacted log may have gaps below its cleaned end (anywhere without
     // the record); the last segment is always dense.
     let compacts = config.cleanup_policy.compacts();
-    let dense_from = cleaned_end::dense_from(storage, dir, compacts)?.unwrap_or(Offset(u64::MAX));
+    let dense_from = cleaned_end::dense_from(
+        storage,
+        dir,
+        compacts,
+        storage.exists(&dir.join(cleaned_end::CLEANED_END_FILE)),
+    )?
+    .unwrap_or(Offset(u64::MAX));
     // The previous segment's end offset and whether it is dense.
     let mut previous: Option<(Offset, bool)> = None;
     for (index, base) in bases.iter().enumerate() {

@@ -359,6 +359,7 @@ fn open_in_parallel(
                 std::thread::Builder::new()
                     .name(format!("seglog-open-{index}"))
                     .spawn_scoped(scope, || {
+                        crate::io::wait_for_reads_asleep();
                         std::iter::from_fn(next)
                             .map(|open| open.run(storage.clone()))
                             .collect::<Vec<_>>()
@@ -1101,13 +1102,35 @@ impl Shard {
         {
             return;
         }
+        // In rounds: each takes what the bounds allow were every partition to hold its most
+        // files, and the next counts again what the opened ones hold.
+        let mut rest = tps;
+        while !rest.is_empty() {
+            let (opens, taken) = self.opens_within_bounds(rest);
+            rest = &rest[taken..];
+            if opens.len() < 2 {
+                return;
+            }
+            let threads = self.context.open_threads.min(opens.len());
+            for (open, opened) in open_in_parallel(&self.context.storage, opens, threads) {
+                // A failed open is left for the request's own, which reports it.
+                if let Ok(log) = self.finish_open(&open, opened, Some(&mut run.dirs_due)) {
+                    self.adopt(&open.tp, log);
+                }
+            }
+        }
+    }
+
+    /// The opens of those of `tps` not open, released, offline or unknown, from the first on,
+    /// as many as the bounds take; and how many of `tps` were looked at.
+    fn opens_within_bounds(&self, tps: &[TopicPartition]) -> (Vec<PartitionOpen>, usize) {
         let open_files = self.open_segment_files_for_bounds();
         let mut opens = Vec::new();
-        for tp in tps {
+        for (looked_at, tp) in tps.iter().enumerate() {
             let taken = opens.len();
             let files = open_files + taken * PartitionLog::OPEN_SEGMENT_FILES_MAX;
             if self.past_bounds(self.partitions.len() + taken, files) {
-                break;
+                return (opens, looked_at);
             }
             if self.partitions.contains_key(tp)
                 || self.evicted.contains_key(tp)
@@ -1119,16 +1142,7 @@ impl Shard {
                 opens.push(open);
             }
         }
-        if opens.len() < 2 {
-            return;
-        }
-        let threads = self.context.open_threads.min(opens.len());
-        for (open, opened) in open_in_parallel(&self.context.storage, opens, threads) {
-            // A failed open is left for the request's own, which reports it.
-            if let Ok(log) = self.finish_open(&open, opened, Some(&mut run.dirs_due)) {
-                self.adopt(&open.tp, log);
-            }
-        }
+        (opens, tps.len())
     }
 
     /// What opening `tp` needs: its configuration, checkpointed offsets and directory. With

@@ -68,13 +68,10 @@ impl TopicRegistry {
         default_config: &LogConfig,
     ) -> Result<(), StorageError> {
         let names = storage
-            .list_dir(&self.root)
+            .list_subdirs(&self.root)
             .map_err(|source| StorageError::io("list directory", &self.root, source))?;
         for name in names {
             let path = self.root.join(&name);
-            if !storage.is_dir(&path) {
-                continue;
-            }
             if name.ends_with(DELETE_DIR_SUFFIX) {
                 storage
                     .remove_dir_all(&path)

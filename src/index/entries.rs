@@ -59,9 +59,7 @@ impl<E: IndexEntry> IndexFile<E> {
     /// as entries reach them), so a roll costs no index I/O. Its maps are advised `MADV_RANDOM`,
     /// so the first entry of each page zeroes that page alone.
     pub fn create(path: &Path, max_bytes: u64) -> Result<IndexFile<E>, StorageError> {
-        let mut file = MappedIndexFile::open(path, Some(0))?;
-        file.advise_random();
-        file.resize(round_down::<E>(max_bytes))?;
+        let file = MappedIndexFile::create(path, round_down::<E>(max_bytes))?;
         Ok(IndexFile {
             file,
             entry_count: 0,
@@ -72,7 +70,7 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Opens an existing, trimmed index: every whole entry in the file counts. A length that is
     /// not a multiple of the entry size is corruption.
     pub fn open_existing(path: &Path) -> Result<IndexFile<E>, StorageError> {
-        let file = MappedIndexFile::open(path, None)?;
+        let file = MappedIndexFile::open_existing(path)?;
         let length_bytes = file.length_bytes();
         if length_bytes % E::BYTES as u64 != 0 {
             return Err(StorageError::Corrupt {
@@ -174,8 +172,9 @@ impl<E: IndexEntry> IndexFile<E> {
     /// is written (recovery resuming mid-segment, `segment/recovery.rs`).
     pub fn keep_prefix(&mut self, entry_count: usize, max_bytes: u64) -> Result<(), StorageError> {
         self.entry_count = entry_count.min(self.entry_count);
-        self.trim_to_valid_size()?;
-        self.resize_for_append(max_bytes)
+        let valid_bytes = (self.entry_count * E::BYTES) as u64;
+        let length = round_down::<E>(max_bytes).max(valid_bytes);
+        self.file.cut_and_resize(valid_bytes, length)
     }
 
     /// Shrinks the file to its valid entries (roll, close).

@@ -1,7 +1,10 @@
 //! A memory-mapped index file. The only code in `index/` that uses `unsafe` (see UNSAFE.md).
 //!
-//! Invariant: the file is never truncated while it is mapped. Every length change goes through
-//! [`MappedIndexFile::resize`], which drops the map first, changes the length, then maps again.
+//! Invariant: the file is never shorter than its map while the map can be read. Every length
+//! change goes through [`MappedIndexFile::cut_and_resize`], which drops the map first, changes
+//! the length, then maps again; or, when the file ends up at the mapped length, cuts and regrows
+//! it under the map within the one call (holding `&mut self`, so nothing reads the map between
+//! the two), dropping the map if the regrowth fails.
 //! One engine owns a data directory (its lock file), so no other process changes the file.
 #![allow(unsafe_code)]
 
@@ -20,10 +23,13 @@ use crate::error::StorageError;
 pub struct MappedIndexFile {
     path: PathBuf,
     map: Option<MmapMut>,
+    /// The file's length while the map covers it whole (no map for an empty file); `None` after
+    /// a failed length change.
+    mapped_length: Option<u64>,
     /// The file's first bytes whose blocks exist or are reserved (`fallocate`), in whole
     /// [`RESERVE_BLOCK_BYTES`]: a write through the map below this needs no new block.
     reserved_bytes: u64,
-    /// Whether every map of the file is advised `MADV_RANDOM` ([`MappedIndexFile::advise_random`]).
+    /// Whether every map of the file is advised `MADV_RANDOM` ([`MappedIndexFile::create`]).
     random_access: bool,
 }
 
@@ -48,32 +54,48 @@ pub fn sync_index_file(path: &Path) -> Result<(), StorageError> {
 }
 
 impl MappedIndexFile {
-    /// Opens (creating if missing) `path` and maps it. With `length_bytes`, the file is first
-    /// resized to that length (preallocation for an active segment, or trimming).
-    pub fn open(path: &Path, length_bytes: Option<u64>) -> Result<MappedIndexFile, StorageError> {
+    /// Creates the index file at `path` (cutting a leftover one to nothing first) at
+    /// `length_bytes`, sparse. Every map of it is advised `MADV_RANDOM`: a page fault then reads
+    /// (or, in a sparse stretch, zeroes) only its own page, not the device's read-ahead window
+    /// around it. A new index is written an entry at a time: its first fault would otherwise zero
+    /// up to `read_ahead_kb` of the sparse file.
+    pub fn create(path: &Path, length_bytes: u64) -> Result<MappedIndexFile, StorageError> {
         let mut index_file = MappedIndexFile {
             path: path.to_owned(),
             map: None,
+            mapped_length: None,
             reserved_bytes: 0,
-            random_access: false,
+            random_access: true,
         };
-        match length_bytes {
-            Some(length_bytes) => index_file.resize(length_bytes)?,
-            None => {
-                let file = index_file.open_file()?;
-                index_file.map(&file)?;
-                // An existing file's bytes were written: their blocks exist.
-                index_file.reserved_bytes = round_up_to_block(index_file.length_bytes());
-            }
-        }
+        index_file.cut_and_resize(0, length_bytes)?;
         Ok(index_file)
     }
 
-    fn open_file(&self) -> Result<File, StorageError> {
+    /// Maps the existing index file at `path`; `NotFound` (an I/O error) when there is none.
+    pub fn open_existing(path: &Path) -> Result<MappedIndexFile, StorageError> {
+        let mut index_file = MappedIndexFile {
+            path: path.to_owned(),
+            map: None,
+            mapped_length: None,
+            reserved_bytes: 0,
+            random_access: false,
+        };
+        let file = index_file.open_file(false)?;
+        let length_bytes = file
+            .metadata()
+            .map_err(|source| StorageError::io("stat index", path, source))?
+            .len();
+        index_file.map(&file, length_bytes)?;
+        // An existing file's bytes were written: their blocks exist.
+        index_file.reserved_bytes = round_up_to_block(length_bytes);
+        Ok(index_file)
+    }
+
+    fn open_file(&self, create: bool) -> Result<File, StorageError> {
         OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .truncate(false)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&self.path)
@@ -98,16 +120,6 @@ impl MappedIndexFile {
         self.bytes().len() as u64
     }
 
-    /// Advises this map and every later one `MADV_RANDOM`: a page fault then reads (or, in a
-    /// sparse stretch, zeroes) only its own page, not the device's read-ahead window around it.
-    /// For a new index written an entry at a time: its first fault would otherwise zero up to
-    /// `read_ahead_kb` of the sparse file (here the whole 64 KiB index of each of
-    /// `many-partitions`' 10,000 segments, twice per partition).
-    pub fn advise_random(&mut self) {
-        self.random_access = true;
-        self.apply_advice();
-    }
-
     fn apply_advice(&self) {
         if let (true, Some(map)) = (self.random_access, &self.map) {
             // Advice only: where the kernel refuses it, faults read ahead as before.
@@ -120,15 +132,46 @@ impl MappedIndexFile {
     /// sparse (no block reserved: [`MappedIndexFile::reserve_through`] does that as
     /// entries reach them); shrinking keeps the blocks below the new length.
     pub fn resize(&mut self, length_bytes: u64) -> Result<(), StorageError> {
-        if self.map.is_some() && self.length_bytes() == length_bytes {
-            return Ok(());
+        self.cut_and_resize(length_bytes, length_bytes)
+    }
+
+    /// Cuts the file at `cut_bytes`, then sets its length to `length_bytes`, with one open and
+    /// one map: the bytes between the two read as zeros. Nothing is cut when the file ends at
+    /// `cut_bytes` already, and nothing changes when it is mapped whole at `length_bytes` and
+    /// holds nothing past `cut_bytes`.
+    pub fn cut_and_resize(&mut self, cut_bytes: u64, length_bytes: u64) -> Result<(), StorageError> {
+        let cut = match self.mapped_length {
+            Some(mapped) if mapped == length_bytes && cut_bytes >= mapped => return Ok(()),
+            Some(mapped) if mapped <= cut_bytes => None,
+            _ => Some(cut_bytes),
+        };
+        let kept = cut_bytes.min(length_bytes);
+        self.reserved_bytes = self.reserved_bytes.min(round_up_to_block(kept));
+        let keep_map = self.map.is_some() && self.mapped_length == Some(length_bytes);
+        if !keep_map {
+            self.map = None;
+            self.mapped_length = None;
         }
-        self.map = None;
-        let file = self.open_file()?;
-        file.set_len(length_bytes)
-            .map_err(|source| StorageError::io("resize index", &self.path, source))?;
-        self.reserved_bytes = self.reserved_bytes.min(round_up_to_block(length_bytes));
-        self.map(&file)
+        let file = self.open_file(true)?;
+        let set_length = |length| {
+            file.set_len(length)
+                .map_err(|source| StorageError::io("resize index", &self.path, source))
+        };
+        let resized = match cut.filter(|cut| *cut != length_bytes) {
+            Some(cut) => set_length(cut).and_then(|()| set_length(length_bytes)),
+            None => set_length(length_bytes),
+        };
+        if let Err(error) = resized {
+            // The file may be shorter than the map now: the map goes.
+            self.map = None;
+            self.mapped_length = None;
+            return Err(error);
+        }
+        match keep_map {
+            // The cut dropped the pages past it from the map; they read as zeros again.
+            true => Ok(()),
+            false => self.map(&file, length_bytes),
+        }
     }
 
     /// Reserves the disk blocks of the file's first `end_bytes` (`fallocate`, in whole
@@ -141,7 +184,7 @@ impl MappedIndexFile {
             return Ok(());
         }
         let to = round_up_to_block(end_bytes).min(self.length_bytes().max(end_bytes));
-        let file = self.open_file()?;
+        let file = self.open_file(true)?;
         let flags = rustix::fs::FallocateFlags::KEEP_SIZE;
         match rustix::fs::fallocate(&file, flags, self.reserved_bytes, to - self.reserved_bytes) {
             Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
@@ -165,19 +208,17 @@ impl MappedIndexFile {
                 .flush()
                 .map_err(|source| StorageError::io("msync index", &self.path, source)),
             None => self
-                .open_file()?
+                .open_file(true)?
                 .sync_data()
                 .map_err(|source| StorageError::io("fdatasync index", &self.path, source)),
         }
     }
 
-    fn map(&mut self, file: &File) -> Result<(), StorageError> {
-        let length_bytes = file
-            .metadata()
-            .map_err(|source| StorageError::io("stat index", &self.path, source))?
-            .len();
+    /// Maps `file`, whose length is `length_bytes` (just read or set).
+    fn map(&mut self, file: &File, length_bytes: u64) -> Result<(), StorageError> {
         if length_bytes == 0 {
             self.map = None;
+            self.mapped_length = Some(0);
             return Ok(());
         }
         let length = usize::try_from(length_bytes).map_err(|_| StorageError::Corrupt {
@@ -186,13 +227,15 @@ impl MappedIndexFile {
             reason: format!("index file of {length_bytes} bytes cannot be mapped"),
         })?;
         // SAFETY: the mapping covers exactly the file's current length, and the file is never
-        // truncated while mapped: every length change goes through `resize`, which drops this map
-        // first. The data directory's lock file keeps other seglog processes out, so no one else
+        // shorter than the map while it can be read: every length change goes through
+        // `cut_and_resize`, which drops this map first, or cuts and regrows the file to the
+        // mapped length within one `&mut self` call (dropping the map if that fails). The data directory's lock file keeps other seglog processes out, so no one else
         // shrinks the file under us. The map stays valid after `file` is closed (the kernel keeps
         // the file open for it). The bytes are treated as untrusted input by every reader.
         let map = unsafe { MmapOptions::new().len(length).map_mut(file) }
             .map_err(|source| StorageError::io("mmap index", &self.path, source))?;
         self.map = Some(map);
+        self.mapped_length = Some(length_bytes);
         self.apply_advice();
         Ok(())
     }
@@ -235,7 +278,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("existing.index");
         std::fs::write(&path, [0u8; 8192]).unwrap();
-        let mapped = MappedIndexFile::open(&path, None).unwrap();
+        let mapped = MappedIndexFile::open_existing(&path).unwrap();
         assert_eq!(mapped.length_bytes(), 8192);
         assert!(
             !vm_flags_of(&path).contains(" rr"),

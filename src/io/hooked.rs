@@ -158,6 +158,9 @@ impl Storage for HookedStorage {
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         self.inner.list_dir(dir)
     }
+    fn list_subdirs(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_subdirs(dir)
+    }
     fn is_dir(&self, path: &Path) -> bool {
         self.inner.is_dir(path)
     }

@@ -267,6 +267,53 @@ pub trait StorageFile: Debug + Send + Sync {
     }
 }
 
+thread_local! {
+    /// Set on a thread whose reads wait for the device asleep ([`wait_for_reads_asleep`]).
+    static READS_ASLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// From now on this thread's reads are plain `pread`s, asleep while the device answers: no
+/// `RWF_NOWAIT` attempt, no ring, no polling. For threads that read mostly cold pages side by side
+/// with others (a shard's open threads), where polling would keep a CPU the others need.
+pub(crate) fn wait_for_reads_asleep() {
+    READS_ASLEEP.set(true);
+}
+
+/// Whether this thread's reads wait asleep ([`wait_for_reads_asleep`]).
+pub(crate) fn reads_wait_asleep() -> bool {
+    READS_ASLEEP.get()
+}
+
+/// From this many directories on, [`sync_dirs_by_file_system`] syncs their file system instead.
+pub(crate) const SYNCFS_DIRS_MIN: usize = 256;
+
+/// The directories' entries made durable with one `syncfs` of their file system, when there are
+/// at least [`SYNCFS_DIRS_MIN`] of them and they share one parent directory (so one file system:
+/// a partition directory is never a mount point); `None` otherwise. One result per directory,
+/// the same for all. A shard creating a topic of thousands of partitions syncs them so: one
+/// journal commit, not one per directory. It also writes whatever else the file system holds
+/// dirty, which such a rare request can afford.
+pub(crate) fn sync_dirs_by_file_system(dirs: &[&Path]) -> Option<Vec<io::Result<()>>> {
+    let parent = dirs.first()?.parent()?;
+    if dirs.len() < SYNCFS_DIRS_MIN || dirs.iter().any(|dir| dir.parent() != Some(parent)) {
+        return None;
+    }
+    let synced = std::fs::File::open(parent).and_then(|parent| {
+        rustix::fs::syncfs(&parent).map_err(io::Error::from)
+    });
+    Some(
+        dirs.iter()
+            .map(|_| match &synced {
+                Ok(()) => Ok(()),
+                Err(error) => Err(match error.raw_os_error() {
+                    Some(errno) => io::Error::from_raw_os_error(errno),
+                    None => io::Error::new(error.kind(), error.to_string()),
+                }),
+            })
+            .collect(),
+    )
+}
+
 /// `EINVAL` for a write behind longer than [`WRITE_BEHIND_BYTES_MAX`].
 pub(crate) fn check_write_behind_length(length: usize) -> io::Result<()> {
     match length <= WRITE_BEHIND_BYTES_MAX {
@@ -393,6 +440,14 @@ pub trait Storage: Debug + Send + Sync {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names of the entries of `dir` (files and directories), in no particular order.
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Names of the directories in `dir` (not following symbolic links), in no particular order.
+    fn list_subdirs(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let names = self.list_dir(dir)?;
+        Ok(names
+            .into_iter()
+            .filter(|name| self.is_dir(&dir.join(name)))
+            .collect())
+    }
     fn is_dir(&self, path: &Path) -> bool;
     fn exists(&self, path: &Path) -> bool;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;

@@ -111,6 +111,19 @@ impl Storage for PositionedIo {
         Ok(names)
     }
 
+    /// From the entries' types as the directory lists them (`d_type`): no `stat` per entry on a
+    /// file system that records them.
+    fn list_subdirs(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if let (true, Some(name)) = (entry.file_type()?.is_dir(), entry.file_name().to_str()) {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
     fn is_dir(&self, path: &Path) -> bool {
         fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir())
     }
@@ -129,6 +142,13 @@ impl Storage for PositionedIo {
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::remove_dir_all(path)
+    }
+
+    /// Many directories of one parent: one `syncfs` (`sync_dirs_by_file_system`); else one
+    /// `sync_dir` after another.
+    fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
+        crate::io::sync_dirs_by_file_system(dirs)
+            .unwrap_or_else(|| dirs.iter().map(|dir| self.sync_dir(dir)).collect())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {

@@ -437,13 +437,14 @@ impl UringFile {
                 return read;
             }
         }
+        let asleep = crate::io::reads_wait_asleep();
         let mut read = 0;
         while read < length {
             // SAFETY: `read < length`: the rest of the destination is within it.
             let rest = unsafe { destination.add(read) };
             let (rest_length, at) = (length - read, position + read as u64);
             // SAFETY: `rest` is valid for `rest_length` bytes of writes (our contract).
-            let count = match unsafe { self.read_cached(rest, rest_length, at) } {
+            let count = match unsafe { self.read_cached_unless(asleep, rest, rest_length, at) } {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     // SAFETY: as above.
                     unsafe { self.read_from_device(rest, rest_length, at, READ_POLL) }
@@ -458,6 +459,25 @@ impl UringFile {
             }
         }
         Ok(read)
+    }
+
+    /// [`UringFile::read_cached`], or a plain `pread` on a thread whose reads wait `asleep`.
+    ///
+    /// # Safety
+    /// As [`UringFile::read_raw`].
+    unsafe fn read_cached_unless(
+        &self,
+        asleep: bool,
+        destination: *mut u8,
+        length: usize,
+        position: u64,
+    ) -> io::Result<usize> {
+        match asleep {
+            // SAFETY: our contract is `pread`'s.
+            true => unsafe { self.pread(destination, length, position) },
+            // SAFETY: our contract is `read_cached`'s.
+            false => unsafe { self.read_cached(destination, length, position) },
+        }
     }
 
     /// One `preadv2(RWF_NOWAIT)`: the bytes from `position` that the page cache holds, or
@@ -809,6 +829,10 @@ impl Storage for UringIo {
         PositionedIo.list_dir(dir)
     }
 
+    fn list_subdirs(&self, dir: &Path) -> io::Result<Vec<String>> {
+        PositionedIo.list_subdirs(dir)
+    }
+
     fn is_dir(&self, path: &Path) -> bool {
         PositionedIo.is_dir(path)
     }
@@ -846,9 +870,13 @@ impl Storage for UringIo {
         }
     }
 
-    /// The directories' fsyncs go through the ring together, `DIR_SYNCS_OPEN_MAX` at a time.
+    /// Many directories of one parent: one `syncfs` (`sync_dirs_by_file_system`). Else the
+    /// directories' fsyncs go through the ring together, `DIR_SYNCS_OPEN_MAX` at a time.
     fn sync_dirs_many(&self, dirs: &[&Path]) -> Vec<io::Result<()>> {
         fence();
+        if let Some(results) = crate::io::sync_dirs_by_file_system(dirs) {
+            return results;
+        }
         dirs.chunks(DIR_SYNCS_OPEN_MAX).flat_map(sync_dirs).collect()
     }
 }

@@ -36,15 +36,18 @@ pub fn read(storage: &dyn Storage, dir: &Path) -> Result<Option<Offset>, Storage
 /// log compacted before its `cleanup.policy` changed to `delete` keeps the gaps the cleaner
 /// left); without a record, 0 for a policy that does not compact (never cleaned), `None` for
 /// one that does, or when the record is unreadable (it may have been cleaned anywhere).
+/// `recorded`: whether the directory holds the file.
 pub fn dense_from(
     storage: &dyn Storage,
     dir: &Path,
     compacts: bool,
+    recorded: bool,
 ) -> Result<Option<Offset>, StorageError> {
-    if !compacts && !storage.exists(&dir.join(CLEANED_END_FILE)) {
-        return Ok(Some(Offset(0)));
+    match (recorded, compacts) {
+        (false, false) => Ok(Some(Offset(0))),
+        (false, true) => Ok(None),
+        (true, _) => read(storage, dir),
     }
-    read(storage, dir)
 }
 
 fn parse(bytes: &[u8]) -> Option<Offset> {

@@ -97,8 +97,7 @@ impl PartitionLog {
         options: LogOpenOptions,
     ) -> Result<(PartitionLog, RecoveryReport, DirSync), OpenError> {
         config.validate()?;
-        crate::segment::create_dir_all(storage.as_ref(), dir)?;
-        let names = list_names(storage.as_ref(), dir)?;
+        let names = list_or_create(storage.as_ref(), dir)?;
         let (leftovers_swept, leftover_deletions) =
             sweep_leftovers(storage.as_ref(), dir, &names)?;
         let mut report = RecoveryReport {
@@ -113,7 +112,8 @@ impl PartitionLog {
         // Below the cleaned end the cleaner may have left gaps; a compacted log without the
         // record may have been cleaned anywhere. A log never compacted is dense throughout.
         let compacts = config.cleanup_policy.compacts();
-        let recorded_cleaned_end = cleaned_end::dense_from(storage.as_ref(), dir, compacts)?;
+        let recorded = names.iter().any(|name| name == cleaned_end::CLEANED_END_FILE);
+        let recorded_cleaned_end = cleaned_end::dense_from(storage.as_ref(), dir, compacts, recorded)?;
         let dense_from = recorded_cleaned_end.unwrap_or(Offset(u64::MAX));
         let mut segments = load_segments(
             storage.as_ref(),
@@ -171,7 +171,7 @@ impl PartitionLog {
             log.schedule_file_deletion(base_offset, TimestampMs(i64::MIN));
         }
         log.settle_offsets(log_start_checkpoint, &options, &report)?;
-        log.load_producer_state()?;
+        log.load_producer_state(&names)?;
         log.expire_producers(options.now);
         if recorded_cleaned_end.is_none() {
             // From here on the log is appended to: what lies above its end now is dense.
@@ -407,6 +407,22 @@ fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &Segm
         && let Some((position, reason)) = &recovery.truncated_at
     {
         report.truncated_at = Some((log_path.to_owned(), *position, reason.clone()));
+    }
+}
+
+/// The names in `dir`, which is created (empty) when missing.
+fn list_or_create(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>, StorageError> {
+    match storage.list_dir(dir) {
+        Ok(names) => Ok(names),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            crate::segment::create_dir_all(storage, dir)?;
+            Ok(Vec::new())
+        }
+        // Not a directory, say: reported as the creation finds it.
+        Err(_) => {
+            crate::segment::create_dir_all(storage, dir)?;
+            list_names(storage, dir)
+        }
     }
 }
 

@@ -55,29 +55,42 @@ impl PartitionLog {
 
     /// Loads the state at open: removes leftover `.snapshot.tmp` files and the snapshots outside
     /// `[log start, log end]`, then takes the newest valid snapshot and replays after it.
-    pub(super) fn load_producer_state(&mut self) -> Result<(), StorageError> {
+    /// `dir_names`: the directory's names as the open listed them.
+    pub(super) fn load_producer_state(&mut self, dir_names: &[String]) -> Result<(), StorageError> {
         let log_start_offset = self.log_start_offset;
         let log_end_offset = self.log_end_offset();
         let mut removed = false;
-        for name in snapshot_names(self.storage.as_ref(), &self.dir)? {
+        let mut kept = Vec::new();
+        for name in parse_snapshot_names(dir_names) {
             let stale = name.offset < log_start_offset || name.offset > log_end_offset;
             if name.state == SnapshotFileState::Writing || stale {
                 remove(self.storage.as_ref(), &name.path_in(&self.dir))?;
                 removed = true;
+            } else {
+                kept.push(name);
             }
         }
         if removed {
             sync_dir(self.storage.as_ref(), &self.dir)?;
         }
-        self.rebuild_producer_state()
+        self.rebuild_producer_state_from(kept)
     }
 
     /// Rebuilds the state from the newest valid snapshot at or below the log end and the batches
     /// after it (from the log start when there is none). A snapshot that does not decode is
     /// removed.
     pub(super) fn rebuild_producer_state(&mut self) -> Result<(), StorageError> {
+        let names = snapshot_names(self.storage.as_ref(), &self.dir)?;
+        self.rebuild_producer_state_from(names)
+    }
+
+    /// [`PartitionLog::rebuild_producer_state`] from the snapshots `names`.
+    fn rebuild_producer_state_from(
+        &mut self,
+        names: Vec<SnapshotFileName>,
+    ) -> Result<(), StorageError> {
         let log_end_offset = self.log_end_offset();
-        let mut snapshots: Vec<Offset> = snapshot_names(self.storage.as_ref(), &self.dir)?
+        let mut snapshots: Vec<Offset> = names
             .into_iter()
             .filter(|name| name.state == SnapshotFileState::Live && name.offset <= log_end_offset)
             .map(|name| name.offset)
@@ -208,10 +221,14 @@ fn snapshot_names(storage: &dyn Storage, dir: &Path) -> Result<Vec<SnapshotFileN
     let names = storage
         .list_dir(dir)
         .map_err(|source| StorageError::io("list directory", dir, source))?;
-    Ok(names
+    Ok(parse_snapshot_names(&names))
+}
+
+fn parse_snapshot_names(names: &[String]) -> Vec<SnapshotFileName> {
+    names
         .iter()
         .filter_map(|name| SnapshotFileName::parse(name))
-        .collect())
+        .collect()
 }
 
 fn remove(storage: &dyn Storage, path: &Path) -> Result<(), StorageError> {

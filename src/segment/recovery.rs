@@ -1060,8 +1060,6 @@ pub(crate) fn check_offsets(
     Ok(())
 }
 
-/// Opens both indexes and checks them against the `.log`'s size; `None` if either is missing or
-/// fails its check (the caller then rebuilds them).
 /// The paths of one segment's three files, in one state (live, or `.cleaned` before a swap).
 struct SegmentNames {
     base_offset: Offset,
@@ -1086,14 +1084,13 @@ impl SegmentNames {
     }
 }
 
+/// Opens both indexes and checks them against the `.log`'s size; `None` if either is missing or
+/// fails its check (the caller then rebuilds them).
 fn open_checked_indexes(
     names: &SegmentNames,
     log_size_bytes: u64,
 ) -> Option<(OffsetIndex, TimeIndex)> {
     let base_offset = names.base_offset;
-    if !names.offset_index.exists() || !names.time_index.exists() {
-        return None;
-    }
     let offset_index = OffsetIndex::open_existing(&names.offset_index, base_offset).ok()?;
     let time_index = TimeIndex::open_existing(&names.time_index, base_offset).ok()?;
     offset_index.check(log_size_bytes).ok()?;
@@ -1105,9 +1102,6 @@ fn open_checked_indexes(
 
 /// Both indexes as found, unchecked (a missing or unreadable one: `None`).
 fn open_unchecked_indexes(names: &SegmentNames) -> Option<(OffsetIndex, TimeIndex)> {
-    if !names.offset_index.exists() || !names.time_index.exists() {
-        return None;
-    }
     let offset_index = OffsetIndex::open_existing(&names.offset_index, names.base_offset).ok()?;
     let time_index = TimeIndex::open_existing(&names.time_index, names.base_offset).ok()?;
     Some((offset_index, time_index))
