@@ -5,6 +5,11 @@
 //! the description of a topic of 20 partitions of different lengths (several segments each)
 //! issues none, and equals the description of the same topic after a clean close and reopen,
 //! which opens every partition from its files.
+//!
+//! After a clean close, a reopened engine describes partitions it has not opened from their
+//! checkpoints and directory listings, opening no file (item 4: a clean open reads the
+//! checkpoints and lists directories), and opens a partition at its first use. After an unclean
+//! one it opens (recovers) them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -77,4 +82,69 @@ fn released_partitions_are_described_without_an_open_as_after_a_reopen() {
     engine.close().unwrap();
     let engine = Engine::open_with_storage(root.path(), config(), hooked_pio(hooks)).unwrap();
     assert_eq!(engine.describe_topic(TOPIC).unwrap(), described);
+}
+
+/// Counts the files opened.
+#[derive(Debug, Default)]
+struct CountOpens {
+    opens: AtomicU64,
+}
+
+impl StorageHooks for CountOpens {
+    fn before(&self, op: StorageOp, _path: &Path) -> io::Result<()> {
+        if op == StorageOp::Open {
+            self.opens.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_clean_reopen_describes_unopened_partitions_without_opening_a_file_and_opens_at_first_use() {
+    let root = tempfile::tempdir().unwrap();
+    let config = inline_config(small_segments(300, 64));
+    let engine = Engine::open(root.path(), config.clone()).unwrap();
+    let topic = engine
+        .create_topic(TOPIC, PARTITIONS, small_segments(300, 64))
+        .unwrap();
+    for partition in 0..PARTITIONS {
+        for record in 0..=partition % 7 {
+            let batch = value_batch(&format!("partition {partition} record {record}"));
+            let appended = engine.append(&topic, partition, batch, Durability::Durable);
+            appended.wait().unwrap();
+        }
+    }
+    let described = engine.describe_topic(TOPIC).unwrap();
+    engine.close().unwrap();
+
+    let hooks = Arc::new(CountOpens::default());
+    let engine =
+        Engine::open_with_storage(root.path(), config.clone(), hooked_pio(hooks.clone())).unwrap();
+    let opens_at_open = hooks.opens.load(Ordering::Relaxed);
+    assert_eq!(engine.describe_topic(TOPIC).unwrap(), described);
+    assert_eq!(
+        hooks.opens.load(Ordering::Relaxed),
+        opens_at_open,
+        "the description opened a file"
+    );
+    // The first use opens the partition, which continues where it ended.
+    let end = described.partitions[3].log_end_offset;
+    let appended = engine.append(&topic, 3, value_batch("after"), Durability::Durable);
+    assert_eq!(appended.wait().unwrap().first_offset, end);
+    assert!(hooks.opens.load(Ordering::Relaxed) > opens_at_open);
+    let again = engine.describe_topic(TOPIC).unwrap();
+    assert_eq!(again.partitions[3].log_end_offset, end.next());
+    assert_eq!(again.partitions[4], described.partitions[4]);
+    engine.close().unwrap();
+
+    // Without the clean-shutdown marker the description recovers, so opens, every partition.
+    std::fs::remove_file(root.path().join(".kafka_cleanshutdown")).unwrap();
+    let hooks = Arc::new(CountOpens::default());
+    let engine = Engine::open_with_storage(root.path(), config, hooked_pio(hooks.clone())).unwrap();
+    let opens_at_open = hooks.opens.load(Ordering::Relaxed);
+    engine.describe_topic(TOPIC).unwrap();
+    assert!(
+        hooks.opens.load(Ordering::Relaxed) >= opens_at_open + u64::from(PARTITIONS),
+        "an unclean reopen's description opens every partition"
+    );
 }

@@ -39,6 +39,7 @@ use crate::io::{Storage, StorageFile, WriteMark};
 use crate::log::{
     AppendInfo, AppendOutcome, CompactionOutcome, DigestBudget, DirSync, FetchData, LogOpenOptions,
     LogWriteMode, PartitionLog, RecordRead, RecoveryReport, RetentionOutcome, ValidatedBatches,
+    closed_log_files,
 };
 use crate::metrics::ShardMetrics;
 use crate::types::{Offset, TimestampMs, TopicName, TopicPartition};
@@ -1800,6 +1801,9 @@ impl Shard {
         tps: &[TopicPartition],
         run: &mut OpenRun,
     ) -> Result<Vec<PartitionDescription>, StorageError> {
+        for tp in tps {
+            self.release_unopened(tp);
+        }
         self.open_partitions_together(tps, run);
         let mut descriptions = Vec::with_capacity(tps.len());
         for tp in tps {
@@ -1868,6 +1872,54 @@ impl Shard {
     /// A partition released to bound open files, as it was when released: nothing changes its
     /// files until it is opened again, so describing it needs no open (which would release
     /// another). `None` unless it is released.
+    /// After a clean shutdown, takes a partition not yet opened in this process as released,
+    /// from its checkpoints and its directory's listing ([`closed_log_files`]): described without
+    /// opening a file, and opened (its files trusted) on first use. Not where the open has work
+    /// to do: no checkpoint or segment yet, leftovers of an interrupted operation, a log start
+    /// above the log end, an active segment starting past it.
+    fn release_unopened(&mut self, tp: &TopicPartition) {
+        if !self.context.had_clean_shutdown
+            || self.partitions.contains_key(tp)
+            || self.evicted.contains_key(tp)
+            || self.offline.contains_key(tp)
+            || self.opened.contains(tp)
+        {
+            return;
+        }
+        let Some(&log_end_offset) = self.context.recovery_points.get(tp) else {
+            return;
+        };
+        let known = self
+            .context
+            .topics
+            .read()
+            .is_ok_and(|topics| topics.partition_config(tp).is_some());
+        let dir = self.context.root.join(partition_dir_name(tp));
+        let Some(files) = known
+            .then(|| closed_log_files(self.context.storage.as_ref(), &dir))
+            .flatten()
+        else {
+            return;
+        };
+        let checkpointed_start = self.context.log_start_offsets.get(tp).copied();
+        let log_start_offset = checkpointed_start
+            .unwrap_or_default()
+            .max(files.first_base_offset);
+        if log_start_offset > log_end_offset || files.active_base_offset > log_end_offset {
+            return;
+        }
+        let checkpoint = PartitionCheckpoint {
+            tp: tp.clone(),
+            recovery_point: log_end_offset,
+            log_start_offset,
+            log_end_offset,
+            active_log_path: files.active_log_path,
+            size_bytes: files.size_bytes,
+            segment_count: files.segment_count,
+        };
+        self.evicted.insert(tp.clone(), checkpoint);
+    }
+
     fn released_description(&self, tp: &TopicPartition) -> Option<PartitionDescription> {
         let released = self.evicted.get(tp)?;
         Some(PartitionDescription {

@@ -161,6 +161,9 @@ impl Storage for HookedStorage {
     fn list_subdirs(&self, dir: &Path) -> io::Result<Vec<String>> {
         self.inner.list_subdirs(dir)
     }
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        self.inner.file_length(path)
+    }
     fn is_dir(&self, path: &Path) -> bool {
         self.inner.is_dir(path)
     }

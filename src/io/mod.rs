@@ -449,6 +449,10 @@ pub trait Storage: Debug + Send + Sync {
             .collect())
     }
     fn is_dir(&self, path: &Path) -> bool;
+    /// The length of the file at `path`, without opening it where the backend can.
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        self.open(path, OpenMode::Existing)?.length_bytes()
+    }
     fn exists(&self, path: &Path) -> bool;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;

@@ -124,6 +124,10 @@ impl Storage for PositionedIo {
         Ok(names)
     }
 
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        Ok(fs::symlink_metadata(path)?.len())
+    }
+
     fn is_dir(&self, path: &Path) -> bool {
         fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir())
     }

@@ -833,6 +833,10 @@ impl Storage for UringIo {
         PositionedIo.list_subdirs(dir)
     }
 
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        PositionedIo.file_length(path)
+    }
+
     fn is_dir(&self, path: &Path) -> bool {
         PositionedIo.is_dir(path)
     }

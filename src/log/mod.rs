@@ -65,6 +65,7 @@ impl Default for LogWriteMode {
     }
 }
 pub use append::{AppendInfo, AppendOutcome, ValidatedBatches};
+pub(crate) use open::closed_log_files;
 pub use open::{DirSync, LogOpenOptions, RecoveryReport};
 pub use retention::RetentionOutcome;
 pub use seal_sync::UnsyncedSeal;

@@ -410,6 +410,47 @@ fn record_recovery(report: &mut RecoveryReport, log_path: &Path, recovery: &Segm
     }
 }
 
+/// What the directory of a log closed cleanly shows without opening it: its live segments and
+/// their `.log` files' bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClosedLogFiles {
+    pub first_base_offset: Offset,
+    pub active_base_offset: Offset,
+    pub active_log_path: PathBuf,
+    pub size_bytes: u64,
+    pub segment_count: usize,
+}
+
+/// Lists `dir` and reads the length of each live segment's `.log`: a log's description without
+/// opening it. `None` when the directory holds no segment or files an interrupted operation left
+/// (an open has work to do there), or cannot be read.
+pub(crate) fn closed_log_files(storage: &dyn Storage, dir: &Path) -> Option<ClosedLogFiles> {
+    let names = storage.list_dir(dir).ok()?;
+    let mut base_offsets = Vec::new();
+    for name in names.iter().filter_map(|name| SegmentFileName::parse(name)) {
+        if name.state != FileState::Live {
+            return None;
+        }
+        if name.kind == SegmentFileKind::Log {
+            base_offsets.push(name.base_offset);
+        }
+    }
+    base_offsets.sort_unstable();
+    let (first, active) = (*base_offsets.first()?, *base_offsets.last()?);
+    let log_path = |base| SegmentFileName::live(base, SegmentFileKind::Log).path_in(dir);
+    let mut size_bytes = 0;
+    for base in &base_offsets {
+        size_bytes += storage.file_length(&log_path(*base)).ok()?;
+    }
+    Some(ClosedLogFiles {
+        first_base_offset: first,
+        active_base_offset: active,
+        active_log_path: log_path(active),
+        size_bytes,
+        segment_count: base_offsets.len(),
+    })
+}
+
 /// The names in `dir`, which is created (empty) when missing.
 fn list_or_create(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>, StorageError> {
     match storage.list_dir(dir) {

@@ -19,8 +19,9 @@
 //!    (a killed process loses nothing the kernel accepted). Its child is killed as well: the
 //!    data directory is left as after a crash.
 //!
-//! A child times `Engine::open` and `Engine::describe_topic` of the topic, which opens (and
-//! recovers) every partition and answers for each, and reads its own `/proc/self/io` around
+//! A child times `Engine::open` and `Engine::describe_topic` of the topic, which answers for
+//! every partition: after a crash by opening (and recovering) each, after a clean close from
+//! the checkpoints and a listing of each directory (it opens none), and reads its own `/proc/self/io` around
 //! them: `read_bytes` (what the device was asked for, page-cache misses) and `rchar` (bytes
 //! returned by read system calls, cached or not). Syncs are counted ([`SyncCounter`]) by running
 //! the child under `perf stat` where perf runs (the kernel counts the sync system calls'
