@@ -70,9 +70,20 @@ impl<E: IndexEntry> IndexFile<E> {
     /// Opens an existing, trimmed index: every whole entry in the file counts. A length that is
     /// not a multiple of the entry size is corruption.
     pub fn open_existing(path: &Path) -> Result<IndexFile<E>, StorageError> {
-        let file = MappedIndexFile::open_existing(path)?;
+        Self::with_every_entry(MappedIndexFile::open_existing(path)?, path)
+    }
+
+    /// [`IndexFile::open_existing`], read into memory up to the file's first hole rather than
+    /// mapped ([`MappedIndexFile::open_existing_copied`]): for recovery, which keeps a prefix of
+    /// the entries ([`IndexFile::keep_prefix`] maps it).
+    pub fn open_existing_copied(path: &Path) -> Result<IndexFile<E>, StorageError> {
+        let entry_bytes = E::BYTES as u64;
+        Self::with_every_entry(MappedIndexFile::open_existing_copied(path, entry_bytes)?, path)
+    }
+
+    fn with_every_entry(file: MappedIndexFile, path: &Path) -> Result<IndexFile<E>, StorageError> {
         let length_bytes = file.length_bytes();
-        if length_bytes % E::BYTES as u64 != 0 {
+        if !length_bytes.is_multiple_of(E::BYTES as u64) {
             return Err(StorageError::Corrupt {
                 file: path.to_owned(),
                 position: length_bytes,
@@ -162,7 +173,10 @@ impl<E: IndexEntry> IndexFile<E> {
         let entry_count = entry_count.min(self.entry_count);
         let start = entry_count * E::BYTES;
         let end = self.entry_count * E::BYTES;
-        self.bytes_mut_all()[start..end].fill(0);
+        // An index read into memory is never written: its first length change maps it.
+        if let Some(stale) = self.bytes_mut_all().get_mut(start..end) {
+            stale.fill(0);
+        }
         self.entry_count = entry_count;
     }
 

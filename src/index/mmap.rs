@@ -26,6 +26,9 @@ pub struct MappedIndexFile {
     /// The file's length while the map covers it whole (no map for an empty file); `None` after
     /// a failed length change.
     mapped_length: Option<u64>,
+    /// The file's bytes as read at open, for an index read before its first length change
+    /// ([`MappedIndexFile::open_existing_copied`]); `None` once that change maps it.
+    copy: Option<Vec<u8>>,
     /// The file's first bytes whose blocks exist or are reserved (`fallocate`), in whole
     /// [`RESERVE_BLOCK_BYTES`]: a write through the map below this needs no new block.
     reserved_bytes: u64,
@@ -64,6 +67,7 @@ impl MappedIndexFile {
             path: path.to_owned(),
             map: None,
             mapped_length: None,
+            copy: None,
             reserved_bytes: 0,
             random_access: true,
         };
@@ -77,6 +81,7 @@ impl MappedIndexFile {
             path: path.to_owned(),
             map: None,
             mapped_length: None,
+            copy: None,
             reserved_bytes: 0,
             random_access: false,
         };
@@ -87,6 +92,48 @@ impl MappedIndexFile {
             .len();
         index_file.map(&file, length_bytes)?;
         // An existing file's bytes were written: their blocks exist.
+        index_file.reserved_bytes = round_up_to_block(length_bytes);
+        Ok(index_file)
+    }
+
+    /// The existing index file at `path`, read into memory rather than mapped, up to its first
+    /// hole (`SEEK_HOLE`; what follows reads as zeros): for recovery, which reads the entries and
+    /// then cuts the file. Its first length change maps it; nothing else writes it. Cutting a
+    /// file that was never mapped unmaps no page, so it costs no TLB flush on the process's
+    /// other CPUs. `NotFound` (an I/O error) when there is none.
+    /// The copy holds whole entries of `entry_bytes` (zeros past the hole).
+    pub fn open_existing_copied(
+        path: &Path,
+        entry_bytes: u64,
+    ) -> Result<MappedIndexFile, StorageError> {
+        let mut index_file = MappedIndexFile {
+            path: path.to_owned(),
+            map: None,
+            mapped_length: None,
+            copy: None,
+            reserved_bytes: 0,
+            random_access: false,
+        };
+        let file = index_file.open_file(false)?;
+        let io_error = |source| StorageError::io("read index", path, source);
+        let length_bytes = file.metadata().map_err(io_error)?.len();
+        let data_end = crate::io::next_hole_of(&file, 0).map_or(length_bytes, |hole| {
+            hole.min(length_bytes)
+        });
+        let copied_bytes = data_end
+            .next_multiple_of(entry_bytes.max(1))
+            .min(length_bytes);
+        let too_long = |bytes: u64| StorageError::Corrupt {
+            file: path.to_owned(),
+            position: 0,
+            reason: format!("index file of {bytes} bytes cannot be read"),
+        };
+        let data = usize::try_from(data_end).map_err(|_| too_long(data_end))?;
+        let length = usize::try_from(copied_bytes).map_err(|_| too_long(copied_bytes))?;
+        let mut copy = vec![0; length];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut copy[..data], 0)
+            .map_err(io_error)?;
+        index_file.copy = Some(copy);
         index_file.reserved_bytes = round_up_to_block(length_bytes);
         Ok(index_file)
     }
@@ -108,7 +155,10 @@ impl MappedIndexFile {
 
     /// The mapped bytes: the whole file.
     pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+        self.map
+            .as_deref()
+            .or(self.copy.as_deref())
+            .unwrap_or(&[])
     }
 
     /// The mapped bytes, writable.
@@ -145,6 +195,7 @@ impl MappedIndexFile {
             Some(mapped) if mapped <= cut_bytes => None,
             _ => Some(cut_bytes),
         };
+        self.copy = None;
         let kept = cut_bytes.min(length_bytes);
         self.reserved_bytes = self.reserved_bytes.min(round_up_to_block(kept));
         let keep_map = self.map.is_some() && self.mapped_length == Some(length_bytes);

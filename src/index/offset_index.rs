@@ -40,6 +40,15 @@ impl OffsetIndex {
         })
     }
 
+    /// [`OffsetIndex::open_existing`], read into memory rather than mapped (for recovery: its first
+    /// length change, [`OffsetIndex::keep_prefix`], maps it).
+    pub fn open_existing_copied(path: &Path, base_offset: Offset) -> Result<Self, StorageError> {
+        Ok(OffsetIndex {
+            base_offset,
+            file: IndexFile::open_existing_copied(path)?,
+        })
+    }
+
     pub fn entry_count(&self) -> usize {
         self.file.entry_count()
     }

@@ -43,6 +43,15 @@ impl TimeIndex {
         })
     }
 
+    /// [`TimeIndex::open_existing`], read into memory rather than mapped (for recovery: its first
+    /// length change, [`TimeIndex::keep_prefix`], maps it).
+    pub fn open_existing_copied(path: &Path, base_offset: Offset) -> Result<Self, StorageError> {
+        Ok(TimeIndex {
+            base_offset,
+            file: IndexFile::open_existing_copied(path)?,
+        })
+    }
+
     pub fn entry_count(&self) -> usize {
         self.file.entry_count()
     }
@@ -215,6 +224,37 @@ impl TimeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copied_index_reads_what_a_mapped_one_reads_and_keeps_a_prefix_as_it_does() {
+        // 600 entries of 12 bytes end in the second page of an untrimmed 1 MiB file: the copy
+        // stops at the first hole (8192 bytes), rounded up to whole entries.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.timeindex");
+        let max_bytes = 1024 * 1024;
+        let mut index = TimeIndex::create(&path, Offset(0), max_bytes).unwrap();
+        for entry in 1..=600u64 {
+            index.maybe_append(TimestampMs(1000 + entry as i64), Offset(entry), false);
+        }
+        drop(index);
+        let mapped = TimeIndex::open_existing(&path, Offset(0)).unwrap();
+        let mut copied = TimeIndex::open_existing_copied(&path, Offset(0)).unwrap();
+        let everything = Offset(u64::MAX);
+        assert_eq!(copied.increasing_prefix_through(everything), 600);
+        assert_eq!(mapped.increasing_prefix_through(everything), 600);
+        let mapped_entries: Vec<_> = mapped.entries().take(600).collect();
+        let copied_entries: Vec<_> = copied.entries().take(600).collect();
+        assert_eq!(copied_entries, mapped_entries);
+        drop(mapped);
+        copied.keep_prefix(300, max_bytes).unwrap();
+        assert_eq!(copied.entry_count(), 300);
+        assert_eq!(copied.last_entry(), Some(copied_entries[299]));
+        copied.maybe_append(TimestampMs(5000), Offset(800), false);
+        drop(copied);
+        let reopened = TimeIndex::open_existing(&path, Offset(0)).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), max_bytes / 12 * 12);
+        assert_eq!(reopened.increasing_prefix_through(everything), 301);
+    }
 
     #[test]
     fn only_increasing_timestamps_are_indexed_and_the_last_slot_is_reserved() {

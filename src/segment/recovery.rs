@@ -1100,10 +1100,12 @@ fn open_checked_indexes(
     Some((offset_index, time_index))
 }
 
-/// Both indexes as found, unchecked (a missing or unreadable one: `None`).
+/// Both indexes as found, unchecked (a missing or unreadable one: `None`), read into memory: the
+/// recovery that reads them keeps a prefix of their entries, which maps them.
 fn open_unchecked_indexes(names: &SegmentNames) -> Option<(OffsetIndex, TimeIndex)> {
-    let offset_index = OffsetIndex::open_existing(&names.offset_index, names.base_offset).ok()?;
-    let time_index = TimeIndex::open_existing(&names.time_index, names.base_offset).ok()?;
+    let base_offset = names.base_offset;
+    let offset_index = OffsetIndex::open_existing_copied(&names.offset_index, base_offset).ok()?;
+    let time_index = TimeIndex::open_existing_copied(&names.time_index, base_offset).ok()?;
     Some((offset_index, time_index))
 }
 
