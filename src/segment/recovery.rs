@@ -827,12 +827,14 @@ impl Segment {
     /// it was written for (`format/prewrite.rs`): a misdirected prewrite, which may have landed over
     /// synced batches and left only zeros and stamps where they were.
     fn misplaced_stamp(&self, from: u64) -> Result<Option<Misplaced>, StorageError> {
-        let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + STAMP_BYTES];
+        // Grown to what each read needs: most scans read a few pages, not a whole chunk.
+        let mut chunk = Vec::new();
         let mut start = from;
         // A stamp's bytes are not zero, so every stamp lies in data.
         while let Some(data) = self.data_from(start) {
             start = data.start;
             let span = (data.end - start).min(SCAN_CHUNK_BYTES as u64) as usize;
+            grow_zeroed(&mut chunk, span + STAMP_BYTES);
             let read = self
                 .log
                 .read_at(&mut chunk[..span + STAMP_BYTES], start)
@@ -886,7 +888,7 @@ impl Segment {
         base_offset: Option<i64>,
         accept: impl Fn(u64, &Batch) -> bool,
     ) -> Result<Option<u64>, StorageError> {
-        let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + field::MAGIC + 1];
+        let mut chunk = Vec::new();
         let mut start = from;
         // A batch's magic byte is 2, so a batch starts at most `field::MAGIC` bytes before data.
         while let Some(data) = self.data_from(start + field::MAGIC as u64) {
@@ -895,6 +897,7 @@ impl Segment {
                 break;
             }
             let positions = (to.min(data.end) - start).min(SCAN_CHUNK_BYTES as u64) as usize;
+            grow_zeroed(&mut chunk, positions + field::MAGIC + 1);
             let read = self
                 .log
                 .read_at(&mut chunk[..positions + field::MAGIC + 1], start)
@@ -965,6 +968,13 @@ impl Segment {
     /// The largest timestamp recorded, if any batch carried one.
     pub fn max_timestamp(&self) -> Option<TimestampOffset> {
         self.max_timestamp_so_far
+    }
+}
+
+/// Grows `buffer` with zeros to at least `length` bytes (a scan's buffer, sized by its reads).
+fn grow_zeroed(buffer: &mut Vec<u8>, length: usize) {
+    if buffer.len() < length {
+        buffer.resize(length, 0);
     }
 }
 
