@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use seglog::engine::{Durability, Engine, EngineConfig};
 use seglog::io::hooked::{StorageHooks, StorageOp};
+use seglog::types::TopicName;
 use support::batches::value_batch;
 use support::configs::small_segments;
 use support::engines::inline_config;
@@ -49,6 +50,17 @@ fn config() -> EngineConfig {
         .with_open_segments_max(16)
 }
 
+/// 1 to 7 durable records to each partition, by its number.
+fn append_different_lengths(engine: &Engine, topic: &TopicName) {
+    for partition in 0..PARTITIONS {
+        for record in 0..=partition % 7 {
+            let batch = value_batch(&format!("partition {partition} record {record}"));
+            let appended = engine.append(topic, partition, batch, Durability::Durable);
+            appended.wait().unwrap();
+        }
+    }
+}
+
 #[test]
 fn released_partitions_are_described_without_an_open_as_after_a_reopen() {
     let root = tempfile::tempdir().unwrap();
@@ -58,13 +70,7 @@ fn released_partitions_are_described_without_an_open_as_after_a_reopen() {
     let topic = engine
         .create_topic(TOPIC, PARTITIONS, small_segments(300, 64))
         .unwrap();
-    for partition in 0..PARTITIONS {
-        for record in 0..=partition % 7 {
-            let batch = value_batch(&format!("partition {partition} record {record}"));
-            let appended = engine.append(&topic, partition, batch, Durability::Durable);
-            appended.wait().unwrap();
-        }
-    }
+    append_different_lengths(&engine, &topic);
     let ops_before = hooks.ops.load(Ordering::Relaxed);
     let described = engine.describe_topic(TOPIC).unwrap();
     assert_eq!(
@@ -107,13 +113,7 @@ fn a_clean_reopen_describes_unopened_partitions_without_opening_a_file_and_opens
     let topic = engine
         .create_topic(TOPIC, PARTITIONS, small_segments(300, 64))
         .unwrap();
-    for partition in 0..PARTITIONS {
-        for record in 0..=partition % 7 {
-            let batch = value_batch(&format!("partition {partition} record {record}"));
-            let appended = engine.append(&topic, partition, batch, Durability::Durable);
-            appended.wait().unwrap();
-        }
-    }
+    append_different_lengths(&engine, &topic);
     let described = engine.describe_topic(TOPIC).unwrap();
     engine.close().unwrap();
 

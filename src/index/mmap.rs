@@ -57,34 +57,32 @@ pub fn sync_index_file(path: &Path) -> Result<(), StorageError> {
 }
 
 impl MappedIndexFile {
+    /// The file at `path`, neither mapped nor read yet.
+    fn unmapped(path: &Path, random_access: bool) -> MappedIndexFile {
+        MappedIndexFile {
+            path: path.to_owned(),
+            map: None,
+            mapped_length: None,
+            copy: None,
+            reserved_bytes: 0,
+            random_access,
+        }
+    }
+
     /// Creates the index file at `path` (cutting a leftover one to nothing first) at
     /// `length_bytes`, sparse. Every map of it is advised `MADV_RANDOM`: a page fault then reads
     /// (or, in a sparse stretch, zeroes) only its own page, not the device's read-ahead window
     /// around it. A new index is written an entry at a time: its first fault would otherwise zero
     /// up to `read_ahead_kb` of the sparse file.
     pub fn create(path: &Path, length_bytes: u64) -> Result<MappedIndexFile, StorageError> {
-        let mut index_file = MappedIndexFile {
-            path: path.to_owned(),
-            map: None,
-            mapped_length: None,
-            copy: None,
-            reserved_bytes: 0,
-            random_access: true,
-        };
+        let mut index_file = MappedIndexFile::unmapped(path, true);
         index_file.cut_and_resize(0, length_bytes)?;
         Ok(index_file)
     }
 
     /// Maps the existing index file at `path`; `NotFound` (an I/O error) when there is none.
     pub fn open_existing(path: &Path) -> Result<MappedIndexFile, StorageError> {
-        let mut index_file = MappedIndexFile {
-            path: path.to_owned(),
-            map: None,
-            mapped_length: None,
-            copy: None,
-            reserved_bytes: 0,
-            random_access: false,
-        };
+        let mut index_file = MappedIndexFile::unmapped(path, false);
         let file = index_file.open_file(false)?;
         let length_bytes = file
             .metadata()
@@ -100,20 +98,13 @@ impl MappedIndexFile {
     /// hole (`SEEK_HOLE`; what follows reads as zeros): for recovery, which reads the entries and
     /// then cuts the file. Its first length change maps it; nothing else writes it. Cutting a
     /// file that was never mapped unmaps no page, so it costs no TLB flush on the process's
-    /// other CPUs. `NotFound` (an I/O error) when there is none.
-    /// The copy holds whole entries of `entry_bytes` (zeros past the hole).
+    /// other CPUs. The copy holds whole entries of `entry_bytes` (zeros past the hole).
+    /// `NotFound` (an I/O error) when there is none.
     pub fn open_existing_copied(
         path: &Path,
         entry_bytes: u64,
     ) -> Result<MappedIndexFile, StorageError> {
-        let mut index_file = MappedIndexFile {
-            path: path.to_owned(),
-            map: None,
-            mapped_length: None,
-            copy: None,
-            reserved_bytes: 0,
-            random_access: false,
-        };
+        let mut index_file = MappedIndexFile::unmapped(path, false);
         let file = index_file.open_file(false)?;
         let io_error = |source| StorageError::io("read index", path, source);
         let length_bytes = file.metadata().map_err(io_error)?.len();
