@@ -509,6 +509,36 @@ pub trait Storage: Debug + Send + Sync {
 mod tests {
     use super::*;
 
+    #[test]
+    fn many_directories_of_one_parent_are_synced_by_their_file_system_and_others_one_by_one() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<std::path::PathBuf> = (0..SYNCFS_DIRS_MIN)
+            .map(|index| root.path().join(format!("topic-{index}")))
+            .collect();
+        for dir in &dirs {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let paths: Vec<&Path> = dirs.iter().map(std::path::PathBuf::as_path).collect();
+        let synced = sync_dirs_by_file_system(&paths).expect("one syncfs");
+        assert_eq!(synced.len(), paths.len());
+        assert!(synced.iter().all(Result::is_ok));
+        assert!(sync_dirs_by_file_system(&paths[1..]).is_none(), "too few");
+        let nested = root.path().join("topic-0").join("inner");
+        std::fs::create_dir(&nested).unwrap();
+        let mut mixed = paths.clone();
+        mixed.push(&nested);
+        assert!(sync_dirs_by_file_system(&mixed).is_none(), "two parents");
+        let missing_parent = Path::new("/nonexistent-seglog-parent/topic-0");
+        let missing = vec![missing_parent; SYNCFS_DIRS_MIN];
+        let failed = sync_dirs_by_file_system(&missing).expect("one parent");
+        assert!(failed.iter().all(|result| result.as_ref().is_err_and(|error| {
+            error.kind() == io::ErrorKind::NotFound
+        })));
+        for storage in [&pio::PositionedIo as &dyn Storage, &uring::UringIo::default()] {
+            assert!(storage.sync_dirs_many(&paths).iter().all(Result::is_ok));
+        }
+    }
+
     /// Every backend, the simulated one included (which has no real file and reads through
     /// `read_at`).
     fn storages(root: &Path) -> Vec<Arc<dyn Storage>> {
