@@ -467,6 +467,8 @@ pub(crate) struct Shard {
     opened: BTreeSet<TopicPartition>,
     /// Offsets of partitions closed by eviction, for checkpoints and their next open.
     evicted: BTreeMap<TopicPartition, PartitionCheckpoint>,
+    /// Partitions never opened whose open failed ([`Shard::forget_release_unopened`]).
+    refused_opens: BTreeSet<TopicPartition>,
     /// Partitions offline after a storage error, closed since (see [`OfflinePartition`]).
     offline: BTreeMap<TopicPartition, OfflinePartition>,
     parked: Vec<ParkedFetch>,
@@ -507,6 +509,7 @@ impl Shard {
             use_counter: 0,
             opened: BTreeSet::new(),
             evicted: BTreeMap::new(),
+            refused_opens: BTreeSet::new(),
             offline: BTreeMap::new(),
             parked: Vec::new(),
             flush_deadlines: BTreeMap::new(),
@@ -947,7 +950,9 @@ impl Shard {
             let open = self.partition_open(tp, run.is_some())?;
             let (open, opened) = open.run(self.context.storage.clone());
             let dirs_due = run.as_mut().map(|run| &mut run.dirs_due);
-            let log = self.finish_open(&open, opened, dirs_due)?;
+            let log = self
+                .finish_open(&open, opened, dirs_due)
+                .inspect_err(|_| self.forget_release_unopened(tp))?;
             if let Some(run) = run {
                 run.open_files = Some(open_files + log.open_segment_files());
             }
@@ -1883,6 +1888,7 @@ impl Shard {
             || self.evicted.contains_key(tp)
             || self.offline.contains_key(tp)
             || self.opened.contains(tp)
+            || self.refused_opens.contains(tp)
         {
             return;
         }
@@ -1918,6 +1924,16 @@ impl Shard {
             segment_count: files.segment_count,
         };
         self.evicted.insert(tp.clone(), checkpoint);
+    }
+
+    /// A partition never opened in this process whose open failed is not described from its
+    /// checkpoints ([`Shard::release_unopened`]): its next describe tries the open again, and
+    /// reports why it fails.
+    fn forget_release_unopened(&mut self, tp: &TopicPartition) {
+        if !self.opened.contains(tp) {
+            self.evicted.remove(tp);
+            self.refused_opens.insert(tp.clone());
+        }
     }
 
     fn released_description(&self, tp: &TopicPartition) -> Option<PartitionDescription> {

@@ -12,7 +12,8 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use seglog::engine::{Engine, EngineConfig};
+use seglog::engine::{Engine, EngineConfig, FetchOptions};
+use seglog::types::{Offset, TopicName};
 use support::{
     assert_exit_code, assert_prints_line_starting, assert_success, create_topic, path_arg, run,
     segment_logs as logs, stdout_lines, verify,
@@ -74,10 +75,15 @@ fn verify_names_the_offset_gap_a_missing_middle_segment_leaves_which_the_engine_
     assert_engine_refuses_t0(&data, "leaves an offset gap");
 }
 
-/// The engine opens `data` but refuses to open partition `t-0`, saying `reason`.
+/// The engine opens `data` but refuses to open partition `t-0` at its first use, saying
+/// `reason`. (After a clean shutdown a describe answers from the checkpoints without opening it.)
 fn assert_engine_refuses_t0(data: &Path, reason: &str) {
     let config = EngineConfig::default().with_pin_shards(false);
     let engine = Engine::open(data, config).unwrap();
+    let topic = TopicName::parse("t").unwrap();
+    let fetched = engine.fetch(&topic, 0, Offset(0), FetchOptions::default());
+    let refused = fetched.wait().unwrap_err();
+    assert!(refused.to_string().contains(reason), "{refused}");
     let refused = engine.describe_partition("t", 0).unwrap_err();
     assert!(refused.to_string().contains(reason), "{refused}");
     engine.close().unwrap();
