@@ -11,15 +11,35 @@ use seglog::format::batch::BatchIter;
 use seglog::format::{Batch, BatchBuilder, NewRecord};
 use seglog_raft::client::ClusterClient;
 
-/// `count` free loopback addresses, for nodes 1 to `count`.
+/// `count` free loopback addresses, for nodes 1 to `count`. Ports below Linux's ephemeral range
+/// (32768 and up by default), so that no outbound connection of a test running beside this one
+/// takes one before its node binds it; each chosen is held until all are, so none is chosen
+/// twice. (A port from `127.0.0.1:0` was once taken in between: `AddrInUse` at a node's bind.)
 pub fn free_addresses(count: usize) -> BTreeMap<u64, String> {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos())
+        ^ std::process::id();
+    let mut held = Vec::new();
+    for attempt in 0..PORT_RANGE {
+        if held.len() == count {
+            break;
+        }
+        let port = FIRST_PORT + (seed.wrapping_add(attempt * 7_919) % PORT_RANGE) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    assert_eq!(held.len(), count, "no {count} free loopback ports");
     (1..=count as u64)
-        .map(|id| {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            (id, listener.local_addr().unwrap().to_string())
-        })
+        .zip(&held)
+        .map(|(id, listener)| (id, listener.local_addr().unwrap().to_string()))
         .collect()
 }
+
+/// The ports [`free_addresses`] chooses from: below the ephemeral range.
+const FIRST_PORT: u16 = 20_000;
+const PORT_RANGE: u32 = 12_000;
 
 /// A batch of `values` from idempotent producer `producer_id`, first sequence `sequence`.
 pub fn batch(producer_id: i64, sequence: i32, values: &[String]) -> Bytes {
