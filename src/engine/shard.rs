@@ -1874,9 +1874,6 @@ impl Shard {
         }
     }
 
-    /// A partition released to bound open files, as it was when released: nothing changes its
-    /// files until it is opened again, so describing it needs no open (which would release
-    /// another). `None` unless it is released.
     /// After a clean shutdown, takes a partition not yet opened in this process as released,
     /// from its checkpoints and its directory's listing ([`closed_log_files`]): described without
     /// opening a file, and opened (its files trusted) on first use. Not where the open has work
@@ -1936,6 +1933,9 @@ impl Shard {
         }
     }
 
+    /// A partition released to bound open files, as it was when released: nothing changes its
+    /// files until it is opened again, so describing it needs no open (which would release
+    /// another). `None` unless it is released.
     fn released_description(&self, tp: &TopicPartition) -> Option<PartitionDescription> {
         let released = self.evicted.get(tp)?;
         Some(PartitionDescription {

@@ -426,16 +426,14 @@ pub(crate) struct ClosedLogFiles {
 /// (an open has work to do there), or cannot be read.
 pub(crate) fn closed_log_files(storage: &dyn Storage, dir: &Path) -> Option<ClosedLogFiles> {
     let names = storage.list_dir(dir).ok()?;
-    let mut base_offsets = Vec::new();
-    for name in names.iter().filter_map(|name| SegmentFileName::parse(name)) {
-        if name.state != FileState::Live {
-            return None;
-        }
-        if name.kind == SegmentFileKind::Log {
-            base_offsets.push(name.base_offset);
-        }
+    let leftovers = names
+        .iter()
+        .filter_map(|name| SegmentFileName::parse(name))
+        .any(|name| name.state != FileState::Live);
+    if leftovers {
+        return None;
     }
-    base_offsets.sort_unstable();
+    let base_offsets = segment_base_offsets(&names);
     let (first, active) = (*base_offsets.first()?, *base_offsets.last()?);
     let log_path = |base| SegmentFileName::live(base, SegmentFileKind::Log).path_in(dir);
     let mut size_bytes = 0;
